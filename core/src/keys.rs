@@ -1,0 +1,51 @@
+//! Names of the annotations, labels, conditions and Leases aliaslb reads and writes.
+//! One place, so the controller, the agent, the CLI and the docs cannot drift apart.
+
+/// Prefix of every aliaslb annotation, label and condition type.
+pub const DOMAIN: &str = "aliaslb.io";
+
+/// Default `spec.loadBalancerClass` handled by the controller.
+pub const DEFAULT_LOAD_BALANCER_CLASS: &str = "aliaslb.io/alias";
+
+/// Service annotation: requested IPs, comma separated (one per family for dual-stack).
+pub const ANNOTATION_REQUESTED_IPS: &str = "aliaslb.io/loadBalancerIPs";
+/// Service annotation: Services in one namespace with the same key may share an IP.
+pub const ANNOTATION_SHARING_KEY: &str = "aliaslb.io/sharing-key";
+/// Service annotation written by the controller: the node elected to carry the IPs.
+pub const ANNOTATION_NODE: &str = "aliaslb.io/node";
+/// Service annotation written by the controller: the interface to put the alias on.
+pub const ANNOTATION_INTERFACE: &str = "aliaslb.io/interface";
+
+/// Node label that excludes a node from carrying load-balancer IPs (upstream name).
+pub const LABEL_EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// Service condition: an IP was allocated.
+pub const CONDITION_IP_ALLOCATED: &str = "aliaslb.io/IPAllocated";
+/// Service condition: the elected node's agent reports holding every IP.
+pub const CONDITION_ANNOUNCED: &str = "aliaslb.io/Announced";
+
+/// Default namespace of the controller, the agents' Leases and the pool ConfigMap.
+pub const DEFAULT_NAMESPACE: &str = "aliaslb-system";
+/// Default name of the pool ConfigMap.
+pub const DEFAULT_POOL_CONFIGMAP: &str = "aliaslb-pools";
+/// Name of the controllers' leader-election Lease.
+pub const CONTROLLER_LEASE: &str = "aliaslb-controller";
+/// Field manager used for every server-side apply.
+pub const CONTROLLER_FIELD_MANAGER: &str = "aliaslb-controller";
+/// Field manager used by agents for their Lease.
+pub const AGENT_FIELD_MANAGER: &str = "aliaslb-agent";
+
+/// Name of the Lease an agent on `node` renews.
+pub fn agent_lease_name(node: &str) -> String {
+    format!("aliaslb-agent-{node}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_lease_name_is_prefixed() {
+        assert_eq!(agent_lease_name("node-a"), "aliaslb-agent-node-a");
+    }
+}

@@ -1,0 +1,7 @@
+//! aliaslb-core: the pure model both binaries share.
+//!
+//! No Kubernetes client, no tokio, no netlink: everything here is plain data and
+//! functions, tested with plain `#[test]`s and property tests.
+
+pub mod keys;
+pub mod range;
