@@ -19,6 +19,9 @@ pub const ANNOTATION_INTERFACE: &str = "aliaslb.io/interface";
 /// Node label that excludes a node from carrying load-balancer IPs (upstream name).
 pub const LABEL_EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
+/// Agent Lease annotation: the agent's [`crate::report::AgentReport`] as JSON.
+pub const ANNOTATION_AGENT_REPORT: &str = "aliaslb.io/report";
+
 /// Service condition: an IP was allocated.
 pub const CONDITION_IP_ALLOCATED: &str = "aliaslb.io/IPAllocated";
 /// Service condition: the elected node's agent reports holding every IP.

@@ -3,5 +3,9 @@
 //! No Kubernetes client, no tokio, no netlink: everything here is plain data and
 //! functions, tested with plain `#[test]`s and property tests.
 
+pub mod allocator;
+pub mod annotations;
 pub mod keys;
+pub mod pool;
 pub mod range;
+pub mod report;

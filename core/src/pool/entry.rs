@@ -1,0 +1,122 @@
+//! One pool value: its lines, and each entry (address, CIDR, range) parsed into an
+//! [`IpRange`]. Pure, no I/O. The CIDR rules are documented in the parent module.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::{ConfigError, PoolEntry};
+use crate::range::{Family, IpRange, RangeError, from_u128, to_u128};
+
+/// What a valid entry looks like, appended to "not an entry" errors.
+const EXPECTED: &str = "expected an address (`192.168.55.10`, `2001:db8::10`), a CIDR \
+                        (`10.0.7.0/29`) or an inclusive range (`10.0.8.20-10.0.8.40`)";
+
+/// The entries of `key`'s `value`, and an error for each line that is not one.
+pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<ConfigError>) {
+    let mut entries = Vec::new();
+    let mut errors = Vec::new();
+    for (index, raw) in value.lines().enumerate() {
+        let line = index + 1;
+        let text = raw.split_once('#').map_or(raw, |(before, _)| before).trim();
+        if text.is_empty() {
+            continue;
+        }
+        match parse_entry(text) {
+            Ok(range) => entries.push(PoolEntry {
+                line,
+                text: text.to_owned(),
+                range,
+            }),
+            Err(message) => errors.push(ConfigError::for_line(key, line, text, message)),
+        }
+    }
+    (entries, errors)
+}
+
+/// Parses one entry (without comment or surrounding spaces): an address, a CIDR or an
+/// inclusive range `first-last`. The error says what is wrong and what would be valid.
+pub fn parse_entry(text: &str) -> Result<IpRange, String> {
+    if let Some((first, last)) = text.split_once('-') {
+        return parse_range(first.trim(), last.trim());
+    }
+    if let Some((addr, prefix)) = text.split_once('/') {
+        return parse_cidr(addr, prefix);
+    }
+    if text.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
+        return Err("one entry per line: put each address, CIDR or range on its own line".into());
+    }
+    text.parse::<IpAddr>()
+        .map(IpRange::single)
+        .map_err(|_| format!("not an IP address, CIDR or range: {EXPECTED}"))
+}
+
+fn parse_range(first: &str, last: &str) -> Result<IpRange, String> {
+    let end = |s: &str, which: &str| -> Result<IpAddr, String> {
+        if s.is_empty() {
+            return Err(format!(
+                "the range has no {which} address: write both ends in full, e.g. \
+                 `10.0.8.20-10.0.8.40`"
+            ));
+        }
+        if s.contains('/') {
+            return Err(format!(
+                "`{s}`: the ends of a range are plain addresses, not CIDRs; write \
+                 `first-last` or a CIDR on its own"
+            ));
+        }
+        s.parse().map_err(|_| {
+            format!(
+                "`{s}` is not an IP address: write both ends of a range in full, e.g. \
+                 `10.0.8.20-10.0.8.40`"
+            )
+        })
+    };
+    let (first, last) = (end(first, "first")?, end(last, "last")?);
+    IpRange::new(first, last).map_err(|e| match e {
+        RangeError::MixedFamilies { .. } => {
+            format!("{e}: both ends of a range must be IPv4, or both IPv6")
+        }
+        RangeError::Reversed { .. } => e.to_string(),
+    })
+}
+
+fn parse_cidr(addr: &str, prefix: &str) -> Result<IpRange, String> {
+    let ip: IpAddr = addr
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{addr}` is not an IP address: {EXPECTED}"))?;
+    let family = Family::of(ip);
+    let max = match family {
+        Family::V4 => 32,
+        Family::V6 => 128,
+    };
+    let len: u8 = prefix
+        .trim()
+        .parse()
+        .ok()
+        .filter(|len| *len <= max)
+        .ok_or_else(|| {
+            format!("prefix length `/{prefix}` is not valid for {family}: use /0 to /{max}")
+        })?;
+    let net = IpNet::new(ip, len).map_err(|e| e.to_string())?;
+    if net.network() != ip {
+        return Err(format!(
+            "the CIDR has host bits set: write the network form `{}`, or `{ip}` alone for a \
+             single address",
+            net.trunc()
+        ));
+    }
+    let (mut first, mut last) = (to_u128(net.network()), to_u128(net.broadcast()));
+    match family {
+        // Network and broadcast addresses are special on the subnet; RFC 3021 /31s have neither.
+        Family::V4 if len < 31 => {
+            first += 1;
+            last -= 1;
+        }
+        // The Subnet-Router anycast address (RFC 4291 §2.6.1); RFC 6164 /127s have none.
+        Family::V6 if len < 127 => first += 1,
+        _ => {}
+    }
+    IpRange::new(from_u128(family, first), from_u128(family, last)).map_err(|e| e.to_string())
+}

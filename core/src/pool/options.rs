@@ -1,0 +1,241 @@
+//! Per-pool options: the YAML under the [`OPTIONS_KEY`] key, parsed with serde_yaml and
+//! checked against the pools that exist. Pure, no I/O.
+//!
+//! ```yaml
+//! pools:
+//!   staging:                  # a pool key: namespace name or `_fallback`
+//!     interface: eth1         # NIC to put the aliases on
+//!     nodeSelector:           # labels a node must all carry to announce this pool
+//!       topology.kubernetes.io/zone: a
+//!     allowSharing: false     # default true
+//! ```
+//! Unknown fields are errors (a misspelt option must not be silently ignored), and so are
+//! options for a key that has no pool.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{ConfigError, OPTIONS_KEY, PoolKey};
+
+/// Longest Linux interface name (`IFNAMSIZ` - 1).
+const MAX_INTERFACE_LEN: usize = 15;
+
+/// Options of one pool, from [`OPTIONS_KEY`]; the defaults when it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// The NIC the agent puts this pool's aliases on; `None`: the interface whose subnet
+    /// holds the address.
+    pub interface: Option<String>,
+    /// Labels a node must all carry (like `matchLabels`) to announce this pool's addresses;
+    /// empty: every node.
+    pub node_selector: BTreeMap<String, String>,
+    /// Whether Services of the pool may share an address through the
+    /// `aliaslb.io/sharing-key` annotation. Default true.
+    pub allow_sharing: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            interface: None,
+            node_selector: BTreeMap::new(),
+            allow_sharing: true,
+        }
+    }
+}
+
+impl PoolOptions {
+    /// Whether a node with `labels` matches the node selector.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+    }
+}
+
+// `expecting` replaces the Rust type names in serde's "invalid type" messages.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping with key `pools`")]
+struct OptionsDoc {
+    #[serde(default)]
+    pools: Option<BTreeMap<String, Option<RawOptions>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`"
+)]
+struct RawOptions {
+    interface: Option<String>,
+    node_selector: Option<BTreeMap<String, String>>,
+    allow_sharing: Option<bool>,
+}
+
+/// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, or every problem
+/// found. `data` is the whole ConfigMap, to check that each options key has a pool.
+pub(super) fn parse(
+    text: &str,
+    data: &BTreeMap<String, String>,
+) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<ConfigError>> {
+    let doc: Option<OptionsDoc> = serde_yaml::from_str(text).map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        let text = line
+            .and_then(|l| text.lines().nth(l - 1))
+            .map_or("", str::trim);
+        vec![ConfigError {
+            key: OPTIONS_KEY.to_owned(),
+            line,
+            text: text.to_owned(),
+            message: format!(
+                "not valid options YAML: {e}; expected `pools:` mapping pool keys to \
+                 `interface`, `nodeSelector` and `allowSharing`"
+            ),
+        }]
+    })?;
+    let mut errors = Vec::new();
+    let mut options = BTreeMap::new();
+    for (key, raw) in doc.and_then(|d| d.pools).unwrap_or_default() {
+        let line = key_line(text, &key);
+        let mut error = |message: String| {
+            errors.push(ConfigError {
+                key: OPTIONS_KEY.to_owned(),
+                line,
+                text: line
+                    .and_then(|l| text.lines().nth(l - 1))
+                    .map_or("", str::trim)
+                    .to_owned(),
+                message,
+            })
+        };
+        let pool_key = match PoolKey::from_config_key(&key) {
+            Ok(pool_key) if data.contains_key(&key) => pool_key,
+            Ok(_) => {
+                error(format!(
+                    "options for `{key}`, which has no pool: add a `{key}` key with its \
+                     addresses, or remove these options"
+                ));
+                continue;
+            }
+            Err(message) => {
+                error(format!("options for `{key}`: {message}"));
+                continue;
+            }
+        };
+        let raw = raw.unwrap_or(RawOptions {
+            interface: None,
+            node_selector: None,
+            allow_sharing: None,
+        });
+        if let Some(name) = &raw.interface
+            && let Err(why) = check_interface(name)
+        {
+            error(format!("pool `{key}`: interface `{name}` {why}"));
+        }
+        let node_selector = raw.node_selector.unwrap_or_default();
+        for (label, value) in &node_selector {
+            if let Err(why) = check_label(label, value) {
+                error(format!(
+                    "pool `{key}`: nodeSelector `{label}: {value}`: {why}"
+                ));
+            }
+        }
+        options.insert(
+            pool_key,
+            PoolOptions {
+                interface: raw.interface,
+                node_selector,
+                allow_sharing: raw.allow_sharing.unwrap_or(true),
+            },
+        );
+    }
+    if errors.is_empty() {
+        Ok(options)
+    } else {
+        Err(errors)
+    }
+}
+
+/// 1-based line of `key:` under `pools:` in `text`, best effort (block style only).
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    let candidates = [
+        format!("{key}:"),
+        format!("\"{key}\":"),
+        format!("'{key}':"),
+    ];
+    let mut lines = text.lines().enumerate();
+    let (pools_index, _) = lines.find(|(_, l)| l.trim_start().starts_with("pools:"))?;
+    lines
+        .find(|(_, l)| {
+            let l = l.trim_start();
+            candidates.iter().any(|c| l.starts_with(c.as_str()))
+        })
+        .map_or(Some(pools_index + 1), |(i, _)| Some(i + 1))
+}
+
+/// Linux's rules for interface names (`dev_valid_name` in net/core/dev.c).
+fn check_interface(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_INTERFACE_LEN {
+        return Err(format!(
+            "is not a valid interface name: it must be 1 to {MAX_INTERFACE_LEN} characters long"
+        ));
+    }
+    if name == "."
+        || name == ".."
+        || name.contains(|c: char| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(
+            "is not a valid interface name: it may not be `.` or `..` nor contain `/`, `:` or \
+             spaces"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// Kubernetes' rules for label keys (`[prefix/]name`) and values.
+fn check_label(key: &str, value: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && !is_dns_subdomain(prefix)
+    {
+        return Err(format!(
+            "label prefix `{prefix}` must be a DNS subdomain (lowercase letters, digits, '-' \
+             and '.', at most 253 characters)"
+        ));
+    }
+    if name.is_empty() || !is_label_value(name) {
+        return Err(format!(
+            "label name `{name}` must be 1 to 63 letters, digits, '-', '_' or '.', starting \
+             and ending with a letter or digit"
+        ));
+    }
+    if !is_label_value(value) {
+        return Err(format!(
+            "label value `{value}` must be at most 63 letters, digits, '-', '_' or '.', \
+             starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters.
+fn is_label_value(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.is_empty()
+        || (b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+            && b.first().is_some_and(u8::is_ascii_alphanumeric)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric))
+}
+
+/// DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253 characters.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(super::is_namespace_name)
+}
