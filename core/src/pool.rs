@@ -32,9 +32,12 @@
 //! - **IPv6 prefixes have no broadcast address, so they keep their last address, but
 //!   prefixes shorter than /127 skip their first one**, the Subnet-Router anycast address
 //!   (RFC 4291 §2.6.1): routers on a link answer for it, so a VIP there would collide with
-//!   the gateway. A /64 therefore holds 2^64 - 1 addresses and `::/0` exactly `u128::MAX`.
+//!   the gateway. A /64 therefore holds 2^64 - 1 addresses.
 //!   /127 (RFC 6164) and /128 use every address. A single address or an explicit range is
-//!   always taken as written.
+//!   otherwise taken as written.
+//! - **No entry may touch an address that cannot be a load-balancer IP**: unspecified,
+//!   loopback, link-local, multicast or broadcast (`127.0.0.1`, `0.0.0.0/0`, `fe80::1`,
+//!   `ff02::1`, ...); the error names the block.
 //! - A CIDR with host bits set (`10.0.7.3/29`) is an error naming the network form.
 //! - [`FALLBACK_KEY`] (`_fallback`) is the cluster-wide pool, used only by namespaces that
 //!   have **no key of their own**: a namespace with its own key never draws from it

@@ -75,7 +75,6 @@ fn classic_example_parses() {
 
 #[test]
 fn entry_kinds() {
-    let max6 = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
     for (text, want, len) in [
         ("192.168.55.10", range("192.168.55.10", "192.168.55.10"), 1),
         ("2001:db8::10", range("2001:db8::10", "2001:db8::10"), 1),
@@ -105,11 +104,15 @@ fn entry_kinds() {
             (1 << 24) - 2,
         ),
         (
-            "0.0.0.0/0",
-            range("0.0.0.1", "255.255.255.254"),
-            (1 << 32) - 2,
+            "128.0.0.0/3",
+            range("128.0.0.1", "159.255.255.254"),
+            (1 << 29) - 2,
         ),
-        ("::/0", range("::1", max6), u128::MAX),
+        (
+            "2000::/3",
+            range("2000::1", "3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"),
+            (1 << 125) - 1,
+        ),
     ] {
         let got = parse_entry(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(got, want, "{text}");
@@ -352,19 +355,16 @@ fn fallback_serves_only_namespaces_without_a_key() {
 
 #[test]
 fn huge_pools_are_sized_exactly_without_enumeration() {
-    let config = valid(&[("everything", "::/0\n0.0.0.0/0")]);
+    let config = valid(&[("everything", "2000::/3\n128.0.0.0/3")]);
     let all = config.pool(&ns("everything")).unwrap();
-    assert_eq!(all.size(Family::V6), u128::MAX);
-    assert_eq!(all.size(Family::V4), (1 << 32) - 2);
+    assert_eq!(all.size(Family::V6), (1 << 125) - 1);
+    assert_eq!(all.size(Family::V4), (1 << 29) - 2);
     assert!(all.contains(ip("2001:db8::1")));
-    assert!(!all.contains(ip("::")));
+    assert!(!all.contains(ip("2000::")));
     let config = valid(&[("sixty-four", "2001:db8:1::/64\n")]);
     let v6 = config.pool(&ns("sixty-four")).unwrap();
     assert_eq!(v6.size(Family::V6), 18_446_744_073_709_551_615);
     assert_eq!(v6.size(Family::V4), 0);
-    // `::` plus `::/0` is every IPv6 address: 2^128 saturates.
-    let full = valid(&[("full", "::\n::/0")]);
-    assert_eq!(full.pool(&ns("full")).unwrap().size(Family::V6), u128::MAX);
     let eight = valid(&[("a", "10.0.0.0/8")]);
     assert_eq!(eight.pool(&ns("a")).unwrap().size(Family::V4), 16_777_214);
 }
@@ -539,4 +539,29 @@ proptest! {
         };
         prop_assert_eq!(got, want);
     }
+}
+
+#[test]
+fn addresses_that_cannot_be_load_balancer_ips_are_refused() {
+    for (text, what) in [
+        ("127.0.0.1", "loopback (127.0.0.0/8)"),
+        ("0.0.0.0/0", "\"this network\" (0.0.0.0/8)"),
+        ("10.0.0.0-127.0.0.5", "loopback (127.0.0.0/8)"),
+        ("169.254.1.1", "link-local (169.254.0.0/16)"),
+        ("239.1.1.1", "multicast (224.0.0.0/4)"),
+        ("255.255.255.255", "broadcast (255.255.255.255)"),
+        ("::", "the unspecified address (::)"),
+        ("::/0", "loopback (::1)"),
+        ("::1", "loopback (::1)"),
+        ("fe80::1", "link-local (fe80::/10)"),
+        ("ff02::1", "multicast (ff00::/8)"),
+    ] {
+        let err = parse_entry(text).expect_err(text);
+        assert!(
+            err.contains(what) && err.contains("cannot be a load-balancer IP"),
+            "{text}: {err}"
+        );
+    }
+    assert!(parse_entry("126.255.255.255").is_ok());
+    assert!(parse_entry("128.0.0.0").is_ok());
 }

@@ -37,18 +37,64 @@ pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<Config
 /// Parses one entry (without comment or surrounding spaces): an address, a CIDR or an
 /// inclusive range `first-last`. The error says what is wrong and what would be valid.
 pub fn parse_entry(text: &str) -> Result<IpRange, String> {
-    if let Some((first, last)) = text.split_once('-') {
-        return parse_range(first.trim(), last.trim());
-    }
-    if let Some((addr, prefix)) = text.split_once('/') {
-        return parse_cidr(addr, prefix);
-    }
-    if text.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
+    let range = if let Some((first, last)) = text.split_once('-') {
+        parse_range(first.trim(), last.trim())?
+    } else if let Some((addr, prefix)) = text.split_once('/') {
+        parse_cidr(addr, prefix)?
+    } else if text.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
         return Err("one entry per line: put each address, CIDR or range on its own line".into());
+    } else {
+        text.parse::<IpAddr>()
+            .map(IpRange::single)
+            .map_err(|_| format!("not an IP address, CIDR or range: {EXPECTED}"))?
+    };
+    reject_special(range)?;
+    Ok(range)
+}
+
+/// Blocks no load-balancer IP can live in: a node answering for one of these would break
+/// itself (loopback, unspecified), could not be reached (link-local is not routed) or is
+/// not a unicast address at all (multicast, broadcast).
+const SPECIAL: [(&str, &str, &str); 9] = [
+    ("0.0.0.0", "0.255.255.255", "\"this network\" (0.0.0.0/8)"),
+    ("127.0.0.0", "127.255.255.255", "loopback (127.0.0.0/8)"),
+    (
+        "169.254.0.0",
+        "169.254.255.255",
+        "link-local (169.254.0.0/16)",
+    ),
+    ("224.0.0.0", "239.255.255.255", "multicast (224.0.0.0/4)"),
+    (
+        "255.255.255.255",
+        "255.255.255.255",
+        "broadcast (255.255.255.255)",
+    ),
+    ("::", "::", "the unspecified address (::)"),
+    ("::1", "::1", "loopback (::1)"),
+    (
+        "fe80::",
+        "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "link-local (fe80::/10)",
+    ),
+    (
+        "ff00::",
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "multicast (ff00::/8)",
+    ),
+];
+
+fn reject_special(range: IpRange) -> Result<(), String> {
+    for (first, last, what) in SPECIAL {
+        let special = IpRange::new(first.parse().unwrap(), last.parse().unwrap())
+            .expect("the special blocks are valid ranges");
+        if range.overlaps(&special) {
+            return Err(format!(
+                "{range} includes {what}, which cannot be a load-balancer IP: \
+                 use unicast addresses of a subnet your nodes are on"
+            ));
+        }
     }
-    text.parse::<IpAddr>()
-        .map(IpRange::single)
-        .map_err(|_| format!("not an IP address, CIDR or range: {EXPECTED}"))
+    Ok(())
 }
 
 fn parse_range(first: &str, last: &str) -> Result<IpRange, String> {
