@@ -1,0 +1,546 @@
+//! The alias reconcile loop: desired set in, kernel changes out, report back.
+//!
+//! Owns the loop state (aliases we own, current conflicts, write counters). Each reconcile
+//! is observe (one dump through the [`AddressBackend`]) -> pure [`plan`] -> apply only the
+//! difference -> report. Kernel I/O happens only through the backend; announcements only
+//! through the optional [`Announcer`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use futures::StreamExt;
+use tracing::{debug, info, instrument, warn};
+
+use crate::announce::Announcer;
+use crate::backend::{AddressBackend, BackendError, Lifetime};
+use crate::host::{Alias, HostState, InterfaceError, choose_interface};
+
+/// How many kernel writes one reconcile keeps in flight.
+const CONCURRENT_WRITES: usize = 64;
+
+/// The IPs this node should carry, each with the interface the assignment names, if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredSet {
+    entries: BTreeMap<IpAddr, Option<String>>,
+}
+
+impl DesiredSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `ip`, on `interface` if the assignment names one (a later insert wins).
+    pub fn insert(&mut self, ip: IpAddr, interface: Option<String>) {
+        self.entries.insert(ip, interface);
+    }
+
+    /// Number of IPs.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no IP is desired.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `ip` is desired.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.entries.contains_key(&ip)
+    }
+
+    /// The IPs with their requested interface, in address order.
+    pub fn iter(&self) -> impl Iterator<Item = (IpAddr, Option<&str>)> {
+        self.entries.iter().map(|(ip, i)| (*ip, i.as_deref()))
+    }
+}
+
+impl FromIterator<(IpAddr, Option<String>)> for DesiredSet {
+    fn from_iter<T: IntoIterator<Item = (IpAddr, Option<String>)>>(iter: T) -> Self {
+        DesiredSet {
+            entries: iter.into_iter().collect(),
+        }
+    }
+}
+
+/// Settings of the alias manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasConfig {
+    /// `--interface`: put every alias on this interface.
+    pub interface_override: Option<String>,
+    /// Lifetime of every alias (the agent lease duration).
+    pub lifetime: Lifetime,
+}
+
+/// A desired IP that exists on the node as somebody else's address: not taken.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    /// The IP.
+    pub ip: IpAddr,
+    /// The interface holding the foreign address.
+    pub ifname: String,
+}
+
+/// One failure of a reconcile; the rest of the reconcile still went on.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The node's addresses could not be read: nothing was changed.
+    #[error("cannot read the node's addresses: {0}")]
+    Snapshot(#[source] BackendError),
+    /// No interface fits the IP.
+    #[error("{ip}: {source}")]
+    Interface {
+        /// The IP.
+        ip: IpAddr,
+        /// Why.
+        #[source]
+        source: InterfaceError,
+    },
+    /// A kernel write failed (retried at the next reconcile).
+    #[error(transparent)]
+    Write(#[from] BackendError),
+}
+
+impl ReconcileError {
+    /// A short stable category, for metric labels and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Snapshot(_) => "SnapshotFailed",
+            ReconcileError::Interface { .. } => "NoInterface",
+            ReconcileError::Write(e) => e.category(),
+        }
+    }
+}
+
+/// What one reconcile did.
+#[derive(Debug, Default)]
+pub struct ReconcileReport {
+    /// Aliases put on the node by this reconcile.
+    pub added: Vec<Alias>,
+    /// Aliases of ours removed by this reconcile.
+    pub removed: Vec<Alias>,
+    /// Aliases of ours found on the node and still desired, taken over without re-adding
+    /// (after a restart, or an add that raced with the dump).
+    pub adopted: Vec<Alias>,
+    /// Every desired IP currently held by somebody else on the node.
+    pub conflicts: Vec<Conflict>,
+    /// What failed; those IPs are retried at the next reconcile.
+    pub errors: Vec<ReconcileError>,
+}
+
+impl ReconcileReport {
+    /// Whether the reconcile changed anything on the node or in what we own.
+    pub fn changed(&self) -> bool {
+        !(self.added.is_empty() && self.removed.is_empty() && self.adopted.is_empty())
+    }
+}
+
+/// What a lifetime refresh did.
+#[derive(Debug, Default)]
+pub struct RefreshReport {
+    /// Aliases whose lifetime was reset.
+    pub refreshed: usize,
+    /// Refreshes that failed.
+    pub errors: Vec<ReconcileError>,
+}
+
+/// Kernel writes issued since start, by kind (attempts, successful or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteCounts {
+    /// Address adds.
+    pub adds: u64,
+    /// Address deletes.
+    pub deletes: u64,
+    /// Lifetime refreshes (replace requests).
+    pub refreshes: u64,
+}
+
+/// The pure decision of one reconcile.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Aliases to add.
+    pub add: Vec<Alias>,
+    /// Aliases of ours to remove.
+    pub remove: Vec<Alias>,
+    /// Aliases of ours already right.
+    pub keep: Vec<Alias>,
+    /// Desired IPs held by somebody else.
+    pub conflicts: Vec<Conflict>,
+    /// Desired IPs with no interface.
+    pub no_interface: Vec<(IpAddr, InterfaceError)>,
+}
+
+/// Diffs `desired` against what the node holds. Only addresses carrying our marker are
+/// ever put in `remove`; a desired IP present as a foreign address is a conflict.
+pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&str>) -> Plan {
+    let ifname = |index: u32| {
+        host.links
+            .iter()
+            .find(|l| l.index == index)
+            .map_or_else(|| format!("if{index}"), |l| l.name.clone())
+    };
+    let ours = |a: &crate::host::HostAddress| Alias {
+        ip: a.ip,
+        ifindex: a.ifindex,
+        ifname: ifname(a.ifindex),
+    };
+    let mut p = Plan::default();
+    for a in host.addresses.iter().filter(|a| a.owned) {
+        if !desired.contains(a.ip) {
+            p.remove.push(ours(a));
+        }
+    }
+    for (ip, assigned) in desired.iter() {
+        let present: Vec<_> = host.addresses.iter().filter(|a| a.ip == ip).collect();
+        if let Some(foreign) = present.iter().find(|a| !a.owned) {
+            p.conflicts.push(Conflict {
+                ip,
+                ifname: ifname(foreign.ifindex),
+            });
+        }
+        let mut owned = present.iter().filter(|a| a.owned).map(|a| ours(a));
+        let link = match choose_interface(host, ip, interface_override, assigned) {
+            Ok(link) => link,
+            Err(e) => {
+                // Keep what we hold: it stays refreshed until the interface question is
+                // answered (or expires with the lease if the agent goes away).
+                p.keep.extend(owned);
+                p.no_interface.push((ip, e));
+                continue;
+            }
+        };
+        let mut on_link = false;
+        for alias in owned.by_ref() {
+            if alias.ifindex == link.index && !on_link {
+                on_link = true;
+                p.keep.push(alias);
+            } else {
+                p.remove.push(alias);
+            }
+        }
+        let conflicted = present.iter().any(|a| !a.owned);
+        if !on_link && !conflicted {
+            p.add.push(Alias {
+                ip,
+                ifindex: link.index,
+                ifname: link.name.clone(),
+            });
+        }
+    }
+    p
+}
+
+/// Owns the alias loop state and applies desired sets to the node.
+#[derive(Debug)]
+pub struct AliasManager<B> {
+    backend: B,
+    config: AliasConfig,
+    announcer: Option<Announcer>,
+    owned: BTreeMap<IpAddr, Alias>,
+    conflicts: BTreeSet<Conflict>,
+    writes: WriteCounts,
+}
+
+impl<B: AddressBackend> AliasManager<B> {
+    /// A manager that owns nothing yet: the first [`reconcile`](Self::reconcile) adopts
+    /// our aliases still desired and removes the stale ones (after a crash).
+    pub fn new(backend: B, config: AliasConfig) -> Self {
+        AliasManager {
+            backend,
+            config,
+            announcer: None,
+            owned: BTreeMap::new(),
+            conflicts: BTreeSet::new(),
+            writes: WriteCounts::default(),
+        }
+    }
+
+    /// Announces (GARP / unsolicited NA) every alias added or adopted from now on.
+    pub fn with_announcer(mut self, announcer: Announcer) -> Self {
+        self.announcer = Some(announcer);
+        self
+    }
+
+    /// The backend (e.g. to list interfaces with the same connection).
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The aliases we hold, as of the last reconcile.
+    pub fn owned(&self) -> impl Iterator<Item = &Alias> {
+        self.owned.values()
+    }
+
+    /// The IPs we hold, for the Lease report.
+    pub fn held_ips(&self) -> Vec<IpAddr> {
+        self.owned.keys().copied().collect()
+    }
+
+    /// Desired IPs currently held by somebody else, as of the last reconcile.
+    pub fn conflicts(&self) -> impl Iterator<Item = &Conflict> {
+        self.conflicts.iter()
+    }
+
+    /// Kernel writes issued since start.
+    pub fn writes(&self) -> WriteCounts {
+        self.writes
+    }
+
+    /// Makes the node hold exactly `desired` among our aliases: one dump, then only the
+    /// difference is written. An idle reconcile writes nothing.
+    #[instrument(skip_all, fields(desired = desired.len()))]
+    pub async fn reconcile(&mut self, desired: &DesiredSet) -> ReconcileReport {
+        let mut report = ReconcileReport::default();
+        let host = match self.backend.snapshot().await {
+            Ok(h) => h,
+            Err(e) => {
+                warn!(error = %e, "reconcile: cannot read the node's addresses");
+                report.errors.push(ReconcileError::Snapshot(e));
+                return report;
+            }
+        };
+        let plan = plan(desired, &host, self.config.interface_override.as_deref());
+        let mut owned: BTreeMap<IpAddr, Alias> = BTreeMap::new();
+        for alias in plan.keep {
+            if !self.owned.contains_key(&alias.ip) {
+                info!(alias = %alias, "adopted");
+                report.adopted.push(alias.clone());
+            }
+            owned.insert(alias.ip, alias);
+        }
+
+        let backend = &self.backend;
+        self.writes.deletes += plan.remove.len() as u64;
+        let deletes: Vec<_> = futures::stream::iter(&plan.remove)
+            .map(|a| async move { (a, backend.delete(a).await) })
+            .buffer_unordered(CONCURRENT_WRITES)
+            .collect()
+            .await;
+        for (alias, result) in deletes {
+            match result {
+                Ok(changed) => {
+                    info!(alias = %alias, changed, "removed");
+                    if let Some(a) = &self.announcer {
+                        a.cancel(alias.ip);
+                    }
+                    if changed {
+                        report.removed.push(alias.clone());
+                    }
+                }
+                // Not retried as such: it is not desired, so it is not refreshed either,
+                // and the kernel drops it when its lifetime runs out.
+                Err(e) => {
+                    warn!(alias = %alias, error = %e, "remove failed");
+                    report.errors.push(e.into());
+                }
+            }
+        }
+
+        let lifetime = self.config.lifetime;
+        self.writes.adds += plan.add.len() as u64;
+        let adds: Vec<_> = futures::stream::iter(&plan.add)
+            .map(|a| async move { (a, backend.add(a, lifetime).await) })
+            .buffer_unordered(CONCURRENT_WRITES)
+            .collect()
+            .await;
+        for (alias, result) in adds {
+            match result {
+                Ok(changed) => {
+                    info!(alias = %alias, changed, "added");
+                    if changed {
+                        report.added.push(alias.clone());
+                    } else {
+                        report.adopted.push(alias.clone());
+                    }
+                    owned.insert(alias.ip, alias.clone());
+                }
+                Err(e) => {
+                    warn!(alias = %alias, error = %e, "add failed; retried at the next reconcile");
+                    report.errors.push(e.into());
+                }
+            }
+        }
+
+        for (ip, source) in plan.no_interface {
+            warn!(%ip, error = %source, "no interface for alias");
+            report.errors.push(ReconcileError::Interface { ip, source });
+        }
+        let conflicts: BTreeSet<Conflict> = plan.conflicts.into_iter().collect();
+        for c in conflicts.difference(&self.conflicts) {
+            warn!(ip = %c.ip, interface = %c.ifname, "address conflict: IP held by another owner on this node");
+        }
+        report.conflicts = conflicts.iter().cloned().collect();
+        self.conflicts = conflicts;
+        self.owned = owned;
+
+        if let Some(announcer) = &self.announcer {
+            for alias in report.added.iter().chain(&report.adopted) {
+                let mac = host
+                    .links
+                    .iter()
+                    .find(|l| l.index == alias.ifindex)
+                    .and_then(|l| l.mac);
+                match mac {
+                    Some(mac) => announcer.announce(alias, mac),
+                    None => debug!(alias = %alias, "link has no Ethernet address: not announced"),
+                }
+            }
+        }
+        report
+    }
+
+    /// Resets the lifetime of every alias we hold (the heartbeat calls this every renew
+    /// interval). A refresh of an alias deleted meanwhile re-creates it.
+    #[instrument(skip_all, fields(owned = self.owned.len()))]
+    pub async fn refresh_lifetimes(&mut self) -> RefreshReport {
+        let lifetime = self.config.lifetime;
+        self.writes.refreshes += self.owned.len() as u64;
+        let backend = &self.backend;
+        let results: Vec<_> = futures::stream::iter(self.owned.values())
+            .map(|a| async move { (a, backend.refresh(a, lifetime).await) })
+            .buffer_unordered(CONCURRENT_WRITES)
+            .collect()
+            .await;
+        let mut report = RefreshReport::default();
+        for (alias, result) in results {
+            match result {
+                Ok(()) => report.refreshed += 1,
+                Err(e) => {
+                    warn!(alias = %alias, error = %e, "lifetime refresh failed");
+                    report.errors.push(e.into());
+                }
+            }
+        }
+        report
+    }
+
+    /// Removes every alias of ours from the node (SIGTERM path): those the kernel lists
+    /// with our marker, and those we hold if the node cannot be read.
+    #[instrument(skip_all)]
+    pub async fn release_all(&mut self) -> ReconcileReport {
+        let mut report = self.reconcile(&DesiredSet::new()).await;
+        if !report.errors.is_empty() && !self.owned.is_empty() {
+            let held: Vec<Alias> = std::mem::take(&mut self.owned).into_values().collect();
+            self.writes.deletes += held.len() as u64;
+            for alias in held {
+                match self.backend.delete(&alias).await {
+                    Ok(true) => report.removed.push(alias),
+                    Ok(false) => {}
+                    Err(e) => report.errors.push(e.into()),
+                }
+            }
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::{HostAddress, Link};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn host() -> HostState {
+        let link = |index: u32, name: &str| Link {
+            index,
+            name: name.into(),
+            mac: None,
+            up: true,
+        };
+        HostState {
+            links: vec![link(2, "eth0"), link(3, "eth1")],
+            addresses: vec![
+                node_addr(2, "192.168.1.10", 24),
+                node_addr(3, "10.0.0.2", 24),
+            ],
+            default_v4: Some(2),
+            default_v6: None,
+        }
+    }
+
+    fn node_addr(ifindex: u32, a: &str, prefix_len: u8) -> HostAddress {
+        HostAddress {
+            ip: ip(a),
+            prefix_len,
+            ifindex,
+            owned: false,
+            global: true,
+        }
+    }
+
+    fn ours(ifindex: u32, a: &str) -> HostAddress {
+        HostAddress {
+            owned: true,
+            ..node_addr(ifindex, a, 32)
+        }
+    }
+
+    fn alias(ifindex: u32, ifname: &str, a: &str) -> Alias {
+        Alias {
+            ip: ip(a),
+            ifindex,
+            ifname: ifname.into(),
+        }
+    }
+
+    fn desired(ips: &[&str]) -> DesiredSet {
+        ips.iter().map(|s| (ip(s), None)).collect()
+    }
+
+    #[test]
+    fn plan_adds_missing_on_subnet_interface_and_removes_stale_owned_only() {
+        let mut h = host();
+        h.addresses.push(ours(3, "10.0.0.60"));
+        let p = plan(&desired(&["10.0.0.50", "172.16.0.1"]), &h, None);
+        assert_eq!(
+            p.add,
+            vec![
+                alias(3, "eth1", "10.0.0.50"),
+                alias(2, "eth0", "172.16.0.1")
+            ]
+        );
+        assert_eq!(p.remove, vec![alias(3, "eth1", "10.0.0.60")]);
+        assert!(p.keep.is_empty() && p.conflicts.is_empty());
+    }
+
+    #[test]
+    fn plan_keeps_owned_and_moves_when_interface_changes() {
+        let mut h = host();
+        h.addresses.push(ours(3, "10.0.0.50"));
+        h.addresses.push(ours(3, "10.0.0.51"));
+        let mut d = desired(&["10.0.0.50"]);
+        d.insert(ip("10.0.0.51"), Some("eth0".into()));
+        let p = plan(&d, &h, None);
+        assert_eq!(p.keep, vec![alias(3, "eth1", "10.0.0.50")]);
+        assert_eq!(p.remove, vec![alias(3, "eth1", "10.0.0.51")]);
+        assert_eq!(p.add, vec![alias(2, "eth0", "10.0.0.51")]);
+    }
+
+    #[test]
+    fn plan_never_takes_or_removes_foreign_addresses() {
+        let h = host();
+        let p = plan(&desired(&["10.0.0.2"]), &h, None);
+        assert_eq!(
+            p.conflicts,
+            vec![Conflict {
+                ip: ip("10.0.0.2"),
+                ifname: "eth1".into()
+            }]
+        );
+        assert!(p.add.is_empty() && p.remove.is_empty());
+        let empty = plan(&DesiredSet::new(), &h, None);
+        assert_eq!(empty, Plan::default());
+    }
+
+    #[test]
+    fn plan_reports_missing_interface() {
+        let p = plan(&desired(&["10.0.0.50"]), &host(), Some("bond0"));
+        assert!(p.add.is_empty());
+        assert_eq!(p.no_interface.len(), 1);
+        assert_eq!(p.no_interface[0].0, ip("10.0.0.50"));
+    }
+}

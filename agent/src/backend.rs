@@ -1,0 +1,121 @@
+//! The address backend seam: what the reconcile loop needs from the kernel, as a small
+//! trait, so the loop runs against the real kernel (`netlink::NetlinkBackend`) and against
+//! a fault-injecting fake in tests.
+//!
+//! No I/O here: only the trait, its error type and the lifetime settings.
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+use crate::host::{Alias, HostState};
+
+/// Errors of an address backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The netlink socket could not be opened.
+    #[error("cannot open a netlink socket: {0}")]
+    Connect(#[source] io::Error),
+    /// The kernel refused or failed a request.
+    #[error("{op} {target}: {source}")]
+    Kernel {
+        /// What was asked: `add`, `delete`, `refresh`, `dump addresses`...
+        op: &'static str,
+        /// What it was asked on (the alias, or `-` for dumps).
+        target: String,
+        /// The kernel's errno.
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel's answer could not be understood.
+    #[error("unexpected netlink answer to {op}: {detail}")]
+    Protocol {
+        /// What was asked.
+        op: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+impl BackendError {
+    /// A short stable category, for metric labels and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            BackendError::Connect(_) => "NetlinkConnect",
+            BackendError::Kernel { source, .. }
+                if source.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                "PermissionDenied"
+            }
+            BackendError::Kernel { .. } => "KernelError",
+            BackendError::Protocol { .. } => "NetlinkProtocol",
+        }
+    }
+}
+
+/// Lifetime given to every alias, refreshed at every renewal, so the kernel drops the
+/// alias by itself if the agent dies or hangs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime {
+    /// `valid_lft` = `preferred_lft`, in whole seconds (at least 1).
+    pub seconds: u32,
+}
+
+impl Lifetime {
+    /// The lifetime for a lease of `lease_duration`, rounded up to whole seconds.
+    pub fn for_lease(lease_duration: Duration) -> Self {
+        let secs = lease_duration.as_secs() + u64::from(lease_duration.subsec_nanos() > 0);
+        Lifetime {
+            seconds: u32::try_from(secs.max(1)).unwrap_or(u32::MAX - 1),
+        }
+    }
+}
+
+/// What the reconcile loop needs from the kernel.
+///
+/// Writes return `Ok(true)` when they changed something and `Ok(false)` when the kernel
+/// already was in the asked state (EEXIST on add, EADDRNOTAVAIL/ENOENT/ESRCH on delete).
+pub trait AddressBackend {
+    /// Dumps links, all addresses (each marked owned or not) and the default routes.
+    fn snapshot(&self) -> impl Future<Output = Result<HostState, BackendError>> + Send;
+    /// Adds `alias` as a /32 or /128 with our ownership marker and `lifetime`.
+    fn add(
+        &self,
+        alias: &Alias,
+        lifetime: Lifetime,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Deletes `alias`.
+    fn delete(&self, alias: &Alias) -> impl Future<Output = Result<bool, BackendError>> + Send;
+    /// Re-sets `alias`'s lifetime to `lifetime` from now (re-creating it if it vanished).
+    fn refresh(
+        &self,
+        alias: &Alias,
+        lifetime: Lifetime,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetime_rounds_up_and_is_never_zero() {
+        assert_eq!(Lifetime::for_lease(Duration::from_secs(4)).seconds, 4);
+        assert_eq!(Lifetime::for_lease(Duration::from_millis(4100)).seconds, 5);
+        assert_eq!(Lifetime::for_lease(Duration::ZERO).seconds, 1);
+    }
+
+    #[test]
+    fn permission_errors_have_their_own_category() {
+        let e = BackendError::Kernel {
+            op: "add",
+            target: "10.0.0.1/32 dev eth0".into(),
+            source: io::Error::from_raw_os_error(1),
+        };
+        assert_eq!(e.category(), "PermissionDenied");
+        assert!(
+            e.to_string().starts_with("add 10.0.0.1/32 dev eth0: "),
+            "{e}"
+        );
+    }
+}

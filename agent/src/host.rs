@@ -1,0 +1,312 @@
+//! The node's network state as the agent sees it, and the pure decisions taken on it:
+//! which interface carries an alias, and which interfaces/subnets the node reports.
+//!
+//! Plain data, no I/O: `netlink.rs` fills a [`HostState`] from the kernel, tests build one
+//! by hand.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use aliaslb_core::range::Family;
+use aliaslb_core::report::InterfaceReport;
+use ipnet::IpNet;
+
+/// A network interface (link) of the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// Kernel interface index.
+    pub index: u32,
+    /// Interface name, e.g. `eth0`.
+    pub name: String,
+    /// Hardware address, when the link has an Ethernet one.
+    pub mac: Option<[u8; 6]>,
+    /// Whether the link is administratively up.
+    pub up: bool,
+}
+
+/// One address present on the node, ours or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAddress {
+    /// The address.
+    pub ip: IpAddr,
+    /// Its prefix length (`24` for `10.0.0.2/24`).
+    pub prefix_len: u8,
+    /// Index of the interface holding it.
+    pub ifindex: u32,
+    /// Whether it carries our ownership marker (IFA_PROTO, or the IPv4 `:alb` label).
+    pub owned: bool,
+    /// Whether it is global scope (not link-local, not host/loopback).
+    pub global: bool,
+}
+
+/// Everything the reconcile and the interface choice need to know about the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostState {
+    /// All links.
+    pub links: Vec<Link>,
+    /// All addresses on all links.
+    pub addresses: Vec<HostAddress>,
+    /// Interface index of the IPv4 default route, if any.
+    pub default_v4: Option<u32>,
+    /// Interface index of the IPv6 default route, if any.
+    pub default_v6: Option<u32>,
+}
+
+/// An alias the agent manages: an IP as a /32 or /128 on one interface.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Alias {
+    /// The load-balancer IP.
+    pub ip: IpAddr,
+    /// Index of the interface carrying it.
+    pub ifindex: u32,
+    /// Name of that interface (for logs, labels and reports).
+    pub ifname: String,
+}
+
+impl Alias {
+    /// Host prefix length of the alias: 32 for IPv4, 128 for IPv6.
+    pub fn prefix_len(&self) -> u8 {
+        host_prefix_len(self.ip)
+    }
+}
+
+impl fmt::Display for Alias {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} dev {}", self.ip, self.prefix_len(), self.ifname)
+    }
+}
+
+/// 32 for IPv4, 128 for IPv6.
+pub fn host_prefix_len(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    }
+}
+
+/// Why no interface could be chosen for an IP.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterfaceError {
+    /// The interface named by `--interface` or by the assignment is not on this node.
+    #[error("interface {name:?} (from {source_of_name}) does not exist on this node")]
+    NoSuchInterface {
+        /// The name asked for.
+        name: String,
+        /// Where the name came from: `--interface` or `the assignment`.
+        source_of_name: &'static str,
+    },
+    /// No subnet holds the IP and there is no default route of its family.
+    #[error(
+        "no interface for {ip}: no connected subnet holds it and there is no {family} default route; \
+         set --interface or the Service's interface annotation"
+    )]
+    NoCandidate {
+        /// The IP.
+        ip: IpAddr,
+        /// Its family.
+        family: Family,
+    },
+}
+
+/// Picks the interface for `ip`, in order: the `override_name` (`--interface`), the
+/// interface named in the assignment, the interface whose connected subnet (a non-alias
+/// address) holds `ip`, the interface of the default route of `ip`'s family.
+pub fn choose_interface<'a>(
+    host: &'a HostState,
+    ip: IpAddr,
+    override_name: Option<&str>,
+    assigned_name: Option<&str>,
+) -> Result<&'a Link, InterfaceError> {
+    let by_name = |name: &str, source_of_name| {
+        host.links
+            .iter()
+            .find(|l| l.name == name)
+            .ok_or_else(|| InterfaceError::NoSuchInterface {
+                name: name.to_string(),
+                source_of_name,
+            })
+    };
+    if let Some(name) = override_name {
+        return by_name(name, "--interface");
+    }
+    if let Some(name) = assigned_name {
+        return by_name(name, "the assignment");
+    }
+    // Longest matching prefix wins, as routing would pick it.
+    let by_subnet = host
+        .addresses
+        .iter()
+        .filter(|a| !a.owned && a.prefix_len < host_prefix_len(a.ip))
+        .filter(|a| net_of(a).is_some_and(|n| n.contains(&ip)))
+        .max_by_key(|a| a.prefix_len)
+        .and_then(|a| host.links.iter().find(|l| l.index == a.ifindex));
+    if let Some(link) = by_subnet {
+        return Ok(link);
+    }
+    let family = Family::of(ip);
+    let default = match family {
+        Family::V4 => host.default_v4,
+        Family::V6 => host.default_v6,
+    };
+    default
+        .and_then(|index| host.links.iter().find(|l| l.index == index))
+        .ok_or(InterfaceError::NoCandidate { ip, family })
+}
+
+/// The node's interfaces with the connected subnets (network addresses, e.g.
+/// `10.0.0.0/24`) of their global-scope, non-alias addresses, in the Lease report's
+/// shape. Interfaces without such an address are left out.
+pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
+    host.links
+        .iter()
+        .filter_map(|link| {
+            let mut subnets: Vec<IpNet> = host
+                .addresses
+                .iter()
+                .filter(|a| a.ifindex == link.index && a.global && !a.owned)
+                .filter_map(net_of)
+                .collect();
+            subnets.sort();
+            subnets.dedup();
+            (!subnets.is_empty()).then(|| InterfaceReport {
+                name: link.name.clone(),
+                subnets,
+            })
+        })
+        .collect()
+}
+
+fn net_of(a: &HostAddress) -> Option<IpNet> {
+    IpNet::new(a.ip, a.prefix_len).ok().map(|n| n.trunc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(index: u32, name: &str) -> Link {
+        Link {
+            index,
+            name: name.into(),
+            mac: Some([2, 0, 0, 0, 0, index as u8]),
+            up: true,
+        }
+    }
+
+    fn addr(ifindex: u32, cidr: &str) -> HostAddress {
+        let net: IpNet = cidr.parse().unwrap();
+        HostAddress {
+            ip: net.addr(),
+            prefix_len: net.prefix_len(),
+            ifindex,
+            owned: false,
+            global: true,
+        }
+    }
+
+    fn host() -> HostState {
+        HostState {
+            links: vec![link(1, "lo"), link(2, "eth0"), link(3, "eth1")],
+            addresses: vec![
+                addr(2, "192.168.1.10/24"),
+                addr(3, "10.0.0.2/24"),
+                addr(3, "10.0.0.0/16"),
+                addr(3, "fd00:1::2/64"),
+                HostAddress {
+                    owned: true,
+                    ..addr(2, "10.0.0.77/8")
+                },
+            ],
+            default_v4: Some(2),
+            default_v6: None,
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn override_wins_over_everything() {
+        let h = host();
+        let l = choose_interface(&h, ip("10.0.0.50"), Some("eth0"), Some("eth1")).unwrap();
+        assert_eq!(l.name, "eth0");
+    }
+
+    #[test]
+    fn assignment_wins_over_subnet() {
+        let h = host();
+        let l = choose_interface(&h, ip("10.0.0.50"), None, Some("eth0")).unwrap();
+        assert_eq!(l.name, "eth0");
+    }
+
+    #[test]
+    fn subnet_picks_longest_prefix_and_ignores_owned_aliases() {
+        let h = host();
+        assert_eq!(
+            choose_interface(&h, ip("10.0.0.50"), None, None)
+                .unwrap()
+                .name,
+            "eth1"
+        );
+        // 10.0.0.0/8 exists only as one of our aliases: falls back to the default route.
+        assert_eq!(
+            choose_interface(&h, ip("10.9.9.9"), None, None)
+                .unwrap()
+                .name,
+            "eth0"
+        );
+        assert_eq!(
+            choose_interface(&h, ip("fd00:1::50"), None, None)
+                .unwrap()
+                .name,
+            "eth1"
+        );
+    }
+
+    #[test]
+    fn missing_interface_and_no_default_are_clear_errors() {
+        let h = host();
+        let err = choose_interface(&h, ip("10.0.0.50"), Some("bond7"), None).unwrap_err();
+        assert!(
+            err.to_string().contains("\"bond7\" (from --interface)"),
+            "{err}"
+        );
+        let err = choose_interface(&h, ip("2001:db8::1"), None, None).unwrap_err();
+        assert_eq!(
+            err,
+            InterfaceError::NoCandidate {
+                ip: ip("2001:db8::1"),
+                family: Family::V6
+            }
+        );
+        assert!(err.to_string().contains("IPv6 default route"), "{err}");
+    }
+
+    #[test]
+    fn interfaces_report_subnets_without_aliases() {
+        let mut h = host();
+        h.addresses.push(HostAddress {
+            global: false,
+            ..addr(1, "127.0.0.1/8")
+        });
+        let got = interfaces(&h);
+        assert_eq!(
+            got,
+            vec![
+                InterfaceReport {
+                    name: "eth0".into(),
+                    subnets: vec!["192.168.1.0/24".parse().unwrap()],
+                },
+                InterfaceReport {
+                    name: "eth1".into(),
+                    subnets: vec![
+                        "10.0.0.0/16".parse().unwrap(),
+                        "10.0.0.0/24".parse().unwrap(),
+                        "fd00:1::/64".parse().unwrap(),
+                    ],
+                },
+            ]
+        );
+    }
+}

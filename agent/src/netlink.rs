@@ -1,0 +1,450 @@
+//! Where the agent touches the kernel's addresses: the only module that imports rtnetlink
+//! and netlink-packet-route. Does I/O (netlink sockets).
+//!
+//! Owns:
+//! - the ownership marker: every alias is added with IFA_PROTO = [`ALIAS_PROTO`] and, for
+//!   IPv4 when it fits, the label `<ifname>:alb`; only addresses carrying one of them are
+//!   ever considered ours;
+//! - [`NetlinkBackend`], the real [`AddressBackend`]: dump, add (with a non-permanent
+//!   lifetime, IPv6 with IFA_F_NODAD), delete, refresh;
+//! - [`watch_changes`], the stream of "something changed" ticks the run loop selects on.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
+    AddressScope, CacheInfo,
+};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteType};
+use rtnetlink::packet_core::NetlinkPayload;
+use rtnetlink::sys::AsyncSocket;
+use rtnetlink::{AddressMessageBuilder, Handle, MulticastGroup, RouteMessageBuilder};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::backend::{AddressBackend, BackendError, Lifetime};
+use aliaslb_core::report::InterfaceReport;
+
+use crate::host::{Alias, HostAddress, HostState, Link};
+
+/// IFA_PROTO value marking the addresses aliaslb added (0xa1, "aliaslb").
+///
+/// The kernel (5.18+) stores it and dumps it back (`ip addr` shows `proto 0xa1`). Values
+/// 0-3 are the kernel's own (unspec, loopback, RA, link-local); 0xa1 is used by no known
+/// tool.
+pub const ALIAS_PROTO: u8 = 0xa1;
+
+/// Suffix of the IPv4 label marking our aliases: `<ifname>:alb`.
+pub const LABEL_SUFFIX: &str = ":alb";
+
+/// Longest label the kernel keeps (IFNAMSIZ - 1).
+const MAX_LABEL_LEN: usize = 15;
+
+// Errnos, Linux values (the agent only runs on Linux).
+const ENOENT: i32 = 2;
+const ESRCH: i32 = 3;
+const EEXIST: i32 = 17;
+const EADDRNOTAVAIL: i32 = 99;
+
+/// Main routing table id.
+const RT_TABLE_MAIN: u8 = 254;
+
+/// Receive buffer asked for the notification socket: a burst of 1,000 alias changes must
+/// not overflow it (capped by `net.core.rmem_max`; an overflow still yields a tick).
+const WATCH_RCVBUF: usize = 4 << 20;
+
+/// The IPv4 label for an alias on `ifname`: `<ifname>:alb`, or `None` when that would
+/// exceed 15 characters (labels must start with the interface name, so a long name
+/// leaves no room; IFA_PROTO alone marks those).
+pub fn alias_label(ifname: &str) -> Option<String> {
+    let label = format!("{ifname}{LABEL_SUFFIX}");
+    (label.len() <= MAX_LABEL_LEN).then_some(label)
+}
+
+/// The real address backend, over one rtnetlink connection of the calling thread's
+/// network namespace.
+#[derive(Debug, Clone)]
+pub struct NetlinkBackend {
+    handle: Handle,
+}
+
+impl NetlinkBackend {
+    /// Opens a netlink connection in the current network namespace and spawns its driver
+    /// on the current tokio runtime.
+    pub fn connect() -> Result<Self, BackendError> {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(BackendError::Connect)?;
+        tokio::spawn(conn);
+        Ok(NetlinkBackend { handle })
+    }
+
+    /// The node's interfaces with their connected subnets (non-alias, global scope), for
+    /// the Lease report and node election.
+    pub async fn interfaces(&self) -> Result<Vec<InterfaceReport>, BackendError> {
+        Ok(crate::host::interfaces(&self.snapshot().await?))
+    }
+
+    async fn links(&self) -> Result<Vec<Link>, BackendError> {
+        let msgs: Vec<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| kernel("dump links", "-".into(), e))?;
+        Ok(msgs.iter().map(parse_link).collect())
+    }
+
+    async fn addresses(&self) -> Result<Vec<HostAddress>, BackendError> {
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| kernel("dump addresses", "-".into(), e))?;
+        Ok(msgs.iter().filter_map(parse_address).collect())
+    }
+
+    async fn default_route(&self, query: RouteMessage) -> Result<Option<u32>, BackendError> {
+        let msgs: Vec<RouteMessage> = self
+            .handle
+            .route()
+            .get(query)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| kernel("dump routes", "-".into(), e))?;
+        Ok(msgs
+            .iter()
+            .filter(|r| {
+                r.header.destination_prefix_length == 0
+                    && r.header.table == RT_TABLE_MAIN
+                    && r.header.kind == RouteType::Unicast
+            })
+            .filter_map(|r| Some((route_priority(r), route_oif(r)?)))
+            .min()
+            .map(|(_, oif)| oif))
+    }
+
+    fn add_request(&self, alias: &Alias, lifetime: Lifetime) -> rtnetlink::AddressAddRequest {
+        let mut req = self
+            .handle
+            .address()
+            .add(alias.ifindex, alias.ip, alias.prefix_len());
+        let msg = req.message_mut();
+        let mut cache_info = CacheInfo::default();
+        cache_info.ifa_preferred = lifetime.seconds;
+        cache_info.ifa_valid = lifetime.seconds;
+        msg.attributes.push(AddressAttribute::CacheInfo(cache_info));
+        msg.attributes
+            .push(AddressAttribute::Protocol(AddressProtocol::from(
+                ALIAS_PROTO,
+            )));
+        match alias.ip {
+            IpAddr::V4(_) => {
+                if let Some(label) = alias_label(&alias.ifname) {
+                    msg.attributes.push(AddressAttribute::Label(label));
+                }
+            }
+            IpAddr::V6(_) => {
+                // No duplicate address detection: the alias is usable at once (a
+                // tentative address cannot be used as a source and is not answered for).
+                msg.header.flags |= AddressHeaderFlags::Nodad;
+                msg.attributes
+                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+            }
+        }
+        req
+    }
+}
+
+impl AddressBackend for NetlinkBackend {
+    async fn snapshot(&self) -> Result<HostState, BackendError> {
+        // One dump at a time: the kernel answers EBUSY to a second dump on a socket
+        // whose first dump is still running (netlink_dump_start).
+        Ok(HostState {
+            links: self.links().await?,
+            addresses: self.addresses().await?,
+            default_v4: self
+                .default_route(RouteMessageBuilder::<Ipv4Addr>::new().build())
+                .await?,
+            default_v6: self
+                .default_route(RouteMessageBuilder::<Ipv6Addr>::new().build())
+                .await?,
+        })
+    }
+
+    async fn add(&self, alias: &Alias, lifetime: Lifetime) -> Result<bool, BackendError> {
+        match self.add_request(alias, lifetime).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(EEXIST) => Ok(false),
+            Err(e) => Err(kernel("add", alias.to_string(), e)),
+        }
+    }
+
+    async fn delete(&self, alias: &Alias) -> Result<bool, BackendError> {
+        let msg = match alias.ip {
+            IpAddr::V4(ip) => AddressMessageBuilder::<Ipv4Addr>::new()
+                .index(alias.ifindex)
+                .address(ip, alias.prefix_len())
+                .build(),
+            IpAddr::V6(ip) => AddressMessageBuilder::<Ipv6Addr>::new()
+                .index(alias.ifindex)
+                .address(ip, alias.prefix_len())
+                .build(),
+        };
+        match self.handle.address().del(msg).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(errno(&e), Some(EADDRNOTAVAIL | ENOENT | ESRCH)) => Ok(false),
+            Err(e) => Err(kernel("delete", alias.to_string(), e)),
+        }
+    }
+
+    async fn refresh(&self, alias: &Alias, lifetime: Lifetime) -> Result<(), BackendError> {
+        self.add_request(alias, lifetime)
+            .replace()
+            .execute()
+            .await
+            .map_err(|e| kernel("refresh", alias.to_string(), e))
+    }
+}
+
+/// Subscribes to address (IPv4, IPv6) and link notifications and returns a channel of
+/// "something changed" ticks, coalesced (at most one pending).
+///
+/// A tick is sent for every address deletion, every link change and every new address
+/// that is not ours; our own adds and refreshes do not tick, so the loop does not feed
+/// itself. If the notification socket fails (e.g. it overflowed and lost events), a tick
+/// is sent and the subscription is re-opened. The background task ends when the
+/// receiver is dropped. Must be called inside a tokio runtime, in the network namespace
+/// to watch.
+pub fn watch_changes() -> Result<mpsc::Receiver<()>, BackendError> {
+    let (tx, rx) = mpsc::channel(1);
+    let first = subscribe()?;
+    tokio::spawn(async move {
+        let mut sub = Some(first);
+        loop {
+            let Some((handle, mut messages)) = sub.take() else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                match subscribe() {
+                    Ok(s) => sub = Some(s),
+                    Err(e) => warn!(error = %e, "cannot re-subscribe to netlink notifications"),
+                }
+                continue;
+            };
+            while let Some((msg, _)) = messages.next().await {
+                if let NetlinkPayload::InnerMessage(inner) = msg.payload
+                    && is_relevant(&inner)
+                {
+                    debug!(kind = notification_kind(&inner), "netlink change");
+                    // Full means a tick is already pending: that one covers this change.
+                    if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+                        return;
+                    }
+                }
+            }
+            drop(handle);
+            warn!("netlink notification socket closed; re-subscribing");
+            if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+type Notifications = futures::channel::mpsc::UnboundedReceiver<(
+    rtnetlink::packet_core::NetlinkMessage<RouteNetlinkMessage>,
+    rtnetlink::sys::SocketAddr,
+)>;
+
+fn subscribe() -> Result<(Handle, Notifications), BackendError> {
+    let (mut conn, handle, messages) = rtnetlink::new_multicast_connection(&[
+        MulticastGroup::Link,
+        MulticastGroup::Ipv4Ifaddr,
+        MulticastGroup::Ipv6Ifaddr,
+    ])
+    .map_err(BackendError::Connect)?;
+    if let Err(e) = conn.socket_mut().socket_mut().set_rx_buf_sz(WATCH_RCVBUF) {
+        warn!(error = %e, "cannot enlarge the netlink notification buffer");
+    }
+    tokio::spawn(conn);
+    Ok((handle, messages))
+}
+
+fn is_relevant(msg: &RouteNetlinkMessage) -> bool {
+    match msg {
+        RouteNetlinkMessage::NewAddress(m) => !parse_address(m).is_some_and(|a| a.owned),
+        RouteNetlinkMessage::DelAddress(_)
+        | RouteNetlinkMessage::NewLink(_)
+        | RouteNetlinkMessage::DelLink(_) => true,
+        _ => false,
+    }
+}
+
+fn notification_kind(msg: &RouteNetlinkMessage) -> &'static str {
+    match msg {
+        RouteNetlinkMessage::NewAddress(_) => "new address",
+        RouteNetlinkMessage::DelAddress(_) => "deleted address",
+        RouteNetlinkMessage::NewLink(_) => "link change",
+        RouteNetlinkMessage::DelLink(_) => "link removed",
+        _ => "other",
+    }
+}
+
+fn parse_link(m: &LinkMessage) -> Link {
+    let mut name = String::new();
+    let mut mac = None;
+    for attr in &m.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => name.clone_from(n),
+            LinkAttribute::Address(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+            _ => {}
+        }
+    }
+    Link {
+        index: m.header.index,
+        name,
+        mac,
+        up: m.header.flags.contains(LinkFlags::Up),
+    }
+}
+
+fn parse_address(m: &AddressMessage) -> Option<HostAddress> {
+    let mut address = None;
+    let mut local = None;
+    let mut proto = None;
+    let mut label = None;
+    for attr in &m.attributes {
+        match attr {
+            AddressAttribute::Address(a) => address = Some(*a),
+            AddressAttribute::Local(a) => local = Some(*a),
+            AddressAttribute::Protocol(p) => proto = Some(u8::from(*p)),
+            AddressAttribute::Label(l) => label = Some(l.as_str()),
+            _ => {}
+        }
+    }
+    // IPv4 puts the interface's own address in IFA_LOCAL (IFA_ADDRESS is the peer on
+    // point-to-point links); IPv6 puts it in IFA_ADDRESS.
+    let ip = match (local, address) {
+        (Some(l @ IpAddr::V4(_)), _) => l,
+        (_, Some(a)) => a,
+        (Some(l), None) => l,
+        (None, None) => return None,
+    };
+    let owned = proto == Some(ALIAS_PROTO)
+        || (ip.is_ipv4() && label.is_some_and(|l| l.ends_with(LABEL_SUFFIX)));
+    Some(HostAddress {
+        ip,
+        prefix_len: m.header.prefix_len,
+        ifindex: m.header.index,
+        owned,
+        global: m.header.scope == AddressScope::Universe,
+    })
+}
+
+fn route_oif(r: &RouteMessage) -> Option<u32> {
+    r.attributes.iter().find_map(|a| match a {
+        RouteAttribute::Oif(i) => Some(*i),
+        RouteAttribute::MultiPath(hops) => hops.first().map(|h| h.interface_index),
+        _ => None,
+    })
+}
+
+fn route_priority(r: &RouteMessage) -> u32 {
+    r.attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Priority(p) => Some(*p),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => Some(m.raw_code().abs()),
+        _ => None,
+    }
+}
+
+fn kernel(op: &'static str, target: String, e: rtnetlink::Error) -> BackendError {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => BackendError::Kernel {
+            op,
+            target,
+            source: m.to_io(),
+        },
+        other => BackendError::Protocol {
+            op,
+            detail: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_fits_or_is_left_out() {
+        assert_eq!(alias_label("eth0").as_deref(), Some("eth0:alb"));
+        assert_eq!(alias_label("enp0s31f6").as_deref(), Some("enp0s31f6:alb"));
+        assert_eq!(alias_label("enp0s31f6.10").as_deref(), None);
+        assert_eq!(alias_label("abcdefghijk").map(|l| l.len()), Some(15));
+    }
+
+    fn addr_msg(ip: IpAddr, attrs: Vec<AddressAttribute>) -> AddressMessage {
+        let mut m = AddressMessage::default();
+        m.header.index = 7;
+        m.header.prefix_len = 32;
+        m.attributes.push(AddressAttribute::Address(ip));
+        m.attributes.extend(attrs);
+        m
+    }
+
+    #[test]
+    fn ownership_comes_from_proto_or_v4_label_only() {
+        let v4: IpAddr = "10.0.0.5".parse().unwrap();
+        let v6: IpAddr = "fd00::5".parse().unwrap();
+        let marked = AddressAttribute::Protocol(AddressProtocol::from(ALIAS_PROTO));
+        let other = AddressAttribute::Protocol(AddressProtocol::from(0x42));
+        let label = AddressAttribute::Label("eth0:alb".into());
+        let cases = [
+            (v4, vec![marked.clone()], true),
+            (v6, vec![marked], true),
+            (v4, vec![other.clone()], false),
+            (v4, vec![label.clone()], true),
+            (v6, vec![label], false),
+            (v4, vec![AddressAttribute::Label("eth0".into())], false),
+            (v6, vec![other], false),
+        ];
+        for (ip, attrs, owned) in cases {
+            let got = parse_address(&addr_msg(ip, attrs.clone())).unwrap();
+            assert_eq!(got.owned, owned, "{ip} {attrs:?}");
+            assert_eq!(got.ip, ip);
+            assert_eq!(got.ifindex, 7);
+        }
+    }
+
+    #[test]
+    fn our_own_new_addresses_do_not_tick() {
+        let ip: IpAddr = "10.0.0.5".parse().unwrap();
+        let ours = addr_msg(
+            ip,
+            vec![AddressAttribute::Protocol(AddressProtocol::from(
+                ALIAS_PROTO,
+            ))],
+        );
+        let foreign = addr_msg(ip, vec![]);
+        assert!(!is_relevant(&RouteNetlinkMessage::NewAddress(ours.clone())));
+        assert!(is_relevant(&RouteNetlinkMessage::NewAddress(foreign)));
+        assert!(is_relevant(&RouteNetlinkMessage::DelAddress(ours)));
+    }
+}
