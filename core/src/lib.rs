@@ -5,6 +5,7 @@
 
 pub mod allocator;
 pub mod annotations;
+pub mod election;
 pub mod keys;
 pub mod pool;
 pub mod range;
