@@ -7,6 +7,7 @@ pub mod allocator;
 pub mod annotations;
 pub mod election;
 pub mod keys;
+pub mod plan;
 pub mod pool;
 pub mod range;
 pub mod report;

@@ -1,0 +1,659 @@
+//! The controller's planner: one global, level-triggered pass from observed state to the
+//! desired state of every LoadBalancer Service. Pure: no I/O, no clock (time comes in as
+//! [`Inputs::now`]).
+//!
+//! The [`Planner`] owns the authoritative assignment table for one leadership term. The
+//! controller's caches lag behind its own writes, so observed status is trusted exactly
+//! once: the first pass imports every observed assignment (oldest Service first) before
+//! allocating anything new. After that the table is the truth and observed status is only
+//! compared against the output to decide what to write.
+//!
+//! A pass ([`Planner::plan`]):
+//! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
+//!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
+//! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
+//!    left their namespace's pool;
+//! 3. on the first pass, imports observed assignments;
+//! 4. allocates, in (created, namespace, name) order ([`alloc`]); Services already holding
+//!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
+//!    the pending Services are swept again so the oldest one still gets it this pass;
+//! 5. places every IP group on a node, break-before-make ([`nodes`]);
+//! 6. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
+//!
+//! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
+//! all Services of a namespace with the same sharing key (which share one IP per family).
+//!
+//! Cost: a pass is O(n log n) in Services plus O(groups x nodes) for election; every
+//! look-up goes through an index (IP -> users and ports, group -> members and node,
+//! node -> load, namespace -> pool). Groups are placed in the order of their oldest member,
+//! so the output is deterministic.
+
+mod alloc;
+mod nodes;
+mod sticky;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use crate::allocator::Ledger;
+use crate::election::NodeState;
+use crate::pool::{Pool, PoolConfig, PoolKey};
+use crate::range::Family;
+use crate::report::AgentReport;
+
+pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
+
+/// Condition and Event reasons the planner emits (CamelCase, stable: users grep for them).
+pub mod reason {
+    /// IPAllocated True: every wanted address is assigned.
+    pub const ALLOCATED: &str = "Allocated";
+    /// The Service's namespace has no pool and there is no fallback pool.
+    pub const NO_POOL: &str = "NoPool";
+    /// Every address of the wanted family is in use.
+    pub const POOL_EXHAUSTED: &str = "PoolExhausted";
+    /// The pool has no address of a family the Service needs.
+    pub const NO_ADDRESS_OF_FAMILY: &str = "NoAddressOfFamily";
+    /// A requested IP lies outside the namespace's pool.
+    pub const REQUESTED_IP_NOT_IN_POOL: &str = "RequestedIPNotInPool";
+    /// A requested IP is used by another Service that it may not share with.
+    pub const REQUESTED_IP_IN_USE: &str = "RequestedIPInUse";
+    /// The request annotation or field is malformed or contradicts the Service.
+    pub const INVALID_REQUEST: &str = "InvalidRequest";
+    /// Sharing an IP would put two Services on the same port and protocol.
+    pub const PORT_CLASH: &str = "PortClash";
+    /// The pool does not allow sharing (`allowSharing: false`).
+    pub const SHARING_NOT_ALLOWED: &str = "SharingNotAllowed";
+    /// The Service requests an IP other than the one its sharing group already uses.
+    pub const SHARING_KEY_CONFLICT: &str = "SharingKeyConflict";
+    /// Announced True: the elected node's agent holds every IP.
+    pub const ANNOUNCED: &str = "Announced";
+    /// Announced False: no IP allocated yet.
+    pub const NOT_ALLOCATED: &str = "NotAllocated";
+    /// Announced False: waiting for the elected node's agent to add the IPs.
+    pub const WAITING_FOR_AGENT: &str = "WaitingForAgent";
+    /// Announced False (and Warning Event): no node may carry the IPs.
+    pub const NO_ELIGIBLE_NODE: &str = "NoEligibleNode";
+    /// Announced False: graceful move, waiting for the old node to release the IPs.
+    pub const MOVING: &str = "Moving";
+    /// Announced False (and Warning Event): the agent reports a foreign owner of an IP.
+    pub const ADDRESS_CONFLICT: &str = "AddressConflict";
+    /// Event: an IP was assigned.
+    pub const IP_ALLOCATED: &str = "IPAllocated";
+    /// Warning Event: the Service is (still) missing an IP, with the reason.
+    pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+    /// Event: a node was elected for the IPs.
+    pub const NODE_ASSIGNED: &str = "NodeAssigned";
+    /// Event: the IPs leave their node, with why.
+    pub const NODE_MOVED: &str = "NodeMoved";
+    /// Event: IPs were released.
+    pub const RELEASED: &str = "Released";
+    /// Warning Event: an assignment was dropped (outside the pool, collision, pool edit).
+    pub const CLEAR_ASSIGNMENT: &str = "ClearAssignment";
+}
+
+/// Identifies a Service. Displays as `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// The key of Service `name` in `namespace`.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        ServiceKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The IP families a Service wants (`spec.ipFamilies` + `spec.ipFamilyPolicy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyPolicy {
+    /// Wanted families, primary first. One family: SingleStack; two: dual-stack.
+    pub families: Vec<Family>,
+    /// RequireDualStack: all families or none. False with two families: PreferDualStack.
+    pub require_all: bool,
+}
+
+/// A port of a Service, for clash checks between Services sharing an IP.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortKey {
+    /// Port number.
+    pub port: i32,
+    /// Protocol (`TCP`, `UDP`, `SCTP`).
+    pub protocol: String,
+}
+
+impl fmt::Display for PortKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.port, self.protocol)
+    }
+}
+
+/// One LoadBalancer Service of ours, as plain data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceView {
+    /// Namespace and name.
+    pub key: ServiceKey,
+    /// `metadata.uid`: a new uid under the same key is a re-created Service.
+    pub uid: String,
+    /// Creation timestamp (unix seconds); allocation order is (created, namespace, name).
+    pub created: i64,
+    /// Wanted families.
+    pub families: FamilyPolicy,
+    /// `spec.loadBalancerIP` / `aliaslb.io/loadBalancerIPs`; `Err(message)` if malformed.
+    pub requested: Result<Vec<IpAddr>, String>,
+    /// `aliaslb.io/sharing-key`.
+    pub sharing_key: Option<String>,
+    /// Ports, for sharing clash checks.
+    pub ports: Vec<PortKey>,
+    /// `externalTrafficPolicy: Local`.
+    pub local_traffic: bool,
+    /// `status.loadBalancer.ingress[].ip` as observed; read on the first pass only.
+    pub observed_ips: Vec<IpAddr>,
+    /// `aliaslb.io/node` as observed; read on the first pass only.
+    pub observed_node: Option<String>,
+}
+
+/// Everything one pass looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The last valid pool config.
+    pub config: &'a PoolConfig,
+    /// Every LoadBalancer Service that is ours (one entry per key).
+    pub services: &'a [ServiceView],
+    /// Every node; `agent_ready` already judged on the controller's monotonic clock.
+    pub nodes: &'a [NodeState],
+    /// Node name -> its agent's latest report.
+    pub agents: &'a BTreeMap<String, AgentReport>,
+    /// Service -> nodes with a ready local endpoint (for `externalTrafficPolicy: Local`).
+    pub local_endpoints: &'a BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// Whether cordoned nodes are ineligible.
+    pub respect_cordon: bool,
+    /// The controller's monotonic clock, for sticky re-creation.
+    pub now: Instant,
+}
+
+/// Desired state of one Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePlan {
+    /// Desired `status.loadBalancer.ingress` IPs, primary family first (may be empty).
+    pub ips: Vec<IpAddr>,
+    /// Desired `aliaslb.io/node`; `None` while pending or in the middle of a move.
+    pub node: Option<String>,
+    /// Desired `aliaslb.io/interface` (from the pool options; `None`: no annotation).
+    pub interface: Option<String>,
+    /// Condition `aliaslb.io/IPAllocated`.
+    pub allocated: ConditionPlan,
+    /// Condition `aliaslb.io/Announced`.
+    pub announced: ConditionPlan,
+}
+
+/// Desired state of one Service condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionPlan {
+    /// `True` / `False`.
+    pub status: bool,
+    /// CamelCase reason, one of [`reason`].
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// An Event to record on a Service. Emitted on transitions only, never once per pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEvent {
+    /// The Service.
+    pub service: ServiceKey,
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// CamelCase reason, one of [`reason`].
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// Result of one pass.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PlanOutput {
+    /// Desired state of every Service in the inputs.
+    pub services: BTreeMap<ServiceKey, ServicePlan>,
+    /// Transition Events, in a deterministic order.
+    pub events: Vec<PlanEvent>,
+    /// Services gone from the inputs, with the IPs they held (an IP still used by another
+    /// Service of its sharing group stays in use).
+    pub released: Vec<(ServiceKey, Vec<IpAddr>)>,
+}
+
+/// Size and use of one family of one pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The pool.
+    pub pool: PoolKey,
+    /// The family.
+    pub family: Family,
+    /// Addresses of the family in the pool (saturating).
+    pub total: u128,
+    /// Addresses handed out.
+    pub in_use: u128,
+}
+
+/// The stateful planner: one per leadership term. See the module docs.
+#[derive(Debug, Default)]
+pub struct Planner {
+    /// The config the ledgers were built from; `None` before the first pass.
+    config: Option<PoolConfig>,
+    /// One ledger per pool.
+    ledgers: BTreeMap<PoolKey, Ledger>,
+    /// Every Service seen in the last pass, assigned or pending.
+    entries: HashMap<ServiceKey, Entry>,
+    /// Every IP in use: its pool, group and users.
+    ips: HashMap<IpAddr, IpUse>,
+    /// Every IP group holding at least one IP.
+    groups: HashMap<GroupId, Group>,
+    /// IPs of recently released Services, for sticky re-creation.
+    recent: sticky::Recent,
+    /// Whether the first pass (import) has run.
+    imported: bool,
+    /// Addresses returned to a ledger during the current allocation sweep.
+    freed: usize,
+    /// Whether this pass brought a new config (every Service is then re-checked).
+    config_changed: bool,
+}
+
+/// Allocation sweeps per pass at most: the first over every Service, the next ones over
+/// the pending Services when the previous sweep freed addresses.
+const MAX_SWEEPS: usize = 3;
+
+/// What moves between nodes as one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum GroupId {
+    /// A Service without a sharing key.
+    Single(ServiceKey),
+    /// The Services of `namespace` with sharing key `key`.
+    Shared { namespace: String, key: String },
+}
+
+impl GroupId {
+    fn of(view: &ServiceView) -> GroupId {
+        match &view.sharing_key {
+            Some(key) => GroupId::Shared {
+                namespace: view.key.namespace.clone(),
+                key: key.clone(),
+            },
+            None => GroupId::Single(view.key.clone()),
+        }
+    }
+
+    /// Whether `view` belongs to this group (without building its id).
+    fn is_of(&self, view: &ServiceView) -> bool {
+        match (self, &view.sharing_key) {
+            (GroupId::Single(key), None) => *key == view.key,
+            (GroupId::Shared { namespace, key }, Some(sharing)) => {
+                key == sharing && *namespace == view.key.namespace
+            }
+            _ => false,
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        match self {
+            GroupId::Single(key) => &key.namespace,
+            GroupId::Shared { namespace, .. } => namespace,
+        }
+    }
+}
+
+/// An IP group's addresses and node.
+#[derive(Debug, Default)]
+struct Group {
+    /// At most one IP per family, used by one or more members.
+    ips: BTreeMap<Family, IpAddr>,
+    /// Services holding at least one of `ips`.
+    members: BTreeSet<ServiceKey>,
+    /// The node carrying the IPs; `None` while unplaced or moving.
+    node: Option<String>,
+    /// Graceful move in progress: the old node, waiting for its agent to release.
+    moving_from: Option<String>,
+    /// Last NoEligibleNode message reported, so it is reported once.
+    no_node: Option<String>,
+}
+
+/// One IP in use.
+#[derive(Debug)]
+struct IpUse {
+    /// The pool (ledger) it came from.
+    pool: PoolKey,
+    /// Its group.
+    group: GroupId,
+    /// Services using it (more than one only within a sharing group).
+    users: BTreeSet<ServiceKey>,
+    /// Ports in use on it and by whom.
+    ports: HashMap<PortKey, ServiceKey>,
+}
+
+/// The planner's record of one Service.
+#[derive(Debug)]
+struct Entry {
+    uid: String,
+    /// The group its IPs belong to (follows the sharing key).
+    group: GroupId,
+    /// At most one IP per family.
+    ips: BTreeMap<Family, IpAddr>,
+    /// Ports indexed on its IPs.
+    ports: Vec<PortKey>,
+    /// Why the allocation is not as asked, if it is not.
+    failure: Option<Failure>,
+    /// The failure last reported by an AllocationFailed Event.
+    reported: Option<Failure>,
+    /// The AddressConflict message last reported.
+    conflict: Option<String>,
+    /// What the Service asked for (families, requested IPs) when it last got all of it.
+    /// While the Service, its ports and the config stay the same, nothing can change its
+    /// allocation, and the pass skips it.
+    settled: Option<(FamilyPolicy, Vec<IpAddr>)>,
+}
+
+/// A reason the Service does not have every IP it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Failure {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// What one pass reads, with the pool of each namespace looked up once.
+struct Pass<'a> {
+    inputs: &'a Inputs<'a>,
+    pools: HashMap<&'a str, Option<(&'a PoolKey, &'a Pool)>>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(inputs: &'a Inputs<'a>) -> Self {
+        let mut pools = HashMap::new();
+        for view in inputs.services {
+            pools
+                .entry(view.key.namespace.as_str())
+                .or_insert_with(|| inputs.config.pool_for_namespace(&view.key.namespace));
+        }
+        Pass { inputs, pools }
+    }
+
+    /// The pool `namespace` draws from ([`PoolConfig::pool_for_namespace`]).
+    fn pool(&self, namespace: &str) -> Option<(&'a PoolKey, &'a Pool)> {
+        match self.pools.get(namespace) {
+            Some(found) => *found,
+            None => self.inputs.config.pool_for_namespace(namespace),
+        }
+    }
+}
+
+/// Events and releases collected during a pass.
+#[derive(Debug, Default)]
+struct Sink {
+    events: Vec<PlanEvent>,
+    released: Vec<(ServiceKey, Vec<IpAddr>)>,
+}
+
+impl Sink {
+    fn event(&mut self, service: &ServiceKey, warning: bool, reason: &str, message: String) {
+        self.events.push(PlanEvent {
+            service: service.clone(),
+            warning,
+            reason: reason.to_owned(),
+            message,
+        });
+    }
+}
+
+impl Planner {
+    /// A planner with an empty table: its first pass imports observed assignments.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One global pass over every Service in `inputs`; see the module docs.
+    pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
+        let pass = Pass::new(inputs);
+        let mut sink = Sink::default();
+        let mut order: Vec<&ServiceView> = inputs.services.iter().collect();
+        order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+
+        self.recent.expire(inputs.now);
+        self.release_gone(inputs, &mut sink);
+        self.apply_config(inputs.config, &mut sink);
+        if !self.imported {
+            self.import(&order, inputs.config, &mut sink);
+            self.imported = true;
+        }
+        // An IP freed in the middle of the sweep (a request moved, a RequireDualStack
+        // Service let go of half its addresses) belongs to the oldest pending Service, which
+        // may already have been looked at: sweep the pending ones again.
+        let mut sweep: Vec<&ServiceView> = order.clone();
+        for _ in 0..MAX_SWEEPS {
+            self.freed = 0;
+            for view in &sweep {
+                self.allocate(view, &pass, &mut sink);
+            }
+            if self.freed == 0 {
+                break;
+            }
+            sweep.retain(|v| {
+                self.entries
+                    .get(&v.key)
+                    .is_some_and(|e| e.failure.is_some())
+            });
+        }
+        for view in &order {
+            self.report_failure(&view.key, &mut sink);
+        }
+        self.place(&pass, &order, &mut sink);
+        let services = order
+            .iter()
+            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .collect();
+        PlanOutput {
+            services,
+            events: sink.events,
+            released: sink.released,
+        }
+    }
+
+    /// Size and use of every family of every pool, pools in key order, IPv4 first.
+    pub fn usage(&self) -> Vec<PoolUsage> {
+        let mut out = Vec::new();
+        for (pool, ledger) in &self.ledgers {
+            for family in [Family::V4, Family::V6] {
+                let usage = ledger.usage(family);
+                if usage.total > 0 {
+                    out.push(PoolUsage {
+                        pool: pool.clone(),
+                        family,
+                        total: usage.total,
+                        in_use: usage.in_use,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of Services whose allocation is not as asked (missing an IP, or a request
+    /// that cannot be honoured), as of the last pass.
+    pub fn pending(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.failure.is_some())
+            .count()
+    }
+
+    /// Drops Services gone from the inputs (or re-created under a new uid) and frees their
+    /// IPs at once.
+    fn release_gone(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
+        let present: HashMap<&ServiceKey, &str> = inputs
+            .services
+            .iter()
+            .map(|v| (&v.key, v.uid.as_str()))
+            .collect();
+        let mut gone: Vec<ServiceKey> = self
+            .entries
+            .iter()
+            .filter(|(key, entry)| present.get(key).is_none_or(|uid| *uid != entry.uid))
+            .map(|(key, _)| key.clone())
+            .collect();
+        gone.sort();
+        for key in gone {
+            let Some(entry) = self.entries.remove(&key) else {
+                continue;
+            };
+            let ips: Vec<IpAddr> = entry.ips.values().copied().collect();
+            for ip in &ips {
+                self.drop_ip(&key, *ip);
+            }
+            self.set_member(&entry.group, &key, false);
+            if !ips.is_empty() {
+                self.recent.remember(key.clone(), ips.clone(), inputs.now);
+                sink.event(
+                    &key,
+                    false,
+                    reason::RELEASED,
+                    format!("released {}", join(&ips)),
+                );
+                sink.released.push((key, ips));
+            }
+        }
+    }
+
+    /// On a new config: rebuild the ledgers from the table; IPs outside their namespace's
+    /// pool now are cleared (and re-allocated by the allocation step).
+    fn apply_config(&mut self, config: &PoolConfig, sink: &mut Sink) {
+        self.config_changed = self.config.as_ref() != Some(config);
+        if !self.config_changed {
+            return;
+        }
+        self.ledgers = config
+            .pools()
+            .map(|(key, pool)| (key.clone(), Ledger::new(&pool.ranges)))
+            .collect();
+        let mut in_use: Vec<IpAddr> = self.ips.keys().copied().collect();
+        in_use.sort();
+        for ip in in_use {
+            let namespace = self.ips[&ip].group.namespace().to_owned();
+            let kept = config
+                .pool_for_namespace(&namespace)
+                .filter(|(_, pool)| pool.contains(ip))
+                .map(|(key, _)| key.clone());
+            if let Some(pool_key) = kept
+                && let Some(ledger) = self.ledgers.get_mut(&pool_key)
+                && ledger.import(ip).is_ok()
+            {
+                if let Some(used) = self.ips.get_mut(&ip) {
+                    used.pool = pool_key;
+                }
+                continue;
+            }
+            let Some(used) = self.ips.remove(&ip) else {
+                continue;
+            };
+            if let Some(group) = self.groups.get_mut(&used.group) {
+                group.ips.remove(&Family::of(ip));
+            }
+            for user in &used.users {
+                if let Some(entry) = self.entries.get_mut(user) {
+                    entry.ips.remove(&Family::of(ip));
+                    sink.event(
+                        user,
+                        true,
+                        reason::CLEAR_ASSIGNMENT,
+                        format!(
+                            "{ip} was removed from the pool of namespace {namespace}; \
+                             assigning a new address"
+                        ),
+                    );
+                    if entry.ips.is_empty() {
+                        let group = entry.group.clone();
+                        self.set_member(&group, user, false);
+                    }
+                }
+            }
+        }
+        self.config = Some(config.clone());
+    }
+
+    /// Stops `key` using `ip`; frees it when it was the last user. Does not touch the
+    /// Service's entry.
+    fn drop_ip(&mut self, key: &ServiceKey, ip: IpAddr) {
+        let Some(used) = self.ips.get_mut(&ip) else {
+            return;
+        };
+        used.users.remove(key);
+        used.ports.retain(|_, owner| owner != key);
+        if !used.users.is_empty() {
+            return;
+        }
+        if let Some(used) = self.ips.remove(&ip) {
+            if let Some(ledger) = self.ledgers.get_mut(&used.pool)
+                && ledger.release(ip)
+            {
+                self.freed += 1;
+            }
+            if let Some(group) = self.groups.get_mut(&used.group) {
+                group.ips.remove(&Family::of(ip));
+            }
+        }
+    }
+
+    /// Adds `key` to or removes it from `group`'s members; a group without members is
+    /// forgotten.
+    fn set_member(&mut self, group: &GroupId, key: &ServiceKey, member: bool) {
+        if member {
+            match self.groups.get_mut(group) {
+                Some(g) => {
+                    if !g.members.contains(key) {
+                        g.members.insert(key.clone());
+                    }
+                }
+                None => {
+                    let g = Group {
+                        members: BTreeSet::from([key.clone()]),
+                        ..Group::default()
+                    };
+                    self.groups.insert(group.clone(), g);
+                }
+            }
+        } else if let Some(g) = self.groups.get_mut(group) {
+            g.members.remove(key);
+            if g.members.is_empty() {
+                self.groups.remove(group);
+            }
+        }
+    }
+}
+
+/// `a, b, c`.
+fn join(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,702 @@
+//! The allocation step of a pass: import of observed assignments (first pass only), then
+//! one decision per Service, oldest first. Pure.
+//!
+//! Each family is checked before anything changes ([`Step`]), so a RequireDualStack
+//! Service never ends up holding half its addresses, and a request that cannot be honoured
+//! leaves the current address in place.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::{
+    Entry, Failure, GroupId, IpUse, Pass, Planner, ServiceKey, ServiceView, Sink, join, reason,
+};
+use crate::allocator::{AllocError, Ledger};
+use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey};
+use crate::range::Family;
+
+/// How one family's address is obtained, decided before anything changes.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// The current address stays.
+    Keep,
+    /// A free address of the pool, requested or sticky.
+    Take(IpAddr),
+    /// An address the Service's sharing group already uses.
+    Share(IpAddr),
+    /// The lowest free address of the family.
+    Fresh(Family),
+}
+
+impl Planner {
+    /// First pass: adopts the observed assignments, oldest Service first, so an IP claimed
+    /// twice stays with the older Service. Whatever is not adopted is reported and left to
+    /// the allocation step.
+    pub(super) fn import(&mut self, order: &[&ServiceView], config: &PoolConfig, sink: &mut Sink) {
+        for view in order.iter().filter(|v| !v.observed_ips.is_empty()) {
+            self.ensure_entry(view);
+            let mut seen = BTreeSet::new();
+            for &ip in &view.observed_ips {
+                if !seen.insert(ip) {
+                    continue;
+                }
+                if let Err(why) = self.import_one(view, ip, config) {
+                    sink.event(
+                        &view.key,
+                        true,
+                        reason::CLEAR_ASSIGNMENT,
+                        format!("{why}; assigning a new address"),
+                    );
+                }
+            }
+            let group_id = GroupId::of(view);
+            if let Some(node) = &view.observed_node
+                && let Some(group) = self.groups.get_mut(&group_id)
+                && group.node.is_none()
+            {
+                group.node = Some(node.clone());
+            }
+        }
+    }
+
+    /// Adopts one observed IP, or says why not.
+    fn import_one(
+        &mut self,
+        view: &ServiceView,
+        ip: IpAddr,
+        config: &PoolConfig,
+    ) -> Result<(), String> {
+        let key = &view.key;
+        let ns = &key.namespace;
+        let family = Family::of(ip);
+        if let Some(other) = self.entries.get(key).and_then(|e| e.ips.get(&family)) {
+            return Err(format!(
+                "{ip} not imported: the Service already has the {family} address {other} \
+                 and gets one per family"
+            ));
+        }
+        if !view.families.families.contains(&family) {
+            return Err(format!(
+                "{ip} not imported: the Service does not ask for an {family} address"
+            ));
+        }
+        let Some((pool_key, pool)) = config.pool_for_namespace(ns) else {
+            return Err(format!("{ip} not imported: {}", no_pool(ns)));
+        };
+        if !pool.contains(ip) {
+            return Err(not_in_pool(ip, ns, pool_key, pool));
+        }
+        let group_id = GroupId::of(view);
+        match self.ips.get(&ip) {
+            Some(used) if used.group != group_id => {
+                let owner = owner_name(used.users.iter().next(), ns);
+                return Err(format!(
+                    "{ip} is also claimed by {owner}, which is older and keeps it"
+                ));
+            }
+            Some(_) => {
+                // Sharing that exists is kept even if `allowSharing` was turned off since:
+                // a running planner keeps it too, and a restart must not change IPs.
+                self.check_join(ip, view, pool_key, None)
+                    .map_err(|f| format!("{ip} not imported: {}", f.message))?;
+                self.join(ip, view);
+            }
+            None => {
+                if let Some(other) = self.groups.get(&group_id).and_then(|g| g.ips.get(&family)) {
+                    return Err(format!(
+                        "{ip} not imported: the Services with sharing key {} already share {other}",
+                        view.sharing_key.as_deref().unwrap_or_default()
+                    ));
+                }
+                let ledger = self
+                    .ledgers
+                    .get_mut(pool_key)
+                    .ok_or_else(|| format!("{ip} not imported: pool {pool_key} has no ledger"))?;
+                ledger
+                    .import(ip)
+                    .map_err(|e| format!("{ip} not imported: {e}"))?;
+                self.add_ip(ip, pool_key, &group_id, view);
+            }
+        }
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.ips.insert(family, ip);
+        }
+        self.set_member(&group_id, key, true);
+        Ok(())
+    }
+
+    /// Decides and applies the allocation of one Service.
+    pub(super) fn allocate(&mut self, view: &ServiceView, pass: &Pass<'_>, sink: &mut Sink) {
+        self.ensure_entry(view);
+        let key = &view.key;
+        let Some(entry) = self.entries.get(key) else {
+            return;
+        };
+        let regrouped = !entry.group.is_of(view);
+        let ports_changed = entry.ports != view.ports;
+        let unchanged = entry.settled.as_ref().is_some_and(|(families, requested)| {
+            *families == view.families && view.requested.as_ref() == Ok(requested)
+        });
+        if unchanged && !regrouped && !ports_changed && !self.config_changed {
+            return;
+        }
+        if regrouped {
+            self.release_all(key, sink, "the sharing key changed");
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.group = GroupId::of(view);
+            }
+        }
+        if ports_changed {
+            self.reindex_ports(view);
+        }
+        let failure = self.decide(view, pass, sink);
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.settled = match (&failure, &view.requested) {
+                (None, Ok(requested)) => Some((view.families.clone(), requested.clone())),
+                _ => None,
+            };
+            entry.failure = failure;
+        }
+    }
+
+    /// Emits AllocationFailed when the Service's failure differs from the one last
+    /// reported: once per stuck Service, again only when the reason or message changes.
+    pub(super) fn report_failure(&mut self, key: &ServiceKey, sink: &mut Sink) {
+        if let Some(entry) = self.entries.get_mut(key)
+            && entry.failure != entry.reported
+        {
+            if let Some(f) = &entry.failure {
+                sink.event(key, true, reason::ALLOCATION_FAILED, f.message.clone());
+            }
+            entry.reported = entry.failure.clone();
+        }
+    }
+
+    /// The allocation decision for one Service.
+    fn decide(&mut self, view: &ServiceView, pass: &Pass<'_>, sink: &mut Sink) -> Option<Failure> {
+        let key = &view.key;
+        let ns = &key.namespace;
+        let Some((pool_key, pool)) = pass.pool(ns) else {
+            self.release_all(key, sink, "the namespace has no pool");
+            return Some(Failure::new(reason::NO_POOL, no_pool(ns)));
+        };
+        let requested = match &view.requested {
+            Ok(list) => list.as_slice(),
+            Err(message) => return Some(Failure::new(reason::INVALID_REQUEST, message.clone())),
+        };
+        let mut wanted: Vec<Family> = Vec::new();
+        for f in &view.families.families {
+            if !wanted.contains(f) {
+                wanted.push(*f);
+            }
+        }
+        if let Some(failure) = check_request(requested, &wanted) {
+            return Some(failure);
+        }
+        let group_id = self
+            .entries
+            .get(key)
+            .map_or_else(|| GroupId::of(view), |e| e.group.clone());
+        let prefer = wanted.len() > 1 && !view.families.require_all;
+        let has = |f: Family| pool.size(f) > 0 || requested.iter().any(|ip| Family::of(*ip) == f);
+        let desired: Vec<Family> = if prefer {
+            wanted.iter().copied().filter(|f| has(*f)).collect()
+        } else {
+            wanted.clone()
+        };
+        self.drop_unwanted(key, &desired, sink);
+        let lacking: Vec<Family> = desired.iter().copied().filter(|f| !has(*f)).collect();
+        if desired.is_empty() || !lacking.is_empty() {
+            self.release_all(key, sink, "the pool lacks a family the Service needs");
+            let missing = if desired.is_empty() {
+                &wanted
+            } else {
+                &lacking
+            };
+            let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
+            return Some(Failure::new(
+                reason::NO_ADDRESS_OF_FAMILY,
+                format!(
+                    "pool {pool_key} has no {} addresses; add some to the pool or change the \
+                     Service's ipFamilies",
+                    names.join(" or ")
+                ),
+            ));
+        }
+
+        let current = |planner: &Planner, f: Family| {
+            planner
+                .entries
+                .get(key)
+                .and_then(|e| e.ips.get(&f))
+                .copied()
+        };
+        let mut steps = Vec::with_capacity(desired.len());
+        let mut failure: Option<Failure> = None;
+        let mut missing = false;
+        for &family in &desired {
+            let cur = current(self, family);
+            let req = requested
+                .iter()
+                .copied()
+                .find(|ip| Family::of(*ip) == family);
+            let step = match (req, cur) {
+                (Some(r), Some(c)) if r == c => Ok(Step::Keep),
+                (Some(r), _) => self.check_specific(r, view, &group_id, pool_key, pool),
+                (None, Some(_)) => Ok(Step::Keep),
+                (None, None) => self.check_fresh(family, view, &group_id, pool_key, pool),
+            };
+            match step {
+                Ok(step) => steps.push((family, step)),
+                Err(mut f) => {
+                    match cur {
+                        Some(c) => f.message.push_str(&format!("; keeping {c} for now")),
+                        None => missing = true,
+                    }
+                    failure.get_or_insert(f);
+                }
+            }
+        }
+        if missing && !prefer {
+            // RequireDualStack or single-stack: all or nothing, never a partial allocation.
+            if view.families.require_all {
+                self.release_all(
+                    key,
+                    sink,
+                    "RequireDualStack and not every family is available",
+                );
+            }
+            return failure;
+        }
+        for (family, step) in steps {
+            if let Err(f) = self.commit(view, &group_id, pool_key, family, step, sink) {
+                failure.get_or_insert(f);
+            }
+        }
+        let holds = self.entries.get(key).is_some_and(|e| !e.ips.is_empty());
+        self.set_member(&group_id, key, holds);
+        failure
+    }
+
+    /// Can `view` have the requested `ip`?
+    fn check_specific(
+        &self,
+        ip: IpAddr,
+        view: &ServiceView,
+        group_id: &GroupId,
+        pool_key: &PoolKey,
+        pool: &Pool,
+    ) -> Result<Step, Failure> {
+        let ns = &view.key.namespace;
+        if !pool.contains(ip) {
+            return Err(Failure::new(
+                reason::REQUESTED_IP_NOT_IN_POOL,
+                not_in_pool(ip, ns, pool_key, pool),
+            ));
+        }
+        if let Some(used) = self.ips.get(&ip) {
+            if used.group == *group_id && matches!(group_id, GroupId::Shared { .. }) {
+                self.check_join(ip, view, pool_key, Some(pool))?;
+                return Ok(Step::Share(ip));
+            }
+            return Err(Failure::new(
+                reason::REQUESTED_IP_IN_USE,
+                format!(
+                    "{ip} is used by {}; request a free address of the pool or share it \
+                     with a sharing key",
+                    owner_name(used.users.iter().next(), ns)
+                ),
+            ));
+        }
+        if let GroupId::Shared { key: sharing, .. } = group_id
+            && let Some(&other) = self
+                .groups
+                .get(group_id)
+                .and_then(|g| g.ips.get(&Family::of(ip)))
+            && self
+                .ips
+                .get(&other)
+                .is_some_and(|u| u.users.iter().any(|user| *user != view.key))
+        {
+            return Err(Failure::new(
+                reason::SHARING_KEY_CONFLICT,
+                format!(
+                    "{ip} is requested, but the Services with sharing key {sharing} already \
+                     share {other}; request {other} or use another sharing key"
+                ),
+            ));
+        }
+        Ok(Step::Take(ip))
+    }
+
+    /// How can `view` get an address of `family` it has not asked for by name?
+    fn check_fresh(
+        &self,
+        family: Family,
+        view: &ServiceView,
+        group_id: &GroupId,
+        pool_key: &PoolKey,
+        pool: &Pool,
+    ) -> Result<Step, Failure> {
+        if matches!(group_id, GroupId::Shared { .. })
+            && let Some(&ip) = self.groups.get(group_id).and_then(|g| g.ips.get(&family))
+        {
+            self.check_join(ip, view, pool_key, Some(pool))?;
+            return Ok(Step::Share(ip));
+        }
+        let Some(ledger) = self.ledgers.get(pool_key) else {
+            return Err(Failure::new(reason::NO_POOL, no_pool(&view.key.namespace)));
+        };
+        let sticky =
+            self.recent.get(&view.key).iter().copied().find(|ip| {
+                Family::of(*ip) == family && pool.contains(*ip) && !ledger.is_in_use(*ip)
+            });
+        if let Some(ip) = sticky {
+            return Ok(Step::Take(ip));
+        }
+        let usage = ledger.usage(family);
+        if usage.free() == 0 {
+            let single_family = [Family::V4, Family::V6]
+                .iter()
+                .filter(|f| pool.size(**f) > 0)
+                .count()
+                == 1;
+            let what = if single_family {
+                String::new()
+            } else {
+                format!("{family} ")
+            };
+            return Err(Failure::new(
+                reason::POOL_EXHAUSTED,
+                format!(
+                    "all {} {what}addresses of pool {pool_key} are in use",
+                    usage.total
+                ),
+            ));
+        }
+        Ok(Step::Fresh(family))
+    }
+
+    /// Can `view` use `ip`, which its sharing group uses? No port may clash, and sharing
+    /// must be allowed by `pool`'s options (not checked when `pool` is `None`).
+    fn check_join(
+        &self,
+        ip: IpAddr,
+        view: &ServiceView,
+        pool_key: &PoolKey,
+        pool: Option<&Pool>,
+    ) -> Result<(), Failure> {
+        let Some(used) = self.ips.get(&ip) else {
+            return Ok(());
+        };
+        let other = used.users.iter().find(|u| **u != view.key);
+        if pool.is_some_and(|p| !p.options.allow_sharing)
+            && let Some(other) = other
+        {
+            return Err(Failure::new(
+                reason::SHARING_NOT_ALLOWED,
+                format!(
+                    "{other} uses {ip} with sharing key {}, but pool {pool_key} does not allow \
+                     sharing (allowSharing: false)",
+                    view.sharing_key.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        for port in &view.ports {
+            if let Some(owner) = used.ports.get(port)
+                && *owner != view.key
+            {
+                return Err(Failure::new(
+                    reason::PORT_CLASH,
+                    format!(
+                        "port {port} on {ip} is already used by {owner}, which shares the \
+                         address; use another port or sharing key"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one checked step.
+    fn commit(
+        &mut self,
+        view: &ServiceView,
+        group_id: &GroupId,
+        pool_key: &PoolKey,
+        family: Family,
+        step: Step,
+        sink: &mut Sink,
+    ) -> Result<(), Failure> {
+        let key = &view.key;
+        if matches!(step, Step::Keep) {
+            return Ok(());
+        }
+        if let Some(old) = self
+            .entries
+            .get_mut(key)
+            .and_then(|e| e.ips.remove(&family))
+        {
+            self.drop_ip(key, old);
+            sink.event(
+                key,
+                false,
+                reason::RELEASED,
+                format!("released {old}: moving to the requested address"),
+            );
+        }
+        let (ip, shared) = match step {
+            Step::Keep => return Ok(()),
+            Step::Share(ip) => {
+                self.join(ip, view);
+                (ip, true)
+            }
+            Step::Take(ip) => {
+                self.ledger(pool_key, &key.namespace)?
+                    .allocate_specific(ip)
+                    .map_err(alloc_failure)?;
+                self.add_ip(ip, pool_key, group_id, view);
+                (ip, false)
+            }
+            Step::Fresh(family) => {
+                let ip = self
+                    .ledger(pool_key, &key.namespace)?
+                    .allocate(family)
+                    .map_err(alloc_failure)?;
+                self.add_ip(ip, pool_key, group_id, view);
+                (ip, false)
+            }
+        };
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.ips.insert(family, ip);
+        }
+        let how = match (&view.sharing_key, shared) {
+            (Some(sharing), true) => format!(", shared under sharing key {sharing}"),
+            _ => String::new(),
+        };
+        sink.event(
+            key,
+            false,
+            reason::IP_ALLOCATED,
+            format!("assigned {ip} from pool {pool_key}{how}"),
+        );
+        Ok(())
+    }
+
+    /// The ledger of `pool_key` (built from the config, so always there).
+    fn ledger(&mut self, pool_key: &PoolKey, ns: &str) -> Result<&mut Ledger, Failure> {
+        self.ledgers
+            .get_mut(pool_key)
+            .ok_or_else(|| Failure::new(reason::NO_POOL, no_pool(ns)))
+    }
+
+    /// Records a newly taken `ip` (already marked in the ledger) as used by `view`.
+    fn add_ip(&mut self, ip: IpAddr, pool_key: &PoolKey, group_id: &GroupId, view: &ServiceView) {
+        let ports = view
+            .ports
+            .iter()
+            .map(|p| (p.clone(), view.key.clone()))
+            .collect();
+        self.ips.insert(
+            ip,
+            IpUse {
+                pool: pool_key.clone(),
+                group: group_id.clone(),
+                users: BTreeSet::from([view.key.clone()]),
+                ports,
+            },
+        );
+        self.groups
+            .entry(group_id.clone())
+            .or_default()
+            .ips
+            .insert(Family::of(ip), ip);
+    }
+
+    /// Adds `view` as a user of its group's `ip` (checked with [`Planner::check_join`]).
+    fn join(&mut self, ip: IpAddr, view: &ServiceView) {
+        if let Some(used) = self.ips.get_mut(&ip) {
+            used.users.insert(view.key.clone());
+            for port in &view.ports {
+                used.ports
+                    .entry(port.clone())
+                    .or_insert_with(|| view.key.clone());
+            }
+        }
+    }
+
+    /// Creates the Service's entry on first sight.
+    fn ensure_entry(&mut self, view: &ServiceView) {
+        if !self.entries.contains_key(&view.key) {
+            self.entries.insert(
+                view.key.clone(),
+                Entry {
+                    uid: view.uid.clone(),
+                    group: GroupId::of(view),
+                    ips: Default::default(),
+                    ports: view.ports.clone(),
+                    failure: None,
+                    reported: None,
+                    conflict: None,
+                    settled: None,
+                },
+            );
+        }
+    }
+
+    /// Releases every IP of `key`, with a Released Event saying `why`.
+    fn release_all(&mut self, key: &ServiceKey, sink: &mut Sink, why: &str) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        if entry.ips.is_empty() {
+            return;
+        }
+        let ips: Vec<IpAddr> = std::mem::take(&mut entry.ips).into_values().collect();
+        let group = entry.group.clone();
+        for ip in &ips {
+            self.drop_ip(key, *ip);
+        }
+        self.set_member(&group, key, false);
+        sink.event(
+            key,
+            false,
+            reason::RELEASED,
+            format!("released {}: {why}", join(&ips)),
+        );
+    }
+
+    /// Releases the IPs of families the Service no longer wants.
+    fn drop_unwanted(&mut self, key: &ServiceKey, desired: &[Family], sink: &mut Sink) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        let unwanted: Vec<IpAddr> = entry
+            .ips
+            .iter()
+            .filter(|(f, _)| !desired.contains(f))
+            .map(|(_, ip)| *ip)
+            .collect();
+        for ip in unwanted {
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.ips.remove(&Family::of(ip));
+            }
+            self.drop_ip(key, ip);
+            sink.event(
+                key,
+                false,
+                reason::RELEASED,
+                format!(
+                    "released {ip}: the Service no longer asks for {}",
+                    Family::of(ip)
+                ),
+            );
+        }
+    }
+
+    /// The Service's ports changed: re-index them on its IPs. An IP where a new port clashes
+    /// with another user is given up (the allocation step then reports the clash).
+    fn reindex_ports(&mut self, view: &ServiceView) {
+        let key = &view.key;
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        entry.ports = view.ports.clone();
+        let ips: Vec<IpAddr> = entry.ips.values().copied().collect();
+        for ip in ips {
+            let Some(used) = self.ips.get_mut(&ip) else {
+                continue;
+            };
+            used.ports.retain(|_, owner| owner != key);
+            let clash = view
+                .ports
+                .iter()
+                .any(|p| used.ports.get(p).is_some_and(|owner| owner != key));
+            if clash {
+                self.drop_ip(key, ip);
+                if let Some(entry) = self.entries.get_mut(key) {
+                    entry.ips.remove(&Family::of(ip));
+                }
+            } else {
+                for port in &view.ports {
+                    used.ports.insert(port.clone(), key.clone());
+                }
+            }
+        }
+    }
+}
+
+/// At most one requested IP per family, and only of families the Service asks for.
+fn check_request(requested: &[IpAddr], wanted: &[Family]) -> Option<Failure> {
+    if wanted.is_empty() {
+        return Some(Failure::new(
+            reason::INVALID_REQUEST,
+            "the Service asks for no IP family (spec.ipFamilies is empty)",
+        ));
+    }
+    for (i, ip) in requested.iter().enumerate() {
+        let family = Family::of(*ip);
+        if let Some(other) = requested[..i].iter().find(|o| Family::of(**o) == family) {
+            return Some(Failure::new(
+                reason::INVALID_REQUEST,
+                format!(
+                    "requests both {other} and {ip}: at most one {family} address can be requested"
+                ),
+            ));
+        }
+        if !wanted.contains(&family) {
+            return Some(Failure::new(
+                reason::INVALID_REQUEST,
+                format!("requests {ip}, but the Service's ipFamilies do not include {family}"),
+            ));
+        }
+    }
+    None
+}
+
+/// Message for a namespace without a pool.
+fn no_pool(ns: &str) -> String {
+    format!("namespace {ns} has no pool and no {FALLBACK_KEY} pool is configured")
+}
+
+/// Message for an IP outside the namespace's pool, listing the pool's first ranges.
+fn not_in_pool(ip: IpAddr, ns: &str, pool_key: &PoolKey, pool: &Pool) -> String {
+    const SHOWN: usize = 3;
+    let mut ranges: Vec<String> = pool
+        .ranges
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    if pool.ranges.len() > SHOWN {
+        ranges.push("...".to_owned());
+    }
+    let which = match pool_key {
+        PoolKey::Fallback => format!("{FALLBACK_KEY}: "),
+        PoolKey::Namespace(_) => String::new(),
+    };
+    format!(
+        "{ip} is not in the pool of namespace {ns} ({which}{})",
+        ranges.join(", ")
+    )
+}
+
+/// Names the Service using an address, unless it is in another namespace (tenants do not
+/// learn each other's Service names).
+fn owner_name(owner: Option<&ServiceKey>, ns: &str) -> String {
+    match owner {
+        Some(owner) if owner.namespace == ns => owner.to_string(),
+        _ => "a Service in another namespace".to_owned(),
+    }
+}
+
+/// A ledger error that the checks should have prevented, as a failure.
+fn alloc_failure(e: AllocError) -> Failure {
+    let reason = match e {
+        AllocError::Exhausted { .. } => reason::POOL_EXHAUSTED,
+        AllocError::NoFamily { .. } => reason::NO_ADDRESS_OF_FAMILY,
+        AllocError::NotInPool { .. } => reason::REQUESTED_IP_NOT_IN_POOL,
+        AllocError::InUse { .. } => reason::REQUESTED_IP_IN_USE,
+    };
+    Failure::new(reason, e.to_string())
+}

@@ -1,0 +1,396 @@
+//! The node step of a pass: which node carries each IP group, break-before-make, and the
+//! rendering of each Service's desired state and Announced condition. Pure; the election
+//! rules themselves live in [`crate::election`].
+//!
+//! Per group, in order:
+//! 1. a graceful move in progress ends once the old node's agent no longer holds any of
+//!    the group's IPs (or is no longer ready);
+//! 2. a current node whose agent reports a conflict for one of the IPs is kept: another
+//!    owner of the address is on that node's LAN, so moving would duplicate it;
+//! 3. a current node still eligible is kept; one that is not but whose agent is ready is
+//!    left gracefully (desired node `None` until its agent lets go); a node whose agent is
+//!    not ready is a hard loss and the group is re-elected at once;
+//! 4. otherwise the least-loaded eligible node is elected (load = groups per node).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+
+use super::{
+    ConditionPlan, Group, GroupId, Inputs, Pass, Planner, ServiceKey, ServicePlan, ServiceView,
+    Sink, join, reason,
+};
+use crate::election::{ElectionInput, Ineligible, NodeState, elect, ineligibility};
+use crate::keys::LABEL_EXCLUDE_FROM_LB;
+use crate::report::{AgentReport, Conflict};
+
+/// An Event for every member of a group: (warning, reason, message).
+type Note = (bool, &'static str, String);
+
+/// What the node step reads besides the group itself.
+struct World<'a> {
+    inputs: &'a Inputs<'a>,
+    by_name: HashMap<&'a str, &'a NodeState>,
+}
+
+impl World<'_> {
+    fn ready(&self, node: &str) -> bool {
+        self.by_name.get(node).is_some_and(|n| n.agent_ready)
+    }
+
+    fn holds_any(&self, node: &str, ips: &[IpAddr]) -> bool {
+        self.inputs
+            .agents
+            .get(node)
+            .is_some_and(|r| ips.iter().any(|ip| r.held.contains(ip)))
+    }
+}
+
+impl Planner {
+    /// Places every IP group on a node.
+    /// Groups are visited in the order of their oldest member, so older Services get the
+    /// first pick of the least-loaded nodes.
+    pub(super) fn place(&mut self, pass: &Pass<'_>, order: &[&ServiceView], sink: &mut Sink) {
+        let inputs = pass.inputs;
+        let world = World {
+            inputs,
+            by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+        };
+        let mut load: BTreeMap<String, usize> = BTreeMap::new();
+        for node in self.groups.values().filter_map(|g| g.node.as_ref()) {
+            *load.entry(node.clone()).or_default() += 1;
+        }
+        let no_selector = BTreeMap::new();
+        let no_endpoints = BTreeSet::new();
+        // Only `externalTrafficPolicy: Local` Services constrain the election by endpoints.
+        let local: HashMap<&ServiceKey, &BTreeSet<String>> = order
+            .iter()
+            .filter(|v| v.local_traffic)
+            .map(|v| {
+                let nodes = inputs.local_endpoints.get(&v.key);
+                (&v.key, nodes.unwrap_or(&no_endpoints))
+            })
+            .collect();
+        let Planner {
+            groups,
+            ips,
+            entries,
+            ..
+        } = self;
+        let mut seen: HashSet<&GroupId> = HashSet::with_capacity(groups.len());
+        for view in order {
+            let Some(entry) = entries.get(&view.key) else {
+                continue;
+            };
+            // A group of one is met once; only sharing groups need the visited set.
+            let shared = matches!(entry.group, GroupId::Shared { .. });
+            if entry.ips.is_empty() || (shared && !seen.insert(&entry.group)) {
+                continue;
+            }
+            let Some(group) = groups.get_mut(&entry.group) else {
+                continue;
+            };
+            // At most one IP per family: no need for a heap allocation.
+            let mut buf = [IpAddr::from([0, 0, 0, 0]); 2];
+            let mut count = 0;
+            for (slot, ip) in buf.iter_mut().zip(group.ips.values()) {
+                *slot = *ip;
+                count += 1;
+            }
+            let group_ips = &buf[..count];
+            let Some(first) = group_ips.first() else {
+                continue;
+            };
+            let selector = ips
+                .get(first)
+                .and_then(|used| inputs.config.pool(&used.pool))
+                .map_or(&no_selector, |pool| &pool.options.node_selector);
+            let local = local_nodes(&group.members, &local);
+            let input = ElectionInput {
+                ips: group_ips,
+                current: None,
+                node_selector: selector,
+                local_endpoint_nodes: local.as_ref(),
+                respect_cordon: inputs.respect_cordon,
+            };
+            for (warning, why, message) in step(group, &input, &world, &mut load) {
+                for member in &group.members {
+                    sink.event(member, warning, why, message.clone());
+                }
+            }
+        }
+    }
+
+    /// The desired state of one Service after the pass; reports a new address conflict.
+    pub(super) fn render(
+        &mut self,
+        view: &ServiceView,
+        pass: &Pass<'_>,
+        sink: &mut Sink,
+    ) -> ServicePlan {
+        let inputs = pass.inputs;
+        let key = &view.key;
+        let Some(entry) = self.entries.get(key) else {
+            return ServicePlan {
+                ips: Vec::new(),
+                node: None,
+                interface: None,
+                allocated: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
+                announced: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
+            };
+        };
+        let mut ips: Vec<IpAddr> = view
+            .families
+            .families
+            .iter()
+            .filter_map(|f| entry.ips.get(f).copied())
+            .collect();
+        for ip in entry.ips.values() {
+            if !ips.contains(ip) {
+                ips.push(*ip);
+            }
+        }
+        let pool = pass.pool(&key.namespace);
+        let allocated = match (&entry.failure, pool) {
+            (Some(f), _) => condition(false, f.reason, f.message.clone()),
+            (None, Some((pool_key, _))) if !ips.is_empty() => condition(
+                true,
+                reason::ALLOCATED,
+                format!("assigned {} from pool {pool_key}", join(&ips)),
+            ),
+            (None, _) => condition(
+                false,
+                reason::NOT_ALLOCATED,
+                "no address allocated yet".into(),
+            ),
+        };
+        let group = if ips.is_empty() {
+            None
+        } else {
+            self.groups.get(&entry.group)
+        };
+        let node = group.and_then(|g| g.node.clone());
+        let interface = match (pool, ips.is_empty()) {
+            (Some((_, pool)), false) => pool.options.interface.clone(),
+            _ => None,
+        };
+        let (announced, conflict) = announced(&ips, group, interface.as_deref(), inputs);
+        if (conflict.is_some() || entry.conflict.is_some())
+            && let Some(entry) = self.entries.get_mut(key)
+            && entry.conflict != conflict
+        {
+            if let Some(message) = &conflict {
+                sink.event(key, true, reason::ADDRESS_CONFLICT, message.clone());
+            }
+            entry.conflict = conflict;
+        }
+        ServicePlan {
+            ips,
+            node,
+            interface,
+            allocated,
+            announced,
+        }
+    }
+}
+
+/// One group's node decision; returns the Events for its members.
+fn step(
+    group: &mut Group,
+    input: &ElectionInput<'_>,
+    world: &World<'_>,
+    load: &mut BTreeMap<String, usize>,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if let Some(old) = &group.moving_from {
+        if world.ready(old) && world.holds_any(old, input.ips) {
+            return notes;
+        }
+        group.moving_from = None;
+    }
+    let mut left: Option<(String, String)> = None;
+    if let Some(cur) = group.node.as_deref() {
+        let ready = world.ready(cur);
+        if ready && conflict_on(world.inputs.agents.get(cur), input.ips).is_some() {
+            return notes;
+        }
+        let with_current = ElectionInput {
+            current: Some(cur),
+            ..*input
+        };
+        if elect(&with_current, world.inputs.nodes, load).is_ok_and(|n| n == cur) {
+            return notes;
+        }
+    }
+    if let Some(cur) = group.node.take() {
+        let ready = world.ready(&cur);
+        if let Some(n) = load.get_mut(&cur) {
+            *n = n.saturating_sub(1);
+        }
+        let why = why_leaving(&cur, world.by_name.get(cur.as_str()).copied(), input);
+        if ready && world.holds_any(&cur, input.ips) {
+            notes.push((
+                false,
+                reason::NODE_MOVED,
+                format!(
+                    "moving off {cur} ({why}): waiting for its agent to release {}",
+                    join(input.ips)
+                ),
+            ));
+            group.moving_from = Some(cur);
+            return notes;
+        }
+        left = Some((cur, why));
+    }
+    match elect(input, world.inputs.nodes, load) {
+        Ok(node) => {
+            *load.entry(node.clone()).or_default() += 1;
+            notes.push(match left {
+                Some((old, why)) => (
+                    false,
+                    reason::NODE_MOVED,
+                    format!("moved from {old} to {node}: {why}"),
+                ),
+                None => (false, reason::NODE_ASSIGNED, format!("assigned to {node}")),
+            });
+            group.node = Some(node);
+            group.no_node = None;
+        }
+        Err(none) => {
+            if let Some((old, why)) = left {
+                notes.push((true, reason::NODE_MOVED, format!("moved off {old}: {why}")));
+            }
+            let message = none.to_string();
+            if group.no_node.as_ref() != Some(&message) {
+                notes.push((true, reason::NO_ELIGIBLE_NODE, message.clone()));
+                group.no_node = Some(message);
+            }
+        }
+    }
+    notes
+}
+
+/// Why the group leaves `node`, for the NodeMoved Event.
+fn why_leaving(node: &str, state: Option<&NodeState>, input: &ElectionInput<'_>) -> String {
+    let Some(state) = state else {
+        return format!("node {node} no longer exists");
+    };
+    match ineligibility(input, state) {
+        Some(Ineligible::Cordoned) => format!("{node} is cordoned"),
+        Some(Ineligible::Excluded) => format!("{node} is labelled {LABEL_EXCLUDE_FROM_LB}"),
+        Some(Ineligible::NotSelected) => {
+            format!("{node} no longer matches the pool's node selector")
+        }
+        Some(Ineligible::NoLocalEndpoint) => format!("{node} has no ready local endpoint"),
+        Some(Ineligible::AgentNotReady) => {
+            format!("the agent on {node} is not ready (its lease expired)")
+        }
+        None => format!("{node} is not on the addresses' subnet and another eligible node is"),
+    }
+}
+
+/// For groups with `externalTrafficPolicy: Local` members: the nodes with a ready endpoint
+/// of every such member. `None` when no member is Local. `local` maps each Local Service
+/// to its endpoint nodes.
+fn local_nodes(
+    members: &BTreeSet<ServiceKey>,
+    local: &HashMap<&ServiceKey, &BTreeSet<String>>,
+) -> Option<BTreeSet<String>> {
+    if local.is_empty() {
+        return None;
+    }
+    let mut nodes: Option<BTreeSet<String>> = None;
+    for member in members {
+        let Some(here) = local.get(member).copied() else {
+            continue;
+        };
+        nodes = Some(match nodes {
+            None => here.clone(),
+            Some(so_far) => so_far.intersection(here).cloned().collect(),
+        });
+    }
+    nodes
+}
+
+/// The conflict an agent reports for one of `ips`, if any.
+fn conflict_on<'r>(report: Option<&'r AgentReport>, ips: &[IpAddr]) -> Option<&'r Conflict> {
+    report?.conflicts.iter().find(|c| ips.contains(&c.ip))
+}
+
+/// The Announced condition of a Service with `ips` in `group`, and its conflict message.
+fn announced(
+    ips: &[IpAddr],
+    group: Option<&Group>,
+    interface: Option<&str>,
+    inputs: &Inputs<'_>,
+) -> (ConditionPlan, Option<String>) {
+    let Some(group) = group else {
+        return (
+            condition(
+                false,
+                reason::NOT_ALLOCATED,
+                "no address allocated yet".into(),
+            ),
+            None,
+        );
+    };
+    if let Some(old) = &group.moving_from {
+        let message = format!(
+            "moving off {old}: waiting for its agent to release {}",
+            join(ips)
+        );
+        return (condition(false, reason::MOVING, message), None);
+    }
+    let Some(node) = &group.node else {
+        let message = group
+            .no_node
+            .clone()
+            .unwrap_or_else(|| "no node elected yet".to_owned());
+        return (condition(false, reason::NO_ELIGIBLE_NODE, message), None);
+    };
+    let report = inputs.agents.get(node);
+    if let Some(c) = conflict_on(report, ips) {
+        let message = format!(
+            "{node} reports a conflict for {}: {}; the assignment is kept, since moving it \
+             would put the address on the LAN twice",
+            c.ip, c.reason
+        );
+        return (
+            condition(false, reason::ADDRESS_CONFLICT, message.clone()),
+            Some(message),
+        );
+    }
+    match report {
+        Some(r) if ips.iter().all(|ip| r.held.contains(ip)) => {
+            let on = interface
+                .map(str::to_owned)
+                .or_else(|| {
+                    r.interfaces
+                        .iter()
+                        .find(|i| i.subnets.iter().any(|net| net.contains(&ips[0])))
+                        .map(|i| i.name.clone())
+                })
+                .map(|i| format!(" on {i}"))
+                .unwrap_or_default();
+            (
+                condition(true, reason::ANNOUNCED, format!("held by {node}{on}")),
+                None,
+            )
+        }
+        _ => (
+            condition(
+                false,
+                reason::WAITING_FOR_AGENT,
+                format!("waiting for the agent on {node} to add {}", join(ips)),
+            ),
+            None,
+        ),
+    }
+}
+
+fn condition(status: bool, reason: &str, message: String) -> ConditionPlan {
+    ConditionPlan {
+        status,
+        reason: reason.to_owned(),
+        message,
+    }
+}

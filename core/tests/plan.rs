@@ -1,0 +1,1028 @@
+//! Table-style tests of the planner, one rule per test: allocation order, exhaustion,
+//! fencing, import, sharing, dual-stack, pool edits, sticky re-creation and node moves.
+
+mod plan_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use aliaslb_core::plan::{Planner, STICKY_FOR, reason};
+use aliaslb_core::pool::PoolKey;
+use aliaslb_core::range::Family;
+use plan_support::*;
+
+const DEFAULT_3: (&str, &str) = ("default", "10.0.0.1\n10.0.0.2\n10.0.0.3");
+
+fn classic() -> World {
+    World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+            svc("default", "c").created(3),
+            svc("default", "d").created(4),
+        ],
+    )
+}
+
+#[test]
+fn three_addresses_in_order_then_exhausted_then_freed() {
+    let mut world = classic();
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    for (name, want) in [("a", "10.0.0.1"), ("b", "10.0.0.2"), ("c", "10.0.0.3")] {
+        assert_eq!(ips(&out, "default", name), [want], "{name}");
+        assert!(plan_of(&out, "default", name).allocated.status);
+    }
+    let d = plan_of(&out, "default", "d");
+    assert!(d.ips.is_empty());
+    assert!(!d.allocated.status);
+    assert_eq!(d.allocated.reason, reason::POOL_EXHAUSTED);
+    assert_eq!(
+        d.allocated.message,
+        "all 3 addresses of pool default are in use"
+    );
+    let failed = events(&out, reason::ALLOCATION_FAILED);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].warning);
+    assert_eq!(failed[0].service, key("default", "d"));
+    assert_eq!(events(&out, reason::IP_ALLOCATED).len(), 3);
+    assert_eq!(planner.pending(), 1);
+
+    // Level-triggered: the same inputs again produce no Events at all.
+    let again = world.plan(&mut planner);
+    assert_eq!(again.services, out.services);
+    assert!(
+        events(&again, reason::ALLOCATION_FAILED).is_empty()
+            && events(&again, reason::IP_ALLOCATED).is_empty(),
+        "{:?}",
+        again.events
+    );
+
+    world.remove("default", "b");
+    let out = world.plan(&mut planner);
+    assert_eq!(out.released, [(key("default", "b"), vec![ip("10.0.0.2")])]);
+    assert_eq!(
+        ips(&out, "default", "d"),
+        ["10.0.0.2"],
+        "served in the same pass"
+    );
+    assert_eq!(planner.pending(), 0);
+    assert!(!out.services.contains_key(&key("default", "b")));
+    let usage = planner.usage();
+    assert_eq!(usage.len(), 1);
+    assert_eq!((usage[0].total, usage[0].in_use), (3, 3));
+}
+
+#[test]
+fn oldest_pending_service_gets_new_capacity_first() {
+    let mut world = classic();
+    world
+        .services
+        .push(svc("default", "e").created(0).uid("late-but-old"));
+    world.services[0].created = 1;
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "e"), ["10.0.0.1"], "created first");
+    assert!(ips(&out, "default", "c").is_empty() && ips(&out, "default", "d").is_empty());
+    world.config = config(&[("default", "10.0.0.1-10.0.0.4")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["10.0.0.4"]);
+    assert!(ips(&out, "default", "d").is_empty());
+    assert_eq!(planner.pending(), 1);
+}
+
+#[test]
+fn restart_with_100_assigned_services_changes_nothing() {
+    let services: Vec<_> = (0..100)
+        .map(|i| svc("default", &format!("s{i:03}")).created(i))
+        .collect();
+    let mut world = World::new(config(&[("default", "10.0.0.1-10.0.0.200")]), services);
+    let mut first = Planner::new();
+    let before = world.plan(&mut first);
+    for s in &mut world.services {
+        let p = &before.services[&s.key];
+        s.observed_ips = p.ips.clone();
+        s.observed_node = p.node.clone();
+    }
+    // The restarted leader sees the Services in another order, and a newcomer.
+    world.services.reverse();
+    world.services.push(svc("default", "new").created(-5));
+    let mut second = Planner::new();
+    let after = world.plan(&mut second);
+    for (k, p) in &before.services {
+        assert_eq!(after.services[k].ips, p.ips, "{k}");
+        assert_eq!(after.services[k].node, p.node, "{k}");
+    }
+    assert_eq!(
+        ips(&after, "default", "new"),
+        ["10.0.0.101"],
+        "older, but imports come first"
+    );
+    assert!(events(&after, reason::CLEAR_ASSIGNMENT).is_empty());
+    assert_eq!(events(&after, reason::IP_ALLOCATED).len(), 1);
+    assert_eq!(events(&after, reason::NODE_ASSIGNED).len(), 1);
+}
+
+#[test]
+fn tenant_fencing() {
+    let world = World::new(
+        config(&[
+            DEFAULT_3,
+            ("staging", "10.0.7.1-10.0.7.6\n10.0.8.1"),
+            ("_fallback", "10.0.9.1-10.0.9.2"),
+        ]),
+        vec![
+            svc("staging", "steal").created(1).requesting("10.0.0.1"),
+            svc("staging", "fallback-ip")
+                .created(2)
+                .requesting("10.0.9.1"),
+            svc("staging", "imported")
+                .created(3)
+                .observed("10.0.0.2", Some("a")),
+            svc("default", "a").created(4),
+            svc("default", "b").created(5),
+            svc("default", "c").created(6),
+            svc("default", "d").created(7),
+            svc("other", "x").created(8),
+        ],
+    );
+    let out = world.plan(&mut Planner::new());
+    let steal = plan_of(&out, "staging", "steal");
+    assert!(steal.ips.is_empty());
+    assert_eq!(steal.allocated.reason, reason::REQUESTED_IP_NOT_IN_POOL);
+    assert_eq!(
+        steal.allocated.message,
+        "10.0.0.1 is not in the pool of namespace staging (10.0.7.1-10.0.7.6, 10.0.8.1)"
+    );
+    assert_eq!(
+        plan_of(&out, "staging", "fallback-ip").allocated.reason,
+        reason::REQUESTED_IP_NOT_IN_POOL,
+        "a namespace with its own key never draws from the fallback"
+    );
+    // An observed IP of another tenant's pool is not imported.
+    assert_eq!(ips(&out, "staging", "imported"), ["10.0.7.1"]);
+    let cleared = events_for(&out, "staging", "imported", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1);
+    assert!(cleared[0].warning);
+    assert!(
+        cleared[0]
+            .message
+            .starts_with("10.0.0.2 is not in the pool of namespace staging"),
+        "{}",
+        cleared[0].message
+    );
+    assert_eq!(
+        ips(&out, "default", "a"),
+        ["10.0.0.1"],
+        "not imported by staging"
+    );
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.2"]);
+    let d = plan_of(&out, "default", "d");
+    assert_eq!(
+        d.allocated.reason,
+        reason::POOL_EXHAUSTED,
+        "no fallback for default"
+    );
+    assert_eq!(
+        ips(&out, "other", "x"),
+        ["10.0.9.1"],
+        "no key of its own: fallback"
+    );
+}
+
+#[test]
+fn no_pool_and_invalid_requests_are_explained() {
+    let world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("nowhere", "x"),
+            svc("default", "bad")
+                .malformed("aliaslb.io/loadBalancerIPs: `10.0.0.x` is not an IP address"),
+            svc("default", "two").requesting("10.0.0.1, 10.0.0.2"),
+            svc("default", "v6").requesting("2001:db8::1"),
+        ],
+    );
+    let out = world.plan(&mut Planner::new());
+    let table = [
+        (
+            "nowhere",
+            "x",
+            reason::NO_POOL,
+            "namespace nowhere has no pool and no _fallback pool is configured",
+        ),
+        (
+            "default",
+            "bad",
+            reason::INVALID_REQUEST,
+            "aliaslb.io/loadBalancerIPs: `10.0.0.x` is not an IP address",
+        ),
+        (
+            "default",
+            "two",
+            reason::INVALID_REQUEST,
+            "requests both 10.0.0.1 and 10.0.0.2: at most one IPv4 address can be requested",
+        ),
+        (
+            "default",
+            "v6",
+            reason::INVALID_REQUEST,
+            "requests 2001:db8::1, but the Service's ipFamilies do not include IPv6",
+        ),
+    ];
+    for (ns, name, want_reason, want_message) in table {
+        let p = plan_of(&out, ns, name);
+        assert!(p.ips.is_empty(), "{ns}/{name}");
+        assert_eq!(
+            (p.allocated.reason.as_str(), p.allocated.message.as_str()),
+            (want_reason, want_message),
+            "{ns}/{name}"
+        );
+        assert_eq!(p.announced.reason, reason::NOT_ALLOCATED);
+        assert_eq!(
+            events_for(&out, ns, name, reason::ALLOCATION_FAILED).len(),
+            1
+        );
+    }
+}
+
+#[test]
+fn requested_ips_in_use_move_and_release() {
+    let mut world = World::new(
+        config(&[DEFAULT_3, ("_fallback", "10.0.9.1-10.0.9.3")]),
+        vec![
+            svc("default", "web").created(1),
+            svc("default", "api").created(2).requesting("10.0.0.1"),
+            svc("team-a", "x").created(3).requesting("10.0.9.2"),
+            svc("team-b", "y").created(4).requesting("10.0.9.2"),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let api = plan_of(&out, "default", "api");
+    assert_eq!(api.allocated.reason, reason::REQUESTED_IP_IN_USE);
+    assert!(
+        api.allocated
+            .message
+            .starts_with("10.0.0.1 is used by default/web"),
+        "{}",
+        api.allocated.message
+    );
+    let y = plan_of(&out, "team-b", "y");
+    assert_eq!(y.allocated.reason, reason::REQUESTED_IP_IN_USE);
+    assert!(
+        y.allocated
+            .message
+            .starts_with("10.0.9.2 is used by a Service in another namespace"),
+        "tenants do not learn each other's names: {}",
+        y.allocated.message
+    );
+
+    // Changing the request moves the Service and frees the old address.
+    world.service_mut("default", "web").requested = Ok(vec![ip("10.0.0.3")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.3"]);
+    assert_eq!(
+        ips(&out, "default", "api"),
+        ["10.0.0.1"],
+        "web is older, so it moved before api was planned"
+    );
+    assert_eq!(
+        events_for(&out, "default", "web", reason::RELEASED).len(),
+        1
+    );
+    assert_eq!(planner.usage()[0].in_use, 2, "10.0.0.1 and 10.0.0.3 only");
+
+    // A request that cannot be honoured keeps the current address.
+    world.service_mut("default", "web").requested = Ok(vec![ip("10.0.0.1")]);
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.3"]);
+    assert_eq!(web.allocated.reason, reason::REQUESTED_IP_IN_USE);
+    assert!(
+        web.allocated
+            .message
+            .ends_with("; keeping 10.0.0.3 for now"),
+        "{}",
+        web.allocated.message
+    );
+}
+
+#[test]
+fn import_collision_keeps_the_older_and_reallocates_the_other() {
+    let world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "young")
+                .created(9)
+                .observed("10.0.0.2", Some("b")),
+            svc("default", "old")
+                .created(1)
+                .observed("10.0.0.2", Some("a")),
+        ],
+    );
+    let out = world.plan(&mut Planner::new());
+    assert_eq!(ips(&out, "default", "old"), ["10.0.0.2"]);
+    assert_eq!(plan_of(&out, "default", "old").node.as_deref(), Some("a"));
+    assert_eq!(ips(&out, "default", "young"), ["10.0.0.1"]);
+    let cleared = events_for(&out, "default", "young", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1);
+    assert!(cleared[0].warning);
+    assert_eq!(
+        cleared[0].message,
+        "10.0.0.2 is also claimed by default/old, which is older and keeps it; assigning a new address"
+    );
+    assert!(events_for(&out, "default", "old", reason::CLEAR_ASSIGNMENT).is_empty());
+}
+
+#[test]
+fn sharing_with_port_clash_and_same_node() {
+    let mut world = World::new(
+        config(&[DEFAULT_3, ("other", "10.0.1.1-10.0.1.3")]),
+        vec![
+            svc("default", "http")
+                .created(1)
+                .sharing("k")
+                .port(80, "TCP"),
+            svc("default", "https")
+                .created(2)
+                .sharing("k")
+                .port(443, "TCP"),
+            svc("default", "dns")
+                .created(3)
+                .sharing("k")
+                .port(80, "UDP"),
+            svc("default", "clash")
+                .created(4)
+                .sharing("k")
+                .port(80, "TCP"),
+            svc("default", "k2")
+                .created(5)
+                .sharing("k2")
+                .port(80, "TCP"),
+            svc("other", "k").created(6).sharing("k").port(80, "TCP"),
+        ],
+    );
+    world.nodes = ["a", "b", "c", "d"].into_iter().map(node).collect();
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    for name in ["http", "https", "dns"] {
+        assert_eq!(ips(&out, "default", name), ["10.0.0.1"], "{name}");
+    }
+    let nodes: BTreeSet<_> = ["http", "https", "dns"]
+        .iter()
+        .map(|n| plan_of(&out, "default", n).node.clone())
+        .collect();
+    assert_eq!(nodes.len(), 1, "shared IPs on one node: {nodes:?}");
+    assert!(nodes.iter().all(Option::is_some));
+    let clash = plan_of(&out, "default", "clash");
+    assert!(clash.ips.is_empty());
+    assert_eq!(clash.allocated.reason, reason::PORT_CLASH);
+    assert!(
+        clash.allocated.message.contains("80/TCP")
+            && clash.allocated.message.contains("default/http"),
+        "{}",
+        clash.allocated.message
+    );
+    assert_eq!(ips(&out, "default", "k2"), ["10.0.0.2"]);
+    assert_eq!(
+        ips(&out, "other", "k"),
+        ["10.0.1.1"],
+        "sharing never crosses namespaces"
+    );
+
+    // The shared IP stays until its last user goes.
+    world.remove("default", "http");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "https"), ["10.0.0.1"]);
+    assert_eq!(
+        ips(&out, "default", "clash"),
+        ["10.0.0.1"],
+        "80/TCP is free now"
+    );
+    assert_eq!(planner.usage()[0].in_use, 2);
+    for name in ["https", "dns", "clash"] {
+        world.remove("default", name);
+    }
+    world.plan(&mut planner);
+    assert_eq!(planner.usage()[0].in_use, 1, "only k2 left");
+}
+
+#[test]
+fn edits_to_ports_or_sharing_key_are_rechecked() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1).sharing("k").port(80, "TCP"),
+            svc("default", "b").created(2).sharing("k").port(81, "TCP"),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
+    world.service_mut("default", "b").ports[0].port = 80;
+    let out = world.plan(&mut planner);
+    let b = plan_of(&out, "default", "b");
+    assert!(
+        b.ips.is_empty(),
+        "the edit introduced the clash: b gives the IP up"
+    );
+    assert_eq!(b.allocated.reason, reason::PORT_CLASH);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    world.service_mut("default", "b").sharing_key = Some("other".into());
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.2"]);
+    assert_eq!(planner.pending(), 0);
+}
+
+#[test]
+fn requested_ip_of_the_sharing_group_is_shareable_unless_sharing_is_off() {
+    let services = vec![
+        svc("default", "a").created(1).sharing("k").port(80, "TCP"),
+        svc("default", "b")
+            .created(2)
+            .sharing("k")
+            .port(81, "TCP")
+            .requesting("10.0.0.1"),
+        svc("default", "c")
+            .created(3)
+            .sharing("k")
+            .port(82, "TCP")
+            .requesting("10.0.0.3"),
+    ];
+    let world = World::new(config(&[DEFAULT_3]), services.clone());
+    let out = world.plan(&mut Planner::new());
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
+    let c = plan_of(&out, "default", "c");
+    assert_eq!(c.allocated.reason, reason::SHARING_KEY_CONFLICT);
+
+    let off = config(&[
+        DEFAULT_3,
+        (
+            "config.yaml",
+            "pools:\n  default:\n    allowSharing: false\n",
+        ),
+    ]);
+    let world = World::new(off, services);
+    let out = world.plan(&mut Planner::new());
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    let b = plan_of(&out, "default", "b");
+    assert!(b.ips.is_empty());
+    assert_eq!(b.allocated.reason, reason::SHARING_NOT_ALLOWED);
+    assert!(
+        b.allocated.message.contains("allowSharing: false"),
+        "{}",
+        b.allocated.message
+    );
+}
+
+#[test]
+fn dual_stack_policies() {
+    let dual = config(&[("default", "10.0.0.1\n2001:db8::1-2001:db8::2")]);
+    let v4_only = config(&[("default", "10.0.0.1-10.0.0.2")]);
+    let both = [Family::V6, Family::V4];
+    let table = [
+        (
+            "require, both free",
+            dual.clone(),
+            true,
+            vec!["2001:db8::1", "10.0.0.1"],
+            None,
+        ),
+        (
+            "prefer, both free",
+            dual.clone(),
+            false,
+            vec!["2001:db8::1", "10.0.0.1"],
+            None,
+        ),
+        (
+            "prefer, pool lacks IPv6",
+            v4_only.clone(),
+            false,
+            vec!["10.0.0.1"],
+            None,
+        ),
+        (
+            "require, pool lacks IPv6",
+            v4_only,
+            true,
+            vec![],
+            Some(reason::NO_ADDRESS_OF_FAMILY),
+        ),
+    ];
+    for (name, cfg, require_all, want, want_reason) in table {
+        let world = World::new(cfg, vec![svc("default", "s").families(&both, require_all)]);
+        let mut planner = Planner::new();
+        let out = world.plan(&mut planner);
+        assert_eq!(ips(&out, "default", "s"), want, "{name}");
+        let p = plan_of(&out, "default", "s");
+        assert_eq!(
+            p.allocated.reason,
+            want_reason.unwrap_or(reason::ALLOCATED),
+            "{name}"
+        );
+        if want.is_empty() {
+            assert!(
+                planner.usage().iter().all(|u| u.in_use == 0),
+                "{name}: holds nothing"
+            );
+        }
+    }
+
+    // RequireDualStack with IPv4 exhausted takes no IPv6 address either; PreferDualStack
+    // takes the IPv6 one and gets IPv4 when it frees up.
+    let mut world = World::new(
+        dual,
+        vec![
+            svc("default", "v4").created(1),
+            svc("default", "require")
+                .created(2)
+                .families(&[Family::V4, Family::V6], true),
+            svc("default", "prefer")
+                .created(3)
+                .families(&[Family::V4, Family::V6], false),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert!(ips(&out, "default", "require").is_empty());
+    assert_eq!(
+        plan_of(&out, "default", "require").allocated.message,
+        "all 1 IPv4 addresses of pool default are in use"
+    );
+    assert_eq!(ips(&out, "default", "prefer"), ["2001:db8::1"]);
+    assert_eq!(planner.pending(), 2);
+    world.remove("default", "v4");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "require"), ["10.0.0.1", "2001:db8::2"]);
+    assert!(ips(&out, "default", "prefer") == ["2001:db8::1"]);
+}
+
+#[test]
+fn pool_edit_removing_an_ip() {
+    let mut world = World::new(
+        config(&[("default", "192.168.55.10-192.168.55.12")]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+            svc("default", "c").created(3),
+        ],
+    );
+    let mut planner = Planner::new();
+    world.plan(&mut planner);
+    // Same addresses written differently: nothing changes, nothing reported.
+    world.config = config(&[("default", "192.168.55.10\n192.168.55.11-192.168.55.12")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["192.168.55.12"]);
+    assert!(out.events.is_empty(), "{:?}", out.events);
+
+    world.config = config(&[("default", "192.168.55.10-192.168.55.11")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["192.168.55.10"]);
+    assert_eq!(ips(&out, "default", "b"), ["192.168.55.11"]);
+    assert!(ips(&out, "default", "c").is_empty());
+    let cleared = events_for(&out, "default", "c", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1);
+    assert_eq!(
+        cleared[0].message,
+        "192.168.55.12 was removed from the pool of namespace default; assigning a new address"
+    );
+    assert_eq!(
+        plan_of(&out, "default", "c").allocated.reason,
+        reason::POOL_EXHAUSTED
+    );
+
+    world.config = config(&[("default", "192.168.55.10-192.168.55.11\n192.168.55.20")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["192.168.55.20"]);
+    assert_eq!(planner.usage()[0].in_use, 3);
+}
+
+#[test]
+fn pool_edit_moving_a_namespace_off_the_fallback() {
+    let mut world = World::new(
+        config(&[("_fallback", "10.0.9.1-10.0.9.3")]),
+        vec![svc("team", "x").created(1)],
+    );
+    let mut planner = Planner::new();
+    assert_eq!(ips(&world.plan(&mut planner), "team", "x"), ["10.0.9.1"]);
+    world.config = config(&[("_fallback", "10.0.9.1-10.0.9.3"), ("team", "10.0.5.5")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        ips(&out, "team", "x"),
+        ["10.0.5.5"],
+        "its own key now fences it"
+    );
+    let usage: BTreeMap<_, _> = planner
+        .usage()
+        .into_iter()
+        .map(|u| (u.pool, u.in_use))
+        .collect();
+    assert_eq!(usage[&PoolKey::Fallback], 0);
+    assert_eq!(usage[&PoolKey::Namespace("team".into())], 1);
+}
+
+#[test]
+fn sticky_recreation_within_the_window() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+            svc("default", "c").created(3),
+        ],
+    );
+    let mut planner = Planner::new();
+    world.plan(&mut planner);
+    world.remove("default", "a");
+    world.remove("default", "b");
+    world.plan(&mut planner);
+    world.advance(Duration::from_secs(60));
+    world
+        .services
+        .push(svc("default", "b").created(10).uid("b-2"));
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        ips(&out, "default", "b"),
+        ["10.0.0.2"],
+        "its old IP, not the lowest free"
+    );
+
+    // Past the window, a re-created Service gets the lowest free address.
+    world.remove("default", "b");
+    world.plan(&mut planner);
+    world.advance(STICKY_FOR);
+    world
+        .services
+        .push(svc("default", "b").created(20).uid("b-3"));
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
+}
+
+#[test]
+fn recreation_under_a_new_uid_in_one_pass_keeps_the_ip() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+        ],
+    );
+    let mut planner = Planner::new();
+    world.plan(&mut planner);
+    *world.service_mut("default", "a") = svc("default", "a").created(5).uid("a-2");
+    let out = world.plan(&mut planner);
+    assert_eq!(out.released, [(key("default", "a"), vec![ip("10.0.0.1")])]);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+}
+
+/// One Service on 10.0.0.1, planned; returns the world, planner and its node.
+fn placed() -> (World, Planner, String) {
+    let world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let node = plan_of(&out, "default", "web")
+        .node
+        .clone()
+        .expect("a node");
+    assert_eq!(events(&out, reason::NODE_ASSIGNED).len(), 1);
+    (world, planner, node)
+}
+
+fn other(node: &str) -> &'static str {
+    if node == "a" { "b" } else { "a" }
+}
+
+#[test]
+fn announced_only_when_the_node_holds_the_ip() {
+    let (mut world, mut planner, n) = placed();
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert!(!web.announced.status);
+    assert_eq!(web.announced.reason, reason::WAITING_FOR_AGENT);
+    world.holds(other(&n), "10.0.0.1");
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").announced.reason,
+        reason::WAITING_FOR_AGENT,
+        "held by the wrong node does not count"
+    );
+    world.holds(&n, "10.0.0.1");
+    world.interface(&n, "eth1", "10.0.0.0/24");
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert!(web.announced.status);
+    assert_eq!(web.announced.reason, reason::ANNOUNCED);
+    assert_eq!(web.announced.message, format!("held by {n} on eth1"));
+}
+
+#[test]
+fn graceful_move_waits_for_the_old_agent() {
+    let (mut world, mut planner, n) = placed();
+    let m = other(&n);
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.node_mut(&n).unschedulable = true;
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.node, None, "break before make");
+    assert_eq!(web.ips, [ip("10.0.0.1")]);
+    assert_eq!(web.announced.reason, reason::MOVING);
+    let moved = events(&out, reason::NODE_MOVED);
+    assert_eq!(moved.len(), 1);
+    assert!(
+        moved[0].message.contains(&format!("{n} is cordoned")),
+        "{}",
+        moved[0].message
+    );
+
+    // Still held: keep waiting, without repeating the Event.
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node, None);
+    assert!(out.events.is_empty(), "{:?}", out.events);
+
+    world.holds(&n, "");
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some(m));
+    assert_eq!(events(&out, reason::NODE_ASSIGNED).len(), 1);
+
+    // Uncordoning does not fail back.
+    world.node_mut(&n).unschedulable = false;
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some(m));
+}
+
+#[test]
+fn hard_loss_moves_at_once() {
+    let (mut world, mut planner, n) = placed();
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.node_mut(&n).agent_ready = false;
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").node.as_deref(),
+        Some(other(&n))
+    );
+    let moved = events(&out, reason::NODE_MOVED);
+    assert_eq!(moved.len(), 1);
+    assert!(
+        moved[0].message.contains("not ready"),
+        "{}",
+        moved[0].message
+    );
+}
+
+#[test]
+fn no_eligible_node_is_reported_once() {
+    let (mut world, mut planner, _) = placed();
+    for n in &mut world.nodes {
+        n.agent_ready = false;
+    }
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.node, None);
+    assert_eq!(web.announced.reason, reason::NO_ELIGIBLE_NODE);
+    assert_eq!(
+        web.announced.message,
+        "no eligible node: 2 nodes; 2 without a fresh aliaslb agent"
+    );
+    assert_eq!(events(&out, reason::NO_ELIGIBLE_NODE).len(), 1);
+    let out = world.plan(&mut planner);
+    assert!(events(&out, reason::NO_ELIGIBLE_NODE).is_empty());
+    world.node_mut("b").agent_ready = true;
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some("b"));
+}
+
+#[test]
+fn address_conflict_keeps_the_node() {
+    let (mut world, mut planner, n) = placed();
+    world.conflict(&n, "10.0.0.1", "already on eth0 (owner: dhcpcd)");
+    world.node_mut(&n).unschedulable = true;
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(
+        web.node.as_deref(),
+        Some(n.as_str()),
+        "moving would duplicate the address"
+    );
+    assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
+    assert!(web.announced.message.contains(&n) && web.announced.message.contains("10.0.0.1"));
+    let conflicts = events(&out, reason::ADDRESS_CONFLICT);
+    assert_eq!(conflicts.len(), 1);
+    assert!(conflicts[0].warning);
+    let out = world.plan(&mut planner);
+    assert!(
+        events(&out, reason::ADDRESS_CONFLICT).is_empty(),
+        "reported once"
+    );
+}
+
+#[test]
+fn restart_adopts_the_observed_node_only_if_eligible() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "kept")
+                .created(1)
+                .observed("10.0.0.1", Some("b")),
+            svc("default", "leaving")
+                .created(2)
+                .observed("10.0.0.2", Some("c")),
+            svc("default", "gone")
+                .created(3)
+                .observed("10.0.0.3", Some("dead")),
+        ],
+    );
+    let mut c = node("c");
+    c.unschedulable = true;
+    world.nodes.push(c);
+    world.holds("c", "10.0.0.2");
+    let out = world.plan(&mut Planner::new());
+    assert_eq!(plan_of(&out, "default", "kept").node.as_deref(), Some("b"));
+    let leaving = plan_of(&out, "default", "leaving");
+    assert_eq!(leaving.node, None, "c still holds it: graceful move");
+    assert_eq!(leaving.announced.reason, reason::MOVING);
+    assert!(
+        plan_of(&out, "default", "gone").node.is_some(),
+        "unknown node: elected at once"
+    );
+    assert!(events_for(&out, "default", "kept", reason::NODE_ASSIGNED).is_empty());
+}
+
+#[test]
+fn local_traffic_follows_endpoints_and_least_load() {
+    let mut world = World::new(
+        config(&[("default", "10.0.0.1-10.0.0.9")]),
+        vec![
+            svc("default", "l").created(1).local(),
+            svc("default", "x").created(2),
+            svc("default", "y").created(3),
+        ],
+    );
+    world
+        .local
+        .insert(key("default", "l"), BTreeSet::from(["b".to_owned()]));
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "l").node.as_deref(), Some("b"));
+    assert_eq!(
+        plan_of(&out, "default", "x").node.as_deref(),
+        Some("a"),
+        "least loaded: b already carries l"
+    );
+
+    // The endpoint moves to a: graceful move (b's agent holds the IP).
+    world.holds("b", "10.0.0.1");
+    world
+        .local
+        .insert(key("default", "l"), BTreeSet::from(["a".to_owned()]));
+    let out = world.plan(&mut planner);
+    let moved = events_for(&out, "default", "l", reason::NODE_MOVED);
+    assert!(
+        moved[0].message.contains("b has no ready local endpoint"),
+        "{}",
+        moved[0].message
+    );
+    world.holds("b", "");
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "l").node.as_deref(), Some("a"));
+}
+
+#[test]
+fn interface_comes_from_the_pool_options() {
+    let world = World::new(
+        config(&[
+            DEFAULT_3,
+            ("config.yaml", "pools:\n  default:\n    interface: eth1\n"),
+        ]),
+        vec![svc("default", "a"), svc("nowhere", "b")],
+    );
+    let out = world.plan(&mut Planner::new());
+    assert_eq!(
+        plan_of(&out, "default", "a").interface.as_deref(),
+        Some("eth1")
+    );
+    assert_eq!(plan_of(&out, "nowhere", "b").interface, None);
+}
+
+#[test]
+fn ten_thousand_services() {
+    let services: Vec<_> = (0..10_000)
+        .map(|i| {
+            let s = svc(&format!("ns{}", i % 50), &format!("s{i}")).created(i);
+            if i % 10 == 0 {
+                s.sharing("k").port(i as i32, "TCP")
+            } else {
+                s
+            }
+        })
+        .collect();
+    let mut world = World::new(config(&[("_fallback", "10.1.0.0/16")]), services);
+    world.nodes = (0..20).map(|i| node(&format!("n{i}"))).collect();
+    // Timing is printed, not asserted (`cargo test --release -- --nocapture` to see it):
+    // the best of five fresh planners, and of five passes with nothing changed, as wall
+    // time and as this thread's CPU time (robust when the machine is busy).
+    let mut first = Timing::default();
+    let mut planner = Planner::new();
+    let mut out = Default::default();
+    for _ in 0..5 {
+        planner = Planner::new();
+        let t = Timing::start();
+        out = world.plan(&mut planner);
+        first = first.best(t.stop());
+    }
+    let mut steady = Timing::default();
+    let mut again = Default::default();
+    for _ in 0..5 {
+        let t = Timing::start();
+        again = world.plan(&mut planner);
+        steady = steady.best(t.stop());
+    }
+    eprintln!("10,000 Services: first pass {first}; steady pass {steady}");
+    assert_eq!(planner.pending(), 0);
+    let shared: BTreeMap<_, _> = world
+        .services
+        .iter()
+        .map(|s| (&s.key, s.sharing_key.is_some()))
+        .collect();
+    let mut owners: BTreeMap<_, BTreeSet<_>> = BTreeMap::new();
+    for (k, p) in &out.services {
+        assert_eq!(p.ips.len(), 1, "{k}");
+        assert!(p.node.is_some(), "{k}");
+        let group = shared[k];
+        owners
+            .entry(p.ips[0])
+            .or_default()
+            .insert((k.namespace.clone(), group));
+    }
+    for (ip, users) in &owners {
+        assert_eq!(
+            users.len(),
+            1,
+            "{ip} crosses namespaces or sharing groups: {users:?}"
+        );
+    }
+    // 9,000 unshared + one shared address per namespace with sharers (i % 10 == 0 lands
+    // in namespaces ns0, ns10, .., ns40).
+    assert_eq!(owners.len(), 9_000 + 5);
+    assert!(again.events.is_empty());
+    assert_eq!(again.services, out.services);
+}
+
+/// Wall and CPU time of one pass (CPU from `/proc/thread-self/schedstat`, Linux only;
+/// zero elsewhere).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            wall: Duration::MAX,
+            cpu: Duration::MAX,
+        }
+    }
+}
+
+impl Timing {
+    fn start() -> (std::time::Instant, Duration) {
+        (std::time::Instant::now(), thread_cpu())
+    }
+
+    fn best(self, other: Timing) -> Timing {
+        Timing {
+            wall: self.wall.min(other.wall),
+            cpu: self.cpu.min(other.cpu),
+        }
+    }
+}
+
+trait Stop {
+    fn stop(self) -> Timing;
+}
+
+impl Stop for (std::time::Instant, Duration) {
+    fn stop(self) -> Timing {
+        Timing {
+            wall: self.0.elapsed(),
+            cpu: thread_cpu().saturating_sub(self.1),
+        }
+    }
+}
+
+impl std::fmt::Display for Timing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1?} wall, {:.1?} CPU", self.wall, self.cpu)
+    }
+}
+
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}

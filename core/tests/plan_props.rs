@@ -1,0 +1,295 @@
+//! Property test of the planner over random sequences of Service adds (including
+//! re-creation under a new uid), removes, pool edits and controller restarts.
+//!
+//! After every pass:
+//! - no IP is planned for two Services unless they are of one namespace, share a sharing
+//!   key and use different ports;
+//! - every IP lies inside its namespace's pool (own key, else fallback);
+//! - a plain Service (single-stack IPv4, no request, no sharing key) is pending only when
+//!   its pool really has no free IPv4 address, and then says PoolExhausted (or NoPool /
+//!   NoAddressOfFamily when there is no pool or no IPv4 in it);
+//! - the planner's usage matches the distinct IPs planned;
+//! - a restart (fresh Planner importing the last output) changes no IP and no node.
+
+mod plan_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use aliaslb_core::plan::{PlanOutput, Planner, ServiceKey, ServiceView, reason};
+use aliaslb_core::pool::PoolConfig;
+use aliaslb_core::range::Family;
+use plan_support::*;
+use proptest::prelude::*;
+
+const NAMESPACES: [&str; 3] = ["ns0", "ns1", "ns2"];
+
+/// A pool config: per namespace 0 and 1 maybe a key of `n` IPv4 addresses (and maybe
+/// IPv6), maybe a fallback of `n` addresses, maybe sharing off for namespace 0.
+#[derive(Debug, Clone)]
+struct ConfigSpec {
+    own: [Option<(u8, bool)>; 2],
+    fallback: Option<u8>,
+    sharing_off: bool,
+}
+
+impl ConfigSpec {
+    fn build(&self) -> PoolConfig {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (i, own) in self.own.iter().enumerate() {
+            if let Some((n, v6)) = own {
+                let mut value = format!("10.0.{i}.1-10.0.{i}.{n}");
+                if *v6 {
+                    value.push_str(&format!("\n2001:db8:{i}::1-2001:db8:{i}::{n}"));
+                }
+                pairs.push((NAMESPACES[i].to_owned(), value));
+            }
+        }
+        if let Some(n) = self.fallback {
+            pairs.push(("_fallback".to_owned(), format!("10.0.9.1-10.0.9.{n}")));
+        }
+        if self.sharing_off && self.own[0].is_some() {
+            pairs.push((
+                "config.yaml".to_owned(),
+                "pools:\n  ns0:\n    allowSharing: false\n".to_owned(),
+            ));
+        }
+        let borrowed: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        config(&borrowed)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add {
+        ns: usize,
+        name: u8,
+        sharing: Option<u8>,
+        port: u8,
+        /// (pool index 0, 1 or 9, host): may be outside the namespace's pool.
+        request: Option<(u8, u8)>,
+        /// 0: IPv4, 1: PreferDualStack, 2: RequireDualStack.
+        dual: u8,
+    },
+    Remove(usize),
+    Config(ConfigSpec),
+    Restart,
+}
+
+fn config_spec() -> impl Strategy<Value = ConfigSpec> {
+    (
+        prop::option::weighted(0.8, (1u8..5, any::<bool>())),
+        prop::option::weighted(0.8, (1u8..5, any::<bool>())),
+        prop::option::of(1u8..4),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(a, b, fallback, sharing_off)| ConfigSpec {
+            own: [a, b],
+            fallback,
+            sharing_off,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (
+            0usize..3,
+            0u8..6,
+            prop::option::weighted(0.3, 0u8..2),
+            0u8..3,
+            prop::option::weighted(0.2, (prop::sample::select(vec![0u8, 1, 9]), 1u8..5)),
+            prop::sample::select(vec![0u8, 0, 0, 1, 2]),
+        )
+            .prop_map(|(ns, name, sharing, port, request, dual)| Op::Add {
+                ns,
+                name,
+                sharing,
+                port,
+                request,
+                dual,
+            }),
+        3 => any::<prop::sample::Index>().prop_map(|i| Op::Remove(i.index(1000))),
+        1 => config_spec().prop_map(Op::Config),
+        1 => Just(Op::Restart),
+    ]
+}
+
+fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
+    let Op::Add {
+        sharing,
+        port,
+        request,
+        dual,
+        ..
+    } = op
+    else {
+        unreachable!("only adds make views")
+    };
+    let mut s = svc(NAMESPACES[ns], &format!("s{name}"))
+        .created(created)
+        .uid(&format!("uid-{created}"))
+        .port(80 + i32::from(*port), "TCP");
+    if let Some(k) = sharing {
+        s = s.sharing(&format!("k{k}"));
+    }
+    if let Some((pool, host)) = request {
+        s = s.requesting(&format!("10.0.{pool}.{host}"));
+    }
+    match dual {
+        1 => s.families(&[Family::V4, Family::V6], false),
+        2 => s.families(&[Family::V4, Family::V6], true),
+        _ => s,
+    }
+}
+
+fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestCaseError> {
+    let views: BTreeMap<&ServiceKey, &ServiceView> =
+        world.services.iter().map(|s| (&s.key, s)).collect();
+    prop_assert_eq!(out.services.len(), views.len());
+    let mut users: BTreeMap<IpAddr, Vec<&ServiceView>> = BTreeMap::new();
+    for (k, plan) in &out.services {
+        let v = views[k];
+        for ip in &plan.ips {
+            users.entry(*ip).or_default().push(v);
+            let pool = world.config.pool_for_namespace(&k.namespace);
+            prop_assert!(
+                pool.is_some_and(|(_, p)| p.contains(*ip)),
+                "{} outside the pool of {}",
+                ip,
+                k
+            );
+        }
+    }
+    for (ip, list) in &users {
+        if list.len() < 2 {
+            continue;
+        }
+        let first = list[0];
+        let mut ports = BTreeSet::new();
+        for v in list {
+            prop_assert_eq!(
+                &v.key.namespace,
+                &first.key.namespace,
+                "{} crosses namespaces",
+                ip
+            );
+            prop_assert!(
+                v.sharing_key.is_some(),
+                "{} on a non-sharing Service {}",
+                ip,
+                v.key
+            );
+            prop_assert_eq!(
+                &v.sharing_key,
+                &first.sharing_key,
+                "{} across sharing keys",
+                ip
+            );
+            for p in &v.ports {
+                prop_assert!(ports.insert(p.clone()), "{} port {} twice", ip, p);
+            }
+        }
+    }
+    // Usage matches the distinct IPs planned, per pool.
+    for usage in planner.usage() {
+        let pool = world.config.pool(&usage.pool).unwrap();
+        let planned = users
+            .keys()
+            .filter(|ip| Family::of(**ip) == usage.family && pool.contains(**ip))
+            .count();
+        prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
+    }
+    // Plain Services are pending only when their pool has no room.
+    for (k, plan) in &out.services {
+        let v = views[k];
+        let plain = v.sharing_key.is_none()
+            && v.requested.as_ref().is_ok_and(Vec::is_empty)
+            && v.families.families == [Family::V4];
+        if !plain || !plan.ips.is_empty() {
+            continue;
+        }
+        let why = plan.allocated.reason.as_str();
+        match world.config.pool_for_namespace(&k.namespace) {
+            None => prop_assert_eq!(why, reason::NO_POOL),
+            Some((_, pool)) if pool.size(Family::V4) == 0 => {
+                prop_assert_eq!(why, reason::NO_ADDRESS_OF_FAMILY)
+            }
+            Some((pool_key, pool)) => {
+                prop_assert_eq!(
+                    why,
+                    reason::POOL_EXHAUSTED,
+                    "{}: {}",
+                    k,
+                    plan.allocated.message
+                );
+                let used = users
+                    .keys()
+                    .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
+                    .count() as u128;
+                prop_assert_eq!(
+                    used,
+                    pool.size(Family::V4),
+                    "{} pending with room in {}",
+                    k,
+                    pool_key
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn planner_invariants(initial in config_spec(), ops in prop::collection::vec(op(), 1..40)) {
+        let mut world = World::new(initial.build(), Vec::new());
+        let mut planner = Planner::new();
+        let mut created = 0i64;
+        let mut last = world.plan(&mut planner);
+        for op in &ops {
+            match op {
+                Op::Add { ns, name, .. } => {
+                    created += 1;
+                    let v = view(*ns, *name, created, op);
+                    world.services.retain(|s| s.key != v.key);
+                    world.services.push(v);
+                }
+                Op::Remove(i) => {
+                    if !world.services.is_empty() {
+                        let i = i % world.services.len();
+                        world.services.remove(i);
+                    }
+                }
+                Op::Config(spec) => world.config = spec.build(),
+                Op::Restart => {
+                    for s in &mut world.services {
+                        let p = &last.services[&s.key];
+                        s.observed_ips = p.ips.clone();
+                        s.observed_node = p.node.clone();
+                    }
+                    planner = Planner::new();
+                }
+            }
+            let out = world.plan(&mut planner);
+            check(&world, &planner, &out)?;
+            if matches!(op, Op::Restart) {
+                for (k, before) in &last.services {
+                    if before.ips.is_empty() {
+                        continue;
+                    }
+                    prop_assert_eq!(&out.services[k].ips, &before.ips, "restart moved {}", k);
+                    prop_assert_eq!(&out.services[k].node, &before.node, "restart moved {}", k);
+                }
+                prop_assert!(
+                    out.events.iter().all(|e| e.reason != reason::CLEAR_ASSIGNMENT),
+                    "{:?}", out.events
+                );
+            }
+            last = out;
+        }
+    }
+}

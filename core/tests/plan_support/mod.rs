@@ -1,0 +1,250 @@
+//! Fixture builders shared by the planner tests: Services, nodes, agent reports and a
+//! `World` that owns everything an [`Inputs`] borrows.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::election::NodeState;
+use aliaslb_core::plan::{
+    FamilyPolicy, Inputs, PlanEvent, PlanOutput, Planner, PortKey, ServiceKey, ServicePlan,
+    ServiceView,
+};
+use aliaslb_core::pool::PoolConfig;
+use aliaslb_core::range::Family;
+use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport};
+
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+pub fn key(ns: &str, name: &str) -> ServiceKey {
+    ServiceKey::new(ns, name)
+}
+
+/// A single-stack IPv4 Service created at time 0, uid `ns/name`, no request.
+pub fn svc(ns: &str, name: &str) -> ServiceView {
+    ServiceView {
+        key: key(ns, name),
+        uid: format!("{ns}/{name}"),
+        created: 0,
+        families: FamilyPolicy {
+            families: vec![Family::V4],
+            require_all: false,
+        },
+        requested: Ok(Vec::new()),
+        sharing_key: None,
+        ports: Vec::new(),
+        local_traffic: false,
+        observed_ips: Vec::new(),
+        observed_node: None,
+    }
+}
+
+/// Builder methods on [`ServiceView`].
+pub trait SvcExt {
+    fn created(self, t: i64) -> Self;
+    fn uid(self, uid: &str) -> Self;
+    fn requesting(self, ips: &str) -> Self;
+    fn malformed(self, message: &str) -> Self;
+    fn sharing(self, key: &str) -> Self;
+    fn port(self, port: i32, protocol: &str) -> Self;
+    fn families(self, families: &[Family], require_all: bool) -> Self;
+    fn local(self) -> Self;
+    fn observed(self, ips: &str, node: Option<&str>) -> Self;
+}
+
+impl SvcExt for ServiceView {
+    fn created(mut self, t: i64) -> Self {
+        self.created = t;
+        self
+    }
+    fn uid(mut self, uid: &str) -> Self {
+        self.uid = uid.to_owned();
+        self
+    }
+    /// Comma-separated IPs.
+    fn requesting(mut self, ips: &str) -> Self {
+        self.requested = Ok(ips.split(',').map(|s| ip(s.trim())).collect());
+        self
+    }
+    fn malformed(mut self, message: &str) -> Self {
+        self.requested = Err(message.to_owned());
+        self
+    }
+    fn sharing(mut self, key: &str) -> Self {
+        self.sharing_key = Some(key.to_owned());
+        self
+    }
+    fn port(mut self, port: i32, protocol: &str) -> Self {
+        self.ports.push(PortKey {
+            port,
+            protocol: protocol.to_owned(),
+        });
+        self
+    }
+    fn families(mut self, families: &[Family], require_all: bool) -> Self {
+        self.families = FamilyPolicy {
+            families: families.to_vec(),
+            require_all,
+        };
+        self
+    }
+    fn local(mut self) -> Self {
+        self.local_traffic = true;
+        self
+    }
+    /// Comma-separated observed IPs and the observed node.
+    fn observed(mut self, ips: &str, node: Option<&str>) -> Self {
+        self.observed_ips = ips.split(',').map(|s| ip(s.trim())).collect();
+        self.observed_node = node.map(str::to_owned);
+        self
+    }
+}
+
+/// A ready, schedulable node.
+pub fn node(name: &str) -> NodeState {
+    NodeState {
+        name: name.to_owned(),
+        agent_ready: true,
+        ..NodeState::default()
+    }
+}
+
+/// A pool config from `(key, value)` pairs; panics on a config error.
+pub fn config(pairs: &[(&str, &str)]) -> PoolConfig {
+    let data: BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    PoolConfig::parse(&data).unwrap_or_else(|e| panic!("bad test config: {e:?}"))
+}
+
+/// Everything an [`Inputs`] borrows, owned.
+#[derive(Debug, Clone)]
+pub struct World {
+    pub config: PoolConfig,
+    pub services: Vec<ServiceView>,
+    pub nodes: Vec<NodeState>,
+    pub agents: BTreeMap<String, AgentReport>,
+    pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
+    pub respect_cordon: bool,
+    pub now: Instant,
+}
+
+impl World {
+    /// A world with `config`, the given Services and nodes `a` and `b`.
+    pub fn new(config: PoolConfig, services: Vec<ServiceView>) -> Self {
+        World {
+            config,
+            services,
+            nodes: vec![node("a"), node("b")],
+            agents: BTreeMap::new(),
+            local: BTreeMap::new(),
+            respect_cordon: true,
+            now: Instant::now(),
+        }
+    }
+
+    pub fn plan(&self, planner: &mut Planner) -> PlanOutput {
+        planner.plan(&Inputs {
+            config: &self.config,
+            services: &self.services,
+            nodes: &self.nodes,
+            agents: &self.agents,
+            local_endpoints: &self.local,
+            respect_cordon: self.respect_cordon,
+            now: self.now,
+        })
+    }
+
+    pub fn remove(&mut self, ns: &str, name: &str) {
+        self.services.retain(|s| s.key != key(ns, name));
+    }
+
+    pub fn service_mut(&mut self, ns: &str, name: &str) -> &mut ServiceView {
+        self.services
+            .iter_mut()
+            .find(|s| s.key == key(ns, name))
+            .unwrap()
+    }
+
+    pub fn node_mut(&mut self, name: &str) -> &mut NodeState {
+        self.nodes.iter_mut().find(|n| n.name == name).unwrap()
+    }
+
+    /// The agent on `node` reports holding `ips` (comma separated; empty: none).
+    pub fn holds(&mut self, node: &str, ips: &str) {
+        let report = self.agents.entry(node.to_owned()).or_default();
+        report.held = ips
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| ip(s.trim()))
+            .collect();
+    }
+
+    /// The agent on `node` reports interface `name` on `subnet`.
+    pub fn interface(&mut self, node: &str, name: &str, subnet: &str) {
+        self.agents
+            .entry(node.to_owned())
+            .or_default()
+            .interfaces
+            .push(InterfaceReport {
+                name: name.to_owned(),
+                subnets: vec![subnet.parse().unwrap()],
+            });
+    }
+
+    /// The agent on `node` reports a conflict for `ip`.
+    pub fn conflict(&mut self, node: &str, ip_s: &str, reason: &str) {
+        self.agents
+            .entry(node.to_owned())
+            .or_default()
+            .conflicts
+            .push(Conflict {
+                ip: ip(ip_s),
+                reason: reason.to_owned(),
+            });
+    }
+
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+}
+
+/// The plan of `ns/name`.
+pub fn plan_of<'o>(out: &'o PlanOutput, ns: &str, name: &str) -> &'o ServicePlan {
+    out.services
+        .get(&key(ns, name))
+        .unwrap_or_else(|| panic!("no plan for {ns}/{name}"))
+}
+
+/// The IPs planned for `ns/name`, as strings.
+pub fn ips(out: &PlanOutput, ns: &str, name: &str) -> Vec<String> {
+    plan_of(out, ns, name)
+        .ips
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// Events with `reason`.
+pub fn events<'o>(out: &'o PlanOutput, reason: &str) -> Vec<&'o PlanEvent> {
+    out.events.iter().filter(|e| e.reason == reason).collect()
+}
+
+/// Events with `reason` for `ns/name`.
+pub fn events_for<'o>(
+    out: &'o PlanOutput,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<&'o PlanEvent> {
+    let k = key(ns, name);
+    out.events
+        .iter()
+        .filter(|e| e.reason == reason && e.service == k)
+        .collect()
+}
