@@ -1,3 +1,13 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
 pub mod cli;
+pub mod config;
+pub mod context;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod telemetry;
+pub mod apply;
+pub mod reconcile;
+pub mod views;
+pub mod watch;

@@ -1,0 +1,256 @@
+//! The controller's Prometheus metrics: one registry, typed handles, text encoding.
+//!
+//! No I/O: `http` serves [`Metrics::encode`]. Every name is prefixed `aliaslb_`.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use aliaslb_core::range::Family as IpFamily;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Value of the `family` label.
+fn family_label(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    }
+}
+
+/// Labels of the per-pool gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolLabels {
+    /// Pool key in the ConfigMap (a namespace).
+    pool: String,
+    /// `ipv4` or `ipv6`.
+    family: &'static str,
+}
+
+/// Labels of the reconcile error counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    /// Short stable category of the error (also the Event reason).
+    category: String,
+}
+
+/// The controller's metrics. Cheap to share behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pool_size: Family<PoolLabels, Gauge<f64, AtomicU64>>,
+    pool_in_use: Family<PoolLabels, Gauge>,
+    pending: Gauge,
+    allocations: Counter,
+    releases: Counter,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Histogram,
+    config_valid: Gauge,
+    config_stale: Gauge,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("aliaslb");
+        let pool_size = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "pool_addresses",
+            "Addresses in the pool (a float: IPv6 pools can exceed 2^63)",
+            pool_size.clone(),
+        );
+        let pool_in_use = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_addresses_in_use",
+            "Pool addresses allocated to Services",
+            pool_in_use.clone(),
+        );
+        let pending = Gauge::default();
+        registry.register(
+            "services_pending",
+            "LoadBalancer Services handled by aliaslb that have no IP",
+            pending.clone(),
+        );
+        let allocations = Counter::default();
+        registry.register(
+            "allocations",
+            "IPs allocated to Services",
+            allocations.clone(),
+        );
+        let releases = Counter::default();
+        registry.register("releases", "IPs released by Services", releases.clone());
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by error category",
+            reconcile_errors.clone(),
+        );
+        // 1 ms .. ~16 s.
+        let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            reconcile_duration.clone(),
+        );
+        let config_valid = Gauge::default();
+        registry.register(
+            "config_valid",
+            "1 when the pool ConfigMap as currently written is valid, else 0",
+            config_valid.clone(),
+        );
+        let config_stale = Gauge::default();
+        registry.register(
+            "config_stale",
+            "1 when the controller runs on an older, last good pool config because the current one is invalid",
+            config_stale.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 when this replica is the leader and may write, else 0",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            pool_size,
+            pool_in_use,
+            pending,
+            allocations,
+            releases,
+            reconcile_errors,
+            reconcile_duration,
+            config_valid,
+            config_stale,
+            leader,
+        }
+    }
+
+    /// Record the size and use of one pool key and family.
+    pub fn set_pool(&self, pool: &str, family: IpFamily, size: u128, in_use: u64) {
+        let labels = PoolLabels {
+            pool: pool.to_owned(),
+            family: family_label(family),
+        };
+        // Precision loss above 2^53 is fine for a gauge.
+        #[allow(clippy::cast_precision_loss)]
+        self.pool_size.get_or_create(&labels).set(size as f64);
+        self.pool_in_use
+            .get_or_create(&labels)
+            .set(i64::try_from(in_use).unwrap_or(i64::MAX));
+    }
+
+    /// Forget a pool key that left the config, so its series disappear.
+    pub fn remove_pool(&self, pool: &str, family: IpFamily) {
+        let labels = PoolLabels {
+            pool: pool.to_owned(),
+            family: family_label(family),
+        };
+        self.pool_size.remove(&labels);
+        self.pool_in_use.remove(&labels);
+    }
+
+    /// Set the number of Services waiting for an IP.
+    pub fn set_pending(&self, services: usize) {
+        self.pending
+            .set(i64::try_from(services).unwrap_or(i64::MAX));
+    }
+
+    /// Count one IP allocated.
+    pub fn inc_allocations(&self) {
+        self.allocations.inc();
+    }
+
+    /// Count one IP released.
+    pub fn inc_releases(&self) {
+        self.releases.inc();
+    }
+
+    /// Count one failed reconcile under its short stable `category`.
+    pub fn inc_reconcile_error(&self, category: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                category: category.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Record how long one reconcile took.
+    pub fn observe_reconcile(&self, took: Duration) {
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    /// Record whether the current pool config is valid and whether an older one is in use.
+    pub fn set_config(&self, valid: bool, stale: bool) {
+        self.config_valid.set(i64::from(valid));
+        self.config_stale.set(i64::from(stale));
+    }
+
+    /// Record whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_metric_with_prefix() {
+        let m = Metrics::new();
+        m.set_pool("team-a", IpFamily::V4, 256, 3);
+        m.set_pool("team-a", IpFamily::V6, 1 << 64, 1);
+        m.set_pending(2);
+        m.inc_allocations();
+        m.inc_releases();
+        m.inc_reconcile_error("pool_exhausted");
+        m.observe_reconcile(Duration::from_millis(3));
+        m.set_config(true, false);
+        m.set_leader(true);
+        let text = m.encode().unwrap();
+        for want in [
+            r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
+            r#"aliaslb_pool_addresses{pool="team-a",family="ipv6"} 18446744073709553000.0"#,
+            r#"aliaslb_pool_addresses_in_use{pool="team-a",family="ipv4"} 3"#,
+            "aliaslb_services_pending 2",
+            "aliaslb_allocations_total 1",
+            "aliaslb_releases_total 1",
+            r#"aliaslb_reconcile_errors_total{category="pool_exhausted"} 1"#,
+            "aliaslb_reconcile_duration_seconds_count 1",
+            "aliaslb_config_valid 1",
+            "aliaslb_config_stale 0",
+            "aliaslb_leader 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn removed_pools_disappear() {
+        let m = Metrics::new();
+        m.set_pool("gone", IpFamily::V4, 4, 0);
+        m.remove_pool("gone", IpFamily::V4);
+        assert!(!m.encode().unwrap().contains("gone"));
+    }
+}
