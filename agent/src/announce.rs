@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pnet_datalink::{Channel, NetworkInterface};
+use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
@@ -187,10 +188,18 @@ impl Default for AnnounceConfig {
     }
 }
 
+/// Frames sent at the same time. Each send opens and closes an AF_PACKET socket, and the
+/// close waits for an RCU grace period (`synchronize_net` in `packet_release`): sends run
+/// on the blocking pool, never on the runtime's workers (1,000 aliases added at once
+/// stalled the agent's whole runtime for seconds otherwise), and concurrent closes share
+/// grace periods.
+const CONCURRENT_SENDS: usize = 32;
+
 /// Sends announcement bursts in background tasks and counts the frames.
 #[derive(Debug, Clone)]
 pub struct Announcer {
     config: AnnounceConfig,
+    sends: Arc<Semaphore>,
     sent: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
     bursts: Arc<Mutex<HashMap<IpAddr, AbortHandle>>>,
@@ -201,6 +210,7 @@ impl Announcer {
     pub fn new(config: AnnounceConfig) -> Self {
         Announcer {
             config,
+            sends: Arc::new(Semaphore::new(CONCURRENT_SENDS)),
             sent: Arc::default(),
             failed: Arc::default(),
             bursts: Arc::default(),
@@ -212,13 +222,27 @@ impl Announcer {
     pub fn announce(&self, alias: &Alias, mac: [u8; 6]) {
         let frame = announcement_frame(mac, alias.ip);
         let (config, sent, failed) = (self.config, self.sent.clone(), self.failed.clone());
+        let sends = self.sends.clone();
         let (ip, ifindex, ifname) = (alias.ip, alias.ifindex, alias.ifname.clone());
+        let frame = Arc::new(frame);
         let task = tokio::spawn(async move {
             for i in 0..=config.repeats {
                 if i > 0 {
                     tokio::time::sleep(config.interval).await;
                 }
-                match send_frame(ifindex, &frame) {
+                let Ok(_permit) = sends.acquire().await else {
+                    return;
+                };
+                let frame = frame.clone();
+                let result = tokio::task::spawn_blocking(move || send_frame(ifindex, &frame))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(AnnounceError::Send {
+                            ifindex,
+                            source: io::Error::other(e),
+                        })
+                    });
+                match result {
                     Ok(()) => {
                         sent.fetch_add(1, Ordering::Relaxed);
                         debug!(%ip, interface = %ifname, n = i, "announced");

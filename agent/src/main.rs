@@ -1,6 +1,404 @@
-//! `aliaslb-agent`: entry point. The agent itself comes with the agent issue.
+//! `aliaslb-agent`: parses flags, sets up logging, the API client, the metrics/health
+//! server, the Service watch and the Lease heartbeat, then runs the alias loop: reconcile
+//! on every desired-set change, netlink change, API return and periodic resync; refresh
+//! lifetimes at every renewal tick. On SIGTERM/SIGINT removes its aliases, deletes its
+//! Lease and exits 0, within `--shutdown-timeout`.
 
-fn main() {
-    eprintln!("aliaslb-agent: not implemented yet");
-    std::process::exit(2);
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aliaslb_agent::aliases::{
+    AliasConfig, AliasManager, DesiredSet, ReconcileError, ReconcileReport,
+};
+use aliaslb_agent::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime};
+use aliaslb_agent::config::{Flags, Settings};
+use aliaslb_agent::http::{self, Health};
+use aliaslb_agent::lease::{self, Heartbeat, LeaseConfig};
+use aliaslb_agent::metrics::Metrics;
+use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::{host, services, telemetry};
+use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, REPORT_VERSION};
+use anyhow::Context as _;
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Notify, watch};
+use tokio::time::MissedTickBehavior;
+use tracing::{error, info, warn};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    telemetry::init(flags.log_format).context("setting up logging")?;
+    let settings = flags.into_settings().context("invalid flags")?;
+    // Installed first: from here on SIGTERM means "clean up", not "die".
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let Settings {
+        node_name,
+        namespace,
+        interface,
+        lease_duration,
+        renew_interval,
+        resync_interval,
+        shutdown_timeout,
+        metrics_addr,
+        log_format: _,
+    } = settings;
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        node = %node_name,
+        %namespace,
+        interface = interface.as_deref().unwrap_or("(per Service, subnet or default route)"),
+        ?lease_duration,
+        ?renew_interval,
+        ?resync_interval,
+        "aliaslb-agent starting"
+    );
+
+    let client = kube::Client::try_default()
+        .await
+        .context("creating the Kubernetes client (KUBECONFIG or in-cluster config)")?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::new((lease_duration * 3).max(Duration::from_secs(10)));
+    let (stop_http, http_stopped) = watch::channel(false);
+    let listener = http::bind(metrics_addr).await?;
+    info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
+    let server = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        health.clone(),
+        async move {
+            let mut rx = http_stopped;
+            let _ = rx.wait_for(|stop| *stop).await;
+        },
+    ));
+
+    let (desired_tx, desired_rx) = watch::channel(None);
+    let watcher = tokio::spawn(services::watch_services(
+        client.clone(),
+        node_name.clone(),
+        desired_tx,
+    ));
+    let heartbeat = Heartbeat::new(
+        client,
+        LeaseConfig {
+            namespace,
+            node_name,
+            lease_duration,
+            renew_interval,
+        },
+    );
+    let (report_tx, report_rx) = watch::channel(None);
+    let api_back = Arc::new(Notify::new());
+    let heartbeat_task = tokio::spawn(lease::run(
+        heartbeat.clone(),
+        report_rx,
+        metrics.clone(),
+        api_back.clone(),
+    ));
+
+    let announcer = Announcer::new(AnnounceConfig::default());
+    let aliases = AliasManager::new(
+        NetlinkBackend::connect().context("opening the netlink socket")?,
+        AliasConfig {
+            interface_override: interface,
+            lifetime: Lifetime::for_lease(lease_duration),
+        },
+    )
+    .with_announcer(announcer.clone());
+    metrics.track_announcer(announcer.clone());
+    let changes = watch_changes().context("subscribing to netlink address and link changes")?;
+    let mut node = Node {
+        aliases,
+        announcer,
+        metrics: metrics.clone(),
+        report_tx,
+        links_up: BTreeMap::new(),
+        interfaces: Vec::new(),
+    };
+
+    let signal = node
+        .run(
+            Loop {
+                desired_rx,
+                changes,
+                api_back,
+                health: health.clone(),
+                renew_interval,
+                resync_interval,
+            },
+            &mut sigterm,
+            &mut sigint,
+        )
+        .await;
+    info!(
+        signal,
+        "shutting down: removing aliases, then releasing the Lease"
+    );
+
+    let Node {
+        mut aliases,
+        report_tx,
+        ..
+    } = node;
+    let cleanup = async {
+        // Stop the heartbeat after its write in flight, so nothing re-creates the Lease.
+        drop(report_tx);
+        let _ = heartbeat_task.await;
+        watcher.abort();
+        let report = aliases.release_all().await;
+        for e in &report.errors {
+            error!(error = %e, "could not remove an alias (the kernel drops it when its lifetime ends)");
+        }
+        info!(removed = report.removed.len(), "aliases removed");
+        let released = heartbeat.release().await;
+        (report.errors.is_empty(), released)
+    };
+    let outcome = tokio::time::timeout(shutdown_timeout, cleanup).await;
+    let _ = stop_http.send(true);
+    let _ = server.await;
+    match outcome {
+        Ok((true, Ok(()))) => {
+            info!("stopped");
+            Ok(())
+        }
+        Ok((aliases_ok, released)) => {
+            if let Err(e) = &released {
+                error!(error = %e, "could not release the Lease: the controller moves the IPs when it expires");
+            }
+            anyhow::bail!(
+                "shutdown incomplete (aliases removed: {aliases_ok}, Lease released: {})",
+                released.is_ok()
+            )
+        }
+        Err(_) => anyhow::bail!(
+            "shutdown did not finish within --shutdown-timeout {shutdown_timeout:?}; remaining aliases expire with their lifetime"
+        ),
+    }
+}
+
+/// The inputs of the alias loop.
+struct Loop {
+    desired_rx: watch::Receiver<Option<DesiredSet>>,
+    changes: tokio::sync::mpsc::Receiver<()>,
+    api_back: Arc<Notify>,
+    health: Health,
+    renew_interval: Duration,
+    resync_interval: Duration,
+}
+
+/// Why a reconcile runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    Desired,
+    Netlink,
+    Resync,
+    ApiBack,
+    Retry,
+}
+
+/// The alias loop's state.
+struct Node {
+    aliases: AliasManager<NetlinkBackend>,
+    announcer: Announcer,
+    metrics: Arc<Metrics>,
+    report_tx: watch::Sender<Option<AgentReport>>,
+    /// Up/down state of every link at the last look, to re-announce on a link coming up.
+    links_up: BTreeMap<u32, bool>,
+    interfaces: Vec<InterfaceReport>,
+}
+
+impl Node {
+    /// Runs until a signal arrives; returns its name.
+    async fn run(
+        &mut self,
+        mut inputs: Loop,
+        sigterm: &mut tokio::signal::unix::Signal,
+        sigint: &mut tokio::signal::unix::Signal,
+    ) -> &'static str {
+        let mut renew = tokio::time::interval(inputs.renew_interval);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut resync = tokio::time::interval(inputs.resync_interval);
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        resync.reset();
+        let mut synced = false;
+        let mut watching = true;
+        // Transient failures (kernel writes, dumps) are retried at the next renewal tick.
+        let mut retry = false;
+        loop {
+            let cause = tokio::select! {
+                biased;
+                _ = sigterm.recv() => return "SIGTERM",
+                _ = sigint.recv() => return "SIGINT",
+                _ = renew.tick() => {
+                    inputs.health.beat();
+                    self.refresh().await;
+                    if !(synced && retry) {
+                        continue;
+                    }
+                    Cause::Retry
+                }
+                changed = inputs.desired_rx.changed(), if watching => {
+                    if changed.is_err() {
+                        // The watch task ended (it only does on a panic): keep serving
+                        // and refreshing what we hold.
+                        error!("the Service watch stopped; the aliases held stay as they are");
+                        watching = false;
+                        continue;
+                    }
+                    Cause::Desired
+                }
+                Some(()) = inputs.changes.recv() => Cause::Netlink,
+                _ = resync.tick() => Cause::Resync,
+                () = inputs.api_back.notified() => Cause::ApiBack,
+            };
+            let Some(desired) = inputs.desired_rx.borrow_and_update().clone() else {
+                continue;
+            };
+            let first = !synced;
+            retry = self.reconcile(&desired, cause, first).await;
+            if first {
+                synced = true;
+                inputs.health.set_ready();
+                info!(
+                    desired = desired.len(),
+                    held = self.aliases.held_ips().len(),
+                    "first reconcile done"
+                );
+            }
+        }
+    }
+
+    /// Resets the lifetime of every alias held.
+    async fn refresh(&mut self) {
+        let report = self.aliases.refresh_lifetimes().await;
+        for e in &report.errors {
+            self.count_error(e);
+        }
+    }
+
+    /// One reconcile, then the report and the metrics; returns whether a transient
+    /// failure asks for a retry.
+    async fn reconcile(&mut self, desired: &DesiredSet, cause: Cause, first: bool) -> bool {
+        let held_before: BTreeSet<IpAddr> = self.aliases.held_ips().into_iter().collect();
+        let start = Instant::now();
+        let report = self.aliases.reconcile(desired).await;
+        let took = start.elapsed();
+        let repaired = repairs(&held_before, &report);
+        if repaired > 0 {
+            info!(repaired, "aliases deleted by someone else were put back");
+        }
+        self.metrics
+            .record_reconcile(report.added.len(), report.removed.len(), repaired, took);
+        let mut retry = false;
+        for e in &report.errors {
+            self.count_error(e);
+            retry |= !matches!(e, ReconcileError::Interface { .. });
+        }
+        // Interfaces and link states only change with the links: look again on netlink
+        // ticks, resyncs and at start.
+        if first || matches!(cause, Cause::Netlink | Cause::Resync) {
+            retry |= !self.look_at_links().await;
+        }
+        self.metrics
+            .set_held(self.aliases.owned().map(|a| a.ifname.as_str()));
+        self.metrics
+            .set_desired(desired.len(), report.conflicts.len());
+        self.publish();
+        if report.changed() || !report.errors.is_empty() {
+            info!(
+                ?cause,
+                added = report.added.len(),
+                removed = report.removed.len(),
+                adopted = report.adopted.len(),
+                conflicts = report.conflicts.len(),
+                errors = report.errors.len(),
+                took_ms = took.as_millis(),
+                "reconciled"
+            );
+        }
+        retry
+    }
+
+    /// Reads links and subnets for the report, and re-announces the aliases of links that
+    /// came back up (their neighbours may have forgotten us). Returns false when the node
+    /// could not be read.
+    async fn look_at_links(&mut self) -> bool {
+        let host = match self.aliases.backend().snapshot().await {
+            Ok(host) => host,
+            Err(e) => {
+                warn!(error = %e, "cannot read the node's interfaces");
+                self.count_backend_error(&e);
+                return false;
+            }
+        };
+        self.interfaces = host::interfaces(&host);
+        let came_up: Vec<&host::Link> = host
+            .links
+            .iter()
+            .filter(|l| l.up && self.links_up.get(&l.index) == Some(&false))
+            .collect();
+        for link in came_up {
+            let Some(mac) = link.mac else { continue };
+            for alias in self.aliases.owned().filter(|a| a.ifindex == link.index) {
+                info!(alias = %alias, "link came back up: re-announcing");
+                self.announcer.announce(alias, mac);
+            }
+        }
+        self.links_up = host.links.iter().map(|l| (l.index, l.up)).collect();
+        true
+    }
+
+    /// Publishes the report; the heartbeat writes the Lease at once when it changed.
+    fn publish(&self) {
+        let report = AgentReport {
+            version: REPORT_VERSION,
+            interfaces: self.interfaces.clone(),
+            held: self.aliases.held_ips().into_iter().collect(),
+            conflicts: self
+                .aliases
+                .conflicts()
+                .map(|c| Conflict {
+                    ip: c.ip,
+                    reason: format!("already configured on {} by another owner", c.ifname),
+                })
+                .collect(),
+        };
+        self.report_tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&report);
+            if changed {
+                *current = Some(report);
+            }
+            changed
+        });
+    }
+
+    fn count_error(&self, e: &ReconcileError) {
+        match e {
+            ReconcileError::Snapshot(b) | ReconcileError::Write(b) => self.count_backend_error(b),
+            ReconcileError::Interface { .. } => {}
+        }
+    }
+
+    fn count_backend_error(&self, e: &BackendError) {
+        let op = match e {
+            BackendError::Connect(_) => "connect",
+            BackendError::Kernel { op, .. } | BackendError::Protocol { op, .. } => op,
+        };
+        self.metrics.inc_netlink_error(op);
+    }
+}
+
+/// Aliases this reconcile put back that we held before and did not remove on purpose
+/// (someone else deleted them).
+fn repairs(held_before: &BTreeSet<IpAddr>, report: &ReconcileReport) -> usize {
+    let moved: BTreeSet<IpAddr> = report.removed.iter().map(|a| a.ip).collect();
+    report
+        .added
+        .iter()
+        .filter(|a| held_before.contains(&a.ip) && !moved.contains(&a.ip))
+        .count()
 }

@@ -1,0 +1,275 @@
+//! Command-line flags of `aliaslb-agent` (every flag also readable from the environment)
+//! and the checked settings derived from them. No I/O.
+//!
+//! Flags that mean the same as the controller's carry the same name and variable
+//! (`--namespace`/`POD_NAMESPACE`, `--lease-duration`/`ALIASLB_AGENT_LEASE_DURATION`,
+//! `--metrics-addr`, `--log-format`), so one ConfigMap of variables can feed both.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use aliaslb_core::keys;
+
+use crate::telemetry::LogFormat;
+
+/// `aliaslb-agent` flags.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
+#[command(
+    name = "aliaslb-agent",
+    version,
+    about = "Puts the load-balancer IPs the controller assigned to this node on its interfaces and announces them."
+)]
+pub struct Flags {
+    /// This node's name, as in the Services' `aliaslb.io/node` annotation (downward API
+    /// `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+
+    /// Namespace of the controller, where the agent renews its Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = keys::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+
+    /// Put every alias on this interface (default: the Service's `aliaslb.io/interface`
+    /// annotation, else the interface whose subnet holds the IP, else the default route's).
+    #[arg(long, env = "ALIASLB_INTERFACE")]
+    pub interface: Option<String>,
+
+    /// Agent Lease duration, also the kernel lifetime of every alias: if the agent stops
+    /// renewing, the controller moves its IPs and the kernel drops them after this long.
+    /// Whole seconds, e.g. `4s`.
+    #[arg(long, env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "4s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How often the Lease is renewed and alias lifetimes refreshed.
+    #[arg(long, env = "ALIASLB_AGENT_RENEW_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub renew_interval: Duration,
+
+    /// How often the whole desired set is re-applied even without any change seen.
+    #[arg(long, env = "ALIASLB_AGENT_RESYNC_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+
+    /// On SIGTERM/SIGINT: how long removing the aliases and releasing the Lease may take.
+    #[arg(long, env = "ALIASLB_AGENT_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Listen address of the /metrics and /healthz server (the agent runs on the host
+    /// network: 9100 is node-exporter's port, hence 9101).
+    #[arg(long, env = "ALIASLB_METRICS_ADDR", default_value = "0.0.0.0:9101")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log format.
+    #[arg(long, env = "ALIASLB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Parse a duration such as `4s`, `500ms` or `1m 30s`; zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (expected a duration such as 4s, 500ms or 1m30s)"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".to_owned());
+    }
+    Ok(d)
+}
+
+/// Checked agent settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// This node's name.
+    pub node_name: String,
+    /// Namespace of the agent Lease.
+    pub namespace: String,
+    /// `--interface`, if given.
+    pub interface: Option<String>,
+    /// Lease duration and alias lifetime (whole seconds).
+    pub lease_duration: Duration,
+    /// Renewal and lifetime refresh period (shorter than the lease duration).
+    pub renew_interval: Duration,
+    /// Full resync period.
+    pub resync_interval: Duration,
+    /// Bound on the SIGTERM clean-up.
+    pub shutdown_timeout: Duration,
+    /// Listen address of the HTTP server.
+    pub metrics_addr: SocketAddr,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// Why the flags do not make a usable configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The node name is empty.
+    #[error("--node-name (or NODE_NAME) must not be empty")]
+    EmptyNodeName,
+    /// `--interface` was given empty.
+    #[error("--interface (or ALIASLB_INTERFACE) must not be empty when set")]
+    EmptyInterface,
+    /// The Lease and the kernel count lifetimes in whole seconds.
+    #[error(
+        "--lease-duration {0:?} must be a whole number of seconds, at least 1s (the Lease and the kernel's address lifetimes count seconds)"
+    )]
+    LeaseNotWholeSeconds(Duration),
+    /// Renewing no faster than the lease expires would let aliases lapse.
+    #[error(
+        "--renew-interval {renew_interval:?} must be shorter than --lease-duration {lease_duration:?}, or aliases expire between two refreshes"
+    )]
+    RenewNotBelowLease {
+        /// Renew interval given.
+        renew_interval: Duration,
+        /// Lease duration given.
+        lease_duration: Duration,
+    },
+}
+
+impl Flags {
+    /// Check the flags and turn them into [`Settings`].
+    pub fn into_settings(self) -> Result<Settings, ConfigError> {
+        let Flags {
+            node_name,
+            namespace,
+            interface,
+            lease_duration,
+            renew_interval,
+            resync_interval,
+            shutdown_timeout,
+            metrics_addr,
+            log_format,
+        } = self;
+        if node_name.trim().is_empty() {
+            return Err(ConfigError::EmptyNodeName);
+        }
+        if interface.as_deref().is_some_and(|i| i.trim().is_empty()) {
+            return Err(ConfigError::EmptyInterface);
+        }
+        if lease_duration.subsec_nanos() != 0 || lease_duration.as_secs() == 0 {
+            return Err(ConfigError::LeaseNotWholeSeconds(lease_duration));
+        }
+        if renew_interval >= lease_duration {
+            return Err(ConfigError::RenewNotBelowLease {
+                renew_interval,
+                lease_duration,
+            });
+        }
+        Ok(Settings {
+            node_name,
+            namespace,
+            interface,
+            lease_duration,
+            renew_interval,
+            resync_interval,
+            shutdown_timeout,
+            metrics_addr,
+            log_format,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<Flags, clap::Error> {
+        Flags::try_parse_from(std::iter::once("aliaslb-agent").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults() {
+        let s = parse(&["--node-name=node-a"])
+            .unwrap()
+            .into_settings()
+            .unwrap();
+        assert_eq!(s.node_name, "node-a");
+        assert_eq!(s.namespace, "aliaslb-system");
+        assert_eq!(s.interface, None);
+        assert_eq!(s.lease_duration, Duration::from_secs(4));
+        assert_eq!(s.renew_interval, Duration::from_secs(1));
+        assert_eq!(s.resync_interval, Duration::from_secs(30));
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(s.metrics_addr, "0.0.0.0:9101".parse().unwrap());
+        assert_eq!(s.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn flags_are_typed() {
+        let s = parse(&[
+            "--node-name=n",
+            "--namespace=lb",
+            "--interface=eth1",
+            "--lease-duration=2s",
+            "--renew-interval=500ms",
+            "--resync-interval=1m",
+            "--shutdown-timeout=3s",
+            "--metrics-addr=127.0.0.1:1234",
+            "--log-format=json",
+        ])
+        .unwrap()
+        .into_settings()
+        .unwrap();
+        assert_eq!(s.namespace, "lb");
+        assert_eq!(s.interface.as_deref(), Some("eth1"));
+        assert_eq!(s.lease_duration, Duration::from_secs(2));
+        assert_eq!(s.renew_interval, Duration::from_millis(500));
+        assert_eq!(s.resync_interval, Duration::from_secs(60));
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(3));
+        assert_eq!(s.metrics_addr, "127.0.0.1:1234".parse().unwrap());
+        assert_eq!(s.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let table: &[(&[&str], &str)] = &[
+            (
+                &["--node-name=n", "--lease-duration=4"],
+                "expected a duration",
+            ),
+            (
+                &["--node-name=n", "--renew-interval=0s"],
+                "greater than zero",
+            ),
+            (
+                &["--node-name=n", "--metrics-addr=9101"],
+                "invalid socket address",
+            ),
+            (
+                &["--node-name=n", "--log-format=xml"],
+                "possible values: text, json",
+            ),
+        ];
+        for (args, want) in table {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_settings_are_refused() {
+        let table: &[(&[&str], ConfigError)] = &[
+            (&["--node-name= "], ConfigError::EmptyNodeName),
+            (
+                &["--node-name=n", "--interface="],
+                ConfigError::EmptyInterface,
+            ),
+            (
+                &["--node-name=n", "--lease-duration=1500ms"],
+                ConfigError::LeaseNotWholeSeconds(Duration::from_millis(1500)),
+            ),
+            (
+                &[
+                    "--node-name=n",
+                    "--lease-duration=2s",
+                    "--renew-interval=2s",
+                ],
+                ConfigError::RenewNotBelowLease {
+                    renew_interval: Duration::from_secs(2),
+                    lease_duration: Duration::from_secs(2),
+                },
+            ),
+        ];
+        for (args, want) in table {
+            let err = parse(args).unwrap().into_settings().unwrap_err();
+            assert_eq!(&err, want, "{args:?}");
+            assert!(!err.to_string().is_empty());
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The agent's heartbeat: its own Lease `aliaslb-agent-<node>` in the controller
+//! namespace, renewed every renew interval and rewritten at once whenever the report
+//! (interfaces, held IPs, conflicts) changes. Does API I/O (that one Lease only).
+//!
+//! [`lease_for`] builds the object (pure); [`Heartbeat`] writes and deletes it, each call
+//! under a timeout; [`run`] is the loop, which also owns the "API reachable" edge: logged
+//! once per edge, counted in metrics, and signalled so the alias loop reconciles at once
+//! when the API comes back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aliaslb_core::keys;
+use aliaslb_core::report::AgentReport;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+use tokio::sync::{Notify, watch};
+use tokio::time::MissedTickBehavior;
+use tracing::{debug, info, warn};
+
+use crate::metrics::Metrics;
+
+/// Where and how the Lease is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Namespace of the Lease (the controller's).
+    pub namespace: String,
+    /// This node's name: the Lease's holder identity.
+    pub node_name: String,
+    /// `leaseDurationSeconds` (whole seconds, checked by `config`).
+    pub lease_duration: Duration,
+    /// Renewal period.
+    pub renew_interval: Duration,
+}
+
+impl LeaseConfig {
+    /// Bound on one API call: half the lease, so a hung call cannot eat the whole lease.
+    fn call_timeout(&self) -> Duration {
+        (self.lease_duration / 2).max(Duration::from_millis(500))
+    }
+}
+
+/// Why a Lease write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The API server answered with an error, or could not be reached.
+    #[error("{op} Lease {namespace}/{name}: {source}")]
+    Api {
+        /// `renew` or `release`.
+        op: &'static str,
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within the call timeout.
+    #[error("{op} Lease {namespace}/{name}: no answer within {timeout:?}")]
+    Timeout {
+        /// `renew` or `release`.
+        op: &'static str,
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+}
+
+/// The Lease object the agent applies: holder = node, duration, `renewTime` = `now`,
+/// `acquireTime` = `acquired`, and the report annotation.
+pub fn lease_for(
+    config: &LeaseConfig,
+    report: &AgentReport,
+    acquired: Timestamp,
+    now: Timestamp,
+) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(keys::agent_lease_name(&config.node_name)),
+            namespace: Some(config.namespace.clone()),
+            annotations: Some(
+                [(keys::ANNOTATION_AGENT_REPORT.to_owned(), report.to_json())].into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(config.node_name.clone()),
+            lease_duration_seconds: Some(
+                i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX),
+            ),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(now)),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// Writes and deletes this agent's Lease.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    name: String,
+    acquired: Timestamp,
+}
+
+impl Heartbeat {
+    /// A heartbeat for `config` (nothing is written yet).
+    pub fn new(client: Client, config: LeaseConfig) -> Self {
+        Heartbeat {
+            api: Api::namespaced(client, &config.namespace),
+            name: keys::agent_lease_name(&config.node_name),
+            config,
+            acquired: Timestamp::now(),
+        }
+    }
+
+    /// Creates or renews the Lease with `report` (server-side apply, field manager
+    /// `aliaslb-agent`), under the call timeout.
+    pub async fn renew(&self, report: &AgentReport) -> Result<(), LeaseError> {
+        let lease = lease_for(&self.config, report, self.acquired, Timestamp::now());
+        let params = PatchParams::apply(keys::AGENT_FIELD_MANAGER).force();
+        let patch = Patch::Apply(&lease);
+        let call = self.api.patch(&self.name, &params, &patch);
+        match tokio::time::timeout(self.config.call_timeout(), call).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(source)) => Err(self.api_error("renew", source)),
+            Err(_) => Err(self.timeout("renew")),
+        }
+    }
+
+    /// Deletes the Lease (gone already counts as done), so the controller moves this
+    /// node's IPs at once instead of waiting for the lease to expire.
+    pub async fn release(&self) -> Result<(), LeaseError> {
+        let params = DeleteParams::default();
+        let call = self.api.delete(&self.name, &params);
+        match tokio::time::timeout(self.config.call_timeout(), call).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(()),
+            Ok(Err(source)) => Err(self.api_error("release", source)),
+            Err(_) => Err(self.timeout("release")),
+        }
+    }
+
+    fn api_error(&self, op: &'static str, source: kube::Error) -> LeaseError {
+        LeaseError::Api {
+            op,
+            namespace: self.config.namespace.clone(),
+            name: self.name.clone(),
+            source,
+        }
+    }
+
+    fn timeout(&self, op: &'static str) -> LeaseError {
+        LeaseError::Timeout {
+            op,
+            namespace: self.config.namespace.clone(),
+            name: self.name.clone(),
+            timeout: self.config.call_timeout(),
+        }
+    }
+}
+
+/// The heartbeat loop: waits for the first report, then writes the Lease every renew
+/// interval and at once on every report change. Signals `api_back` when a write succeeds
+/// after failures. Returns when the report sender is dropped (shutdown), after finishing
+/// the write in flight, so a later [`Heartbeat::release`] cannot be overtaken by it.
+pub async fn run(
+    heartbeat: Heartbeat,
+    mut reports: watch::Receiver<Option<AgentReport>>,
+    metrics: Arc<Metrics>,
+    api_back: Arc<Notify>,
+) {
+    let mut tick = tokio::time::interval(heartbeat.config.renew_interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // `None`: nothing written yet.
+    let mut reachable: Option<bool> = None;
+    loop {
+        tokio::select! {
+            biased;
+            changed = reports.changed() => if changed.is_err() { return },
+            _ = tick.tick() => {}
+        }
+        let Some(report) = reports.borrow_and_update().clone() else {
+            continue;
+        };
+        match heartbeat.renew(&report).await {
+            Ok(()) => {
+                metrics.record_renewal(true);
+                match reachable {
+                    None => {
+                        info!(lease = %heartbeat.name, namespace = %heartbeat.config.namespace, "agent Lease written")
+                    }
+                    Some(false) => {
+                        info!(lease = %heartbeat.name, "API server reachable again: Lease renewed, reconciling");
+                        api_back.notify_one();
+                    }
+                    Some(true) => debug!(held = report.held.len(), "Lease renewed"),
+                }
+                reachable = Some(true);
+            }
+            Err(error) => {
+                metrics.record_renewal(false);
+                if reachable != Some(false) {
+                    warn!(%error, "cannot renew the agent Lease (API server unreachable?); aliases stay and keep being refreshed");
+                } else {
+                    debug!(%error, "Lease renewal still failing");
+                }
+                reachable = Some(false);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_core::report::InterfaceReport;
+
+    #[test]
+    fn lease_carries_holder_duration_times_and_report() {
+        let config = LeaseConfig {
+            namespace: "aliaslb-system".into(),
+            node_name: "node-a".into(),
+            lease_duration: Duration::from_secs(4),
+            renew_interval: Duration::from_secs(1),
+        };
+        let report = AgentReport {
+            version: 1,
+            interfaces: vec![InterfaceReport {
+                name: "eth1".into(),
+                subnets: vec!["10.0.0.0/24".parse().unwrap()],
+            }],
+            held: ["10.0.0.50".parse().unwrap()].into(),
+            conflicts: vec![],
+        };
+        let acquired: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let now: Timestamp = "2026-01-01T00:00:05.25Z".parse().unwrap();
+        let lease = lease_for(&config, &report, acquired, now);
+        assert_eq!(lease.metadata.name.as_deref(), Some("aliaslb-agent-node-a"));
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("aliaslb-system"));
+        let json = &lease.metadata.annotations.as_ref().unwrap()[keys::ANNOTATION_AGENT_REPORT];
+        assert_eq!(AgentReport::from_json(json).unwrap(), report);
+        let spec = lease.spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("node-a"));
+        assert_eq!(spec.lease_duration_seconds, Some(4));
+        assert_eq!(spec.acquire_time, Some(MicroTime(acquired)));
+        assert_eq!(spec.renew_time, Some(MicroTime(now)));
+        assert_eq!(config.call_timeout(), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,272 @@
+//! The agent's Prometheus metrics: one registry, typed handles, text encoding.
+//!
+//! No I/O: `http` serves [`Metrics::encode`]. Every name is prefixed `aliaslb_agent_`.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::announce::Announcer;
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels of the per-interface gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct InterfaceLabels {
+    /// Interface name.
+    interface: String,
+}
+
+/// Labels of the netlink error counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OperationLabels {
+    /// What was asked of the kernel: `add`, `delete`, `refresh`, `dump addresses`...
+    operation: String,
+}
+
+/// The agent's metrics. Shared behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    held: Family<InterfaceLabels, Gauge>,
+    desired: Gauge,
+    conflicts: Gauge,
+    adds: Counter,
+    removes: Counter,
+    repairs: Counter,
+    announcements: Counter,
+    announcement_failures: Counter,
+    netlink_errors: Family<OperationLabels, Counter>,
+    renew_failures: Counter,
+    api_reachable: Gauge,
+    reconcile_duration: Histogram,
+    /// Read at every encode: its frames are sent by background tasks.
+    announcer: OnceLock<Announcer>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("aliaslb_agent");
+        let held = Family::<InterfaceLabels, Gauge>::default();
+        registry.register(
+            "addresses",
+            "Load-balancer addresses held as aliases, by interface",
+            held.clone(),
+        );
+        let desired = Gauge::default();
+        registry.register(
+            "desired_addresses",
+            "Addresses the controller assigned to this node",
+            desired.clone(),
+        );
+        let conflicts = Gauge::default();
+        registry.register(
+            "conflicts",
+            "Assigned addresses not taken because another owner holds them on this node",
+            conflicts.clone(),
+        );
+        let adds = Counter::default();
+        registry.register("address_adds", "Aliases put on the node", adds.clone());
+        let removes = Counter::default();
+        registry.register(
+            "address_removes",
+            "Aliases removed from the node",
+            removes.clone(),
+        );
+        let repairs = Counter::default();
+        registry.register(
+            "repairs",
+            "Held aliases that disappeared (deleted by someone else) and were put back",
+            repairs.clone(),
+        );
+        let announcements = Counter::default();
+        registry.register(
+            "announcements",
+            "Gratuitous ARP and unsolicited neighbour advertisement frames sent",
+            announcements.clone(),
+        );
+        let announcement_failures = Counter::default();
+        registry.register(
+            "announcement_failures",
+            "Announcement frames that could not be sent",
+            announcement_failures.clone(),
+        );
+        let netlink_errors = Family::<OperationLabels, Counter>::default();
+        registry.register(
+            "netlink_errors",
+            "Failed kernel requests, by operation",
+            netlink_errors.clone(),
+        );
+        let renew_failures = Counter::default();
+        registry.register(
+            "lease_renew_failures",
+            "Lease writes (renewals and report updates) that failed",
+            renew_failures.clone(),
+        );
+        let api_reachable = Gauge::default();
+        registry.register(
+            "api_reachable",
+            "1 when the last Lease write reached the API server, else 0",
+            api_reachable.clone(),
+        );
+        // 100 µs .. ~3 s.
+        let reconcile_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 15));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one alias reconcile (dump, diff, writes)",
+            reconcile_duration.clone(),
+        );
+        Metrics {
+            registry,
+            held,
+            desired,
+            conflicts,
+            adds,
+            removes,
+            repairs,
+            announcements,
+            announcement_failures,
+            netlink_errors,
+            renew_failures,
+            api_reachable,
+            reconcile_duration,
+            announcer: OnceLock::new(),
+        }
+    }
+
+    /// Report `announcer`'s frame counts at every [`encode`](Self::encode) (the first
+    /// announcer given is kept).
+    pub fn track_announcer(&self, announcer: Announcer) {
+        let _ = self.announcer.set(announcer);
+    }
+
+    /// Record the aliases held, as (interface, count); interfaces left out drop to no series.
+    pub fn set_held<'a>(&self, interfaces: impl IntoIterator<Item = &'a str>) {
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for name in interfaces {
+            *counts.entry(name).or_default() += 1;
+        }
+        self.held.clear();
+        for (interface, n) in counts {
+            self.held
+                .get_or_create(&InterfaceLabels {
+                    interface: interface.to_owned(),
+                })
+                .set(n);
+        }
+    }
+
+    /// Record the sizes of the desired set and of the conflict list.
+    pub fn set_desired(&self, desired: usize, conflicts: usize) {
+        self.desired.set(i64::try_from(desired).unwrap_or(i64::MAX));
+        self.conflicts
+            .set(i64::try_from(conflicts).unwrap_or(i64::MAX));
+    }
+
+    /// Count one reconcile's outcome: aliases added, removed, and repaired (re-added after
+    /// someone else deleted them).
+    pub fn record_reconcile(&self, added: usize, removed: usize, repaired: usize, took: Duration) {
+        self.adds.inc_by(added as u64);
+        self.removes.inc_by(removed as u64);
+        self.repairs.inc_by(repaired as u64);
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    /// Count one failed kernel request under its `operation`.
+    pub fn inc_netlink_error(&self, operation: &str) {
+        self.netlink_errors
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Bring the announcement counters up to the announcer's totals since start.
+    pub fn set_announcements(&self, sent: u64, failed: u64) {
+        self.announcements
+            .inc_by(sent.saturating_sub(self.announcements.get()));
+        self.announcement_failures
+            .inc_by(failed.saturating_sub(self.announcement_failures.get()));
+    }
+
+    /// Record one Lease write: reached the API server or not.
+    pub fn record_renewal(&self, ok: bool) {
+        if !ok {
+            self.renew_failures.inc();
+        }
+        self.api_reachable.set(i64::from(ok));
+    }
+
+    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        if let Some(a) = self.announcer.get() {
+            self.set_announcements(a.frames_sent(), a.frames_failed());
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_metric_with_prefix() {
+        let m = Metrics::new();
+        m.set_held(["eth1", "eth1", "eth0"]);
+        m.set_desired(4, 1);
+        m.record_reconcile(3, 1, 1, Duration::from_millis(2));
+        m.inc_netlink_error("add");
+        m.set_announcements(6, 1);
+        m.set_announcements(8, 1);
+        m.record_renewal(false);
+        m.record_renewal(false);
+        let text = m.encode().unwrap();
+        for want in [
+            r#"aliaslb_agent_addresses{interface="eth1"} 2"#,
+            r#"aliaslb_agent_addresses{interface="eth0"} 1"#,
+            "aliaslb_agent_desired_addresses 4",
+            "aliaslb_agent_conflicts 1",
+            "aliaslb_agent_address_adds_total 3",
+            "aliaslb_agent_address_removes_total 1",
+            "aliaslb_agent_repairs_total 1",
+            r#"aliaslb_agent_netlink_errors_total{operation="add"} 1"#,
+            "aliaslb_agent_announcements_total 8",
+            "aliaslb_agent_announcement_failures_total 1",
+            "aliaslb_agent_lease_renew_failures_total 2",
+            "aliaslb_agent_api_reachable 0",
+            "aliaslb_agent_reconcile_duration_seconds_count 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        m.record_renewal(true);
+        m.set_held(["eth0"]);
+        // A tracked announcer is read at encode time: it sent nothing, the totals stay.
+        m.track_announcer(Announcer::new(crate::announce::AnnounceConfig::default()));
+        let text = m.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_api_reachable 1"), "{text}");
+        assert!(
+            text.contains("aliaslb_agent_announcements_total 8"),
+            "{text}"
+        );
+        assert!(!text.contains(r#"interface="eth1""#), "{text}");
+    }
+}

@@ -1,0 +1,480 @@
+//! The real `aliaslb-agent` binary in a fresh network namespace (veth links, real kernel)
+//! against the real kube-apiserver, reached through a relay into the namespace. The tests
+//! write Service status and the node annotation themselves, as the controller would, and
+//! check the kernel with `ip -j addr` and the Lease through the API. Needs root (see
+//! `support::require_root`).
+
+mod agent_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually, node_and_lan};
+use aliaslb_core::report::AgentReport;
+use aliaslb_testenv::TestEnv;
+use support::{AddrInfo, NetNs, require_root};
+
+/// Everything one test needs: the node namespace (and its LAN peer), the relay, the
+/// Kubernetes namespace and helpers, the agent.
+struct Setup {
+    /// The Kubernetes node name of the agent (unique per test).
+    name: String,
+    node: NetNs,
+    lan: NetNs,
+    relay: Relay,
+    cluster: Cluster,
+    agent: Agent,
+}
+
+async fn setup(tag: &str, tweak: impl FnOnce(&mut AgentArgs)) -> Setup {
+    let env = TestEnv::global();
+    let client = env.client().await;
+    let namespace = env.create_namespace(&client, tag).await;
+    let (node, lan) = node_and_lan(tag);
+    let relay = Relay::start(&node, env.server_url());
+    let name = format!("node-{tag}");
+    let mut args = AgentArgs::new(&name, &namespace);
+    tweak(&mut args);
+    let agent = Agent::start(&node, &args);
+    let cluster = Cluster::new(&client, &namespace);
+    // Ready = first reconcile on a complete Service list done; the Lease follows at once.
+    eventually(
+        Duration::from_secs(20),
+        "the agent's first Lease",
+        async || cluster.report(&name).await,
+    )
+    .await;
+    Setup {
+        name,
+        node,
+        lan,
+        relay,
+        cluster,
+        agent,
+    }
+}
+
+/// Our alias `ip` on eth1, if present.
+fn alias(node: &NetNs, ip: &str) -> Option<AddrInfo> {
+    node.addr("eth1", ip)
+}
+
+/// Waits until the Lease report satisfies `pred`; returns it and how long that took.
+async fn report_where(
+    cluster: &Cluster,
+    node: &str,
+    what: &str,
+    within: Duration,
+    pred: impl Fn(&AgentReport) -> bool,
+) -> (AgentReport, Duration) {
+    let start = Instant::now();
+    let r = eventually(within, what, async || {
+        cluster.report(node).await.filter(|r| pred(r))
+    })
+    .await;
+    (r, start.elapsed())
+}
+
+fn ips(list: &[&str]) -> std::collections::BTreeSet<std::net::IpAddr> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliases_follow_services_and_the_lease_reports_them() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("follow", |_| {}).await;
+    let (node, c) = (&s.node, &s.cluster);
+
+    // The first report: interfaces with their subnets, nothing held.
+    let first = c.report(&s.name).await.unwrap();
+    let eth1 = first.interfaces.iter().find(|i| i.name == "eth1").unwrap();
+    assert_eq!(
+        eth1.subnets,
+        vec![
+            "10.0.0.0/24".parse().unwrap(),
+            "fd00:1::/64".parse().unwrap()
+        ]
+    );
+    assert!(first.held.is_empty());
+    let lease = c.lease(&s.name).await.unwrap().spec.unwrap();
+    assert_eq!(lease.holder_identity.as_deref(), Some(s.name.as_str()));
+    assert_eq!(lease.lease_duration_seconds, Some(2));
+
+    // Assigned to us: both families appear, marked and with the lease as lifetime.
+    c.create("web").await;
+    let changed = Instant::now();
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.50", "fd00:1::50"],
+    )
+    .await;
+    let v4 = eventually(Duration::from_secs(5), "10.0.0.50 on eth1", async || {
+        alias(node, "10.0.0.50")
+    })
+    .await;
+    let v6 = eventually(Duration::from_secs(5), "fd00:1::50 on eth1", async || {
+        alias(node, "fd00:1::50")
+    })
+    .await;
+    let applied = changed.elapsed();
+    assert_eq!(v4.prefixlen, 32);
+    assert_eq!(v4.label.as_deref(), Some("eth1:alb"), "ownership label");
+    assert!(v4.valid_life_time <= 2, "lifetime = lease: {v4:?}");
+    assert_eq!(v6.prefixlen, 128);
+    assert!(v6.nodad && v6.valid_life_time <= 2, "{v6:?}");
+    let (_, reported) = report_where(
+        c,
+        &s.name,
+        "held IPs in the Lease",
+        Duration::from_secs(1),
+        |r| r.held == ips(&["10.0.0.50", "fd00:1::50"]),
+    )
+    .await;
+    eprintln!("assignment -> aliases in {applied:?}, -> Lease report {reported:?} later");
+
+    // GARP / unsolicited NA reached the peer: its kernel learnt our MAC for both VIPs.
+    let link: serde_json::Value =
+        serde_json::from_str(&node.ip(&["-j", "link", "show", "eth1"])).unwrap();
+    let mac = link[0]["address"].as_str().unwrap().to_owned();
+    for (family, vip) in [("-4", "10.0.0.50"), ("-6", "fd00:1::50")] {
+        eventually(
+            Duration::from_secs(3),
+            "neighbour entry on the peer",
+            async || {
+                let out = s
+                    .lan
+                    .ip(&[family, "neigh", "show", "dev", "lan0", "to", vip]);
+                out.contains(&mac).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // Changed IP and interface annotation naming eth1: old one goes, new one comes.
+    let changed = Instant::now();
+    c.assign("web", Some(s.name.as_str()), Some("eth1"), &["10.0.0.51"])
+        .await;
+    eventually(
+        Duration::from_secs(5),
+        "10.0.0.51 replacing the others",
+        async || {
+            (alias(node, "10.0.0.51").is_some()
+                && alias(node, "10.0.0.50").is_none()
+                && alias(node, "fd00:1::50").is_none())
+            .then_some(())
+        },
+    )
+    .await;
+    report_where(
+        c,
+        &s.name,
+        "the new IP in the Lease",
+        Duration::from_secs(1),
+        |r| r.held == ips(&["10.0.0.51"]),
+    )
+    .await;
+    eprintln!("change -> kernel + Lease in {:?}", changed.elapsed());
+
+    // Moved to another node: we let go, and say so.
+    c.assign("web", Some("node-b"), None, &["10.0.0.51"]).await;
+    eventually(Duration::from_secs(5), "10.0.0.51 gone", async || {
+        alias(node, "10.0.0.51").is_none().then_some(())
+    })
+    .await;
+    let (_, took) = report_where(
+        c,
+        &s.name,
+        "an empty held set",
+        Duration::from_secs(1),
+        |r| r.held.is_empty(),
+    )
+    .await;
+    eprintln!("release -> Lease report within {took:?} of the alias going");
+    assert_eq!(
+        s.agent.metric(node, "aliaslb_agent_address_adds_total"),
+        Some(3.0)
+    );
+    assert_eq!(
+        s.agent.metric(node, "aliaslb_agent_address_removes_total"),
+        Some(3.0)
+    );
+    let text = s.agent.get(node, "/metrics").unwrap();
+    assert!(text.contains("aliaslb_agent_api_reachable 1"), "{text}");
+    let sent = s.agent.metric(node, "aliaslb_agent_announcements_total");
+    assert!(sent.is_some_and(|n| n >= 2.0), "announcements: {sent:?}");
+    assert!(
+        s.agent
+            .get(node, "/healthz")
+            .unwrap()
+            .starts_with("HTTP/1.0 200")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_address_is_left_alone_and_reported_as_a_conflict() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("conflict", |_| {}).await;
+    let (node, c) = (&s.node, &s.cluster);
+    // Somebody else's /32 in the pool range, and one of ours next to it.
+    node.ip(&["addr", "add", "10.0.0.60/32", "dev", "eth1"]);
+    c.create("clash").await;
+    c.assign(
+        "clash",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.60", "10.0.0.61"],
+    )
+    .await;
+    let (report, _) = report_where(
+        c,
+        &s.name,
+        "the conflict in the Lease",
+        Duration::from_secs(5),
+        |r| !r.conflicts.is_empty() && !r.held.is_empty(),
+    )
+    .await;
+    assert_eq!(report.held, ips(&["10.0.0.61"]));
+    assert_eq!(report.conflicts.len(), 1);
+    assert_eq!(
+        report.conflicts[0].ip,
+        "10.0.0.60".parse::<std::net::IpAddr>().unwrap()
+    );
+    assert!(
+        report.conflicts[0].reason.contains("eth1"),
+        "{:?}",
+        report.conflicts[0]
+    );
+    let assert_untouched = |when: &str| {
+        let foreign =
+            alias(node, "10.0.0.60").unwrap_or_else(|| panic!("foreign address removed {when}"));
+        assert_eq!(
+            foreign.label.as_deref(),
+            Some("eth1"),
+            "{when}: {foreign:?}"
+        );
+        assert_eq!(
+            foreign.valid_life_time,
+            u64::from(u32::MAX),
+            "{when}: still permanent"
+        );
+    };
+    assert_untouched("while assigned");
+    assert_eq!(s.agent.metric(node, "aliaslb_agent_conflicts"), Some(1.0));
+
+    // Unassigned: ours goes, the foreign one stays; the conflict is gone from the report.
+    c.assign("clash", None, None, &[]).await;
+    report_where(c, &s.name, "an empty report", Duration::from_secs(5), |r| {
+        r.held.is_empty() && r.conflicts.is_empty()
+    })
+    .await;
+    assert!(alias(node, "10.0.0.61").is_none());
+    assert_untouched("after the release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_kernel_drops_the_aliases_within_the_lease() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("kill9", |_| {}).await;
+    let (node, c) = (&s.node, &s.cluster);
+    c.create("web").await;
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.70", "fd00:1::70"],
+    )
+    .await;
+    eventually(Duration::from_secs(5), "both aliases", async || {
+        (alias(node, "10.0.0.70").is_some() && alias(node, "fd00:1::70").is_some()).then_some(())
+    })
+    .await;
+    // Let a few refreshes go by: the lifetime never grows beyond the lease.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(alias(node, "10.0.0.70").unwrap().valid_life_time <= 2);
+
+    s.agent.signal("KILL");
+    let killed = Instant::now();
+    s.agent.wait(Duration::from_secs(2));
+    eventually(
+        Duration::from_secs(4),
+        "the kernel to expire both aliases",
+        async || {
+            (alias(node, "10.0.0.70").is_none() && alias(node, "fd00:1::70").is_none())
+                .then_some(())
+        },
+    )
+    .await;
+    let gone = killed.elapsed();
+    eprintln!("kill -9 -> aliases expired after {gone:?} (lease 2s)");
+    // The lease (2 s) plus the kernel's once-a-second lifetime check.
+    assert!(gone < Duration::from_millis(3200), "took {gone:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_externally_deleted_alias_comes_back_within_a_second() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("repair", |_| {}).await;
+    let (node, c) = (&s.node, &s.cluster);
+    c.create("web").await;
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.80", "fd00:1::80"],
+    )
+    .await;
+    eventually(Duration::from_secs(5), "both aliases", async || {
+        (alias(node, "10.0.0.80").is_some() && alias(node, "fd00:1::80").is_some()).then_some(())
+    })
+    .await;
+    for (ip, prefix) in [("10.0.0.80", "32"), ("fd00:1::80", "128")] {
+        let cidr = format!("{ip}/{prefix}");
+        node.ip(&["addr", "del", &cidr, "dev", "eth1"]);
+        let deleted = Instant::now();
+        eventually(
+            Duration::from_secs(1),
+            "the alias to come back",
+            async || alias(node, ip),
+        )
+        .await;
+        eprintln!("{ip}: deleted -> back in {:?}", deleted.elapsed());
+    }
+    // Counted when the deletion notification's reconcile puts it back; a lifetime
+    // refresh landing in between re-creates it too, uncounted (a few ms in 500 ms).
+    let repairs = s.agent.metric(node, "aliaslb_agent_repairs_total");
+    assert!(repairs.is_some_and(|n| n >= 1.0), "repairs: {repairs:?}");
+    assert!(alias(node, "10.0.0.80").unwrap().label.as_deref() == Some("eth1:alb"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_the_aliases_and_deletes_the_lease() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("sigterm", |_| {}).await;
+    let (node, c) = (&s.node, &s.cluster);
+    // A foreign address that must survive the clean-up.
+    node.ip(&["addr", "add", "10.0.0.99/32", "dev", "eth1"]);
+    c.create("web").await;
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.90", "fd00:1::90"],
+    )
+    .await;
+    eventually(Duration::from_secs(5), "both aliases", async || {
+        (alias(node, "10.0.0.90").is_some() && alias(node, "fd00:1::90").is_some()).then_some(())
+    })
+    .await;
+
+    s.agent.signal("TERM");
+    let start = Instant::now();
+    let status = s.agent.wait(Duration::from_secs(6));
+    let took = start.elapsed();
+    assert!(
+        status.success(),
+        "exit status {status:?}\n{}",
+        s.agent.log_text()
+    );
+    eprintln!("SIGTERM -> exit 0 in {took:?}");
+    assert!(alias(node, "10.0.0.90").is_none(), "IPv4 alias left behind");
+    assert!(
+        alias(node, "fd00:1::90").is_none(),
+        "IPv6 alias left behind"
+    );
+    assert!(
+        alias(node, "10.0.0.99").is_some(),
+        "foreign address removed"
+    );
+    assert!(c.lease(&s.name).await.is_none(), "Lease still there");
+    let log = s.agent.log_text();
+    assert!(log.contains("SIGTERM"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_api_outage_aliases_stay_and_changes_apply_on_return() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("outage", |_| {}).await;
+    let c = s.cluster.clone();
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.100"])
+        .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "the alias", async || {
+        alias(node, "10.0.0.100")
+    })
+    .await;
+
+    s.relay.stop();
+    let down = Instant::now();
+    // Three lease durations without the API: the alias stays, its lifetime refreshed.
+    while down.elapsed() < Duration::from_secs(6) {
+        let a = alias(&s.node, "10.0.0.100").expect("alias dropped during the API outage");
+        assert!(a.valid_life_time <= 2, "{a:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reachable = s.agent.metric(&s.node, "aliaslb_agent_api_reachable");
+    assert_eq!(reachable, Some(0.0));
+    let failures = s
+        .agent
+        .metric(&s.node, "aliaslb_agent_lease_renew_failures_total")
+        .unwrap();
+    assert!(failures >= 2.0, "renew failures: {failures}");
+    let log = s.agent.log_text();
+    assert_eq!(
+        log.matches("cannot renew the agent Lease").count(),
+        1,
+        "logged once, on the edge:\n{log}"
+    );
+    // kube-client's own ERROR line per failed request is filtered out by default.
+    assert!(
+        !log.contains("ERROR"),
+        "error spam during the outage:\n{log}"
+    );
+    assert!(
+        s.agent
+            .get(&s.node, "/healthz")
+            .unwrap()
+            .starts_with("HTTP/1.0 200"),
+        "still healthy"
+    );
+
+    // The controller moves the IP meanwhile; the agent sees it once the API is back.
+    c.assign("web", Some("node-b"), None, &["10.0.0.100"]).await;
+    s.relay.restart();
+    let back = Instant::now();
+    let node = &s.node;
+    eventually(
+        Duration::from_secs(8),
+        "the alias released after the outage",
+        async || alias(node, "10.0.0.100").is_none().then_some(()),
+    )
+    .await;
+    eprintln!("API back -> change applied in {:?}", back.elapsed());
+    report_where(
+        &c,
+        &s.name,
+        "the report after the outage",
+        Duration::from_secs(2),
+        |r| r.held.is_empty(),
+    )
+    .await;
+    assert_eq!(
+        s.agent.metric(&s.node, "aliaslb_agent_api_reachable"),
+        Some(1.0)
+    );
+    assert!(s.agent.log_text().contains("API server reachable again"));
+}

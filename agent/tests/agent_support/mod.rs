@@ -1,0 +1,419 @@
+//! Test support for running the real `aliaslb-agent` binary in a network namespace
+//! against the test apiserver: a TCP relay that makes the host's `127.0.0.1:PORT`
+//! apiserver reachable at the same address inside the namespace, the agent process, and
+//! small Service/Lease helpers acting as the controller would. Does I/O (threads,
+//! sockets, processes, API calls). Builds on `support` (namespaces, `ip`).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::keys;
+use aliaslb_core::report::AgentReport;
+use aliaslb_testenv::TestEnv;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::support::NetNs;
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after `within`.
+pub async fn eventually<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let end = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A relay from `127.0.0.1:PORT` inside a namespace to `127.0.0.1:PORT` on the host.
+///
+/// The listener is created by a thread that entered the namespace (a socket stays in the
+/// namespace it was created in); outgoing connections are made by a thread that never
+/// left the host namespace (threads inherit the namespace of the thread that spawns them).
+#[derive(Debug)]
+pub struct Relay {
+    ns_path: String,
+    port: u16,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    accepted_tx: Option<mpsc::Sender<TcpStream>>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Starts relaying `ns`'s `127.0.0.1:<port of server_url>` to the host's.
+    pub fn start(ns: &NetNs, server_url: &str) -> Relay {
+        let port: u16 = server_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("no port in {server_url}"));
+        let target = SocketAddr::from(([127, 0, 0, 1], port));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (accepted_tx, accepted_rx) = mpsc::channel::<TcpStream>();
+        let conns_c = conns.clone();
+        // Spawned from the test thread: stays in the host namespace.
+        std::thread::spawn(move || {
+            for inside in accepted_rx {
+                let Ok(outside) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let mut registry = conns_c.lock().unwrap();
+                registry.push(inside.try_clone().unwrap());
+                registry.push(outside.try_clone().unwrap());
+                drop(registry);
+                pipe(inside.try_clone().unwrap(), outside.try_clone().unwrap());
+                pipe(outside, inside);
+            }
+        });
+        let mut relay = Relay {
+            ns_path: format!("/var/run/netns/{}", ns.name()),
+            port,
+            stop: Arc::new(AtomicBool::new(false)),
+            conns,
+            accepted_tx: Some(accepted_tx),
+            acceptor: None,
+        };
+        relay.listen();
+        relay
+    }
+
+    fn listen(&mut self) {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop = self.stop.clone();
+        stop.store(false, Ordering::SeqCst);
+        let tx = self.accepted_tx.clone().unwrap();
+        let (path, port) = (self.ns_path.clone(), self.port);
+        self.acceptor = Some(std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            ready_tx.send(()).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        stream.set_nonblocking(false).unwrap();
+                        if tx.send(stream).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        }));
+        ready_rx.recv().expect("relay listener started");
+    }
+
+    /// Simulates an API outage: closes the listener (connections are refused) and cuts
+    /// every relayed connection.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.acceptor.take() {
+            t.join().unwrap();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Ends the outage.
+    pub fn restart(&mut self) {
+        assert!(self.acceptor.is_none(), "relay already running");
+        self.listen();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop();
+        self.accepted_tx = None;
+    }
+}
+
+/// Copies `from` to `to` on a thread until EOF or an error, then shuts `to`'s write side.
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+/// The agent binary running in a namespace; killed on drop, its log printed if the test
+/// failed.
+#[derive(Debug)]
+pub struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+    ns: String,
+}
+
+/// Flags of one agent run.
+#[derive(Debug, Clone)]
+pub struct AgentArgs {
+    /// `--node-name`.
+    pub node: String,
+    /// `--namespace` (the test's Kubernetes namespace).
+    pub namespace: String,
+    /// `--lease-duration`.
+    pub lease: &'static str,
+    /// `--renew-interval`.
+    pub renew: &'static str,
+    /// More flags.
+    pub extra: Vec<String>,
+}
+
+impl AgentArgs {
+    /// Node `node` (unique per test: every agent watches the Services of all
+    /// namespaces), a 2 s lease renewed every 500 ms.
+    pub fn new(node: &str, namespace: &str) -> Self {
+        AgentArgs {
+            node: node.into(),
+            namespace: namespace.into(),
+            lease: "2s",
+            renew: "500ms",
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// Where the agent's metrics server listens inside its namespace.
+pub const METRICS_ADDR: &str = "127.0.0.1:9101";
+
+impl Agent {
+    /// Starts the agent in `ns` with `args`, the test apiserver's kubeconfig.
+    pub fn start(ns: &NetNs, args: &AgentArgs) -> Agent {
+        let log = std::env::temp_dir().join(format!("{}-agent.log", ns.name()));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            ns.name(),
+            env!("CARGO_BIN_EXE_aliaslb-agent"),
+        ])
+        .args(["--node-name", &args.node])
+        .args(["--namespace", &args.namespace])
+        .args(["--lease-duration", args.lease])
+        .args(["--renew-interval", args.renew])
+        .args(["--metrics-addr", METRICS_ADDR])
+        .args(&args.extra)
+        .env("KUBECONFIG", TestEnv::global().kubeconfig_path())
+        .env_remove("RUST_LOG")
+        .env_remove("NODE_NAME")
+        .env_remove("POD_NAMESPACE")
+        .stdout(Stdio::null())
+        .stderr(file);
+        let child = cmd.spawn().expect("spawning the agent");
+        Agent {
+            child: Some(child),
+            log,
+            ns: ns.name().to_owned(),
+        }
+    }
+
+    /// The process id (`ip netns exec` execs the agent: same process).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends `signal` (`TERM`, `KILL`...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the exit, at most `within`.
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        let end = Instant::now() + within;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "agent did not exit within {within:?}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path` from the agent's HTTP server inside its namespace; `None` while nothing
+    /// listens.
+    pub fn get(&self, ns: &NetNs, path: &str) -> Option<String> {
+        let path = path.to_owned();
+        ns.run_sync(move || {
+            let mut s = TcpStream::connect(METRICS_ADDR).ok()?;
+            write!(s, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").ok()?;
+            let mut raw = String::new();
+            s.read_to_string(&mut raw).ok()?;
+            Some(raw)
+        })
+    }
+
+    /// The value of the metric sample `line_prefix` (e.g. `aliaslb_agent_repairs_total`).
+    pub fn metric(&self, ns: &NetNs, sample: &str) -> Option<f64> {
+        let body = self.get(ns, "/metrics")?;
+        body.lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == sample).then(|| value.parse().ok())?
+        })
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- agent log ({}) ----\n{}", self.ns, self.log_text());
+        }
+    }
+}
+
+/// A `type: LoadBalancer` Service `name` with one TCP port.
+pub fn lb_service(name: &str) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port: 80,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The controller's side, as far as the agent sees it: Services in one namespace.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub services: Api<Service>,
+    pub leases: Api<Lease>,
+}
+
+impl Cluster {
+    /// Helpers over `namespace`.
+    pub fn new(client: &Client, namespace: &str) -> Self {
+        Cluster {
+            services: Api::namespaced(client.clone(), namespace),
+            leases: Api::namespaced(client.clone(), namespace),
+        }
+    }
+
+    /// Creates the LoadBalancer Service `name`.
+    pub async fn create(&self, name: &str) {
+        self.services
+            .create(&PostParams::default(), &lb_service(name))
+            .await
+            .unwrap();
+    }
+
+    /// Assigns `ips` to `name` on `node` (annotation removed when `None`), as the
+    /// controller would: the node (and interface) annotations, then the status ingress.
+    pub async fn assign(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        interface: Option<&str>,
+        ips: &[&str],
+    ) {
+        let meta = json!({"metadata": {"annotations": {
+            keys::ANNOTATION_NODE: node,
+            keys::ANNOTATION_INTERFACE: interface,
+        }}});
+        self.services
+            .patch(name, &PatchParams::default(), &Patch::Merge(&meta))
+            .await
+            .unwrap();
+        let ingress: Vec<_> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+        let status = json!({"status": {"loadBalancer": {"ingress": ingress}}});
+        self.services
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+
+    /// The agent report of `node`'s Lease, if the Lease exists.
+    pub async fn report(&self, node: &str) -> Option<AgentReport> {
+        let lease = self.lease(node).await?;
+        let json = lease
+            .metadata
+            .annotations?
+            .remove(keys::ANNOTATION_AGENT_REPORT)?;
+        Some(AgentReport::from_json(&json).unwrap())
+    }
+
+    /// `node`'s agent Lease, if it exists.
+    pub async fn lease(&self, node: &str) -> Option<Lease> {
+        self.leases
+            .get_opt(&keys::agent_lease_name(node))
+            .await
+            .unwrap()
+    }
+}
+
+/// A node namespace with `eth1` (10.0.0.2/24, fd00:1::2/64) whose peer `lan0` is in a
+/// second namespace (10.0.0.1/24, fd00:1::1/64) that learns neighbours from unsolicited
+/// announcements. Returns (node, lan).
+pub fn node_and_lan(tag: &str) -> (NetNs, NetNs) {
+    let node = NetNs::new(tag);
+    let lan = NetNs::new(&format!("{tag}lan"));
+    node.veth("eth1", Some(&lan), "lan0");
+    node.ip(&["addr", "add", "10.0.0.2/24", "dev", "eth1"]);
+    node.ip(&["addr", "add", "fd00:1::2/64", "dev", "eth1", "nodad"]);
+    lan.ip(&["addr", "add", "10.0.0.1/24", "dev", "lan0"]);
+    lan.ip(&["addr", "add", "fd00:1::1/64", "dev", "lan0", "nodad"]);
+    lan.sysctl("net.ipv4.conf.lan0.arp_accept", "1");
+    // RFC 9131: only a router creates an entry from an untracked NA (ndisc_recv_na).
+    lan.sysctl("net.ipv6.conf.all.forwarding", "1");
+    lan.sysctl("net.ipv6.conf.lan0.accept_untracked_na", "1");
+    (node, lan)
+}
