@@ -104,6 +104,10 @@ mod tests {
     #[test]
     fn rejects_garbage_with_a_message() {
         let err = AgentReport::from_json("{not json").unwrap_err();
-        assert!(err.to_string().starts_with("agent report is not valid JSON"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("agent report is not valid JSON"),
+            "{err}"
+        );
     }
 }
