@@ -7,7 +7,3 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod telemetry;
-pub mod apply;
-pub mod reconcile;
-pub mod views;
-pub mod watch;
