@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# One image for aliaslb-controller, aliaslb-agent and the aliaslb CLI (all in /usr/local/bin).
+#
+#   docker build -t ghcr.io/aliaslb/aliaslb:0.1.0 .
+#
+# Build: the official Rust image (Debian bookworm) has the C toolchain `ring` needs.
+# Runtime: distroless cc (glibc + libgcc of the same Debian release, no shell), user nonroot
+# (65532). The agent's DaemonSet overrides the user to root: netlink and raw sockets need it.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+# Cache mounts keep the registry and target dir across builds; the binaries are copied out of
+# the cached target dir in the same step.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p aliaslb-controller -p aliaslb-agent \
+    && mkdir -p /out \
+    && cp target/release/aliaslb-controller target/release/aliaslb target/release/aliaslb-agent /out/
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/aliaslb-controller /usr/local/bin/aliaslb-controller
+COPY --from=build /out/aliaslb-agent /usr/local/bin/aliaslb-agent
+COPY --from=build /out/aliaslb /usr/local/bin/aliaslb
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/aliaslb-controller"]

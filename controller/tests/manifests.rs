@@ -1,0 +1,640 @@
+//! Acceptance of the install manifests (`manifests/`, applied with `kubectl apply -k`) against
+//! the real kube-apiserver of `aliaslb-testenv`: every object is really created, the RBAC of
+//! both ServiceAccounts is checked exactly (allowed and denied, by access review and by real
+//! calls made as the ServiceAccount), the Deployment's flags parse with the controller's own
+//! parser, the example pool ConfigMap parses, and the Dockerfile copies real binaries.
+//!
+//! Needs `kubectl` on PATH (it is what users install with) and the testenv binaries.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use aliaslb_controller::config::Flags;
+use aliaslb_core::pool::PoolConfig;
+use aliaslb_testenv::TestEnv;
+use clap::Parser;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Service, ServiceAccount};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const NAMESPACE: &str = "aliaslb-system";
+const CONTROLLER_SA: &str = "aliaslb-controller";
+const AGENT_SA: &str = "aliaslb-agent";
+const IMAGE: &str = "ghcr.io/aliaslb/aliaslb:0.1.0";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("controller/ has a parent")
+        .to_owned()
+}
+
+fn read(relative: &str) -> String {
+    let path = repo_root().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Runs `kubectl ARGS` against the test apiserver; returns stdout or panics with stderr.
+fn kubectl(env: &TestEnv, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The shared environment with `kubectl apply -k manifests/` done once per test binary (the
+/// manifests create the fixed namespace `aliaslb-system`).
+fn installed() -> &'static TestEnv {
+    static APPLIED: OnceLock<String> = OnceLock::new();
+    let env = TestEnv::global();
+    APPLIED.get_or_init(|| {
+        let dir = repo_root().join("manifests");
+        kubectl(env, &["apply", "-k", &dir.display().to_string()])
+    });
+    env
+}
+
+/// Whether the client's user may `verb` the `resource` (`name` or `name/subresource`) of
+/// API `group` in `namespace` (`None`: cluster-wide), by SelfSubjectAccessReview.
+async fn can(client: &Client, verb: &str, group: &str, resource: &str, ns: Option<&str>) -> bool {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_owned()),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource,
+                namespace: ns.map(str::to_owned),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("SelfSubjectAccessReview {verb} {resource}: {e}"));
+    answer.status.expect("access review has a status").allowed
+}
+
+/// One access check: verbs, group, resource, namespace (`None` = cluster-wide), expected.
+type Case = (
+    &'static [&'static str],
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    bool,
+);
+
+/// Checks every case and reports all mismatches at once.
+async fn check_access(client: &Client, who: &str, cases: &[Case]) {
+    let mut wrong = Vec::new();
+    for &(verbs, group, resource, ns, want) in cases {
+        for verb in verbs {
+            let got = can(client, verb, group, resource, ns).await;
+            if got != want {
+                let scope = ns.unwrap_or("<cluster>");
+                let group = if group.is_empty() { "core" } else { group };
+                wrong.push(format!(
+                    "{who} {verb} {group}/{resource} in {scope}: allowed={got}, want {want}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "RBAC mismatches:\n{}", wrong.join("\n"));
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const ALL_WRITES: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+const SYS: Option<&str> = Some(NAMESPACE);
+const DEFAULT: Option<&str> = Some("default");
+
+#[tokio::test]
+async fn every_manifest_is_created() {
+    let env = installed();
+    // `kubectl get -k` looks up every object kustomize renders: it fails if one is missing.
+    let dir = repo_root().join("manifests");
+    let out = kubectl(
+        env,
+        &["get", "-k", &dir.display().to_string(), "-o", "name"],
+    );
+    let mut names: Vec<&str> = out.lines().collect();
+    names.sort_unstable();
+    let want = [
+        "clusterrole.rbac.authorization.k8s.io/aliaslb-agent",
+        "clusterrole.rbac.authorization.k8s.io/aliaslb-controller",
+        "clusterrolebinding.rbac.authorization.k8s.io/aliaslb-agent",
+        "clusterrolebinding.rbac.authorization.k8s.io/aliaslb-controller",
+        "configmap/aliaslb-pools",
+        "daemonset.apps/aliaslb-agent",
+        "deployment.apps/aliaslb-controller",
+        "namespace/aliaslb-system",
+        "role.rbac.authorization.k8s.io/aliaslb-agent",
+        "role.rbac.authorization.k8s.io/aliaslb-controller",
+        "rolebinding.rbac.authorization.k8s.io/aliaslb-agent",
+        "rolebinding.rbac.authorization.k8s.io/aliaslb-controller",
+        "serviceaccount/aliaslb-agent",
+        "serviceaccount/aliaslb-controller",
+    ];
+    assert_eq!(names, want);
+    let client = env.client().await;
+    let sa = Api::<ServiceAccount>::namespaced(client, NAMESPACE);
+    for name in [CONTROLLER_SA, AGENT_SA] {
+        assert!(
+            sa.get_opt(name).await.unwrap().is_some(),
+            "ServiceAccount {name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn controller_deployment_flags_parse_and_match_its_ports() {
+    let client = installed().client().await;
+    let deploy = Api::<Deployment>::namespaced(client, NAMESPACE)
+        .get("aliaslb-controller")
+        .await
+        .unwrap();
+    let spec = deploy.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some(CONTROLLER_SA));
+    let c = only_container(pod.containers);
+    assert_eq!(c.image.as_deref(), Some(IMAGE));
+
+    // The flags in the manifest are accepted by the controller's real parser.
+    let argv: Vec<String> = c
+        .command
+        .clone()
+        .unwrap()
+        .into_iter()
+        .chain(c.args.clone().unwrap())
+        .collect();
+    assert_eq!(argv[0], "/usr/local/bin/aliaslb-controller");
+    let flags = Flags::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert_eq!(flags.namespace, NAMESPACE, "POD_NAMESPACE default");
+    let port = i32::from(flags.metrics_addr.port());
+
+    let metrics = c
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| p.name.as_deref() == Some("metrics"));
+    assert_eq!(metrics.map(|p| p.container_port), Some(port));
+    let env_names: Vec<_> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(env_names, ["POD_NAMESPACE", "POD_NAME"]);
+    for (probe, path) in [
+        (&c.liveness_probe, "/healthz"),
+        (&c.readiness_probe, "/readyz"),
+    ] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("http probe");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into())
+        );
+    }
+
+    let sc = c.security_context.unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+    let psc = pod.security_context.unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let limits = c.resources.unwrap().limits.unwrap();
+    assert!(limits.contains_key("memory"), "memory limit");
+}
+
+#[tokio::test]
+async fn agent_daemonset_matches_the_agent_defaults() {
+    let client = installed().client().await;
+    let ds = Api::<DaemonSet>::namespaced(client, NAMESPACE)
+        .get("aliaslb-agent")
+        .await
+        .unwrap();
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some(AGENT_SA));
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    let c = only_container(pod.containers);
+    assert_eq!(c.image.as_deref(), Some(IMAGE));
+    assert_eq!(
+        c.command,
+        Some(vec!["/usr/local/bin/aliaslb-agent".to_owned()])
+    );
+
+    let sc = c.security_context.unwrap();
+    let caps = sc.capabilities.unwrap();
+    assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]));
+    assert_eq!(
+        caps.add,
+        Some(vec!["NET_ADMIN".to_owned(), "NET_RAW".to_owned()])
+    );
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+
+    let env_names: Vec<_> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(env_names, ["NODE_NAME", "POD_NAMESPACE"]);
+
+    // The agent crate is not a dependency here: read its flag defaults from its source, so a
+    // changed default fails this test instead of silently breaking the probe or the grace period.
+    let config = read("agent/src/config.rs");
+    let default_of = |var: &str| -> String {
+        let line = config
+            .lines()
+            .find(|l| l.contains(&format!("env = \"{var}\"")))
+            .unwrap_or_else(|| panic!("agent/src/config.rs has no flag with env {var}"));
+        let value = line
+            .split("default_value = \"")
+            .nth(1)
+            .expect("default_value");
+        value[..value.find('"').unwrap()].to_owned()
+    };
+    let metrics_port: i32 = default_of("ALIASLB_METRICS_ADDR")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let args = c.args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&format!("--metrics-addr=0.0.0.0:{metrics_port}")),
+        "{args:?}"
+    );
+    let port = c
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| p.name.as_deref() == Some("metrics"));
+    assert_eq!(port.map(|p| p.container_port), Some(metrics_port));
+    let probe = c.liveness_probe.unwrap().http_get.unwrap();
+    assert_eq!(probe.path.as_deref(), Some("/healthz"));
+
+    let shutdown =
+        humantime::parse_duration(&default_of("ALIASLB_AGENT_SHUTDOWN_TIMEOUT")).unwrap();
+    let grace = pod.termination_grace_period_seconds.expect("grace period");
+    assert!(
+        u64::try_from(grace).unwrap() > shutdown.as_secs(),
+        "terminationGracePeriodSeconds {grace} must exceed the agent's --shutdown-timeout {shutdown:?}"
+    );
+}
+
+fn only_container(containers: Vec<Container>) -> Container {
+    assert_eq!(containers.len(), 1, "one container");
+    containers.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn controller_rbac_is_exact() {
+    let env = installed();
+    let client = env.service_account_client(NAMESPACE, CONTROLLER_SA).await;
+    let cases: &[Case] = &[
+        (READ, "", "services", None, true),
+        (&["patch"], "", "services", DEFAULT, true),
+        (
+            &["create", "update", "delete", "deletecollection"],
+            "",
+            "services",
+            DEFAULT,
+            false,
+        ),
+        (&["patch", "update"], "", "services/status", DEFAULT, true),
+        (READ, "", "nodes", None, true),
+        (
+            &["create", "update", "patch", "delete"],
+            "",
+            "nodes",
+            None,
+            false,
+        ),
+        (&["patch", "update"], "", "nodes/status", None, false),
+        (READ, "", "endpoints", None, true),
+        (ALL_WRITES, "", "endpoints", DEFAULT, false),
+        (READ, "discovery.k8s.io", "endpointslices", None, true),
+        (
+            ALL_WRITES,
+            "discovery.k8s.io",
+            "endpointslices",
+            DEFAULT,
+            false,
+        ),
+        (&["create", "patch"], "", "events", DEFAULT, true),
+        (
+            &["create", "patch"],
+            "events.k8s.io",
+            "events",
+            DEFAULT,
+            true,
+        ),
+        (&["delete", "update"], "", "events", DEFAULT, false),
+        (READ, "", "configmaps", SYS, true),
+        (ALL_WRITES, "", "configmaps", SYS, false),
+        (READ, "", "configmaps", DEFAULT, false),
+        (&["list"], "", "configmaps", None, false),
+        (
+            &["get", "list", "watch", "create", "update", "patch"],
+            "coordination.k8s.io",
+            "leases",
+            SYS,
+            true,
+        ),
+        (&["delete"], "coordination.k8s.io", "leases", SYS, false),
+        (
+            &["get", "create"],
+            "coordination.k8s.io",
+            "leases",
+            DEFAULT,
+            false,
+        ),
+        (&["create", "get"], "", "pods", DEFAULT, false),
+        (&["get", "list"], "", "secrets", SYS, false),
+        (&["list"], "", "secrets", None, false),
+    ];
+    check_access(&client, CONTROLLER_SA, cases).await;
+}
+
+#[tokio::test]
+async fn agent_rbac_is_exact() {
+    let env = installed();
+    let client = env.service_account_client(NAMESPACE, AGENT_SA).await;
+    let cases: &[Case] = &[
+        (READ, "", "services", None, true),
+        (ALL_WRITES, "", "services", DEFAULT, false),
+        (&["patch", "update"], "", "services/status", DEFAULT, false),
+        (READ, "", "nodes", None, true),
+        (
+            &["create", "update", "patch", "delete"],
+            "",
+            "nodes",
+            None,
+            false,
+        ),
+        (
+            &["get", "create", "update", "patch", "delete"],
+            "coordination.k8s.io",
+            "leases",
+            SYS,
+            true,
+        ),
+        (
+            &["list", "watch", "deletecollection"],
+            "coordination.k8s.io",
+            "leases",
+            SYS,
+            false,
+        ),
+        (
+            &["get", "create"],
+            "coordination.k8s.io",
+            "leases",
+            DEFAULT,
+            false,
+        ),
+        (READ, "", "configmaps", SYS, false),
+        (ALL_WRITES, "", "configmaps", SYS, false),
+        (&["create", "patch"], "", "events", DEFAULT, false),
+        (
+            &["create", "patch"],
+            "events.k8s.io",
+            "events",
+            DEFAULT,
+            false,
+        ),
+        (READ, "", "endpoints", None, false),
+        (&["create", "get"], "", "pods", DEFAULT, false),
+        (&["get", "list"], "", "secrets", SYS, false),
+    ];
+    check_access(&client, AGENT_SA, cases).await;
+}
+
+/// A LoadBalancer Service created by the admin in a fresh namespace.
+async fn lb_service(env: &TestEnv, hint: &str) -> (String, Service) {
+    let admin = env.client().await;
+    let ns = env.create_namespace(&admin, hint).await;
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    let svc = Api::<Service>::namespaced(admin, &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    (ns, svc)
+}
+
+fn status_patch(ip: &str) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}))
+}
+
+fn is_forbidden(result: Result<impl std::fmt::Debug, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(ref s)) if s.code == 403)
+}
+
+#[tokio::test]
+async fn controller_really_writes_status_and_reads_only_its_pools() {
+    let env = installed();
+    let (ns, _) = lb_service(env, "rbac-controller").await;
+    let client = env.service_account_client(NAMESPACE, CONTROLLER_SA).await;
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+
+    let patched = services
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &status_patch("192.168.55.10"),
+        )
+        .await
+        .unwrap();
+    let ingress = patched
+        .status
+        .unwrap()
+        .load_balancer
+        .unwrap()
+        .ingress
+        .unwrap();
+    assert_eq!(ingress[0].ip.as_deref(), Some("192.168.55.10"));
+    let annotate = Patch::Merge(json!({"metadata": {"annotations": {"aliaslb.io/node": "n1"}}}));
+    services
+        .patch("web", &PatchParams::default(), &annotate)
+        .await
+        .unwrap();
+    assert!(is_forbidden(
+        services.delete("web", &DeleteParams::default()).await
+    ));
+
+    let pools = Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE);
+    assert!(pools.get("aliaslb-pools").await.unwrap().data.is_some());
+    let elsewhere = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    assert!(is_forbidden(elsewhere.get_opt("aliaslb-pools").await));
+    let wipe = Patch::Merge(json!({"data": {"default": "10.0.0.1"}}));
+    assert!(is_forbidden(
+        pools
+            .patch("aliaslb-pools", &PatchParams::default(), &wipe)
+            .await
+    ));
+}
+
+#[tokio::test]
+async fn agent_cannot_write_services_but_keeps_its_lease() {
+    let env = installed();
+    let (ns, _) = lb_service(env, "rbac-agent").await;
+    let client = env.service_account_client(NAMESPACE, AGENT_SA).await;
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+
+    assert!(services.get("web").await.is_ok());
+    let steer = Patch::Merge(json!({"metadata": {"annotations": {"aliaslb.io/node": "evil"}}}));
+    assert!(is_forbidden(
+        services.patch("web", &PatchParams::default(), &steer).await
+    ));
+    assert!(is_forbidden(
+        services
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &status_patch("192.168.55.11")
+            )
+            .await
+    ));
+
+    let leases = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
+    let name = "aliaslb-agent-rbac-node";
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "rbac-node", "leaseDurationSeconds": 4},
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let renew = Patch::Merge(json!({"spec": {"leaseDurationSeconds": 5}}));
+    leases
+        .patch(name, &PatchParams::default(), &renew)
+        .await
+        .unwrap();
+    leases.delete(name, &DeleteParams::default()).await.unwrap();
+    let other_ns = Api::<Lease>::namespaced(client, &ns);
+    assert!(is_forbidden(
+        other_ns.create(&PostParams::default(), &lease).await
+    ));
+}
+
+#[test]
+fn example_pool_configmap_is_valid() {
+    let cm: ConfigMap = serde_yaml::from_str(&read("manifests/pools.yaml")).unwrap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("aliaslb-pools"));
+    assert_eq!(cm.metadata.namespace.as_deref(), Some(NAMESPACE));
+    let data: BTreeMap<String, String> = cm.data.expect("data");
+    let config = PoolConfig::parse(&data).unwrap_or_else(|errors| {
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        panic!("manifests/pools.yaml is invalid:\n{}", lines.join("\n"))
+    });
+    let (_, pool) = config
+        .pool_for_namespace("default")
+        .expect("a pool for `default`");
+    for ip in ["192.168.55.10", "192.168.55.11", "192.168.55.12"] {
+        assert!(
+            pool.contains(ip.parse().unwrap()),
+            "{ip} in the example pool"
+        );
+    }
+    assert_eq!(pool.size(aliaslb_core::range::Family::V4), 3);
+}
+
+/// The binaries the Dockerfile copies into /usr/local/bin are `[[bin]]` targets of the
+/// workspace, and the manifests run binaries the image has.
+#[test]
+fn dockerfile_copies_real_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version=1", "--offline"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bins: Vec<String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+
+    let dockerfile = read("Dockerfile");
+    let copied: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("COPY --from=build"))
+        .filter_map(|l| l.rsplit("/usr/local/bin/").next())
+        .collect();
+    assert_eq!(copied.len(), 3, "{copied:?}");
+    for bin in ["aliaslb-controller", "aliaslb-agent", "aliaslb"] {
+        assert!(
+            bins.iter().any(|b| b == bin),
+            "no [[bin]] {bin} in {bins:?}"
+        );
+        assert!(copied.contains(&bin), "Dockerfile does not copy {bin}");
+        assert!(
+            dockerfile.contains(&format!("target/release/{bin} "))
+                || dockerfile.contains(&format!("target/release/{bin}\n")),
+            "Dockerfile does not take {bin} from target/release"
+        );
+    }
+    for manifest in ["manifests/controller.yaml", "manifests/agent.yaml"] {
+        for line in read(manifest).lines().filter(|l| l.contains("command:")) {
+            let bin = line
+                .split("/usr/local/bin/")
+                .nth(1)
+                .expect("absolute command")
+                .trim_end_matches(']');
+            assert!(
+                copied.contains(&bin),
+                "{manifest} runs {bin}, which the image lacks"
+            );
+        }
+    }
+}
