@@ -1,9 +1,14 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
+pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod context;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod reconcile;
+pub mod status;
 pub mod telemetry;
+pub mod views;
+pub mod watch;

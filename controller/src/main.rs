@@ -7,13 +7,13 @@ use std::sync::Arc;
 use aliaslb_controller::config::{Flags, Settings};
 use aliaslb_controller::context::Context;
 use aliaslb_controller::http::{self, Readiness};
-use aliaslb_controller::leader::{self, Leadership};
+use aliaslb_controller::leader;
 use aliaslb_controller::metrics::Metrics;
+use aliaslb_controller::reconcile;
 use aliaslb_controller::telemetry;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -61,61 +61,27 @@ async fn main() -> anyhow::Result<()> {
         leadership.clone(),
         &identity,
     );
-    let supervisor = tokio::spawn(supervise(ctx, leadership));
+    // Caches run in every replica; `/readyz` turns true once they synced (followers too).
+    let mut controller = tokio::spawn(reconcile::run(ctx, readiness.clone()));
 
-    // Followers are ready too: readiness only says the process can talk to the API.
-    // The reconcile loop marks it once its caches have synced (see `run_reconcile`); until
-    // then, reaching the API server is the bar.
-    client
-        .apiserver_version()
-        .await
-        .context("reaching the Kubernetes API server")?;
-    readiness.set_ready();
-
-    shutdown_signal().await?;
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal,
+        ended = &mut controller => match ended {
+            Ok(Ok(())) => Err(anyhow::anyhow!("the controller stopped unexpectedly")),
+            Ok(Err(error)) => Err(anyhow::Error::new(error).context("controller failed")),
+            Err(join) => Err(anyhow::Error::new(join).context("controller task failed")),
+        },
+    };
     tracing::info!("shutting down");
     // Step down and release first, so the other replica takes over at once.
     if let Err(error) = elector.shutdown().await {
         tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "releasing the leader Lease failed; the other replica takes over after the lease duration");
     }
-    supervisor.abort();
+    controller.abort();
     let _ = stop_http.send(true);
     let _ = server.await;
     tracing::info!("stopped");
-    Ok(())
-}
-
-/// Follow leadership edges: run the reconcile loop while leading, stop it on losing.
-async fn supervise(ctx: Arc<Context>, leadership: Leadership) {
-    let mut edges = leadership.watch();
-    let mut running: Option<JoinHandle<()>> = None;
-    loop {
-        let leading = *edges.borrow_and_update();
-        ctx.metrics.set_leader(leading);
-        match (leading, running.take()) {
-            (true, None) => running = Some(tokio::spawn(run_reconcile(ctx.clone()))),
-            (true, Some(task)) => running = Some(task),
-            (false, Some(task)) => task.abort(),
-            (false, None) => {}
-        }
-        if edges.changed().await.is_err() {
-            if let Some(task) = running.take() {
-                task.abort();
-            }
-            ctx.metrics.set_leader(false);
-            return;
-        }
-    }
-}
-
-/// The reconcile loop, started on becoming leader and aborted on losing leadership.
-/// Every write it makes must check `ctx.leader.is_leader()` first.
-async fn run_reconcile(ctx: Arc<Context>) {
-    tracing::info!(
-        class = %ctx.config.load_balancer_class,
-        "leading: the reconcile loop would start here (not implemented yet)"
-    );
-    std::future::pending::<()>().await;
+    outcome
 }
 
 /// Resolves once the channel holds `true` (or its sender is gone).

@@ -1,0 +1,528 @@
+//! Writes to Services: what differs between a [`ServicePlan`] and the observed object
+//! (pure: [`annotations_differ`], [`status_differs`], [`status_body`]) and the server-side
+//! apply calls that fix it ([`Writer`], does I/O).
+//!
+//! Both writes use server-side apply with field manager `aliaslb-controller` and force, so
+//! a field we stop specifying (an annotation set to `None`, a Service that stopped being
+//! ours) is removed by the API server itself, and fields of other managers are untouched.
+//!
+//! `ipMode`: servers older than 1.29 do not know the field; server-side apply then fails
+//! with HTTP 500 `field not declared in schema`, and a merge patch silently drops it. The
+//! [`Writer`] starts from the server version, falls back on that error, and also turns
+//! the field off when the server returns an object without it (feature gate off). With the
+//! field off, it is left out of both the body and the comparison: no patch loop.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aliaslb_core::keys;
+use aliaslb_core::plan::{ConditionPlan, ServicePlan};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::views;
+
+/// Value of `ipMode` for our addresses: the node owns the VIP (kube-proxy must not).
+pub const IP_MODE_VIP: &str = "VIP";
+
+/// How long one write may take.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the `aliaslb.io/node` / `aliaslb.io/interface` annotations differ from `plan`.
+pub fn annotations_differ(svc: &Service, node: Option<&str>, interface: Option<&str>) -> bool {
+    views::annotation(svc, keys::ANNOTATION_NODE) != node
+        || views::annotation(svc, keys::ANNOTATION_INTERFACE) != interface
+}
+
+/// The observed condition of `type_`.
+fn condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+}
+
+fn status_word(status: bool) -> &'static str {
+    if status { "True" } else { "False" }
+}
+
+/// Whether the observed condition already says what `plan` says.
+fn condition_matches(
+    observed: Option<&Condition>,
+    plan: &ConditionPlan,
+    generation: Option<i64>,
+) -> bool {
+    observed.is_some_and(|c| {
+        c.status == status_word(plan.status)
+            && c.reason == plan.reason
+            && c.message == plan.message
+            && c.observed_generation == generation
+    })
+}
+
+/// Whether the status subresource differs from `plan`: ingress IPs (and `ipMode` when the
+/// server keeps it) or one of our two conditions.
+pub fn status_differs(svc: &Service, plan: &ServicePlan, ip_mode: bool) -> bool {
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default();
+    let ips_match = ingress.len() == plan.ips.len()
+        && ingress.iter().zip(&plan.ips).all(|(i, want)| {
+            i.ip.as_deref().and_then(|ip| ip.parse::<IpAddr>().ok()) == Some(*want)
+                && i.hostname.is_none()
+                && (!ip_mode || i.ip_mode.as_deref() == Some(IP_MODE_VIP))
+        });
+    let generation = svc.metadata.generation;
+    !ips_match
+        || !condition_matches(
+            condition(svc, keys::CONDITION_IP_ALLOCATED),
+            &plan.allocated,
+            generation,
+        )
+        || !condition_matches(
+            condition(svc, keys::CONDITION_ANNOUNCED),
+            &plan.announced,
+            generation,
+        )
+}
+
+/// One condition as applied; `lastTransitionTime` only moves when the status changes.
+fn condition_body(svc: &Service, type_: &str, plan: &ConditionPlan, now: Timestamp) -> Value {
+    let status = status_word(plan.status);
+    let since = match condition(svc, type_) {
+        Some(c) if c.status == status => c.last_transition_time.0,
+        _ => now,
+    };
+    let mut body = json!({
+        "type": type_,
+        "status": status,
+        "reason": plan.reason,
+        "message": plan.message,
+        // The API wants RFC 3339 in whole seconds; `Time` serialises exactly that.
+        "lastTransitionTime": Time(since),
+    });
+    if let Some(generation) = svc.metadata.generation {
+        body["observedGeneration"] = json!(generation);
+    }
+    body
+}
+
+/// The server-side apply body of the status subresource for `plan`.
+///
+/// It repeats the annotations: before 1.22 the API server tracks one field set per manager
+/// across the object and its status, so a status apply without them would remove the
+/// annotations our other apply set (newer servers ignore metadata on the status endpoint).
+pub fn status_body(svc: &Service, plan: &ServicePlan, ip_mode: bool, now: Timestamp) -> Value {
+    let ingress: Vec<Value> = plan
+        .ips
+        .iter()
+        .map(|ip| {
+            if ip_mode {
+                json!({"ip": ip.to_string(), "ipMode": IP_MODE_VIP})
+            } else {
+                json!({"ip": ip.to_string()})
+            }
+        })
+        .collect();
+    let mut body = annotations_body(svc, plan.node.as_deref(), plan.interface.as_deref());
+    body["status"] = json!({
+            "loadBalancer": {"ingress": ingress},
+            "conditions": [
+                condition_body(svc, keys::CONDITION_IP_ALLOCATED, &plan.allocated, now),
+            condition_body(svc, keys::CONDITION_ANNOUNCED, &plan.announced, now),
+        ],
+    });
+    body
+}
+
+/// The server-side apply body of the Service's annotations.
+pub fn annotations_body(svc: &Service, node: Option<&str>, interface: Option<&str>) -> Value {
+    let mut annotations = serde_json::Map::new();
+    if let Some(node) = node {
+        annotations.insert(keys::ANNOTATION_NODE.to_owned(), json!(node));
+    }
+    if let Some(interface) = interface {
+        annotations.insert(keys::ANNOTATION_INTERFACE.to_owned(), json!(interface));
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": svc.metadata.name,
+            "namespace": svc.metadata.namespace,
+            "annotations": annotations,
+        },
+    })
+}
+
+/// An apply body that claims nothing: applying it removes every field we own.
+fn empty_body(svc: &Service) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": svc.metadata.name, "namespace": svc.metadata.namespace},
+    })
+}
+
+/// Whether the server supports `ipMode`, from `major`/`minor` of `/version` (1.29+).
+pub fn version_has_ip_mode(major: &str, minor: &str) -> bool {
+    let digits = |s: &str| -> Option<u32> {
+        s.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
+    match (digits(major), digits(minor)) {
+        (Some(major), Some(minor)) => major > 1 || (major == 1 && minor >= 29),
+        _ => false,
+    }
+}
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The API server refused or failed the call.
+    #[error("{what} of Service {service} failed")]
+    Api {
+        /// Which write.
+        what: &'static str,
+        /// `namespace/name`.
+        service: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within [`WRITE_TIMEOUT`].
+    #[error("{what} of Service {service} timed out after {WRITE_TIMEOUT:?}")]
+    Timeout {
+        /// Which write.
+        what: &'static str,
+        /// `namespace/name`.
+        service: String,
+    },
+    /// This replica is not (or no longer) the leader.
+    #[error("not the leader: {what} of Service {service} skipped")]
+    NotLeader {
+        /// Which write.
+        what: &'static str,
+        /// `namespace/name`.
+        service: String,
+    },
+}
+
+impl ApplyError {
+    /// Short stable category, for the metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ApplyError::Api { source, .. } => match source {
+                kube::Error::Api(status) if status.code == 404 => "not_found",
+                kube::Error::Api(status) if status.code == 409 => "conflict",
+                kube::Error::Api(status) if status.code >= 500 => "api_server",
+                kube::Error::Api(_) => "api_rejected",
+                _ => "transport",
+            },
+            ApplyError::Timeout { .. } => "timeout",
+            ApplyError::NotLeader { .. } => "not_leader",
+        }
+    }
+
+    /// Whether retrying later can help (everything but a vanished Service and lost
+    /// leadership).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self.category(), "not_found" | "not_leader")
+    }
+}
+
+/// Whether `error` is the API server not knowing a field we sent (pre-1.29 `ipMode`).
+fn is_unknown_field(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.message.contains("field not declared in schema"))
+}
+
+/// Performs the writes; shared by the concurrent write tasks of one pass.
+#[derive(Debug)]
+pub struct Writer {
+    ip_mode: AtomicBool,
+}
+
+impl Writer {
+    /// A writer; `ip_mode` from [`version_has_ip_mode`].
+    pub fn new(ip_mode: bool) -> Self {
+        Writer {
+            ip_mode: AtomicBool::new(ip_mode),
+        }
+    }
+
+    /// Whether `ipMode` is written and compared.
+    pub fn ip_mode(&self) -> bool {
+        self.ip_mode.load(Ordering::Relaxed)
+    }
+
+    fn disable_ip_mode(&self, why: &str) {
+        if self.ip_mode.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                why,
+                "the API server does not keep ipMode: writing ingress without it"
+            );
+        }
+    }
+
+    /// Applies the annotations of `plan` on `svc`; returns the updated Service.
+    pub async fn apply_annotations(
+        &self,
+        api: &Api<Service>,
+        svc: &Service,
+        node: Option<&str>,
+        interface: Option<&str>,
+        fence: impl Fn() -> bool,
+    ) -> Result<Service, ApplyError> {
+        let body = annotations_body(svc, node, interface);
+        call(api, svc, "annotations", false, &body, &fence).await
+    }
+
+    /// Applies the status of `plan` on `svc`; returns the updated Service.
+    pub async fn apply_status(
+        &self,
+        api: &Api<Service>,
+        svc: &Service,
+        plan: &ServicePlan,
+        fence: impl Fn() -> bool,
+    ) -> Result<Service, ApplyError> {
+        let ip_mode = self.ip_mode();
+        let body = status_body(svc, plan, ip_mode, Timestamp::now());
+        match call(api, svc, "status", true, &body, &fence).await {
+            Err(ApplyError::Api { source, .. }) if ip_mode && is_unknown_field(&source) => {
+                self.disable_ip_mode("server-side apply refused the field");
+                let body = status_body(svc, plan, false, Timestamp::now());
+                call(api, svc, "status", true, &body, &fence).await
+            }
+            Ok(updated) => {
+                if ip_mode && !plan.ips.is_empty() && views::ingress_ips(&updated) == plan.ips {
+                    let kept = updated
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.load_balancer.as_ref())
+                        .and_then(|lb| lb.ingress.as_ref())
+                        .is_some_and(|i| i.iter().all(|i| i.ip_mode.is_some()));
+                    if !kept {
+                        self.disable_ip_mode("the server dropped the field");
+                    }
+                }
+                Ok(updated)
+            }
+            other => other,
+        }
+    }
+
+    /// Removes everything we wrote on a Service that is no longer ours.
+    pub async fn clear(
+        &self,
+        api: &Api<Service>,
+        svc: &Service,
+        fence: impl Fn() -> bool,
+    ) -> Result<Service, ApplyError> {
+        let body = empty_body(svc);
+        call(api, svc, "status cleanup", true, &body, &fence).await?;
+        call(api, svc, "annotation cleanup", false, &body, &fence).await
+    }
+}
+
+/// One server-side apply under the fence and [`WRITE_TIMEOUT`].
+async fn call(
+    api: &Api<Service>,
+    svc: &Service,
+    what: &'static str,
+    status: bool,
+    body: &Value,
+    fence: &impl Fn() -> bool,
+) -> Result<Service, ApplyError> {
+    let service = format!(
+        "{}/{}",
+        svc.metadata.namespace.as_deref().unwrap_or_default(),
+        svc.metadata.name.as_deref().unwrap_or_default()
+    );
+    if !fence() {
+        return Err(ApplyError::NotLeader { what, service });
+    }
+    let name = svc.metadata.name.as_deref().unwrap_or_default();
+    let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
+    let patch = Patch::Apply(body);
+    let request = async {
+        if status {
+            api.patch_status(name, &params, &patch).await
+        } else {
+            api.patch(name, &params, &patch).await
+        }
+    };
+    match tokio::time::timeout(WRITE_TIMEOUT, request).await {
+        Ok(Ok(updated)) => Ok(updated),
+        Ok(Err(source)) => Err(ApplyError::Api {
+            what,
+            service,
+            source,
+        }),
+        Err(_) => Err(ApplyError::Timeout { what, service }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_core::plan::reason;
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn plan(ips: &[&str], node: Option<&str>) -> ServicePlan {
+        ServicePlan {
+            ips: ips.iter().map(|s| s.parse().unwrap()).collect(),
+            node: node.map(Into::into),
+            interface: None,
+            allocated: ConditionPlan {
+                status: !ips.is_empty(),
+                reason: reason::ALLOCATED.into(),
+                message: "ok".into(),
+            },
+            announced: ConditionPlan {
+                status: false,
+                reason: reason::WAITING_FOR_AGENT.into(),
+                message: "waiting".into(),
+            },
+        }
+    }
+
+    /// A Service whose status is what `plan` renders to, as a server would store it.
+    fn written(plan: &ServicePlan, ip_mode: bool, server_keeps_ip_mode: bool) -> Service {
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("a".into()),
+                generation: Some(3),
+                ..ObjectMeta::default()
+            },
+            ..Service::default()
+        };
+        let body = status_body(&svc, plan, ip_mode, Timestamp::UNIX_EPOCH);
+        let mut status: ServiceStatus = serde_json::from_value(body["status"].clone()).unwrap();
+        if !server_keeps_ip_mode {
+            for i in status
+                .load_balancer
+                .iter_mut()
+                .flat_map(|lb| lb.ingress.iter_mut().flatten())
+            {
+                i.ip_mode = None;
+            }
+        }
+        Service {
+            status: Some(status),
+            ..svc
+        }
+    }
+
+    #[test]
+    fn written_status_compares_equal_so_no_loop() {
+        let p = plan(&["10.0.0.1"], Some("n1"));
+        // New server: ipMode kept and compared.
+        assert!(!status_differs(&written(&p, true, true), &p, true));
+        // Old server dropped ipMode: compared without it, equal.
+        assert!(!status_differs(&written(&p, true, false), &p, false));
+        // ... but with ipMode on it would differ forever (the loop we avoid).
+        assert!(status_differs(&written(&p, true, false), &p, true));
+    }
+
+    #[test]
+    fn status_differences_are_seen() {
+        let p = plan(&["10.0.0.1"], None);
+        let svc = written(&p, false, false);
+        assert!(status_differs(&svc, &plan(&["10.0.0.2"], None), false));
+        assert!(status_differs(&svc, &plan(&[], None), false));
+        let mut other_message = p.clone();
+        other_message.announced.message = "other".into();
+        assert!(status_differs(&svc, &other_message, false));
+        let mut newer = svc.clone();
+        newer.metadata.generation = Some(4);
+        assert!(
+            status_differs(&newer, &p, false),
+            "observedGeneration is compared"
+        );
+        let mut foreign = svc.clone();
+        foreign.status.as_mut().unwrap().load_balancer = Some(LoadBalancerStatus {
+            ingress: Some(vec![LoadBalancerIngress {
+                ip: Some("10.0.0.1".into()),
+                hostname: Some("lb.example".into()),
+                ..LoadBalancerIngress::default()
+            }]),
+        });
+        assert!(status_differs(&foreign, &p, false));
+    }
+
+    #[test]
+    fn transition_time_moves_only_with_status() {
+        let p = plan(&["10.0.0.1"], None);
+        let mut svc = written(&p, false, false);
+        let t1: Timestamp = "2030-01-01T00:00:00.123456789Z".parse().unwrap();
+        for c in svc.status.as_mut().unwrap().conditions.as_mut().unwrap() {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        let mut changed_message = p.clone();
+        changed_message.allocated.message = "new words".into();
+        let body = status_body(&svc, &changed_message, false, t1);
+        assert_eq!(
+            body["status"]["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:00:00Z"
+        );
+        let released = plan(&[], None);
+        let body = status_body(&svc, &released, false, t1);
+        assert_eq!(body["status"]["conditions"][0]["status"], "False");
+        assert_eq!(
+            body["status"]["conditions"][0]["lastTransitionTime"],
+            "2030-01-01T00:00:00Z"
+        );
+        assert_eq!(body["status"]["conditions"][0]["observedGeneration"], 3);
+        assert_eq!(body["status"]["loadBalancer"]["ingress"], json!([]));
+    }
+
+    #[test]
+    fn annotations_are_set_and_left_out() {
+        let svc = written(&plan(&[], None), false, false);
+        let body = annotations_body(&svc, Some("n1"), None);
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({"aliaslb.io/node": "n1"})
+        );
+        assert!(annotations_differ(&svc, Some("n1"), None));
+        // The status apply repeats them: on pre-1.22 servers it would remove them otherwise.
+        let status = status_body(
+            &svc,
+            &plan(&["10.0.0.1"], Some("n1")),
+            false,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(
+            status["metadata"]["annotations"],
+            json!({"aliaslb.io/node": "n1"})
+        );
+        assert!(!annotations_differ(&svc, None, None));
+    }
+
+    #[test]
+    fn ip_mode_from_version() {
+        for (major, minor, want) in [
+            ("1", "20", false),
+            ("1", "28+", false),
+            ("1", "29", true),
+            ("1", "33+", true),
+            ("2", "0", true),
+            ("", "", false),
+        ] {
+            assert_eq!(version_has_ip_mode(major, minor), want, "{major}.{minor}");
+        }
+    }
+}

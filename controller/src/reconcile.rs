@@ -1,0 +1,888 @@
+//! The leader's reconcile loop: observe (caches) -> one pure [`Planner::plan`] pass ->
+//! apply the difference (Service annotations and status, Events) -> metrics. Does I/O.
+//!
+//! - [`run`] is the whole controller minus leader election and HTTP: it starts the caches
+//!   (in every replica), marks the process ready once they synced, and runs a
+//!   [`Reconciler`] for each leadership term (a fresh [`Planner`] per term: it imports the
+//!   observed assignments on its first pass, so a restart or failover keeps every IP).
+//! - Any cache change wakes the loop; it waits [`DEBOUNCE`] (bounded: not reset by later
+//!   changes), so everything that arrived meanwhile goes into one pass. It also wakes
+//!   exactly when the next agent Lease goes stale and when a write retry is due.
+//! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
+//!   once, each behind the leader fence and a timeout. The caches lag behind our own
+//!   writes: a write is not repeated while the cached object is a version we already know
+//!   (the one we wrote over, or one our writes returned).
+//! - Transient write failures back off per Service ([`Backoff`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::plan::{
+    ConditionPlan, Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason,
+};
+use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::range::Family;
+use aliaslb_core::report::AgentReport;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::apply::{self, ApplyError, Writer};
+use crate::context::Context;
+use crate::http::Readiness;
+use crate::views;
+use crate::watch::{Caches, EndpointSource, WatchError};
+
+/// How long the loop waits after the first change before a pass, to coalesce bursts.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+/// Writes in flight at once; the Event worker has its own bound of the same size.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// First retry delay after a transient write failure; doubles up to [`MAX_BACKOFF`].
+const BASE_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest Event note the API accepts (events.k8s.io/v1 `note`: 1 kB).
+const MAX_NOTE: usize = 1000;
+/// Plan Events waiting for the worker at most; more are dropped (and counted).
+const EVENT_QUEUE: usize = 16_384;
+/// Versions remembered per Service (see the module docs).
+const KNOWN_VERSIONS: usize = 8;
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The API server's version could not be read.
+    #[error("reading the API server version")]
+    Version(#[source] kube::Error),
+    /// A cache did not sync.
+    #[error("caches did not sync")]
+    Watch(#[from] WatchError),
+}
+
+/// Runs the controller: caches, readiness, and the reconcile loop while leading (see the
+/// module docs). Returns only on a start-up error; abort the task to stop it.
+pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), ReconcileError> {
+    let version = ctx
+        .client
+        .apiserver_version()
+        .await
+        .map_err(ReconcileError::Version)?;
+    let ip_mode = apply::version_has_ip_mode(&version.major, &version.minor);
+    tracing::info!(
+        server = %version.git_version,
+        ip_mode,
+        "API server version"
+    );
+    let caches = Caches::start(&ctx.client, &ctx.config).await;
+    caches.synced().await?;
+    readiness.set_ready();
+    supervise(ctx, caches, ip_mode).await;
+    Ok(())
+}
+
+/// Follows leadership edges: a [`Reconciler`] while leading, none otherwise.
+async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
+    let mut edges = ctx.leader.watch();
+    let mut running: Option<JoinHandle<()>> = None;
+    loop {
+        let leading = *edges.borrow_and_update();
+        ctx.metrics.set_leader(leading);
+        match (leading, running.take()) {
+            (true, None) => {
+                let reconciler = Reconciler::new(ctx.clone(), caches.clone(), ip_mode);
+                running = Some(tokio::spawn(reconciler.run()));
+            }
+            (true, Some(task)) => running = Some(task),
+            (false, Some(task)) => {
+                tracing::info!("not leading: reconcile loop stopped");
+                task.abort();
+            }
+            (false, None) => {}
+        }
+        if edges.changed().await.is_err() {
+            // Leadership can no longer change (a fixed one, or election ended after its
+            // last edge): keep the current state; every write still checks the fence.
+            if let Some(task) = running.take() {
+                let _ = task.await;
+            }
+            return;
+        }
+    }
+}
+
+/// Per-Service retry state after transient failures.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    next: Instant,
+}
+
+impl Backoff {
+    fn after(failures: u32, now: Instant) -> Backoff {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+        Backoff {
+            failures,
+            next: now + BASE_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF),
+        }
+    }
+}
+
+/// What the status write says, without the node (which is an annotation).
+type StatusKey = (Vec<IpAddr>, ConditionPlan, ConditionPlan);
+
+fn status_key(plan: &ServicePlan) -> StatusKey {
+    (
+        plan.ips.clone(),
+        plan.allocated.clone(),
+        plan.announced.clone(),
+    )
+}
+
+/// What we last wrote on a Service and the versions our writes produced.
+#[derive(Debug, Default)]
+struct Memo {
+    annotations: Option<(Option<String>, Option<String>)>,
+    status: Option<StatusKey>,
+    versions: VecDeque<String>,
+}
+
+impl Memo {
+    fn knows(&self, svc: &Service) -> bool {
+        svc.metadata
+            .resource_version
+            .as_ref()
+            .is_some_and(|rv| self.versions.contains(rv))
+    }
+
+    fn remember(&mut self, version: Option<&String>) {
+        if let Some(v) = version
+            && !self.versions.contains(v)
+        {
+            if self.versions.len() == KNOWN_VERSIONS {
+                self.versions.pop_front();
+            }
+            self.versions.push_back(v.clone());
+        }
+    }
+}
+
+/// The pool ConfigMap as last handled.
+#[derive(Debug, Default)]
+struct ConfigState {
+    /// The config in force (the last valid one).
+    good: Option<PoolConfig>,
+    /// `data` last handled; `None` inside: the ConfigMap was missing.
+    seen: Option<Option<BTreeMap<String, String>>>,
+    /// Whether the last content handled was invalid.
+    invalid: bool,
+}
+
+/// One unit of write work of a pass.
+enum Job {
+    /// Bring a Service of ours to its plan.
+    Sync {
+        svc: Arc<Service>,
+        plan: ServicePlan,
+        annotations: bool,
+        status: bool,
+    },
+    /// Remove what we wrote on a Service that is no longer ours.
+    Clear { svc: Arc<Service> },
+}
+
+/// The outcome of one [`Job`].
+struct Done {
+    key: ServiceKey,
+    plan: Option<ServicePlan>,
+    annotations: bool,
+    status: bool,
+    before: Option<String>,
+    /// uid of a cleaned-up Service.
+    uid: Option<String>,
+    result: Result<Vec<Service>, ApplyError>,
+}
+
+/// One Event to publish.
+struct Notice {
+    regarding: ObjectReference,
+    warning: bool,
+    reason: String,
+    note: String,
+}
+
+/// Publishes Events behind the leader fence. Clones share the recorder.
+#[derive(Clone)]
+struct Events {
+    ctx: Arc<Context>,
+    recorder: Recorder,
+}
+
+impl Events {
+    /// Publishes one Event (behind the fence); failures are logged and counted.
+    async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        if !self.ctx.leader.is_leader() {
+            return;
+        }
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(truncate(note, MAX_NOTE)),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        let publish = self.recorder.publish(&event, regarding);
+        match tokio::time::timeout(apply::WRITE_TIMEOUT, publish).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                self.ctx.metrics.inc_reconcile_error("event");
+                tracing::warn!(reason, object = ?regarding.name, error = %error, "publishing an Event failed");
+            }
+            Err(_) => {
+                self.ctx.metrics.inc_reconcile_error("event");
+                tracing::warn!(reason, object = ?regarding.name, "publishing an Event timed out");
+            }
+        }
+    }
+
+    /// Publishes queued Events, [`MAX_IN_FLIGHT`] at once, so that a burst of Events
+    /// never holds up the next pass.
+    async fn worker(self, queue: mpsc::Receiver<Notice>) {
+        receiver_stream(queue)
+            .for_each_concurrent(MAX_IN_FLIGHT, |n| {
+                let events = self.clone();
+                async move {
+                    events
+                        .publish(&n.regarding, n.warning, &n.reason, n.note)
+                        .await;
+                }
+            })
+            .await;
+    }
+}
+
+/// A stream over an mpsc receiver.
+fn receiver_stream<T>(rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}
+
+/// Aborts a task when dropped (the Event worker ends with its term's reconciler).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The loop of one leadership term.
+struct Reconciler {
+    ctx: Arc<Context>,
+    caches: Caches,
+    planner: Planner,
+    writer: Writer,
+    events: Events,
+    /// Plan Events for the worker.
+    queue: mpsc::Sender<Notice>,
+    _worker: AbortOnDrop,
+    config: ConfigState,
+    memos: HashMap<ServiceKey, Memo>,
+    backoff: HashMap<ServiceKey, Backoff>,
+    /// References of the Services of the last pass, for Events on deleted ones.
+    refs: HashMap<ServiceKey, ObjectReference>,
+    /// uids of foreign Services already cleaned up.
+    cleared: HashSet<String>,
+    /// Pool series currently exported.
+    pools: BTreeSet<(String, Family)>,
+    /// Lease names whose report was unreadable, to log once.
+    bad_reports: HashSet<String>,
+}
+
+impl Reconciler {
+    fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool) -> Self {
+        let events = Events {
+            ctx: ctx.clone(),
+            recorder: Recorder::new(ctx.client.clone(), ctx.reporter.clone()),
+        };
+        let (queue, rx) = mpsc::channel(EVENT_QUEUE);
+        let worker = AbortOnDrop(tokio::spawn(events.clone().worker(rx)));
+        Reconciler {
+            ctx,
+            caches,
+            planner: Planner::new(),
+            writer: Writer::new(ip_mode),
+            events,
+            queue,
+            _worker: worker,
+            config: ConfigState::default(),
+            memos: HashMap::new(),
+            backoff: HashMap::new(),
+            refs: HashMap::new(),
+            cleared: HashSet::new(),
+            pools: BTreeSet::new(),
+            bad_reports: HashSet::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        tracing::info!(
+            class = %self.ctx.config.load_balancer_class,
+            "leading: reconcile loop started"
+        );
+        let mut changes = self.caches.changes.clone();
+        loop {
+            changes.borrow_and_update();
+            let wake = self.pass().await;
+            let sleep = async {
+                match wake {
+                    Some(at) => {
+                        let at = at + Duration::from_millis(1);
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    tracing::error!("caches stopped: reconcile loop ends");
+                    return;
+                },
+                () = sleep => {}
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    }
+
+    /// One pass; returns when the loop must wake up at the latest.
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn pass(&mut self) -> Option<Instant> {
+        let started = Instant::now();
+        let config = self.pool_config().await?;
+        let services = self.caches.services.state();
+        let mut views = Vec::with_capacity(services.len());
+        let mut by_key: HashMap<ServiceKey, Arc<Service>> = HashMap::with_capacity(services.len());
+        let mut strangers = Vec::new();
+        for svc in services {
+            if views::is_ours(&svc, &self.ctx.config) {
+                if let Some(view) = views::service_view(&svc) {
+                    by_key.insert(view.key.clone(), svc);
+                    views.push(view);
+                }
+            } else if views::has_our_marks(&svc) {
+                strangers.push(svc);
+            }
+        }
+
+        let now = Instant::now();
+        let (agents, reports) = self.agents(now);
+        let nodes = views::node_states(&self.caches.nodes.state(), &agents);
+        let local = match &self.caches.endpoints {
+            EndpointSource::Slices(s) => {
+                views::local_endpoints_from_slices(s.state().iter().map(|a| a.as_ref()))
+            }
+            EndpointSource::Legacy(s) => {
+                views::local_endpoints_from_endpoints(s.state().iter().map(|a| a.as_ref()))
+            }
+        };
+        let output = self.planner.plan(&Inputs {
+            config: &config,
+            services: &views,
+            nodes: &nodes,
+            agents: &reports,
+            local_endpoints: &local,
+            respect_cordon: self.ctx.config.respect_cordon,
+            now,
+        });
+        self.record_metrics(&output);
+
+        let jobs = self.jobs(&output, &by_key, strangers, now);
+        let done: Vec<Done> = futures::stream::iter(jobs)
+            .map(|job| self.execute(job))
+            .buffer_unordered(MAX_IN_FLIGHT)
+            .collect()
+            .await;
+        let now = Instant::now();
+        let done_count = done.len();
+        for outcome in done {
+            self.settle(outcome, now);
+        }
+        let old_refs = std::mem::take(&mut self.refs);
+        self.refs = by_key
+            .iter()
+            .map(|(k, svc)| (k.clone(), svc.object_ref(&())))
+            .collect();
+        let writes = done_count;
+        self.publish(&output, &old_refs);
+        tracing::debug!(
+            services = views.len(),
+            writes,
+            events = output.events.len(),
+            took = ?started.elapsed(),
+            "pass done"
+        );
+        self.memos.retain(|k, _| by_key.contains_key(k));
+        self.ctx.metrics.observe_reconcile(started.elapsed());
+
+        let lease_expiry = self
+            .caches
+            .agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_expiry(now);
+        let retry = self.backoff.values().map(|b| b.next).min();
+        lease_expiry.into_iter().chain(retry).min()
+    }
+
+    /// Agent readiness and reports by node.
+    fn agents(
+        &mut self,
+        now: Instant,
+    ) -> (
+        BTreeMap<String, (bool, AgentReport)>,
+        BTreeMap<String, AgentReport>,
+    ) {
+        let clock = self
+            .caches
+            .agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut agents = BTreeMap::new();
+        for lease in self.caches.leases.state() {
+            let Some(name) = lease.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(node) = views::agent_node(name) else {
+                continue;
+            };
+            let report = match views::agent_report(&lease) {
+                Ok(report) => {
+                    self.bad_reports.remove(name);
+                    report
+                }
+                Err(error) => {
+                    if self.bad_reports.insert(name.to_owned()) {
+                        tracing::warn!(lease = name, error = %error, "unreadable agent report: treating as empty");
+                    }
+                    AgentReport::default()
+                }
+            };
+            agents.insert(node.to_owned(), (clock.is_fresh(name, now), report));
+        }
+        let reports = agents
+            .iter()
+            .map(|(node, (_, report))| (node.clone(), report.clone()))
+            .collect();
+        (agents, reports)
+    }
+
+    /// The config in force for this pass; `None` while no valid config was ever seen
+    /// (planning on nothing would clear every assignment).
+    async fn pool_config(&mut self) -> Option<PoolConfig> {
+        let cm = self.caches.configmap.state().into_iter().next();
+        let data = cm.as_ref().map(|cm| cm.data.clone().unwrap_or_default());
+        if self.config.seen.as_ref() == Some(&data) {
+            return self.config.good.clone();
+        }
+        let first = self.config.seen.is_none();
+        self.config.seen = Some(data.clone());
+        let Some(data) = data else {
+            tracing::warn!(
+                namespace = %self.ctx.config.namespace,
+                name = %self.ctx.config.pool_configmap,
+                "pool ConfigMap missing: no pools, every Service stays pending"
+            );
+            self.config.good = Some(PoolConfig::parse(&BTreeMap::new()).unwrap_or_else(|_| {
+                unreachable!("an empty ConfigMap is a valid config without pools")
+            }));
+            self.config.invalid = false;
+            self.ctx.metrics.set_config(true, false);
+            return self.config.good.clone();
+        };
+        match PoolConfig::parse(&data) {
+            Ok(config) => {
+                let changed = self.config.good.as_ref() != Some(&config);
+                tracing::info!(pools = config.pools().count(), "pool config loaded");
+                if !first && (self.config.invalid || changed) {
+                    let note = format!("pool config loaded: {} pools", config.pools().count());
+                    self.config_event(cm.as_deref(), false, "ConfigLoaded", note)
+                        .await;
+                }
+                self.config.good = Some(config);
+                self.config.invalid = false;
+                self.ctx.metrics.set_config(true, false);
+            }
+            Err(errors) => {
+                let stale = self.config.good.is_some();
+                tracing::warn!(
+                    errors = errors.len(),
+                    first = %errors[0],
+                    keeping_last_good = stale,
+                    "pool ConfigMap invalid: no assignment changes until it is fixed"
+                );
+                self.config.invalid = true;
+                self.ctx.metrics.set_config(false, stale);
+                let note = invalid_note(&errors, stale);
+                self.config_event(cm.as_deref(), true, "InvalidConfig", note)
+                    .await;
+            }
+        }
+        self.config.good.clone()
+    }
+
+    async fn config_event(
+        &self,
+        cm: Option<&ConfigMap>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let Some(cm) = cm else { return };
+        self.events
+            .publish(&cm.object_ref(&()), warning, reason, note)
+            .await;
+    }
+
+    fn record_metrics(&mut self, output: &PlanOutput) {
+        let metrics = &self.ctx.metrics;
+        let mut current = BTreeSet::new();
+        for usage in self.planner.usage() {
+            let pool = usage.pool.as_str().to_owned();
+            metrics.set_pool(
+                &pool,
+                usage.family,
+                usage.total,
+                u64::try_from(usage.in_use).unwrap_or(u64::MAX),
+            );
+            current.insert((pool, usage.family));
+        }
+        for (pool, family) in self.pools.difference(&current) {
+            metrics.remove_pool(pool, *family);
+        }
+        self.pools = current;
+        metrics.set_pending(self.planner.pending());
+        for event in &output.events {
+            if event.reason == reason::IP_ALLOCATED {
+                metrics.inc_allocations();
+            }
+        }
+        for (_, ips) in &output.released {
+            for _ in ips {
+                metrics.inc_releases();
+            }
+        }
+    }
+
+    /// The writes this pass needs.
+    fn jobs(
+        &mut self,
+        output: &PlanOutput,
+        by_key: &HashMap<ServiceKey, Arc<Service>>,
+        strangers: Vec<Arc<Service>>,
+        now: Instant,
+    ) -> Vec<Job> {
+        let ip_mode = self.writer.ip_mode();
+        let mut jobs = Vec::new();
+        for (key, plan) in &output.services {
+            let Some(svc) = by_key.get(key) else { continue };
+            if self.backoff.get(key).is_some_and(|b| b.next > now) {
+                continue;
+            }
+            let memo = self.memos.get(key);
+            let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
+            let desired_ann = (plan.node.clone(), plan.interface.clone());
+            let annotations =
+                apply::annotations_differ(svc, plan.node.as_deref(), plan.interface.as_deref())
+                    && !waiting(memo.is_some_and(|m| m.annotations.as_ref() == Some(&desired_ann)));
+            let status = apply::status_differs(svc, plan, ip_mode)
+                && !waiting(memo.is_some_and(|m| m.status.as_ref() == Some(&status_key(plan))));
+            if annotations || status {
+                jobs.push(Job::Sync {
+                    svc: svc.clone(),
+                    plan: plan.clone(),
+                    annotations,
+                    status,
+                });
+            }
+        }
+        self.cleared.retain(|uid| {
+            strangers
+                .iter()
+                .any(|s| s.metadata.uid.as_ref() == Some(uid))
+        });
+        for svc in strangers {
+            let Some(uid) = svc.metadata.uid.clone() else {
+                continue;
+            };
+            if self.cleared.contains(&uid) {
+                continue;
+            }
+            if let Some(key) = views::service_key(&svc)
+                && self.backoff.get(&key).is_some_and(|b| b.next > now)
+            {
+                continue;
+            }
+            jobs.push(Job::Clear { svc });
+        }
+        jobs
+    }
+
+    async fn execute(&self, job: Job) -> Done {
+        match job {
+            Job::Sync {
+                svc,
+                plan,
+                annotations,
+                status,
+            } => {
+                let key = views::service_key(&svc).unwrap_or_else(|| ServiceKey::new("", ""));
+                let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
+                let fence = || self.ctx.leader.is_leader();
+                let mut written = Vec::new();
+                let mut current: Service = (*svc).clone();
+                let result = async {
+                    if annotations {
+                        current = self
+                            .writer
+                            .apply_annotations(
+                                &api,
+                                &current,
+                                plan.node.as_deref(),
+                                plan.interface.as_deref(),
+                                fence,
+                            )
+                            .await?;
+                        written.push(current.clone());
+                    }
+                    if status {
+                        let updated = self
+                            .writer
+                            .apply_status(&api, &current, &plan, fence)
+                            .await?;
+                        written.push(updated);
+                    }
+                    Ok::<_, ApplyError>(())
+                }
+                .await;
+                if result.is_ok() {
+                    tracing::info!(
+                        svc = %key,
+                        ips = ?plan.ips,
+                        node = plan.node.as_deref().unwrap_or("-"),
+                        announced = plan.announced.status,
+                        reason = %plan.announced.reason,
+                        "applied"
+                    );
+                }
+                Done {
+                    key,
+                    annotations,
+                    status,
+                    before: svc.metadata.resource_version.clone(),
+                    uid: None,
+                    result: result.map(|()| written),
+                    plan: Some(plan),
+                }
+            }
+            Job::Clear { svc } => {
+                let key = views::service_key(&svc).unwrap_or_else(|| ServiceKey::new("", ""));
+                let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
+                let result = self
+                    .writer
+                    .clear(&api, &svc, || self.ctx.leader.is_leader())
+                    .await
+                    .map(|s| vec![s]);
+                if result.is_ok() {
+                    tracing::info!(svc = %key, "no longer ours: removed our annotations and status");
+                }
+                Done {
+                    key,
+                    plan: None,
+                    annotations: false,
+                    status: false,
+                    before: None,
+                    uid: svc.metadata.uid.clone(),
+                    result,
+                }
+            }
+        }
+    }
+
+    fn settle(&mut self, done: Done, now: Instant) {
+        match done.result {
+            Ok(written) => {
+                self.backoff.remove(&done.key);
+                let Some(plan) = done.plan else {
+                    if let Some(uid) = done.uid {
+                        self.cleared.insert(uid);
+                    }
+                    return;
+                };
+                let memo = self.memos.entry(done.key).or_default();
+                memo.remember(done.before.as_ref());
+                for svc in &written {
+                    memo.remember(svc.metadata.resource_version.as_ref());
+                }
+                if done.annotations {
+                    memo.annotations = Some((plan.node.clone(), plan.interface.clone()));
+                }
+                if done.status {
+                    memo.status = Some(status_key(&plan));
+                }
+            }
+            Err(error) => {
+                self.ctx.metrics.inc_reconcile_error(error.category());
+                if error.is_transient() {
+                    let failures = self.backoff.get(&done.key).map_or(0, |b| b.failures) + 1;
+                    let backoff = Backoff::after(failures, now);
+                    tracing::warn!(
+                        svc = %done.key,
+                        failures,
+                        retry_in = ?backoff.next.saturating_duration_since(now),
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        "write failed; retrying"
+                    );
+                    self.backoff.insert(done.key, backoff);
+                } else {
+                    tracing::debug!(svc = %done.key, error = %error, "write skipped");
+                    self.backoff.remove(&done.key);
+                }
+            }
+        }
+    }
+
+    /// Queues the pass's Events, on their Services (deleted ones by their last reference).
+    fn publish(&self, output: &PlanOutput, old_refs: &HashMap<ServiceKey, ObjectReference>) {
+        let events = output.events.iter().map(|e| {
+            let regarding = self
+                .refs
+                .get(&e.service)
+                .or_else(|| old_refs.get(&e.service))
+                .cloned()
+                .unwrap_or_else(|| ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Service".into()),
+                    namespace: Some(e.service.namespace.clone()),
+                    name: Some(e.service.name.clone()),
+                    ..ObjectReference::default()
+                });
+            (regarding, e)
+        });
+        for (regarding, e) in events {
+            let notice = Notice {
+                regarding,
+                warning: e.warning,
+                reason: e.reason.clone(),
+                note: e.message.clone(),
+            };
+            if self.queue.try_send(notice).is_err() {
+                self.ctx.metrics.inc_reconcile_error("event_dropped");
+                tracing::warn!(svc = %e.service, reason = %e.reason, "Event queue full: Event dropped");
+            }
+        }
+    }
+}
+
+/// The Warning note for an invalid ConfigMap: every error with key and line.
+fn invalid_note(errors: &[ConfigError], stale: bool) -> String {
+    let keeping = if stale {
+        "keeping the last valid config"
+    } else {
+        "no valid config yet, no assignment is made"
+    };
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} error(s), {keeping}: {}", errors.len(), list.join("; "))
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, marked with `...`.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push_str("...");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let now = Instant::now();
+        let delays: Vec<Duration> = [1, 2, 3, 20]
+            .iter()
+            .map(|f| Backoff::after(*f, now).next - now)
+            .collect();
+        assert_eq!(
+            delays,
+            vec![
+                Duration::from_millis(200),
+                Duration::from_millis(400),
+                Duration::from_millis(800),
+                MAX_BACKOFF
+            ]
+        );
+    }
+
+    #[test]
+    fn notes_are_cut_on_char_boundaries() {
+        assert_eq!(truncate("short".into(), 10), "short");
+        let cut = truncate("ééééé".into(), 6);
+        assert!(cut.len() <= 6 && cut.ends_with("..."), "{cut}");
+    }
+
+    #[test]
+    fn invalid_note_lists_key_and_line() {
+        let data = BTreeMap::from([("default".to_owned(), "10.0.0.1\nnope\n".to_owned())]);
+        let errors = PoolConfig::parse(&data).unwrap_err();
+        let note = invalid_note(&errors, true);
+        assert!(
+            note.starts_with("1 error(s), keeping the last valid config: key default, line 2:"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn memo_knows_versions_it_saw() {
+        let mut memo = Memo::default();
+        for v in 0..10 {
+            memo.remember(Some(&v.to_string()));
+        }
+        let at = |rv: &str| Service {
+            metadata: kube::api::ObjectMeta {
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Service::default()
+        };
+        assert!(memo.knows(&at("9")));
+        assert!(
+            !memo.knows(&at("1")),
+            "only the last {KNOWN_VERSIONS} are kept"
+        );
+        assert!(!memo.knows(&at("10")));
+    }
+}

@@ -1,0 +1,536 @@
+//! `aliaslb status`: the route table of every pool address (in use or free, large free
+//! runs collapsed to one row) and the pending Services with their reason.
+//!
+//! [`compute`] and [`render_table`] are pure and unit-tested; [`fetch`] reads the cluster
+//! (read-only: Services, the pool ConfigMap, agent Leases) and is the only I/O.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use aliaslb_core::keys;
+use aliaslb_core::plan::ServiceKey;
+use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::range::{Family, from_u128, to_u128};
+use aliaslb_core::report::AgentReport;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::views;
+
+/// Free runs at least this long are shown as one row.
+pub const COLLAPSE_FROM: u128 = 4;
+
+/// One of our conditions as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionInfo {
+    /// `True`.
+    pub status: bool,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// What the table needs from one LoadBalancer Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// Namespace and name.
+    pub key: ServiceKey,
+    /// `spec.clusterIP`.
+    pub cluster_ip: Option<String>,
+    /// `status.loadBalancer.ingress[].ip`.
+    pub ips: Vec<IpAddr>,
+    /// `aliaslb.io/node`.
+    pub node: Option<String>,
+    /// `aliaslb.io/sharing-key`.
+    pub sharing_key: Option<String>,
+    /// Condition `aliaslb.io/IPAllocated`.
+    pub allocated: Option<ConditionInfo>,
+    /// Condition `aliaslb.io/Announced`.
+    pub announced: Option<ConditionInfo>,
+}
+
+/// One row of the route table: one address (or a collapsed free run) and its user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    /// First address of the row.
+    pub first: IpAddr,
+    /// Last address (equal to `first` except for collapsed free runs).
+    pub last: IpAddr,
+    /// Number of addresses in the row.
+    pub addresses: u128,
+    /// Whether a Service uses it.
+    pub in_use: bool,
+    /// Pool key (a namespace or `_fallback`).
+    pub pool: String,
+    /// Namespace of the Service using it.
+    pub namespace: Option<String>,
+    /// Name of the Service using it.
+    pub service: Option<String>,
+    /// The Service's cluster IP.
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: Option<String>,
+    /// Node carrying it.
+    pub node: Option<String>,
+    /// `announced`, `waiting-for-agent`, `no-node`, `conflict` or `free`.
+    pub state: String,
+}
+
+/// A Service of ours without an address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub service: String,
+    /// Reason of the `aliaslb.io/IPAllocated` condition.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// The whole report (`-o json` prints it as is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Every pool address, in pool then address order.
+    pub routes: Vec<Route>,
+    /// Pending Services, by namespace and name.
+    pub pending: Vec<Pending>,
+}
+
+/// The state of `ip` used by `users`.
+fn state(
+    ip: IpAddr,
+    users: &[&ServiceInfo],
+    agents: &BTreeMap<String, AgentReport>,
+) -> &'static str {
+    let group = |s: &ServiceInfo| s.sharing_key.clone().map(|k| (s.key.namespace.clone(), k));
+    let shared = users
+        .windows(2)
+        .all(|w| group(w[0]).is_some() && group(w[0]) == group(w[1]));
+    let reported_conflict = users.iter().any(|s| {
+        s.announced
+            .as_ref()
+            .is_some_and(|c| c.reason == aliaslb_core::plan::reason::ADDRESS_CONFLICT)
+            || s.node
+                .as_ref()
+                .and_then(|n| agents.get(n))
+                .is_some_and(|r| r.conflicts.iter().any(|c| c.ip == ip))
+    });
+    if !shared || reported_conflict {
+        return "conflict";
+    }
+    match users[0].node.as_ref() {
+        None => "no-node",
+        Some(node) if agents.get(node).is_some_and(|r| r.held.contains(&ip)) => "announced",
+        Some(_) => "waiting-for-agent",
+    }
+}
+
+/// The route table and the pending list.
+pub fn compute(
+    config: &PoolConfig,
+    services: &[ServiceInfo],
+    agents: &BTreeMap<String, AgentReport>,
+) -> Report {
+    let mut users: BTreeMap<IpAddr, Vec<&ServiceInfo>> = BTreeMap::new();
+    for svc in services {
+        for ip in &svc.ips {
+            users.entry(*ip).or_default().push(svc);
+        }
+    }
+    let mut routes = Vec::new();
+    for (pool_key, pool) in config.pools() {
+        let pool_name = pool_key.as_str().to_owned();
+        let free = |first: u128, last: u128, family: Family| Route {
+            first: from_u128(family, first),
+            last: from_u128(family, last),
+            addresses: last - first + 1,
+            in_use: false,
+            pool: pool_name.clone(),
+            namespace: None,
+            service: None,
+            cluster_ip: None,
+            node: None,
+            state: "free".to_owned(),
+        };
+        for range in &pool.ranges {
+            let family = range.family();
+            let (start, end) = (to_u128(range.first()), to_u128(range.last()));
+            let mut cursor = start;
+            let push_free = |routes: &mut Vec<Route>, from: u128, to: u128| {
+                if from > to {
+                    return;
+                }
+                if to - from + 1 >= COLLAPSE_FROM {
+                    routes.push(free(from, to, family));
+                } else {
+                    routes.extend((from..=to).map(|n| free(n, n, family)));
+                }
+            };
+            for (ip, svcs) in users.range(range.first()..=range.last()) {
+                let n = to_u128(*ip);
+                push_free(&mut routes, cursor, n.wrapping_sub(1));
+                let state = state(*ip, svcs, agents);
+                for svc in svcs {
+                    routes.push(Route {
+                        first: *ip,
+                        last: *ip,
+                        addresses: 1,
+                        in_use: true,
+                        pool: pool_name.clone(),
+                        namespace: Some(svc.key.namespace.clone()),
+                        service: Some(svc.key.name.clone()),
+                        cluster_ip: svc.cluster_ip.clone(),
+                        node: svc.node.clone(),
+                        state: state.to_owned(),
+                    });
+                }
+                cursor = n + 1;
+            }
+            if cursor <= end {
+                push_free(&mut routes, cursor, end);
+            }
+        }
+    }
+    let mut pending: Vec<Pending> = services
+        .iter()
+        .filter(|s| s.ips.is_empty())
+        .filter_map(|s| {
+            let c = s.allocated.as_ref()?;
+            Some(Pending {
+                namespace: s.key.namespace.clone(),
+                service: s.key.name.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+        })
+        .collect();
+    pending.sort_by(|a, b| (&a.namespace, &a.service).cmp(&(&b.namespace, &b.service)));
+    Report { routes, pending }
+}
+
+/// The report as aligned text columns.
+pub fn render_table(report: &Report) -> String {
+    let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".to_owned());
+    let mut rows: Vec<[String; 7]> = vec![[
+        "IP".into(),
+        "IN USE".into(),
+        "NAMESPACE".into(),
+        "SERVICE".into(),
+        "CLUSTER IP".into(),
+        "NODE".into(),
+        "STATE".into(),
+    ]];
+    for r in &report.routes {
+        let ip = if r.first == r.last {
+            r.first.to_string()
+        } else {
+            format!("{}-{}", r.first, r.last)
+        };
+        let state = if r.addresses > 1 {
+            format!("{} ({})", r.state, r.addresses)
+        } else {
+            r.state.clone()
+        };
+        rows.push([
+            ip,
+            if r.in_use { "yes" } else { "no" }.into(),
+            r.namespace.clone().unwrap_or_else(|| r.pool.clone()),
+            dash(&r.service),
+            dash(&r.cluster_ip),
+            dash(&r.node),
+            state,
+        ]);
+    }
+    let mut out = columns(&rows);
+    if !report.pending.is_empty() {
+        out.push('\n');
+        let mut pending: Vec<[String; 7]> = vec![[
+            "PENDING".into(),
+            "REASON".into(),
+            "MESSAGE".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]];
+        for p in &report.pending {
+            pending.push([
+                format!("{}/{}", p.namespace, p.service),
+                p.reason.clone(),
+                p.message.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
+        out.push_str(&columns(&pending));
+    }
+    out
+}
+
+/// Left-aligned columns separated by two spaces, trailing spaces trimmed.
+fn columns(rows: &[[String; 7]]) -> String {
+    let mut widths = [0usize; 7];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(widths) {
+            let _ = write!(line, "{cell:<w$}  ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// What `aliaslb status` reads from one Service; `None` for Services that are not
+/// LoadBalancers.
+pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return None;
+    }
+    let cond = |type_: &str| {
+        svc.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+            .map(|c| ConditionInfo {
+                status: c.status == "True",
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+    };
+    Some(ServiceInfo {
+        key: views::service_key(svc)?,
+        cluster_ip: spec.cluster_ip.clone(),
+        ips: views::ingress_ips(svc),
+        node: views::annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
+        sharing_key: views::annotation(svc, keys::ANNOTATION_SHARING_KEY).map(str::to_owned),
+        allocated: cond(keys::CONDITION_IP_ALLOCATED),
+        announced: cond(keys::CONDITION_ANNOUNCED),
+    })
+}
+
+/// Why the status could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// An API read failed.
+    #[error("reading {what}")]
+    Api {
+        /// What was read.
+        what: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The pool ConfigMap is invalid.
+    #[error("pool ConfigMap {name} is invalid:\n{}", .errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    InvalidConfig {
+        /// `namespace/name`.
+        name: String,
+        /// Every error.
+        errors: Vec<ConfigError>,
+    },
+}
+
+/// Reads the cluster and computes the report. A missing ConfigMap means no pools.
+pub async fn fetch(
+    client: &Client,
+    namespace: &str,
+    configmap: &str,
+) -> Result<Report, StatusError> {
+    let api_err = |what: String| move |source| StatusError::Api { what, source };
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(configmap)
+        .await
+        .map_err(api_err(format!("ConfigMap {namespace}/{configmap}")))?;
+    let data = cm.and_then(|cm| cm.data).unwrap_or_default();
+    let config = PoolConfig::parse(&data).map_err(|errors| StatusError::InvalidConfig {
+        name: format!("{namespace}/{configmap}"),
+        errors,
+    })?;
+    let services = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("Services".to_owned()))?;
+    let leases = Api::<Lease>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err(format!("Leases in {namespace}")))?;
+    let agents: BTreeMap<String, AgentReport> = leases
+        .items
+        .iter()
+        .filter_map(|l| {
+            let node = views::agent_node(l.metadata.name.as_deref()?)?;
+            Some((node.to_owned(), views::agent_report(l).unwrap_or_default()))
+        })
+        .collect();
+    let infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
+    Ok(compute(&config, &infos, &agents))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(data: &[(&str, &str)]) -> PoolConfig {
+        let data = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        PoolConfig::parse(&data).unwrap()
+    }
+
+    /// A Service fixture using `ips`.
+    fn svc(ns: &str, name: &str, ips: &[&str]) -> ServiceInfo {
+        ServiceInfo {
+            key: ServiceKey::new(ns, name),
+            cluster_ip: Some("10.96.0.10".into()),
+            ips: ips.iter().map(|s| s.parse().unwrap()).collect(),
+            node: None,
+            sharing_key: None,
+            allocated: None,
+            announced: None,
+        }
+    }
+
+    fn on(mut s: ServiceInfo, node: &str) -> ServiceInfo {
+        s.node = Some(node.into());
+        s
+    }
+
+    fn shared(mut s: ServiceInfo, key: &str) -> ServiceInfo {
+        s.sharing_key = Some(key.into());
+        s
+    }
+
+    fn pending(mut s: ServiceInfo, reason: &str, message: &str) -> ServiceInfo {
+        s.allocated = Some(ConditionInfo {
+            status: false,
+            reason: reason.into(),
+            message: message.into(),
+        });
+        s
+    }
+
+    fn holding(ips: &[&str]) -> AgentReport {
+        AgentReport {
+            held: ips.iter().map(|s| s.parse().unwrap()).collect(),
+            ..AgentReport::default()
+        }
+    }
+
+    #[test]
+    fn golden_table() {
+        let config = config(&[
+            ("default", "192.168.55.10\n192.168.55.11\n192.168.55.12"),
+            ("staging", "192.168.55.20-192.168.55.40"),
+        ]);
+        let services = vec![
+            on(svc("default", "web", &["192.168.55.10"]), "node-a"),
+            on(svc("default", "api", &["192.168.55.11"]), "node-b"),
+            pending(
+                svc("default", "late", &[]),
+                "PoolExhausted",
+                "every IPv4 address is in use",
+            ),
+        ];
+        let agents = BTreeMap::from([
+            ("node-a".to_owned(), holding(&["192.168.55.10"])),
+            ("node-b".to_owned(), holding(&[])),
+        ]);
+        let table = render_table(&compute(&config, &services, &agents));
+        let want = "\
+IP                           IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE    STATE
+192.168.55.10                yes     default    web      10.96.0.10  node-a  announced
+192.168.55.11                yes     default    api      10.96.0.10  node-b  waiting-for-agent
+192.168.55.12                no      default    -        -           -       free
+192.168.55.20-192.168.55.40  no      staging    -        -           -       free (21)
+
+PENDING       REASON         MESSAGE
+default/late  PoolExhausted  every IPv4 address is in use
+";
+        assert_eq!(table, want, "got:\n{table}");
+    }
+
+    #[test]
+    fn small_runs_stay_expanded_and_big_ones_collapse_around_users() {
+        let config = config(&[("a", "10.0.0.1-10.0.0.10")]);
+        let services = vec![svc("a", "x", &["10.0.0.3"])];
+        let report = compute(&config, &services, &BTreeMap::new());
+        let rows: Vec<(String, u128, &str)> = report
+            .routes
+            .iter()
+            .map(|r| (r.first.to_string(), r.addresses, r.state.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("10.0.0.1".into(), 1, "free"),
+                ("10.0.0.2".into(), 1, "free"),
+                ("10.0.0.3".into(), 1, "no-node"),
+                ("10.0.0.4".into(), 7, "free"),
+            ]
+        );
+    }
+
+    #[test]
+    fn ipv6_prefix_is_one_row_and_sharing_is_not_a_conflict() {
+        let config = config(&[("a", "2001:db8::/64\n10.0.0.1")]);
+        let services = vec![
+            shared(on(svc("a", "x", &["10.0.0.1"]), "n"), "k"),
+            shared(on(svc("a", "y", &["10.0.0.1"]), "n"), "k"),
+        ];
+        let report = compute(&config, &services, &BTreeMap::new());
+        assert_eq!(report.routes.len(), 3);
+        assert!(
+            report.routes[..2]
+                .iter()
+                .all(|r| r.state == "waiting-for-agent")
+        );
+        assert_eq!(report.routes[2].addresses, (1u128 << 64) - 1);
+    }
+
+    #[test]
+    fn two_unshared_users_are_a_conflict() {
+        let config = config(&[("a", "10.0.0.1")]);
+        let services = vec![svc("a", "x", &["10.0.0.1"]), svc("a", "y", &["10.0.0.1"])];
+        let report = compute(&config, &services, &BTreeMap::new());
+        assert!(report.routes.iter().all(|r| r.state == "conflict"));
+    }
+
+    #[test]
+    fn json_field_names_are_stable() {
+        let config = config(&[("a", "10.0.0.1")]);
+        let report = compute(
+            &config,
+            &[on(svc("a", "x", &["10.0.0.1"]), "n")],
+            &BTreeMap::new(),
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["routes"][0],
+            serde_json::json!({
+                "first": "10.0.0.1", "last": "10.0.0.1", "addresses": 1, "inUse": true,
+                "pool": "a", "namespace": "a", "service": "x", "clusterIP": "10.96.0.10",
+                "node": "n", "state": "waiting-for-agent"
+            })
+        );
+        assert_eq!(json["pending"], serde_json::json!([]));
+    }
+}

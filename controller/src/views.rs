@@ -1,0 +1,679 @@
+//! Kubernetes objects -> the planner's plain views ([`ServiceView`], [`NodeState`], agent
+//! reports, local endpoints), and the agent freshness clock. Pure: no I/O; time comes in
+//! as [`Instant`]s on the controller's own monotonic clock.
+//!
+//! Also owns the answer to "is this Service ours?" ([`is_ours`]) and what we wrote on a
+//! Service ([`has_our_marks`]), so that a Service that stops being ours is cleaned up.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::annotations::parse_ip_list;
+use aliaslb_core::election::NodeState;
+use aliaslb_core::keys;
+use aliaslb_core::plan::{FamilyPolicy, PortKey, ServiceKey, ServiceView};
+use aliaslb_core::range::Family;
+use aliaslb_core::report::AgentReport;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::config::ControllerConfig;
+
+/// Prefix of the agents' Lease names (see [`keys::agent_lease_name`]).
+pub const AGENT_LEASE_PREFIX: &str = "aliaslb-agent-";
+
+/// Label of an EndpointSlice naming its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The key of a Service, `None` without name or namespace.
+pub fn service_key(svc: &Service) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        svc.metadata.namespace.as_deref()?,
+        svc.metadata.name.as_deref()?,
+    ))
+}
+
+/// Whether the controller handles `svc`: `type: LoadBalancer`, and its
+/// `spec.loadBalancerClass` is ours, or unset while classless Services are handled.
+pub fn is_ours(svc: &Service, config: &ControllerConfig) -> bool {
+    let Some(spec) = &svc.spec else {
+        return false;
+    };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return false;
+    }
+    match spec.load_balancer_class.as_deref() {
+        None => !config.ignore_classless,
+        Some(class) => class == config.load_balancer_class,
+    }
+}
+
+/// Whether `svc` carries something the controller writes: one of our annotations or
+/// conditions. Used to clean up Services that stopped being ours.
+pub fn has_our_marks(svc: &Service) -> bool {
+    let annotated = svc.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(keys::ANNOTATION_NODE) || a.contains_key(keys::ANNOTATION_INTERFACE)
+    });
+    let conditioned = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| is_our_condition(&c.type_)));
+    annotated || conditioned
+}
+
+/// Whether a condition type is one the controller owns.
+pub fn is_our_condition(type_: &str) -> bool {
+    type_ == keys::CONDITION_IP_ALLOCATED || type_ == keys::CONDITION_ANNOUNCED
+}
+
+/// The `status.loadBalancer.ingress[].ip` addresses of `svc` that parse, in order.
+pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|ingress| {
+            ingress
+                .iter()
+                .filter_map(|i| i.ip.as_deref()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An annotation of `svc`.
+pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The planner's view of `svc`; `None` when it lacks a name, namespace or uid (never the
+/// case for objects read from the API).
+pub fn service_view(svc: &Service) -> Option<ServiceView> {
+    let key = service_key(svc)?;
+    let uid = svc.metadata.uid.clone()?;
+    let spec = svc.spec.clone().unwrap_or_default();
+    let created = svc
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second());
+    let families = family_policy(
+        spec.ip_families.as_deref().unwrap_or_default(),
+        spec.ip_family_policy.as_deref(),
+        spec.cluster_ip.as_deref(),
+    );
+    let requested = match annotation(svc, keys::ANNOTATION_REQUESTED_IPS) {
+        Some(value) => parse_ip_list(value)
+            .map_err(|e| format!("annotation {}: {e}", keys::ANNOTATION_REQUESTED_IPS)),
+        None => match spec.load_balancer_ip.as_deref().map(str::trim) {
+            None | Some("") => Ok(Vec::new()),
+            Some(ip) => ip
+                .parse::<IpAddr>()
+                .map(|ip| vec![ip])
+                .map_err(|_| format!("spec.loadBalancerIP `{ip}` is not an IP address")),
+        },
+    };
+    let ports = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| PortKey {
+            port: p.port,
+            protocol: p.protocol.unwrap_or_else(|| "TCP".to_owned()),
+        })
+        .collect();
+    Some(ServiceView {
+        key,
+        uid,
+        created,
+        families,
+        requested,
+        sharing_key: annotation(svc, keys::ANNOTATION_SHARING_KEY)
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned),
+        ports,
+        local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
+        observed_ips: ingress_ips(svc),
+        observed_node: annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
+    })
+}
+
+/// Families from `spec.ipFamilies` / `spec.ipFamilyPolicy`; servers that leave them empty
+/// (headless or pre-dual-stack objects) get the family of the cluster IP, else IPv4.
+fn family_policy(
+    families: &[String],
+    policy: Option<&str>,
+    cluster_ip: Option<&str>,
+) -> FamilyPolicy {
+    let mut wanted: Vec<Family> = Vec::new();
+    for f in families {
+        let family = match f.as_str() {
+            "IPv4" => Family::V4,
+            "IPv6" => Family::V6,
+            _ => continue,
+        };
+        if !wanted.contains(&family) {
+            wanted.push(family);
+        }
+    }
+    if wanted.is_empty() {
+        let from_cluster_ip = cluster_ip
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+            .map_or(Family::V4, Family::of);
+        wanted.push(from_cluster_ip);
+    }
+    FamilyPolicy {
+        families: wanted,
+        require_all: policy == Some("RequireDualStack"),
+    }
+}
+
+/// The node an agent Lease belongs to, from its name; `None` for other Leases.
+pub fn agent_node(lease_name: &str) -> Option<&str> {
+    lease_name
+        .strip_prefix(AGENT_LEASE_PREFIX)
+        .filter(|n| !n.is_empty())
+}
+
+/// The agent's report on its Lease; an absent annotation is an empty report.
+pub fn agent_report(lease: &Lease) -> Result<AgentReport, aliaslb_core::report::ReportError> {
+    match lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::ANNOTATION_AGENT_REPORT))
+    {
+        Some(json) => AgentReport::from_json(json),
+        None => Ok(AgentReport::default()),
+    }
+}
+
+/// Whether the Lease has a holder (an agent shutting down clears it).
+fn is_held(lease: &Lease) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_some_and(|h| !h.is_empty())
+}
+
+/// One agent Lease as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    /// What identifies a renewal: resourceVersion and renewTime.
+    version: (Option<String>, Option<String>),
+    /// When this version was first seen (controller clock).
+    at: Instant,
+    /// The Lease's `leaseDurationSeconds`, else the flag.
+    duration: Duration,
+    /// Whether it names a holder.
+    held: bool,
+}
+
+/// Freshness of agent Leases on the controller's own monotonic clock.
+///
+/// A Lease is fresh when its resourceVersion or renewTime changed within its lease
+/// duration, as seen locally; wall-clock times in the Lease are never compared with ours.
+/// A Lease without holder is never fresh (graceful agent shutdown).
+#[derive(Debug, Clone)]
+pub struct AgentClock {
+    default_duration: Duration,
+    seen: HashMap<String, Seen>,
+}
+
+impl AgentClock {
+    /// A clock using `default_duration` for Leases without `leaseDurationSeconds`.
+    pub fn new(default_duration: Duration) -> Self {
+        AgentClock {
+            default_duration,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Records `lease` as seen at `now`; the timestamp only moves when the Lease changed.
+    pub fn observe(&mut self, lease: &Lease, now: Instant) {
+        let Some(name) = lease.metadata.name.as_deref() else {
+            return;
+        };
+        if agent_node(name).is_none() {
+            return;
+        }
+        let spec = lease.spec.as_ref();
+        let version = (
+            lease.metadata.resource_version.clone(),
+            spec.and_then(|s| s.renew_time.as_ref())
+                .map(|t| t.0.to_string()),
+        );
+        let duration = spec
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .filter(|s| *s > 0)
+            .map_or(self.default_duration, Duration::from_secs);
+        let held = is_held(lease);
+        match self.seen.get_mut(name) {
+            Some(seen) if seen.version == version => {
+                seen.duration = duration;
+                seen.held = held;
+            }
+            _ => {
+                self.seen.insert(
+                    name.to_owned(),
+                    Seen {
+                        version,
+                        at: now,
+                        duration,
+                        held,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Forgets a deleted Lease: its agent is not ready from now on.
+    pub fn remove(&mut self, lease_name: &str) {
+        self.seen.remove(lease_name);
+    }
+
+    /// Whether the agent Lease `lease_name` is fresh at `now`.
+    pub fn is_fresh(&self, lease_name: &str, now: Instant) -> bool {
+        self.seen
+            .get(lease_name)
+            .is_some_and(|s| s.held && now < s.at + s.duration)
+    }
+
+    /// The earliest moment after `now` at which a fresh Lease goes stale, if any: the
+    /// loop wakes up then, so a hard node loss is acted upon without any event.
+    pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.seen
+            .values()
+            .filter(|s| s.held)
+            .map(|s| s.at + s.duration)
+            .filter(|at| *at > now)
+            .min()
+    }
+}
+
+/// Nodes as the planner sees them: `agents` maps node name -> (fresh, report).
+pub fn node_states(
+    nodes: &[std::sync::Arc<Node>],
+    agents: &BTreeMap<String, (bool, AgentReport)>,
+) -> Vec<NodeState> {
+    let mut out: Vec<NodeState> = nodes
+        .iter()
+        .filter_map(|node| {
+            let name = node.metadata.name.clone()?;
+            let agent = agents.get(&name);
+            Some(NodeState {
+                labels: node.metadata.labels.clone().unwrap_or_default(),
+                unschedulable: node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
+                agent_ready: agent.is_some_and(|(fresh, _)| *fresh),
+                subnets: agent
+                    .map(|(_, r)| r.subnets().copied().collect())
+                    .unwrap_or_default(),
+                name,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Service -> nodes with a ready endpoint, from EndpointSlices (`discovery.k8s.io/v1`).
+pub fn local_endpoints_from_slices<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+) -> BTreeMap<ServiceKey, BTreeSet<String>> {
+    let mut out: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
+    for slice in slices {
+        let (Some(ns), Some(service)) = (
+            slice.metadata.namespace.as_deref(),
+            slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL)),
+        ) else {
+            continue;
+        };
+        let nodes = out.entry(ServiceKey::new(ns, service)).or_default();
+        for endpoint in &slice.endpoints {
+            // Per the API, an unset `ready` means ready.
+            let ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true);
+            if ready && let Some(node) = &endpoint.node_name {
+                nodes.insert(node.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Service -> nodes with a ready endpoint, from core/v1 Endpoints (servers without
+/// EndpointSlice v1): the `nodeName` of ready addresses (not `notReadyAddresses`).
+pub fn local_endpoints_from_endpoints<'a>(
+    endpoints: impl IntoIterator<Item = &'a Endpoints>,
+) -> BTreeMap<ServiceKey, BTreeSet<String>> {
+    let mut out: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
+    for ep in endpoints {
+        let (Some(ns), Some(name)) = (
+            ep.metadata.namespace.as_deref(),
+            ep.metadata.name.as_deref(),
+        ) else {
+            continue;
+        };
+        let nodes = out.entry(ServiceKey::new(ns, name)).or_default();
+        for subset in ep.subsets.iter().flatten() {
+            for address in subset.addresses.iter().flatten() {
+                if let Some(node) = &address.node_name {
+                    nodes.insert(node.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::{
+        EndpointAddress, EndpointSubset, LoadBalancerIngress, LoadBalancerStatus, ServicePort,
+        ServiceSpec, ServiceStatus,
+    };
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    /// A LoadBalancer Service fixture.
+    struct Svc(Service);
+
+    fn lb_service(ns: &str, name: &str) -> Svc {
+        Svc(Service {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..ServicePort::default()
+                }]),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        })
+    }
+
+    impl Svc {
+        fn annotated(mut self, key: &str, value: &str) -> Self {
+            self.0
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(key.into(), value.into());
+            self
+        }
+        fn spec(mut self, f: impl FnOnce(&mut ServiceSpec)) -> Self {
+            f(self.0.spec.as_mut().unwrap());
+            self
+        }
+        fn with_ingress(mut self, ip: &str) -> Self {
+            self.0.status = Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(vec![LoadBalancerIngress {
+                        ip: Some(ip.into()),
+                        ..LoadBalancerIngress::default()
+                    }]),
+                }),
+                conditions: None,
+            });
+            self
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ours_by_type_and_class() {
+        let config = ControllerConfig::default();
+        let classless = ControllerConfig {
+            ignore_classless: true,
+            ..ControllerConfig::default()
+        };
+        let table = [
+            (lb_service("a", "plain"), &config, true),
+            (lb_service("a", "plain"), &classless, false),
+            (
+                lb_service("a", "ours").spec(|s| {
+                    s.load_balancer_class = Some(keys::DEFAULT_LOAD_BALANCER_CLASS.into())
+                }),
+                &classless,
+                true,
+            ),
+            (
+                lb_service("a", "theirs").spec(|s| s.load_balancer_class = Some("other/x".into())),
+                &config,
+                false,
+            ),
+            (
+                lb_service("a", "cip").spec(|s| s.type_ = Some("ClusterIP".into())),
+                &config,
+                false,
+            ),
+        ];
+        for (svc, config, want) in table {
+            assert_eq!(is_ours(&svc.0, config), want, "{:?}", svc.0.metadata.name);
+        }
+    }
+
+    #[test]
+    fn view_reads_requests_sharing_and_observed_state() {
+        let svc = lb_service("a", "web")
+            .annotated(keys::ANNOTATION_REQUESTED_IPS, "10.0.0.5, 2001:db8::5")
+            .annotated(keys::ANNOTATION_SHARING_KEY, "k")
+            .annotated(keys::ANNOTATION_NODE, "n1")
+            .spec(|s| {
+                s.ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
+                s.ip_family_policy = Some("RequireDualStack".into());
+                s.external_traffic_policy = Some("Local".into());
+            })
+            .with_ingress("10.0.0.5");
+        let view = service_view(&svc.0).unwrap();
+        assert_eq!(view.key, ServiceKey::new("a", "web"));
+        assert_eq!(view.requested, Ok(vec![ip("10.0.0.5"), ip("2001:db8::5")]));
+        assert_eq!(view.families.families, vec![Family::V6, Family::V4]);
+        assert!(view.families.require_all);
+        assert!(view.local_traffic);
+        assert_eq!(view.sharing_key.as_deref(), Some("k"));
+        assert_eq!(view.observed_ips, vec![ip("10.0.0.5")]);
+        assert_eq!(view.observed_node.as_deref(), Some("n1"));
+        assert_eq!(
+            view.ports,
+            vec![PortKey {
+                port: 80,
+                protocol: "TCP".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_explained() {
+        let bad_annotation = lb_service("a", "x").annotated(keys::ANNOTATION_REQUESTED_IPS, "nope");
+        let err = service_view(&bad_annotation.0)
+            .unwrap()
+            .requested
+            .unwrap_err();
+        assert!(
+            err.contains("aliaslb.io/loadBalancerIPs") && err.contains("`nope`"),
+            "{err}"
+        );
+        let bad_field = lb_service("a", "y").spec(|s| s.load_balancer_ip = Some("1.2.3".into()));
+        let err = service_view(&bad_field.0).unwrap().requested.unwrap_err();
+        assert!(err.contains("spec.loadBalancerIP `1.2.3`"), "{err}");
+        let field = lb_service("a", "z").spec(|s| s.load_balancer_ip = Some("10.1.1.1".into()));
+        assert_eq!(
+            service_view(&field.0).unwrap().requested,
+            Ok(vec![ip("10.1.1.1")])
+        );
+    }
+
+    #[test]
+    fn family_defaults_to_cluster_ip_family() {
+        let v6 = lb_service("a", "v6").spec(|s| s.cluster_ip = Some("fd00::1".into()));
+        assert_eq!(
+            service_view(&v6.0).unwrap().families.families,
+            vec![Family::V6]
+        );
+        let none = lb_service("a", "none");
+        assert_eq!(
+            service_view(&none.0).unwrap().families.families,
+            vec![Family::V4]
+        );
+    }
+
+    #[test]
+    fn marks_are_our_annotations_and_conditions() {
+        assert!(!has_our_marks(&lb_service("a", "x").0));
+        assert!(has_our_marks(
+            &lb_service("a", "x").annotated(keys::ANNOTATION_NODE, "n").0
+        ));
+        assert!(!has_our_marks(
+            &lb_service("a", "x").annotated("other.io/node", "n").0
+        ));
+    }
+
+    fn lease(name: &str, rv: &str, holder: Option<&str>, secs: Option<i32>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(Into::into),
+                lease_duration_seconds: secs,
+                renew_time: None::<MicroTime>,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn freshness_follows_local_changes_only() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        clock.observe(&lease("aliaslb-agent-n1", "1", Some("n1"), Some(2)), t0);
+        clock.observe(&lease("aliaslb-agent-n2", "1", Some("n2"), None), t0);
+        clock.observe(&lease("other", "1", Some("x"), Some(2)), t0);
+        assert!(clock.is_fresh("aliaslb-agent-n1", t0 + s));
+        assert!(!clock.is_fresh("other", t0));
+        // Same version seen again later: the clock does not move.
+        clock.observe(&lease("aliaslb-agent-n1", "1", Some("n1"), Some(2)), t0 + s);
+        assert!(!clock.is_fresh("aliaslb-agent-n1", t0 + 2 * s));
+        assert_eq!(clock.next_expiry(t0 + s), Some(t0 + 2 * s));
+        // The flag's duration for n2.
+        assert!(clock.is_fresh("aliaslb-agent-n2", t0 + 3 * s));
+        assert!(!clock.is_fresh("aliaslb-agent-n2", t0 + 4 * s));
+        // A renewal moves it.
+        clock.observe(
+            &lease("aliaslb-agent-n1", "2", Some("n1"), Some(2)),
+            t0 + 2 * s,
+        );
+        assert!(clock.is_fresh("aliaslb-agent-n1", t0 + 3 * s));
+        // Released (empty holder) or deleted: not ready at once.
+        clock.observe(
+            &lease("aliaslb-agent-n1", "3", Some(""), Some(2)),
+            t0 + 3 * s,
+        );
+        assert!(!clock.is_fresh("aliaslb-agent-n1", t0 + 3 * s));
+        clock.remove("aliaslb-agent-n2");
+        assert!(!clock.is_fresh("aliaslb-agent-n2", t0));
+        assert_eq!(clock.next_expiry(t0 + 3 * s), None);
+    }
+
+    #[test]
+    fn endpoints_give_ready_nodes() {
+        let slice = EndpointSlice {
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some("web-abc".into()),
+                labels: Some([(SERVICE_NAME_LABEL.to_owned(), "web".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: vec![
+                Endpoint {
+                    node_name: Some("n1".into()),
+                    ..Endpoint::default()
+                },
+                Endpoint {
+                    node_name: Some("n2".into()),
+                    conditions: Some(EndpointConditions {
+                        ready: Some(false),
+                        ..EndpointConditions::default()
+                    }),
+                    ..Endpoint::default()
+                },
+            ],
+            ports: None,
+        };
+        let got = local_endpoints_from_slices([&slice]);
+        assert_eq!(
+            got[&ServiceKey::new("a", "web")],
+            BTreeSet::from(["n1".to_owned()])
+        );
+
+        let ep = Endpoints {
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some("web".into()),
+                ..ObjectMeta::default()
+            },
+            subsets: Some(vec![EndpointSubset {
+                addresses: Some(vec![EndpointAddress {
+                    ip: "10.1.0.1".into(),
+                    node_name: Some("n3".into()),
+                    ..EndpointAddress::default()
+                }]),
+                not_ready_addresses: Some(vec![EndpointAddress {
+                    ip: "10.1.0.2".into(),
+                    node_name: Some("n4".into()),
+                    ..EndpointAddress::default()
+                }]),
+                ports: None,
+            }]),
+        };
+        let got = local_endpoints_from_endpoints([&ep]);
+        assert_eq!(
+            got[&ServiceKey::new("a", "web")],
+            BTreeSet::from(["n3".to_owned()])
+        );
+    }
+
+    #[test]
+    fn agent_lease_names() {
+        assert_eq!(agent_node("aliaslb-agent-n1"), Some("n1"));
+        assert_eq!(agent_node("aliaslb-agent-"), None);
+        assert_eq!(agent_node("aliaslb-controller"), None);
+    }
+}

@@ -1,0 +1,268 @@
+//! The controller's caches: reflectors of Services, Nodes, agent Leases, the pool
+//! ConfigMap and endpoints, each change bumping one trigger the reconcile loop waits on.
+//! Does I/O (watches, discovery).
+//!
+//! Caches run in every replica, leader or not: a follower is ready once they synced and
+//! takes over with a warm cache and an agent clock that already knows which Leases are
+//! stale. Agent Lease freshness is recorded here, the moment a change arrives, on the local
+//! monotonic clock ([`AgentClock`]).
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::ControllerConfig;
+use crate::views::AgentClock;
+
+/// Where endpoints come from: detected once at start.
+#[derive(Clone)]
+pub enum EndpointSource {
+    /// `discovery.k8s.io/v1` EndpointSlices.
+    Slices(Store<EndpointSlice>),
+    /// core/v1 Endpoints (servers without EndpointSlice v1, e.g. 1.20).
+    Legacy(Store<Endpoints>),
+}
+
+impl fmt::Debug for EndpointSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EndpointSource::Slices(_) => "EndpointSlice v1",
+            EndpointSource::Legacy(_) => "core/v1 Endpoints",
+        })
+    }
+}
+
+/// Read handles of every cache plus the change trigger. Clones share everything.
+#[derive(Clone)]
+pub struct Caches {
+    /// Every Service.
+    pub services: Store<Service>,
+    /// Every Node.
+    pub nodes: Store<Node>,
+    /// Leases of the controller namespace (filter with [`crate::views::agent_node`]).
+    pub leases: Store<Lease>,
+    /// The pool ConfigMap (zero or one object).
+    pub configmap: Store<ConfigMap>,
+    /// Endpoints for `externalTrafficPolicy: Local`.
+    pub endpoints: EndpointSource,
+    /// Agent freshness, updated as Lease changes arrive.
+    pub agents: Arc<Mutex<AgentClock>>,
+    /// Bumped on every change of any cache.
+    pub changes: watch::Receiver<u64>,
+    _tasks: Arc<Tasks>,
+}
+
+impl fmt::Debug for Caches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Caches")
+            .field("services", &self.services.len())
+            .field("nodes", &self.nodes.len())
+            .field("leases", &self.leases.len())
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The watch tasks; aborted when the last [`Caches`] clone is dropped.
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Why the caches could not start or sync.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// A watch task ended before its cache synced.
+    #[error("the {0} watch stopped before its cache synced")]
+    Stopped(&'static str),
+}
+
+impl Caches {
+    /// Detects the endpoint API and starts every watch. Returns at once; see
+    /// [`Caches::synced`].
+    pub async fn start(client: &Client, config: &ControllerConfig) -> Caches {
+        let (tx, changes) = watch::channel(0u64);
+        let tx = Arc::new(tx);
+        let mut tasks = Vec::new();
+        let agents = Arc::new(Mutex::new(AgentClock::new(config.agent_lease_duration)));
+
+        let services = spawn(
+            &mut tasks,
+            "Service",
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+            tx.clone(),
+            |_| {},
+        );
+        let nodes = spawn(
+            &mut tasks,
+            "Node",
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            tx.clone(),
+            |_| {},
+        );
+        let clock = agents.clone();
+        let leases = spawn(
+            &mut tasks,
+            "Lease",
+            Api::<Lease>::namespaced(client.clone(), &config.namespace),
+            watcher::Config::default(),
+            tx.clone(),
+            move |event| record_lease(&clock, event),
+        );
+        let configmap = spawn(
+            &mut tasks,
+            "ConfigMap",
+            Api::<ConfigMap>::namespaced(client.clone(), &config.namespace),
+            watcher::Config::default().fields(&format!("metadata.name={}", config.pool_configmap)),
+            tx.clone(),
+            |_| {},
+        );
+        let endpoints = if serves_endpoint_slices(client).await {
+            EndpointSource::Slices(spawn(
+                &mut tasks,
+                "EndpointSlice",
+                Api::<EndpointSlice>::all(client.clone()),
+                watcher::Config::default(),
+                tx.clone(),
+                |_| {},
+            ))
+        } else {
+            EndpointSource::Legacy(spawn(
+                &mut tasks,
+                "Endpoints",
+                Api::<Endpoints>::all(client.clone()),
+                watcher::Config::default(),
+                tx,
+                |_| {},
+            ))
+        };
+        tracing::info!(source = ?endpoints, "endpoints for externalTrafficPolicy: Local");
+        Caches {
+            services,
+            nodes,
+            leases,
+            configmap,
+            endpoints,
+            agents,
+            changes,
+            _tasks: Arc::new(Tasks(tasks)),
+        }
+    }
+
+    /// Resolves once every cache holds a complete first list.
+    pub async fn synced(&self) -> Result<(), WatchError> {
+        let wait = |ready: Result<(), reflector::store::WriterDropped>, what| {
+            ready.map_err(|_| WatchError::Stopped(what))
+        };
+        wait(self.services.wait_until_ready().await, "Service")?;
+        wait(self.nodes.wait_until_ready().await, "Node")?;
+        wait(self.leases.wait_until_ready().await, "Lease")?;
+        wait(self.configmap.wait_until_ready().await, "ConfigMap")?;
+        match &self.endpoints {
+            EndpointSource::Slices(s) => wait(s.wait_until_ready().await, "EndpointSlice")?,
+            EndpointSource::Legacy(s) => wait(s.wait_until_ready().await, "Endpoints")?,
+        }
+        tracing::info!(
+            services = self.services.len(),
+            nodes = self.nodes.len(),
+            leases = self.leases.len(),
+            "caches synced"
+        );
+        Ok(())
+    }
+}
+
+/// Whether the server serves `discovery.k8s.io/v1` EndpointSlices.
+async fn serves_endpoint_slices(client: &Client) -> bool {
+    match client.list_api_group_resources("discovery.k8s.io/v1").await {
+        Ok(list) => list.resources.iter().any(|r| r.name == "endpointslices"),
+        Err(error) => {
+            tracing::info!(error = %error, "discovery.k8s.io/v1 not served: falling back to core/v1 Endpoints");
+            false
+        }
+    }
+}
+
+/// Records agent Lease changes on the local clock as they arrive.
+fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) {
+    let now = std::time::Instant::now();
+    let mut clock = clock.lock().unwrap_or_else(|e| e.into_inner());
+    match event {
+        Event::Apply(lease) | Event::InitApply(lease) => clock.observe(lease, now),
+        Event::Delete(lease) => {
+            if let Some(name) = lease.metadata.name.as_deref() {
+                clock.remove(name);
+            }
+        }
+        Event::Init | Event::InitDone => {}
+    }
+}
+
+/// Starts one reflector: every event goes to `on_event`, then bumps `tx`.
+fn spawn<K>(
+    tasks: &mut Vec<JoinHandle<()>>,
+    kind: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    tx: Arc<watch::Sender<u64>>,
+    on_event: impl Fn(&Event<K>) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
+    tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
+    reader
+}
+
+async fn drive<K>(
+    kind: &'static str,
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    tx: Arc<watch::Sender<u64>>,
+    on_event: impl Fn(&Event<K>),
+) {
+    futures::pin_mut!(stream);
+    let mut failing = false;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                if failing {
+                    tracing::info!(kind, "watch recovered");
+                    failing = false;
+                }
+                on_event(&event);
+                // `Init` starts a relist: nothing changed yet.
+                if !matches!(event, Event::Init) {
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            }
+            Err(error) => {
+                if !failing {
+                    tracing::warn!(kind, error = %error, "watch failed; retrying with backoff");
+                }
+                failing = true;
+            }
+        }
+    }
+    tracing::error!(kind, "watch stream ended");
+}

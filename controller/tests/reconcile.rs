@@ -1,0 +1,428 @@
+//! The reconcile loop against the real kube-apiserver (v1.20): allocation, exhaustion and
+//! hand-over, requests, sharing, restarts, bad config edits, agent loss, and no patch loop.
+//! Agents are faked by renewing their Leases from the test.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::keys;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::Api;
+use kube::runtime::watcher::{self, Event};
+use support::{Cluster, eventually, lb_service, metric, serial};
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
+    let _serial = serial().await;
+    let c = Cluster::new("classic").await;
+    c.set_pool(&[(c.ns.as_str(), "192.168.55.10\n192.168.55.11\n192.168.55.12")])
+        .await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, metrics) = c.start_controller();
+
+    c.create(lb_service("first")).await;
+    c.wait_ips("first", &["192.168.55.10"], SETTLE).await;
+    eventually(SETTLE, "first announced", async || {
+        c.condition("first", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        c.get("first").await.metadata.annotations.unwrap()[keys::ANNOTATION_NODE],
+        node
+    );
+
+    // `aliaslb status` shows the route table.
+    let out = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+        .args(["status", "--namespace", &c.system])
+        .env("KUBECONFIG", c.env.kubeconfig_path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("192.168.55.10 "))
+        .unwrap_or_else(|| panic!("no row for .10 in\n{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..4], ["yes", c.ns.as_str(), "first"], "{table}");
+    assert_eq!(cells[5..], [node.as_str(), "announced"], "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("192.168.55.12 ") && l.contains(" no ") && l.ends_with("free")),
+        "{table}"
+    );
+
+    c.create(lb_service("second")).await;
+    c.create(lb_service("third")).await;
+    c.wait_ips("third", &["192.168.55.12"], SETTLE).await;
+    c.create(lb_service("fourth")).await;
+    eventually(SETTLE, "fourth pending with PoolExhausted", async || {
+        c.condition("fourth", keys::CONDITION_IP_ALLOCATED)
+            .await
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "PoolExhausted")
+    })
+    .await;
+    eventually(SETTLE, "AllocationFailed event on fourth", async || {
+        c.events(&c.ns, "fourth").await.iter().any(|e| {
+            e.reason.as_deref() == Some("AllocationFailed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.as_deref().is_some_and(|n| !n.is_empty())
+        })
+    })
+    .await;
+    assert_eq!(
+        metric(&metrics, "aliaslb_services_pending ").as_deref(),
+        Some("1")
+    );
+
+    // Hand-over: the freed address reaches the pending Service within a second.
+    let started = Instant::now();
+    c.delete("second").await;
+    c.wait_ips("fourth", &["192.168.55.11"], Duration::from_secs(3))
+        .await;
+    let took = started.elapsed();
+    eprintln!("hand-over of a freed IP took {took:?}");
+    assert!(
+        took < Duration::from_millis(1200),
+        "hand-over took {took:?}"
+    );
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_inside_outside_foreign_and_sharing() {
+    let _serial = serial().await;
+    let c = Cluster::new("requests").await;
+    let other = c.env.create_namespace(&c.client, "requests-other").await;
+    c.set_pool(&[
+        (c.ns.as_str(), "10.61.0.1-10.61.0.4"),
+        (other.as_str(), "10.61.1.1"),
+    ])
+    .await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+
+    c.create(lb_service("inside").request("10.61.0.3")).await;
+    c.create(lb_service("outside").request("10.99.0.1")).await;
+    c.create(lb_service("foreign").request("10.61.1.1")).await;
+    c.create(lb_service("web").sharing("k").port(80)).await;
+    c.create(lb_service("web-tls").sharing("k").port(443)).await;
+
+    c.wait_ips("inside", &["10.61.0.3"], SETTLE).await;
+    for name in ["outside", "foreign"] {
+        eventually(SETTLE, &format!("{name} refused"), async || {
+            c.condition(name, keys::CONDITION_IP_ALLOCATED)
+                .await
+                .is_some_and(|(s, reason, _)| s == "False" && reason == "RequestedIPNotInPool")
+        })
+        .await;
+        assert!(c.ips(name).await.is_empty(), "{name} got an IP");
+    }
+    eventually(SETTLE, "shared IP", async || {
+        let web = c.ips("web").await;
+        !web.is_empty() && web == c.ips("web-tls").await
+    })
+    .await;
+    let (_, _, message) = c
+        .condition("foreign", keys::CONDITION_IP_ALLOCATED)
+        .await
+        .unwrap();
+    assert!(message.contains("10.61.1.1"), "{message}");
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_every_ip_of_100_services() {
+    let _serial = serial().await;
+    let c = Cluster::new("restart").await;
+    c.set_pool(&[(c.ns.as_str(), "10.62.0.0/24")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (controller, _metrics) = c.start_controller();
+    for i in 0..100 {
+        c.create(lb_service(&format!("svc-{i:03}"))).await;
+    }
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let all = async || -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| {
+                let ips = support::ingress(s)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                (s.metadata.name.clone().unwrap(), ips)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    eventually(
+        Duration::from_secs(30),
+        "100 Services with an IP",
+        async || all().await.iter().filter(|(_, ips)| ips.len() == 1).count() == 100,
+    )
+    .await;
+    drop(controller);
+
+    // While no controller runs, the oldest ten go away: a controller that planned from
+    // scratch would now renumber the others from the start of the pool.
+    for i in 0..10 {
+        c.delete(&format!("svc-{i:03}")).await;
+    }
+    let before = all().await;
+    assert_eq!(before.len(), 90);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("svc-new")).await;
+    eventually(SETTLE, "svc-new has an IP", async || {
+        !c.ips("svc-new").await.is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after: Vec<_> = all()
+        .await
+        .into_iter()
+        .filter(|(name, _)| name != "svc-new")
+        .collect();
+    assert_eq!(after, before, "a restart changed IPs");
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_edit_changes_nothing_and_warns_once() {
+    let _serial = serial().await;
+    let c = Cluster::new("badconfig").await;
+    c.set_pool(&[(c.ns.as_str(), "10.63.0.1\n10.63.0.2")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.63.0.1"], SETTLE).await;
+
+    // The edit drops web's address and adds a broken line: applied, it would move web.
+    c.set_pool(&[(c.ns.as_str(), "10.63.0.2\nnot-an-ip")]).await;
+    eventually(SETTLE, "InvalidConfig event", async || {
+        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InvalidConfig"))
+    })
+    .await;
+    let events = c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP).await;
+    let note = events[0].note.clone().unwrap_or_default();
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(note.contains(&format!("key {}, line 2", c.ns)), "{note}");
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_valid ").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_stale ").as_deref(),
+        Some("1")
+    );
+
+    // More passes (a new Service) neither repeat the Event nor apply the broken config.
+    c.create(lb_service("late")).await;
+    c.wait_ips("late", &["10.63.0.2"], SETTLE).await;
+    assert_eq!(c.ips("web").await, ["10.63.0.1"]);
+    let invalid = c
+        .events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
+        .count();
+    assert_eq!(invalid, 1);
+    let series = c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP).await[0]
+        .series
+        .clone();
+    assert!(series.is_none(), "the Warning was repeated: {series:?}");
+
+    // Fixed: loaded, metrics back.
+    c.set_pool(&[(c.ns.as_str(), "10.63.0.1\n10.63.0.2")]).await;
+    eventually(SETTLE, "ConfigLoaded event", async || {
+        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ConfigLoaded"))
+    })
+    .await;
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_valid ").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_stale ").as_deref(),
+        Some("0")
+    );
+    let cm = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    assert!(
+        cm.get_opt(keys::DEFAULT_POOL_CONFIGMAP)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
+    let _serial = serial().await;
+    let c = Cluster::new("agentloss").await;
+    c.set_pool(&[(c.ns.as_str(), "10.64.0.1-10.64.0.4")]).await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    let mut agents = vec![
+        (a.clone(), Some(c.fake_agent(&a))),
+        (b.clone(), Some(c.fake_agent(&b))),
+    ];
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    let node_of =
+        async || support::annotation(&c.get("web").await, keys::ANNOTATION_NODE).map(str::to_owned);
+    eventually(SETTLE, "web placed", async || node_of().await.is_some()).await;
+    let first = node_of().await.unwrap();
+
+    // Hard loss: the agent just stops renewing (no event reaches the controller).
+    let started = Instant::now();
+    for (node, agent) in &mut agents {
+        if *node == first {
+            agent.take();
+        }
+    }
+    eventually(Duration::from_secs(6), "web moved", async || {
+        node_of().await.is_some_and(|n| n != first)
+    })
+    .await;
+    let took = started.elapsed();
+    eprintln!("hard loss: web moved from {first} after {took:?}");
+    // Stale after at most 2 s (lease duration) after the last renewal, <= 0.5 s before.
+    assert!(
+        took < support::AGENT_LEASE + Duration::from_secs(1),
+        "took {took:?}"
+    );
+    assert_eq!(
+        c.ips("web").await,
+        ["10.64.0.1"],
+        "the IP stays, the node changes"
+    );
+    eventually(SETTLE, "announced on the new node", async || {
+        c.condition("web", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_patch_loop_on_a_server_without_ip_mode() {
+    let _serial = serial().await;
+    let c = Cluster::new("noloop").await;
+    c.set_pool(&[(c.ns.as_str(), "10.65.0.1-10.65.0.8")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, metrics) = c.start_controller();
+    for name in ["a", "b", "c"] {
+        c.create(lb_service(name)).await;
+    }
+    c.create(lb_service("stuck").request("10.99.9.9")).await;
+    for name in ["a", "b", "c"] {
+        eventually(SETTLE, "announced", async || {
+            c.condition(name, keys::CONDITION_ANNOUNCED)
+                .await
+                .is_some_and(|(s, _, _)| s == "True")
+        })
+        .await;
+    }
+    // Idle period: agent renewals keep triggering passes, yet nothing is written.
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let watch = watcher::watcher(api, watcher::Config::default());
+    let mut stream = watch.boxed();
+    let idle_until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut writes = Vec::new();
+    loop {
+        match tokio::time::timeout_at(idle_until, stream.next()).await {
+            Err(_) => break,
+            Ok(None) => panic!("the watch ended"),
+            // `InitApply` is the initial list; `Apply` is a modification.
+            Ok(Some(Ok(Event::Apply(svc)))) => writes.push(svc.metadata.name.unwrap_or_default()),
+            Ok(Some(_)) => {}
+        }
+    }
+    assert!(writes.is_empty(), "writes while idle: {writes:?}");
+    let passes = metric(&metrics, "aliaslb_reconcile_duration_seconds_count ").unwrap();
+    assert!(
+        passes.parse::<u64>().unwrap() > 3,
+        "too few passes to prove anything: {passes}"
+    );
+    let svc = c.get("a").await;
+    let ingress = svc.status.unwrap().load_balancer.unwrap().ingress.unwrap();
+    assert_eq!(ingress[0].ip_mode, None, "1.20 does not keep ipMode");
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_stops_being_ours_is_released_and_cleaned() {
+    let _serial = serial().await;
+    let c = Cluster::new("notours").await;
+    c.set_pool(&[(c.ns.as_str(), "10.66.0.1")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("first")).await;
+    c.create(lb_service("second")).await;
+    c.wait_ips("first", &["10.66.0.1"], SETTLE).await;
+    eventually(SETTLE, "first announced", async || {
+        c.condition("first", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let to_cluster_ip = serde_json::json!({"spec": {
+        "type": "ClusterIP",
+        "externalTrafficPolicy": null,
+        "ports": [{"port": 80, "protocol": "TCP"}],
+    }});
+    api.patch(
+        "first",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(to_cluster_ip),
+    )
+    .await
+    .unwrap();
+    // Its address goes to the waiting Service, and what we wrote on it is removed.
+    c.wait_ips("second", &["10.66.0.1"], SETTLE).await;
+    eventually(SETTLE, "first cleaned", async || {
+        let svc = c.get("first").await;
+        let ours = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_.starts_with("aliaslb.io/")));
+        support::annotation(&svc, keys::ANNOTATION_NODE).is_none()
+            && !ours
+            && support::ingress(&svc).is_empty()
+    })
+    .await;
+    c.cleanup().await;
+}

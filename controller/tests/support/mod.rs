@@ -1,0 +1,343 @@
+//! Test support for the controller against the real kube-apiserver: an in-process
+//! controller, fake agents renewing their Leases, fixture builders and polling helpers.
+//!
+//! Every controller watches Services in all namespaces, so tests of one binary that run a
+//! controller take [`serial`] first and delete their Services at the end ([`Cluster::cleanup`]).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aliaslb_controller::config::ControllerConfig;
+use aliaslb_controller::context::Context;
+use aliaslb_controller::http::Readiness;
+use aliaslb_controller::leader::Leadership;
+use aliaslb_controller::metrics::Metrics;
+use aliaslb_controller::reconcile;
+use aliaslb_core::keys;
+use aliaslb_core::report::{AgentReport, REPORT_VERSION};
+use aliaslb_testenv::TestEnv;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+/// Agent Lease duration the tests run with.
+pub const AGENT_LEASE: Duration = Duration::from_secs(2);
+/// How often fake agents renew.
+pub const AGENT_RENEW: Duration = Duration::from_millis(500);
+
+/// Serialises the tests of one binary that run a controller (see the module docs).
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// Aborts a task when dropped.
+pub struct Task(pub JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One test's slice of the cluster: a Services namespace and a controller namespace.
+pub struct Cluster {
+    pub env: &'static TestEnv,
+    pub client: Client,
+    /// Where the test's Services live (and the pool key).
+    pub ns: String,
+    /// The controller's namespace: pool ConfigMap, agent Leases.
+    pub system: String,
+}
+
+impl Cluster {
+    pub async fn new(hint: &str) -> Cluster {
+        // Logs with `RUST_LOG=info cargo test ... -- --nocapture`.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let env = TestEnv::global();
+        let client = env.client().await;
+        let ns = env.create_namespace(&client, hint).await;
+        let system = env
+            .create_namespace(&client, &format!("{hint}-system"))
+            .await;
+        Cluster {
+            env,
+            client,
+            ns,
+            system,
+        }
+    }
+
+    /// The controller settings of this test.
+    pub fn config(&self) -> ControllerConfig {
+        ControllerConfig {
+            namespace: self.system.clone(),
+            agent_lease_duration: AGENT_LEASE,
+            ..ControllerConfig::default()
+        }
+    }
+
+    /// Starts an in-process controller (always leader); returns its task and metrics.
+    pub fn start_controller(&self) -> (Task, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let ctx = Context::new(
+            self.client.clone(),
+            self.config(),
+            metrics.clone(),
+            Leadership::fixed(true),
+            "test-controller",
+        );
+        let task = tokio::spawn(async move {
+            if let Err(e) = reconcile::run(ctx, Readiness::new()).await {
+                panic!("controller failed: {e}");
+            }
+        });
+        (Task(task), metrics)
+    }
+
+    /// Creates or replaces the pool ConfigMap.
+    pub async fn set_pool(&self, data: &[(&str, &str)]) {
+        let data: BTreeMap<String, String> = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": keys::DEFAULT_POOL_CONFIGMAP, "namespace": self.system},
+            "data": data,
+        });
+        Api::<ConfigMap>::namespaced(self.client.clone(), &self.system)
+            .patch(
+                keys::DEFAULT_POOL_CONFIGMAP,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(cm),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Creates a Node named `<ns>-<name>` and returns its name.
+    pub async fn node(&self, name: &str) -> String {
+        let name = format!("{}-{name}", self.ns);
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        }))
+        .unwrap();
+        Api::<Node>::all(self.client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        name
+    }
+
+    /// Starts a fake agent for `node`: renews its Lease every [`AGENT_RENEW`] and reports
+    /// holding every IP assigned to its node. Dropping it stops renewing (hard loss).
+    pub fn fake_agent(&self, node: &str) -> Task {
+        let client = self.client.clone();
+        let system = self.system.clone();
+        let node = node.to_owned();
+        Task(tokio::spawn(async move {
+            let leases = Api::<Lease>::namespaced(client.clone(), &system);
+            let services = Api::<Service>::all(client);
+            let name = keys::agent_lease_name(&node);
+            loop {
+                let held = match services.list(&ListParams::default()).await {
+                    Ok(list) => list
+                        .items
+                        .iter()
+                        .filter(|s| annotation(s, keys::ANNOTATION_NODE) == Some(node.as_str()))
+                        .flat_map(ingress)
+                        .collect(),
+                    Err(_) => Default::default(),
+                };
+                let report = AgentReport {
+                    version: REPORT_VERSION,
+                    held,
+                    ..AgentReport::default()
+                };
+                let lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()},
+                    },
+                    "spec": {
+                        "holderIdentity": node,
+                        "leaseDurationSeconds": AGENT_LEASE.as_secs(),
+                        "renewTime": MicroTime(Timestamp::now()),
+                    },
+                });
+                let renewed = leases
+                    .patch(
+                        &name,
+                        &PatchParams::apply(keys::AGENT_FIELD_MANAGER).force(),
+                        &Patch::Apply(lease),
+                    )
+                    .await;
+                if let Err(e) = renewed {
+                    eprintln!("fake agent {node}: renewing failed: {e}");
+                }
+                tokio::time::sleep(AGENT_RENEW).await;
+            }
+        }))
+    }
+
+    /// Creates a LoadBalancer Service from `builder`.
+    pub async fn create(&self, builder: Svc) -> Service {
+        let mut svc = builder.0;
+        svc["metadata"]["namespace"] = json!(self.ns);
+        let svc: Service = serde_json::from_value(svc).unwrap();
+        Api::<Service>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &svc)
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete(&self, name: &str) {
+        Api::<Service>::namespaced(self.client.clone(), &self.ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    pub async fn get(&self, name: &str) -> Service {
+        Api::<Service>::namespaced(self.client.clone(), &self.ns)
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    /// The Service's ingress IPs as strings (empty when missing).
+    pub async fn ips(&self, name: &str) -> Vec<String> {
+        ingress(&self.get(name).await)
+            .into_iter()
+            .map(|ip| ip.to_string())
+            .collect()
+    }
+
+    /// Waits until Service `name` has exactly `want` as ingress IPs.
+    pub async fn wait_ips(&self, name: &str, want: &[&str], within: Duration) {
+        let want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+        eventually(within, &format!("{name} has {want:?}"), async || {
+            self.ips(name).await == want
+        })
+        .await;
+    }
+
+    /// `(status, reason, message)` of condition `type_` of Service `name`.
+    pub async fn condition(&self, name: &str, type_: &str) -> Option<(String, String, String)> {
+        let svc = self.get(name).await;
+        svc.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status, c.reason, c.message))
+    }
+
+    /// Events in `namespace` regarding object `name`.
+    pub async fn events(&self, namespace: &str, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect()
+    }
+
+    /// Deletes the test's Services so that later tests' controllers do not see them.
+    pub async fn cleanup(&self) {
+        let api = Api::<Service>::namespaced(self.client.clone(), &self.ns);
+        // Services have no `deletecollection` on older servers.
+        for svc in api.list(&ListParams::default()).await.unwrap().items {
+            let name = svc.metadata.name.unwrap_or_default();
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// A Service annotation.
+pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The Service's ingress IPs.
+pub fn ingress(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|i| {
+            i.iter()
+                .filter_map(|i| i.ip.as_deref()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A LoadBalancer Service under construction.
+pub struct Svc(pub serde_json::Value);
+
+/// A LoadBalancer Service `name` with port 80/TCP.
+pub fn lb_service(name: &str) -> Svc {
+    Svc(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "annotations": {}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
+    }))
+}
+
+impl Svc {
+    pub fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.0["metadata"]["annotations"][key] = json!(value);
+        self
+    }
+    pub fn port(mut self, port: i32) -> Self {
+        self.0["spec"]["ports"] = json!([{"port": port, "protocol": "TCP"}]);
+        self
+    }
+    pub fn request(self, ips: &str) -> Self {
+        self.annotate(keys::ANNOTATION_REQUESTED_IPS, ips)
+    }
+    pub fn sharing(self, key: &str) -> Self {
+        self.annotate(keys::ANNOTATION_SHARING_KEY, key)
+    }
+}
+
+/// Polls `check` every 20 ms until it holds or `within` passes.
+pub async fn eventually(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + within;
+    while !check().await {
+        assert!(
+            Instant::now() < end,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A metric line's value from the encoded metrics.
+pub fn metric(metrics: &Metrics, line_prefix: &str) -> Option<String> {
+    let text = metrics.encode().unwrap();
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .map(|l| l[line_prefix.len()..].trim().to_owned())
+}
