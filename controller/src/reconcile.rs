@@ -215,11 +215,16 @@ struct Notice {
     note: String,
 }
 
-/// Publishes Events behind the leader fence. Clones share the recorder.
+/// Publishes Events behind the leader fence.
+///
+/// Each Event goes through a fresh [`Recorder`]: kube-runtime 5.0's Recorder folds Events
+/// that differ only in their note into one series that keeps the FIRST note (its cache key
+/// has no note), so a second `NodeMoved` would show the first move's reason for six
+/// minutes. The planner already emits transitions only, so no client-side aggregation is
+/// needed.
 #[derive(Clone)]
 struct Events {
     ctx: Arc<Context>,
-    recorder: Recorder,
 }
 
 impl Events {
@@ -245,7 +250,8 @@ impl Events {
             action: "Reconcile".to_owned(),
             secondary: None,
         };
-        let publish = self.recorder.publish(&event, regarding);
+        let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
+        let publish = recorder.publish(&event, regarding);
         match tokio::time::timeout(apply::WRITE_TIMEOUT, publish).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
@@ -316,10 +322,7 @@ struct Reconciler {
 
 impl Reconciler {
     fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool) -> Self {
-        let events = Events {
-            ctx: ctx.clone(),
-            recorder: Recorder::new(ctx.client.clone(), ctx.reporter.clone()),
-        };
+        let events = Events { ctx: ctx.clone() };
         let (queue, rx) = mpsc::channel(EVENT_QUEUE);
         let worker = AbortOnDrop(tokio::spawn(events.clone().worker(rx)));
         Reconciler {
