@@ -1,0 +1,606 @@
+//! [`Lab`]: the netns lab of `scripts/lab` brought up for one test binary and torn down when
+//! the guard drops (also on panic), with aliaslb's RBAC and pool ConfigMap applied and the
+//! real binaries started under their own ServiceAccounts. Does I/O: runs `scripts/lab`,
+//! `kubectl`, `ip` and `kill`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::Error;
+
+/// The lab's node numbers: node `N` is the namespace and Node `alb-node-N` at 192.168.55.10N.
+pub const NODES: [u8; 3] = [1, 2, 3];
+/// The client's namespace.
+pub const CLIENT_NS: &str = "alb-client";
+/// The client's address on the LAN.
+pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 200);
+/// The namespace of the controller, the Leases and the pool ConfigMap (manifests/).
+pub const SYSTEM_NAMESPACE: &str = "aliaslb-system";
+/// Lease duration of the agents (and the controller's freshness window): the defaults.
+pub const LEASE_DURATION: Duration = Duration::from_secs(4);
+
+/// The name of node `n`'s namespace and Node object.
+pub fn node_name(n: u8) -> String {
+    format!("alb-node-{n}")
+}
+
+/// Node `n`'s own LAN address.
+pub fn node_ip(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(192, 168, 55, 100 + n)
+}
+
+/// The node number of a Node name such as `alb-node-2`.
+pub fn node_number(name: &str) -> Option<u8> {
+    name.strip_prefix("alb-node-")?.parse().ok()
+}
+
+/// Runs `cmd`, returning its standard output; a failure carries the end of its stderr.
+pub fn run(cmd: &mut Command) -> Result<String, Error> {
+    run_with_input(cmd, None)
+}
+
+/// [`run`] with `input` on standard input.
+pub fn run_with_input(cmd: &mut Command, input: Option<&str>) -> Result<String, Error> {
+    let line = command_line(cmd);
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+        cmd: line.clone(),
+        source,
+    })?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|source| Error::Spawn {
+                cmd: line.clone(),
+                source,
+            })?;
+    }
+    let out = child.wait_with_output().map_err(|source| Error::Spawn {
+        cmd: line.clone(),
+        source,
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        return Err(Error::Command {
+            cmd: line,
+            status: out.status,
+            stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn command_line(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Polls `probe` every 100 ms until it yields a value; `Err(last)` from the probe means "not
+/// yet" (and says what was seen), an outer `Err` stops at once.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Result<Result<T, String>, Error>,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    loop {
+        let last = match probe()? {
+            Ok(value) => return Ok(value),
+            Err(last) => last,
+        };
+        if start.elapsed() >= timeout {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                waited: timeout,
+                last,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One aliaslb condition of a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceCondition {
+    /// `True` or `False`.
+    pub status: String,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What aliaslb wrote on a Service, as read back from the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceView {
+    /// `status.loadBalancer.ingress[].ip`.
+    pub ips: Vec<Ipv4Addr>,
+    /// The `aliaslb.io/node` annotation.
+    pub node: Option<String>,
+    /// Conditions by type.
+    pub conditions: BTreeMap<String, ServiceCondition>,
+}
+
+impl ServiceView {
+    /// Parses a Service as printed by `kubectl get -o json`.
+    pub fn from_json(v: &Value) -> Self {
+        let ips = v["status"]["loadBalancer"]["ingress"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["ip"].as_str()?.parse().ok())
+            .collect();
+        let node = v["metadata"]["annotations"]["aliaslb.io/node"]
+            .as_str()
+            .map(str::to_owned);
+        let conditions = v["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                Some((
+                    c["type"].as_str()?.to_owned(),
+                    ServiceCondition {
+                        status: text("status"),
+                        reason: text("reason"),
+                        message: text("message"),
+                    },
+                ))
+            })
+            .collect();
+        ServiceView {
+            ips,
+            node,
+            conditions,
+        }
+    }
+
+    /// The single IPv4 address and the node number, once both are written.
+    pub fn assignment(&self) -> Option<(Ipv4Addr, u8)> {
+        match (
+            self.ips.as_slice(),
+            self.node.as_deref().and_then(node_number),
+        ) {
+            ([ip], Some(node)) => Some((*ip, node)),
+            _ => None,
+        }
+    }
+
+    /// One line for diagnostics.
+    pub fn summary(&self) -> String {
+        let conditions: Vec<String> = self
+            .conditions
+            .iter()
+            .map(|(t, c)| format!("{t}={} {} ({})", c.status, c.reason, c.message))
+            .collect();
+        format!(
+            "ingress {:?}, node {:?}, conditions [{}]",
+            self.ips,
+            self.node,
+            conditions.join("; ")
+        )
+    }
+}
+
+/// A running lab (see the module docs). Dropping it runs `scripts/lab down`, unless
+/// `ALIASLB_E2E_KEEP=1` (then it prints how to reach and remove the lab).
+#[derive(Debug)]
+pub struct Lab {
+    repo: PathBuf,
+    bins: PathBuf,
+    state: PathBuf,
+    admin_kubeconfig: PathBuf,
+    controller_kubeconfig: PathBuf,
+    agent_kubeconfig: PathBuf,
+    _lock: File,
+}
+
+/// Serialises labs across processes (test binaries of concurrent runs, `scripts/demo`): the
+/// lab's namespaces, ports and state directory are fixed names.
+const LOCK_PATH: &str = "/run/aliaslb-lab.lock";
+
+impl Lab {
+    /// Brings the lab up from scratch (an existing lab is torn down first), applies the RBAC,
+    /// namespace and pool ConfigMap of `manifests/` and starts one agent per node and the
+    /// controller replica `controller-1`. `Ok(None)` when not root outside CI (the caller
+    /// skips); under `CI=true` not being root is an error.
+    pub fn up() -> Result<Option<Lab>, Error> {
+        if !nix::unistd::Uid::effective().is_root() {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                return Err(Error::Environment(
+                    "the end-to-end tests need root (network namespaces, iptables) and CI=true: refusing to skip them".to_owned(),
+                ));
+            }
+            eprintln!("SKIPPED: the end-to-end tests need root (network namespaces, iptables)");
+            return Ok(None);
+        }
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| Error::Environment("no repository root above e2e/".to_owned()))?;
+        let bins = binary_dir()?;
+        let lock = File::create(LOCK_PATH).map_err(|source| Error::Io {
+            what: format!("creating {LOCK_PATH}"),
+            source,
+        })?;
+        if lock.try_lock().is_err() {
+            eprintln!("[e2e] waiting for {LOCK_PATH} (another lab user runs)");
+            lock.lock().map_err(|source| Error::Io {
+                what: format!("locking {LOCK_PATH}"),
+                source,
+            })?;
+        }
+        let state = PathBuf::from(
+            std::env::var("ALIASLB_LAB_DIR").unwrap_or_else(|_| "/run/aliaslb-lab".to_owned()),
+        );
+        let script = repo.join("scripts/lab");
+        if state.exists() {
+            eprintln!(
+                "[e2e] a lab is already up in {}: tearing it down first",
+                state.display()
+            );
+            run(Command::new(&script).arg("down"))?;
+        }
+        let t0 = Instant::now();
+        let mut lab = Lab {
+            admin_kubeconfig: state.join("kubeconfig"),
+            controller_kubeconfig: PathBuf::new(),
+            agent_kubeconfig: PathBuf::new(),
+            repo,
+            bins,
+            state,
+            _lock: lock,
+        };
+        // From here on the guard exists: a failure below still tears the lab down.
+        lab.lab(&["up"])?;
+        for file in ["namespace", "controller-rbac", "agent-rbac", "pools"] {
+            let path = lab.repo.join(format!("manifests/{file}.yaml"));
+            lab.kubectl(&["apply", "-f", &path.to_string_lossy()])?;
+        }
+        lab.controller_kubeconfig = PathBuf::from(
+            lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-controller"])?
+                .trim(),
+        );
+        lab.agent_kubeconfig = PathBuf::from(
+            lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-agent"])?
+                .trim(),
+        );
+        for n in NODES {
+            lab.start_agent(n)?;
+        }
+        lab.start_controller("controller-1")?;
+        lab.wait_leader("controller-1", Duration::from_secs(20))?;
+        for n in NODES {
+            lab.wait_agent_lease(n, Duration::from_secs(20))?;
+        }
+        println!(
+            "[e2e] lab up with aliaslb (3 agents, controller-1 leading) in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(Some(lab))
+    }
+
+    /// Runs `scripts/lab ARGS`.
+    pub fn lab(&self, args: &[&str]) -> Result<String, Error> {
+        run(Command::new(self.repo.join("scripts/lab"))
+            .args(args)
+            .env("ALIASLB_LAB_DIR", &self.state))
+    }
+
+    /// Runs `kubectl` as the lab's admin.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, Error> {
+        run(Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(args))
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> Result<(), Error> {
+        run_with_input(
+            Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&self.admin_kubeconfig)
+                .args(["apply", "-f", "-"]),
+            Some(yaml),
+        )
+        .map(drop)
+    }
+
+    /// Adds (or replaces) the pool key `ns` of the pool ConfigMap, one address per line.
+    pub fn add_pool(&self, ns: &str, ips: &[&str]) -> Result<(), Error> {
+        let patch = crate::fixtures::pool_patch(ns, ips);
+        self.kubectl(&[
+            "patch",
+            "configmap",
+            "-n",
+            SYSTEM_NAMESPACE,
+            "aliaslb-pools",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .map(drop)
+    }
+
+    /// `kubectl get ARGS -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Result<Value, Error> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let out = self.kubectl(&all)?;
+        serde_json::from_str(&out).map_err(|e| Error::Output {
+            cmd: format!("kubectl {}", all.join(" ")),
+            why: format!("not JSON: {e}"),
+        })
+    }
+
+    /// The Service `ns/name` as aliaslb left it.
+    pub fn service(&self, ns: &str, name: &str) -> Result<ServiceView, Error> {
+        Ok(ServiceView::from_json(
+            &self.get_json(&["service", "-n", ns, name])?,
+        ))
+    }
+
+    /// Waits until `ns/name` has one IP, a node, and the agent there reports it announced
+    /// (condition `aliaslb.io/Announced` True) and holds the alias; returns (IP, node).
+    pub fn wait_announced(
+        &self,
+        ns: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<(Ipv4Addr, u8), Error> {
+        wait_for(
+            &format!("Service {ns}/{name} to be announced"),
+            timeout,
+            || {
+                let view = self.service(ns, name)?;
+                let announced = view
+                    .conditions
+                    .get("aliaslb.io/Announced")
+                    .is_some_and(|c| c.status == "True");
+                match view.assignment() {
+                    Some((ip, node)) if announced && crate::aliases(node)?.contains(&ip) => {
+                        Ok(Ok((ip, node)))
+                    }
+                    _ => Ok(Err(view.summary())),
+                }
+            },
+        )
+    }
+
+    /// Path of the admin kubeconfig.
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// Starts `name` in namespace `ns` (`host`, `node-N`, ...) through `scripts/lab start`.
+    pub fn spawn(&self, name: &str, ns: &str, cmd: &[&str]) -> Result<(), Error> {
+        let mut args = vec!["start", name, ns];
+        args.extend_from_slice(cmd);
+        self.lab(&args).map(drop)
+    }
+
+    /// Starts the agent of node `n` (`agent-N`) with the agent ServiceAccount.
+    pub fn start_agent(&self, n: u8) -> Result<(), Error> {
+        let kubeconfig = format!("KUBECONFIG={}", self.agent_kubeconfig.display());
+        let node = format!("NODE_NAME={}", node_name(n));
+        let bin = self.bins.join("aliaslb-agent");
+        self.spawn(
+            &format!("agent-{n}"),
+            &format!("node-{n}"),
+            &[
+                "env",
+                "NO_COLOR=1",
+                &kubeconfig,
+                &node,
+                &bin.to_string_lossy(),
+            ],
+        )
+    }
+
+    /// Starts a controller replica on the host with the controller ServiceAccount; `identity`
+    /// is also the process name.
+    pub fn start_controller(&self, identity: &str) -> Result<(), Error> {
+        let kubeconfig = format!("KUBECONFIG={}", self.controller_kubeconfig.display());
+        let bin = self.bins.join("aliaslb-controller");
+        self.spawn(
+            identity,
+            "host",
+            &[
+                "env",
+                "NO_COLOR=1",
+                &kubeconfig,
+                &bin.to_string_lossy(),
+                "--namespace",
+                SYSTEM_NAMESPACE,
+                "--identity",
+                identity,
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ],
+        )
+    }
+
+    /// SIGTERM to `name`'s process group; returns once it exited (`scripts/lab stop`).
+    pub fn stop(&self, name: &str) -> Result<(), Error> {
+        self.lab(&["stop", name]).map(drop)
+    }
+
+    /// SIGKILL to `name`'s process, without any warning; returns once it is gone.
+    pub fn kill(&self, name: &str) -> Result<(), Error> {
+        let pid_file = self.state.join(format!("pids/{name}.pid"));
+        let pid = std::fs::read_to_string(&pid_file).map_err(|source| Error::Io {
+            what: format!("reading {}", pid_file.display()),
+            source,
+        })?;
+        let pid = pid.trim();
+        run(Command::new("kill").args(["-KILL", pid]))?;
+        let stat = format!("/proc/{pid}/stat");
+        wait_for(
+            &format!("{name} (pid {pid}) to die"),
+            Duration::from_secs(5),
+            || {
+                // Gone, or a zombie waiting for init to reap it.
+                let state = std::fs::read_to_string(&stat).unwrap_or_default();
+                let dead = state.is_empty() || state.split_whitespace().nth(2) == Some("Z");
+                Ok(if dead { Ok(()) } else { Err(state) })
+            },
+        )
+    }
+
+    /// Takes node `n`'s LAN cable out: its port on the LAN bridge goes down (the node sees
+    /// no carrier; its addresses stay).
+    pub fn unplug(&self, n: u8) -> Result<(), Error> {
+        run(Command::new("ip").args(["-n", "alb-lan", "link", "set", &format!("node-{n}"), "down"]))
+            .map(drop)
+    }
+
+    /// Plugs node `n`'s LAN cable back in.
+    pub fn plug(&self, n: u8) -> Result<(), Error> {
+        run(Command::new("ip").args(["-n", "alb-lan", "link", "set", &format!("node-{n}"), "up"]))
+            .map(drop)
+    }
+
+    /// Cuts node `n` off the API server too (its relay stops, open connections included),
+    /// as a real cable cut would: in the lab the API is reached through a unix socket, not
+    /// the LAN.
+    pub fn cut_api(&self, n: u8) -> Result<(), Error> {
+        self.stop(&format!("api-relay-node-{n}"))
+    }
+
+    /// Restores node `n`'s API access (`scripts/lab up` restarts the missing relay).
+    pub fn restore_api(&self) -> Result<(), Error> {
+        self.lab(&["up"]).map(drop)
+    }
+
+    /// The holder of the controllers' leader Lease.
+    pub fn leader(&self) -> Result<Option<String>, Error> {
+        let lease = self.get_json(&["lease", "-n", SYSTEM_NAMESPACE, "aliaslb-controller"]);
+        Ok(lease
+            .ok()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+            .filter(|h| !h.is_empty()))
+    }
+
+    /// Waits until `identity` holds the leader Lease.
+    pub fn wait_leader(&self, identity: &str, timeout: Duration) -> Result<(), Error> {
+        wait_for(&format!("{identity} to lead"), timeout, || {
+            Ok(match self.leader()? {
+                Some(h) if h == identity => Ok(()),
+                other => Err(format!("leader {other:?}")),
+            })
+        })
+    }
+
+    /// Waits until node `n`'s agent has written its Lease.
+    pub fn wait_agent_lease(&self, n: u8, timeout: Duration) -> Result<(), Error> {
+        let name = format!("aliaslb-agent-{}", node_name(n));
+        wait_for(&format!("Lease {name}"), timeout, || {
+            Ok(
+                match self.kubectl(&["get", "lease", "-n", SYSTEM_NAMESPACE, &name]) {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                },
+            )
+        })
+    }
+
+    /// The last `lines` lines of `name`'s log.
+    pub fn log_tail(&self, name: &str, lines: usize) -> String {
+        let path = self.state.join(format!("logs/{name}.log"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Names of the aliaslb processes this lab ran (agents and controllers).
+    fn aliaslb_processes(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.state.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e
+                    .file_name()
+                    .to_string_lossy()
+                    .strip_suffix(".log")?
+                    .to_owned();
+                (name.starts_with("agent-") || name.starts_with("controller-")).then_some(name)
+            })
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for name in self.aliaslb_processes() {
+                eprintln!(
+                    "---- last lines of {name}'s log ----\n{}",
+                    self.log_tail(&name, 40)
+                );
+            }
+        }
+        if std::env::var("ALIASLB_E2E_KEEP").as_deref() == Ok("1") {
+            eprintln!(
+                "[e2e] ALIASLB_E2E_KEEP=1: the lab stays up; eval \"$(scripts/lab env)\"; remove it with scripts/lab down"
+            );
+            return;
+        }
+        match self.lab(&["down"]) {
+            Ok(_) => println!("[e2e] lab down"),
+            Err(e) => eprintln!("[e2e] scripts/lab down failed: {e:?}"),
+        }
+    }
+}
+
+/// Where `aliaslb-controller` and `aliaslb-agent` are: `ALIASLB_E2E_BIN_DIR`, else the
+/// profile directory of this test executable (`target/debug/deps/..` — `CARGO_TARGET_DIR`
+/// is honoured by construction).
+fn binary_dir() -> Result<PathBuf, Error> {
+    let dir = match std::env::var_os("ALIASLB_E2E_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_exe()
+            .map_err(|source| Error::Io {
+                what: "locating the test executable".to_owned(),
+                source,
+            })?
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .ok_or_else(|| {
+                Error::Environment("the test executable has no profile directory".to_owned())
+            })?,
+    };
+    for bin in ["aliaslb-controller", "aliaslb-agent"] {
+        if !dir.join(bin).is_file() {
+            return Err(Error::Environment(format!(
+                "{} is missing: build the binaries first (cargo build --workspace --bins; scripts/test does), or set ALIASLB_E2E_BIN_DIR",
+                dir.join(bin).display()
+            )));
+        }
+    }
+    Ok(dir)
+}

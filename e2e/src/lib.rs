@@ -1,0 +1,13 @@
+//! Harness of the end-to-end tests (tests only, see `tests/`): a guard around the netns lab
+//! of `scripts/lab` with the real `aliaslb-controller` and `aliaslb-agent` processes in it,
+//! a client that probes load-balancer IPs from the LAN, and a sampler of the aliases on
+//! every node. Everything here does I/O: processes, network namespaces, `kubectl`.
+
+pub mod client;
+mod error;
+pub mod fixtures;
+pub mod lab;
+pub mod sampler;
+
+pub use error::Error;
+pub use sampler::aliases;
