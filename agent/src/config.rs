@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use aliaslb_core::keys;
-
-use crate::telemetry::LogFormat;
+use aliaslb_ops::flags::parse_duration;
+use aliaslb_ops::telemetry::LogFormat;
 
 /// `aliaslb-agent` flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
@@ -60,16 +60,6 @@ pub struct Flags {
     /// Log format.
     #[arg(long, env = "ALIASLB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-}
-
-/// Parse a duration such as `4s`, `500ms` or `1m 30s`; zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{e} (expected a duration such as 4s, 500ms or 1m30s)"))?;
-    if d.is_zero() {
-        return Err("must be greater than zero".to_owned());
-    }
-    Ok(d)
 }
 
 /// Checked agent settings.

@@ -15,12 +15,13 @@ use aliaslb_agent::aliases::{
 use aliaslb_agent::announce::{AnnounceConfig, Announcer};
 use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime};
 use aliaslb_agent::config::{Flags, Settings};
-use aliaslb_agent::http::{self, Health};
+use aliaslb_agent::http::{AgentProbes, Health};
 use aliaslb_agent::lease::{self, Heartbeat, LeaseConfig};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::{host, services, telemetry};
 use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, REPORT_VERSION};
+use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
@@ -31,7 +32,8 @@ use tracing::{error, info, warn};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
-    telemetry::init(flags.log_format).context("setting up logging")?;
+    aliaslb_ops::telemetry::init(flags.log_format, telemetry::DEFAULT_FILTER)
+        .context("setting up logging")?;
     let settings = flags.into_settings().context("invalid flags")?;
     // Installed first: from here on SIGTERM means "clean up", not "die".
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -66,15 +68,14 @@ async fn main() -> anyhow::Result<()> {
     let (stop_http, http_stopped) = watch::channel(false);
     let listener = http::bind(metrics_addr).await?;
     info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
-    let server = tokio::spawn(http::serve(
-        listener,
-        metrics.clone(),
-        health.clone(),
-        async move {
-            let mut rx = http_stopped;
-            let _ = rx.wait_for(|stop| *stop).await;
-        },
-    ));
+    let probes = AgentProbes {
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    let server = tokio::spawn(http::serve(listener, Arc::new(probes), async move {
+        let mut rx = http_stopped;
+        let _ = rx.wait_for(|stop| *stop).await;
+    }));
 
     let (desired_tx, desired_rx) = watch::channel(None);
     let watcher = tokio::spawn(services::watch_services(

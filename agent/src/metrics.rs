@@ -15,9 +15,6 @@ use prometheus_client::registry::Registry;
 
 use crate::announce::Announcer;
 
-/// Content type of [`Metrics::encode`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// Labels of the per-interface gauge.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct InterfaceLabels {
@@ -212,14 +209,12 @@ impl Metrics {
         self.api_reachable.set(i64::from(ok));
     }
 
-    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         if let Some(a) = self.announcer.get() {
             self.set_announcements(a.frames_sent(), a.frames_failed());
         }
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        aliaslb_ops::metrics::encode(&self.registry)
     }
 }
 

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use aliaslb_core::keys;
+use aliaslb_ops::flags::parse_duration;
+use aliaslb_ops::telemetry::LogFormat;
 
 use crate::leader::{LeaderConfig, TimingError, Timings};
-use crate::telemetry::LogFormat;
 
 /// `aliaslb-controller` flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
@@ -68,16 +69,6 @@ pub struct Flags {
     /// This replica's identity in the leader Lease (default: the pod name, else the hostname).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-}
-
-/// Parse a duration such as `4s`, `500ms` or `1m 30s`; zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{e} (expected a duration such as 4s, 500ms or 1m30s)"))?;
-    if d.is_zero() {
-        return Err("must be greater than zero".to_owned());
-    }
-    Ok(d)
 }
 
 /// Settings the reconcile loop reads: the flags that shape allocation and election.

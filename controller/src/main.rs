@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use aliaslb_controller::config::{Flags, Settings};
 use aliaslb_controller::context::Context;
-use aliaslb_controller::http::{self, Readiness};
+use aliaslb_controller::http::{ControllerProbes, Readiness};
 use aliaslb_controller::leader;
 use aliaslb_controller::metrics::Metrics;
 use aliaslb_controller::reconcile;
 use aliaslb_controller::telemetry;
+use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::sync::watch;
@@ -18,7 +19,8 @@ use tokio::sync::watch;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
-    telemetry::init(flags.log_format).context("setting up logging")?;
+    aliaslb_ops::telemetry::init(flags.log_format, telemetry::DEFAULT_FILTER)
+        .context("setting up logging")?;
     let Settings {
         controller,
         leader: leader_config,
@@ -45,10 +47,13 @@ async fn main() -> anyhow::Result<()> {
     let (stop_http, http_stopped) = watch::channel(false);
     let listener = http::bind(metrics_addr).await?;
     tracing::info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
+    let probes = ControllerProbes {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+    };
     let server = tokio::spawn(http::serve(
         listener,
-        metrics.clone(),
-        readiness.clone(),
+        Arc::new(probes),
         wait_true(http_stopped),
     ));
 

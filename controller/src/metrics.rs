@@ -13,9 +13,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Content type of [`Metrics::encode`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// Value of the `family` label.
 fn family_label(family: IpFamily) -> &'static str {
     match family {
@@ -203,11 +200,9 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
-    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        aliaslb_ops::metrics::encode(&self.registry)
     }
 }
 

@@ -1,45 +1,18 @@
-//! Logging setup: installs the global `tracing` subscriber (text or JSON on stderr).
-//!
-//! Does no I/O beyond writing log lines. `RUST_LOG` is respected; without it the level
-//! is `info`.
+//! The controller's logging policy: its default log filter, which `main` hands to
+//! `aliaslb_ops::telemetry::init` (the subscriber: text or JSON on stderr, `RUST_LOG`
+//! respected). Pure, no I/O.
 
-use tracing_subscriber::EnvFilter;
+/// The filter when `RUST_LOG` is unset or empty.
+pub const DEFAULT_FILTER: &str = "info";
 
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_ops::telemetry;
 
-/// Why the subscriber could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
-    /// `RUST_LOG` is set but is not a valid filter.
-    #[error("RUST_LOG is not a valid log filter")]
-    Filter(#[source] tracing_subscriber::filter::FromEnvError),
-    /// A global subscriber was already installed.
-    #[error("a global tracing subscriber is already installed")]
-    AlreadyInstalled(#[source] tracing_subscriber::util::TryInitError),
-}
-
-/// Install the global subscriber. Call once, first thing in `main`.
-pub fn init(format: LogFormat) -> Result<(), TelemetryError> {
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    let filter = EnvFilter::builder()
-        .with_default_directive(tracing::Level::INFO.into())
-        .from_env()
-        .map_err(TelemetryError::Filter)?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.finish().try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).finish().try_init(),
+    #[test]
+    fn the_default_filter_parses() {
+        let filter = telemetry::filter(DEFAULT_FILTER, None).unwrap();
+        assert_eq!(filter.to_string(), "info");
     }
-    .map_err(TelemetryError::AlreadyInstalled)
 }
