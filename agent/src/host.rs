@@ -20,7 +20,9 @@ pub struct Link {
     pub name: String,
     /// Hardware address, when the link has an Ethernet one.
     pub mac: Option<[u8; 6]>,
-    /// Whether the link is administratively up.
+    /// Whether the link is operationally up: administratively up and with carrier. A link
+    /// that is down (cable out) is left out of the interface report, and aliases on it do
+    /// not count as held, so the controller moves their IPs instead of waiting for them.
     pub up: bool,
 }
 
@@ -155,10 +157,12 @@ pub fn choose_interface<'a>(
 
 /// The node's interfaces with the connected subnets (network addresses, e.g.
 /// `10.0.0.0/24`) of their global-scope, non-alias addresses, in the Lease report's
-/// shape. Interfaces without such an address are left out.
+/// shape. Interfaces that are down (see [`Link::up`]) or without such an address are left
+/// out.
 pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
     host.links
         .iter()
+        .filter(|link| link.up)
         .filter_map(|link| {
             let mut subnets: Vec<IpNet> = host
                 .addresses
@@ -308,5 +312,13 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_link_without_carrier_is_left_out_of_the_report() {
+        let mut h = host();
+        h.links[1].up = false; // eth0: cable out
+        let names: Vec<String> = interfaces(&h).into_iter().map(|i| i.name).collect();
+        assert_eq!(names, ["eth1"]);
     }
 }

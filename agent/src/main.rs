@@ -358,7 +358,14 @@ impl Node {
         let report = AgentReport {
             version: REPORT_VERSION,
             interfaces: self.interfaces.clone(),
-            held: self.aliases.held_ips().into_iter().collect(),
+            // An alias on a link without carrier answers nobody: not held, so the
+            // controller's break-before-make can move its IP at once.
+            held: self
+                .aliases
+                .owned()
+                .filter(|a| self.links_up.get(&a.ifindex) != Some(&false))
+                .map(|a| a.ip)
+                .collect(),
             conflicts: self
                 .aliases
                 .conflicts()

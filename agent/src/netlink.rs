@@ -312,7 +312,9 @@ fn parse_link(m: &LinkMessage) -> Link {
         index: m.header.index,
         name,
         mac,
-        up: m.header.flags.contains(LinkFlags::Up),
+        // Operationally up: administratively up AND with carrier. A pulled cable (or a veth
+        // whose peer is down) clears IFF_LOWER_UP while IFF_UP stays set.
+        up: m.header.flags.contains(LinkFlags::Up) && m.header.flags.contains(LinkFlags::LowerUp),
     }
 }
 

@@ -478,3 +478,50 @@ async fn during_an_api_outage_aliases_stay_and_changes_apply_on_return() {
     );
     assert!(s.agent.log_text().contains("API server reachable again"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_without_carrier_is_not_reported_and_its_aliases_are_not_held() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("carrier", |_| {}).await;
+    let c = &s.cluster;
+    let vip: std::net::IpAddr = "10.0.0.81".parse().unwrap();
+    let on_link = |r: &AgentReport| r.subnets().any(|n| n.contains(&vip));
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.81"])
+        .await;
+    report_where(
+        c,
+        &s.name,
+        "the IP held on eth1",
+        Duration::from_secs(5),
+        |r| r.held.contains(&vip) && on_link(r),
+    )
+    .await;
+
+    // Cable out: the LAN end of the veth goes down, so eth1 loses its carrier while the
+    // agent still reaches the API (through the relay, not the LAN).
+    s.lan.ip(&["link", "set", "lan0", "down"]);
+    let (_, took) = report_where(
+        c,
+        &s.name,
+        "eth1 and its alias dropped from the report",
+        Duration::from_secs(1),
+        |r| !r.held.contains(&vip) && !on_link(r),
+    )
+    .await;
+    eprintln!("carrier lost -> report updated in {took:?}");
+    // Nobody asked to remove the alias: it stays, it just answers nobody.
+    assert!(alias(&s.node, "10.0.0.81").is_some());
+
+    s.lan.ip(&["link", "set", "lan0", "up"]);
+    report_where(
+        c,
+        &s.name,
+        "the IP held again",
+        Duration::from_secs(2),
+        |r| r.held.contains(&vip) && on_link(r),
+    )
+    .await;
+}
