@@ -71,10 +71,13 @@ pub struct Settings {
     pub namespace: String,
     /// `--interface`, if given.
     pub interface: Option<String>,
-    /// Lease duration and alias lifetime (whole seconds).
+    /// Lease duration (whole seconds).
     pub lease_duration: Duration,
-    /// Renewal and lifetime refresh period (shorter than the lease duration).
+    /// Renewal and lifetime refresh period.
     pub renew_interval: Duration,
+    /// Kernel lifetime of the aliases: the lease duration less one renew interval, in whole
+    /// seconds (see [`alias_lifetime`]).
+    pub alias_lifetime: Duration,
     /// Full resync period.
     pub resync_interval: Duration,
     /// Bound on the SIGTERM clean-up.
@@ -109,6 +112,31 @@ pub enum ConfigError {
         /// Lease duration given.
         lease_duration: Duration,
     },
+    /// The aliases' lifetime would not outlast two renewals.
+    #[error(
+        "--lease-duration {lease_duration:?} with --renew-interval {renew_interval:?} leaves the aliases a kernel lifetime of {lifetime:?} (the lease less one renewal, in whole seconds), which does not cover two renewals: renew at least three times per lease, e.g. --renew-interval {suggest:?}"
+    )]
+    LifetimeTooShort {
+        /// Lease duration given.
+        lease_duration: Duration,
+        /// Renew interval given.
+        renew_interval: Duration,
+        /// The lifetime that would result.
+        lifetime: Duration,
+        /// A renew interval that would work.
+        suggest: Duration,
+    },
+}
+
+/// The kernel lifetime of the aliases: `lease - renew`, floored to whole seconds.
+///
+/// Shorter than the lease on purpose. The controller declares a node lost one lease after
+/// it last SAW the Lease change, and the agent's last Lease write can come up to one renew
+/// interval after its last lifetime refresh; with lifetime = lease, a dead node's alias
+/// could outlive the moment its IP is given to another node. With `lease - renew` the
+/// kernel drops it first (figures in BENCHMARKS.md, "End-to-end failover").
+pub fn alias_lifetime(lease_duration: Duration, renew_interval: Duration) -> Duration {
+    Duration::from_secs(lease_duration.saturating_sub(renew_interval).as_secs())
 }
 
 impl Flags {
@@ -140,12 +168,22 @@ impl Flags {
                 lease_duration,
             });
         }
+        let lifetime = alias_lifetime(lease_duration, renew_interval);
+        if lifetime < renew_interval * 2 {
+            return Err(ConfigError::LifetimeTooShort {
+                lease_duration,
+                renew_interval,
+                lifetime,
+                suggest: lease_duration / 4,
+            });
+        }
         Ok(Settings {
             node_name,
             namespace,
             interface,
             lease_duration,
             renew_interval,
+            alias_lifetime: lifetime,
             resync_interval,
             shutdown_timeout,
             metrics_addr,
@@ -174,6 +212,7 @@ mod tests {
         assert_eq!(s.interface, None);
         assert_eq!(s.lease_duration, Duration::from_secs(4));
         assert_eq!(s.renew_interval, Duration::from_secs(1));
+        assert_eq!(s.alias_lifetime, Duration::from_secs(3));
         assert_eq!(s.resync_interval, Duration::from_secs(30));
         assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(s.metrics_addr, "0.0.0.0:9101".parse().unwrap());
@@ -200,6 +239,7 @@ mod tests {
         assert_eq!(s.interface.as_deref(), Some("eth1"));
         assert_eq!(s.lease_duration, Duration::from_secs(2));
         assert_eq!(s.renew_interval, Duration::from_millis(500));
+        assert_eq!(s.alias_lifetime, Duration::from_secs(1));
         assert_eq!(s.resync_interval, Duration::from_secs(60));
         assert_eq!(s.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(s.metrics_addr, "127.0.0.1:1234".parse().unwrap());
@@ -261,5 +301,31 @@ mod tests {
             assert_eq!(&err, want, "{args:?}");
             assert!(!err.to_string().is_empty());
         }
+    }
+
+    #[test]
+    fn the_alias_lifetime_is_the_lease_less_one_renewal_and_covers_two() {
+        assert_eq!(
+            alias_lifetime(Duration::from_secs(4), Duration::from_secs(1)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            alias_lifetime(Duration::from_secs(2), Duration::from_millis(500)),
+            Duration::from_secs(1)
+        );
+        let err = parse(&["--node-name=n", "--lease-duration=2s"])
+            .unwrap()
+            .into_settings()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::LifetimeTooShort {
+                lease_duration: Duration::from_secs(2),
+                renew_interval: Duration::from_secs(1),
+                lifetime: Duration::from_secs(1),
+                suggest: Duration::from_millis(500),
+            }
+        );
+        assert!(err.to_string().contains("--renew-interval 500ms"), "{err}");
     }
 }

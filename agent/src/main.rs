@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         interface,
         lease_duration,
         renew_interval,
+        alias_lifetime,
         resync_interval,
         shutdown_timeout,
         metrics_addr,
@@ -56,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
         interface = interface.as_deref().unwrap_or("(per Service, subnet or default route)"),
         ?lease_duration,
         ?renew_interval,
+        ?alias_lifetime,
         ?resync_interval,
         "aliaslb-agent starting"
     );
@@ -106,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
         NetlinkBackend::connect().context("opening the netlink socket")?,
         AliasConfig {
             interface_override: interface,
-            lifetime: Lifetime::for_lease(lease_duration),
+            lifetime: Lifetime::for_lease(alias_lifetime),
         },
     )
     .with_announcer(announcer.clone());
