@@ -8,6 +8,7 @@ mod error;
 pub mod fixtures;
 pub mod lab;
 pub mod sampler;
+pub mod trials;
 
 pub use error::Error;
 pub use sampler::aliases;
