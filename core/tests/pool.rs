@@ -432,7 +432,7 @@ fn options_errors() {
         ),
         (
             "pools:\n  staging: {interface: eth1\n",
-            "key config.yaml, line 3: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing`",
+            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`staging: {interface: eth1`)",
         ),
         (
             "pools:\n  staging: [eth1]\n",

@@ -18,6 +18,7 @@
 //! (`|`, `|-`, `|+`) value line N is N lines below its key; any other value (plain,
 //! quoted, folded `>`) is reported at its key's line.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 
@@ -64,7 +65,7 @@ pub enum UsageError {
         file: String,
         /// 1-based line in the file.
         line: usize,
-        /// serde_yaml's message.
+        /// serde_yaml's message, control characters escaped.
         message: String,
     },
     /// A document is YAML but not a ConfigMap.
@@ -76,7 +77,7 @@ pub enum UsageError {
         file: String,
         /// 1-based line in the file where the document starts.
         line: usize,
-        /// What was found instead.
+        /// What was found instead, control characters escaped.
         what: String,
     },
     /// The file holds no YAML document.
@@ -90,7 +91,8 @@ pub enum UsageError {
 /// The outcome of checking one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileReport {
-    /// Lines for stdout: errors, or summaries of valid ConfigMaps.
+    /// Lines for stdout: errors, or summaries of valid ConfigMaps; control characters are
+    /// escaped, so none holds a line break.
     pub lines: Vec<String>,
     /// Whether every ConfigMap in the file is valid.
     pub valid: bool,
@@ -136,6 +138,8 @@ fn read(file: &str, stdin: &mut dyn Read) -> Result<String, UsageError> {
 
 /// Checks the ConfigMaps in `text`, read from `file` (used in messages only).
 pub fn check_text(file: &str, text: &str) -> Result<FileReport, UsageError> {
+    let text = yaml_line_breaks(text);
+    let text = text.as_ref();
     let mut report = FileReport {
         lines: Vec::new(),
         valid: true,
@@ -145,7 +149,7 @@ pub fn check_text(file: &str, text: &str) -> Result<FileReport, UsageError> {
         let value: Value = serde_yaml::from_str(doc.text).map_err(|e| UsageError::Yaml {
             file: file.to_owned(),
             line: doc.start + e.location().map_or(1, |l| l.line()),
-            message: shift_lines(&e.to_string(), doc.start),
+            message: one_line(&shift_lines(&e.to_string(), doc.start)),
         })?;
         if value.is_null() {
             continue;
@@ -153,12 +157,30 @@ pub fn check_text(file: &str, text: &str) -> Result<FileReport, UsageError> {
         documents += 1;
         check_document(file, &doc, &value, &mut report)?;
     }
+    for line in &mut report.lines {
+        *line = one_line(line);
+    }
     if documents == 0 {
         return Err(UsageError::Empty {
             file: file.to_owned(),
         });
     }
     Ok(report)
+}
+
+/// `text` with the line breaks libyaml turns into `\n` (`\r\n`, a lone `\r`, U+0085)
+/// written as `\n`, so that the lines found by scanning the raw text, the lines serde_yaml
+/// reports and the lines of the values count alike: a stray `\r` or a mis-decoded `…`
+/// (U+0085) in a comment would otherwise shift every line after it. The values do not
+/// change. U+2028 and U+2029 are left alone: libyaml counts them as line breaks but keeps
+/// them in values, where the controller does not split lines at them either.
+fn yaml_line_breaks(text: &str) -> Cow<'_, str> {
+    const BREAKS: [char; 2] = ['\r', '\u{85}'];
+    if text.contains(BREAKS) {
+        Cow::Owned(text.replace("\r\n", "\n").replace(BREAKS, "\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 /// Rewrites serde_yaml's `line N` (relative to the document parsed) to lines of the file.
@@ -170,13 +192,33 @@ fn shift_lines(message: &str, by: usize) -> String {
         let (before, after) = rest.split_at(at + MARK.len());
         out.push_str(before);
         let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        match after[..digits].parse::<usize>() {
-            Ok(n) => out.push_str(&(n + by).to_string()),
-            Err(_) => out.push_str(&after[..digits]),
+        // The message may quote user text that reads `line N` with a huge N.
+        match after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_add(by))
+        {
+            Some(n) => out.push_str(&n.to_string()),
+            None => out.push_str(&after[..digits]),
         }
         rest = &after[digits..];
     }
     out.push_str(rest);
+    out
+}
+
+/// `s` with control characters (line breaks, tabs, ...) escaped as `\n`, `\t`, `\u{..}`:
+/// keys, kinds and names may hold them, and each message must stay one line for
+/// line-oriented CI tooling.
+fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
     out
 }
 
@@ -242,7 +284,7 @@ fn check_document(
         Some(kind) => {
             return Err(not_config_map(format!(
                 "kind: {}",
-                serde_yaml::to_string(kind).unwrap_or_default().trim()
+                one_line(serde_yaml::to_string(kind).unwrap_or_default().trim())
             )));
         }
         None if map.contains_key("data") => "data map".to_owned(),

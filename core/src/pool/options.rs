@@ -21,6 +21,12 @@ use super::{ConfigError, OPTIONS_KEY, PoolKey};
 /// Longest Linux interface name (`IFNAMSIZ` - 1).
 const MAX_INTERFACE_LEN: usize = 15;
 
+/// Deepest nesting of `[` and `{` accepted before the text reaches serde_yaml. A valid
+/// document needs three levels (`pools`, a pool, `nodeSelector`), but libyaml scans flow
+/// collections in time quadratic in their depth (16,000 levels take seconds), so a
+/// ConfigMap-sized value of `[` would stall the parser for minutes.
+const MAX_FLOW_DEPTH: usize = 64;
+
 /// Options of one pool, from [`OPTIONS_KEY`]; the defaults when it has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolOptions {
@@ -80,8 +86,9 @@ pub(super) fn parse(
     text: &str,
     data: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<ConfigError>> {
+    check_flow_depth(text).map_err(|e| vec![e])?;
     let doc: Option<OptionsDoc> = serde_yaml::from_str(text).map_err(|e| {
-        let line = e.location().map(|l| l.line());
+        let line = e.location().and_then(|l| line_at(text, l.index()));
         let text = line
             .and_then(|l| text.lines().nth(l - 1))
             .map_or("", str::trim);
@@ -156,6 +163,48 @@ pub(super) fn parse(
     } else {
         Err(errors)
     }
+}
+
+/// Refuses `text` if `[` and `{` nest deeper than [`MAX_FLOW_DEPTH`], naming the line.
+///
+/// Counts every bracket, also those in quotes and comments: a valid document has no
+/// brackets there to speak of, and a count that is never too low keeps the guard simple.
+fn check_flow_depth(text: &str) -> Result<(), ConfigError> {
+    let mut depth = 0usize;
+    for (index, line) in text.lines().enumerate() {
+        for c in line.chars() {
+            match c {
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => continue,
+            }
+            if depth > MAX_FLOW_DEPTH {
+                return Err(ConfigError {
+                    key: OPTIONS_KEY.to_owned(),
+                    line: Some(index + 1),
+                    text: line.trim().to_owned(),
+                    message: format!(
+                        "`[` and `{{` nested more than {MAX_FLOW_DEPTH} levels deep: options \
+                         need at most three (`pools`, a pool, `nodeSelector`)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// 1-based line of `text`, as [`str::lines`] counts them, holding byte `index` of a YAML
+/// error; `None` for an empty text.
+///
+/// Not serde_yaml's own line number: libyaml also breaks lines at a lone `\r` and at
+/// U+0085/U+2028/U+2029, and places errors found at the end of the input on the line after
+/// the last, both of which would name a line the value does not have.
+fn line_at(text: &str, index: usize) -> Option<usize> {
+    let before = text.as_bytes().get(..index).unwrap_or(text.as_bytes());
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let count = text.lines().count();
+    (count > 0).then(|| line.min(count))
 }
 
 /// 1-based line of `key:` under `pools:` in `text`, best effort (block style only).
