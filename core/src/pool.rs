@@ -36,7 +36,7 @@
 //!   /127 (RFC 6164) and /128 use every address. A single address or an explicit range is
 //!   otherwise taken as written.
 //! - **No entry may touch an address that cannot be a load-balancer IP**: unspecified,
-//!   loopback, link-local, multicast or broadcast (`127.0.0.1`, `0.0.0.0/0`, `fe80::1`,
+//!   loopback, link-local, multicast, broadcast or IPv4-mapped (`127.0.0.1`, `0.0.0.0/0`, `fe80::1`,
 //!   `ff02::1`, ...); the error names the block.
 //! - A CIDR with host bits set (`10.0.7.3/29`) is an error naming the network form.
 //! - [`FALLBACK_KEY`] (`_fallback`) is the cluster-wide pool, used only by namespaces that

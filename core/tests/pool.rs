@@ -555,6 +555,7 @@ fn addresses_that_cannot_be_load_balancer_ips_are_refused() {
         ("::1", "loopback (::1)"),
         ("fe80::1", "link-local (fe80::/10)"),
         ("ff02::1", "multicast (ff00::/8)"),
+        ("::ffff:10.0.0.1", "IPv4-mapped IPv6"),
     ] {
         let err = parse_entry(text).expect_err(text);
         assert!(

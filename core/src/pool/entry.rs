@@ -55,7 +55,7 @@ pub fn parse_entry(text: &str) -> Result<IpRange, String> {
 /// Blocks no load-balancer IP can live in: a node answering for one of these would break
 /// itself (loopback, unspecified), could not be reached (link-local is not routed) or is
 /// not a unicast address at all (multicast, broadcast).
-const SPECIAL: [(&str, &str, &str); 9] = [
+const SPECIAL: [(&str, &str, &str); 10] = [
     ("0.0.0.0", "0.255.255.255", "\"this network\" (0.0.0.0/8)"),
     ("127.0.0.0", "127.255.255.255", "loopback (127.0.0.0/8)"),
     (
@@ -71,6 +71,11 @@ const SPECIAL: [(&str, &str, &str); 9] = [
     ),
     ("::", "::", "the unspecified address (::)"),
     ("::1", "::1", "loopback (::1)"),
+    (
+        "::ffff:0.0.0.0",
+        "::ffff:255.255.255.255",
+        "IPv4-mapped IPv6 (::ffff:0:0/96; write the IPv4 address itself)",
+    ),
     (
         "fe80::",
         "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
