@@ -2,22 +2,24 @@
 //! advertisements (IPv6), sent once at once and then in a burst.
 //!
 //! Frames are built by hand by small pure functions (golden-byte tested); sending does
-//! I/O through an AF_PACKET socket opened by `pnet_datalink` (a safe API: no unsafe here).
+//! I/O through AF_PACKET sockets opened by `pnet_datalink` (a safe API: no unsafe here):
+//! one blocking thread sends every queued frame through one socket per interface per
+//! round.
 //!
 //! IPv4 uses an ARP *request* with sender = target = VIP to broadcast (RFC 5227 "ARP
 //! Announcement", what `arping -U` and the kernel's own `arp_notify` send): every host
 //! that caches the VIP updates it, and, unlike an unsolicited reply, it is not dropped by
 //! stacks that only accept replies to requests they made.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pnet_datalink::{Channel, NetworkInterface};
-use tokio::sync::Semaphore;
+use pnet_datalink::{Channel, DataLinkSender, NetworkInterface};
+use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
@@ -140,8 +142,17 @@ pub enum AnnounceError {
 }
 
 /// Sends one raw Ethernet `frame` on the interface `ifindex` (of the calling thread's
-/// network namespace).
+/// network namespace), through a socket opened for it and closed after.
 pub fn send_frame(ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
+    let mut tx = open_sender(ifindex)?;
+    send_on(tx.as_mut(), ifindex, frame)
+}
+
+/// Opens an AF_PACKET socket bound to `ifindex` for sending raw Ethernet frames.
+///
+/// Such a socket also receives a copy of every frame on the link (pnet binds it to
+/// ETH_P_ALL) for as long as it is open: it is kept only for one round of sends.
+fn open_sender(ifindex: u32) -> Result<Box<dyn DataLinkSender>, AnnounceError> {
     let iface = NetworkInterface {
         name: String::new(),
         description: String::new(),
@@ -156,17 +167,31 @@ pub fn send_frame(ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
         ..Default::default()
     };
     let socket = |source| AnnounceError::Socket { ifindex, source };
-    let mut tx = match pnet_datalink::channel(&iface, config).map_err(socket)? {
-        Channel::Ethernet(tx, _rx) => tx,
-        _ => {
-            return Err(socket(io::Error::other(
-                "pnet_datalink returned a non-Ethernet channel",
-            )));
+    match pnet_datalink::channel(&iface, config).map_err(socket)? {
+        Channel::Ethernet(tx, _rx) => Ok(tx),
+        _ => Err(socket(io::Error::other(
+            "pnet_datalink returned a non-Ethernet channel",
+        ))),
+    }
+}
+
+/// Linux ENOBUFS: the link's queueing discipline dropped the frame (`packet_snd` returns
+/// `net_xmit_errno(NET_XMIT_DROP)`), e.g. its queue is full during a large round.
+const ENOBUFS: i32 = 105;
+
+/// Sends `frame` on an open socket; a frame dropped by a full queue is retried twice
+/// after 1 ms, the time for the queue to drain a little.
+fn send_on(tx: &mut dyn DataLinkSender, ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
+    let mut attempt = 0;
+    loop {
+        match tx.send_to(frame, None).unwrap_or(Ok(())) {
+            Err(e) if e.raw_os_error() == Some(ENOBUFS) && attempt < 2 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            result => return result.map_err(|source| AnnounceError::Send { ifindex, source }),
         }
-    };
-    tx.send_to(frame, None)
-        .unwrap_or(Ok(()))
-        .map_err(|source| AnnounceError::Send { ifindex, source })
+    }
 }
 
 /// Burst settings.
@@ -188,21 +213,155 @@ impl Default for AnnounceConfig {
     }
 }
 
-/// Frames sent at the same time. Each send opens and closes an AF_PACKET socket, and the
-/// close waits for an RCU grace period (`synchronize_net` in `packet_release`): sends run
-/// on the blocking pool, never on the runtime's workers (1,000 aliases added at once
-/// stalled the agent's whole runtime for seconds otherwise), and concurrent closes share
-/// grace periods.
-const CONCURRENT_SENDS: usize = 32;
+/// A frame waiting for the sender thread, and where its outcome goes.
+#[derive(Debug)]
+struct Job {
+    ifindex: u32,
+    frame: Arc<Vec<u8>>,
+    done: oneshot::Sender<Result<(), AnnounceError>>,
+}
+
+/// Frames waiting to be sent, and whether a sender thread is draining them.
+#[derive(Debug, Default)]
+struct Outbox {
+    jobs: Vec<Job>,
+    draining: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Queues `frame` for `ifindex` and starts a sender thread if none runs; the receiver
+/// gets the outcome.
+///
+/// Opening an AF_PACKET socket is cheap but closing one waits for an RCU grace period
+/// (`synchronize_net` in `packet_release`), milliseconds each: one socket per frame made
+/// the first frame for the last of 1,000 new aliases leave 0.5-1 s after the first. One
+/// thread instead sends everything queued through one socket per interface per round, on
+/// the blocking pool (never on the runtime's workers).
+fn submit(
+    outbox: &Arc<Mutex<Outbox>>,
+    ifindex: u32,
+    frame: Arc<Vec<u8>>,
+) -> oneshot::Receiver<Result<(), AnnounceError>> {
+    let (done, outcome) = oneshot::channel();
+    let start = {
+        let mut o = lock(outbox);
+        o.jobs.push(Job {
+            ifindex,
+            frame,
+            done,
+        });
+        !std::mem::replace(&mut o.draining, true)
+    };
+    if start {
+        let outbox = outbox.clone();
+        tokio::task::spawn_blocking(move || drain(&outbox));
+    }
+    outcome
+}
+
+/// Sends rounds of queued frames until the queue is empty. Emptiness and the end of the
+/// drain are decided under one lock, so a frame queued meanwhile either joins the next
+/// round or starts a new drain.
+fn drain(outbox: &Mutex<Outbox>) {
+    /// Lets a later frame start a new drain if this one panics (the frames of the round
+    /// in flight then report failure: their senders are dropped).
+    struct Unwinding<'a>(&'a Mutex<Outbox>);
+    impl Drop for Unwinding<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                lock(self.0).draining = false;
+            }
+        }
+    }
+    let _unwinding = Unwinding(outbox);
+    loop {
+        let jobs = {
+            let mut o = lock(outbox);
+            if o.jobs.is_empty() {
+                o.draining = false;
+                return;
+            }
+            std::mem::take(&mut o.jobs)
+        };
+        send_round(jobs);
+    }
+}
+
+/// Sends `jobs` through one socket per interface and reports each outcome.
+fn send_round(jobs: Vec<Job>) {
+    let mut by_link: BTreeMap<u32, Vec<Job>> = BTreeMap::new();
+    for job in jobs {
+        by_link.entry(job.ifindex).or_default().push(job);
+    }
+    for (ifindex, jobs) in by_link {
+        match open_sender(ifindex) {
+            Ok(mut tx) => {
+                for job in jobs {
+                    let result = send_on(tx.as_mut(), ifindex, &job.frame);
+                    // The burst was cancelled meanwhile: nobody waits for the outcome.
+                    let _ = job.done.send(result);
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.done.send(Err(e.duplicate()));
+                }
+            }
+        }
+    }
+}
+
+impl AnnounceError {
+    /// The same error, for each of the frames one failed socket concerned.
+    fn duplicate(&self) -> Self {
+        let copy = |e: &io::Error| match e.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(e.kind(), e.to_string()),
+        };
+        match self {
+            AnnounceError::Socket { ifindex, source } => AnnounceError::Socket {
+                ifindex: *ifindex,
+                source: copy(source),
+            },
+            AnnounceError::Send { ifindex, source } => AnnounceError::Send {
+                ifindex: *ifindex,
+                source: copy(source),
+            },
+        }
+    }
+}
 
 /// Sends announcement bursts in background tasks and counts the frames.
 #[derive(Debug, Clone)]
 pub struct Announcer {
     config: AnnounceConfig,
-    sends: Arc<Semaphore>,
+    outbox: Arc<Mutex<Outbox>>,
     sent: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
-    bursts: Arc<Mutex<HashMap<IpAddr, AbortHandle>>>,
+    bursts: Arc<Mutex<Bursts>>,
+}
+
+/// Map size below which finished bursts are not swept.
+const MIN_SWEEP: usize = 64;
+
+/// The bursts started, by IP, so a new burst or a removal can stop the running one.
+#[derive(Debug)]
+struct Bursts {
+    running: HashMap<IpAddr, AbortHandle>,
+    /// Size at which the next sweep of finished bursts happens.
+    sweep_at: usize,
+}
+
+impl Default for Bursts {
+    fn default() -> Self {
+        Bursts {
+            running: HashMap::new(),
+            sweep_at: MIN_SWEEP,
+        }
+    }
 }
 
 impl Announcer {
@@ -210,7 +369,7 @@ impl Announcer {
     pub fn new(config: AnnounceConfig) -> Self {
         Announcer {
             config,
-            sends: Arc::new(Semaphore::new(CONCURRENT_SENDS)),
+            outbox: Arc::default(),
             sent: Arc::default(),
             failed: Arc::default(),
             bursts: Arc::default(),
@@ -220,26 +379,21 @@ impl Announcer {
     /// Starts a burst for `alias` from `mac` (replacing a burst still running for that IP).
     /// Needs a tokio runtime; the frames go out in the calling thread's network namespace.
     pub fn announce(&self, alias: &Alias, mac: [u8; 6]) {
-        let frame = announcement_frame(mac, alias.ip);
+        let frame = Arc::new(announcement_frame(mac, alias.ip));
         let (config, sent, failed) = (self.config, self.sent.clone(), self.failed.clone());
-        let sends = self.sends.clone();
+        let outbox = self.outbox.clone();
         let (ip, ifindex, ifname) = (alias.ip, alias.ifindex, alias.ifname.clone());
-        let frame = Arc::new(frame);
         let task = tokio::spawn(async move {
             for i in 0..=config.repeats {
                 if i > 0 {
                     tokio::time::sleep(config.interval).await;
                 }
-                let Ok(_permit) = sends.acquire().await else {
-                    return;
-                };
-                let frame = frame.clone();
-                let result = tokio::task::spawn_blocking(move || send_frame(ifindex, &frame))
+                let result = submit(&outbox, ifindex, frame.clone())
                     .await
-                    .unwrap_or_else(|e| {
+                    .unwrap_or_else(|_| {
                         Err(AnnounceError::Send {
                             ifindex,
-                            source: io::Error::other(e),
+                            source: io::Error::other("the sender thread stopped"),
                         })
                     });
                 match result {
@@ -254,17 +408,22 @@ impl Announcer {
                 }
             }
         });
-        let mut bursts = self.bursts.lock().unwrap_or_else(|p| p.into_inner());
-        bursts.retain(|_, h| !h.is_finished());
-        if let Some(old) = bursts.insert(ip, task.abort_handle()) {
+        let mut bursts = lock(&self.bursts);
+        // Finished bursts are dropped once the map has doubled since the last sweep: a
+        // sweep on every call made 1,000 announcements quadratic (a million entries
+        // visited; the reconcile calls this synchronously).
+        if bursts.running.len() >= bursts.sweep_at {
+            bursts.running.retain(|_, h| !h.is_finished());
+            bursts.sweep_at = (2 * bursts.running.len()).max(MIN_SWEEP);
+        }
+        if let Some(old) = bursts.running.insert(ip, task.abort_handle()) {
             old.abort();
         }
     }
 
     /// Stops the burst for `ip`, if one runs (the alias was removed).
     pub fn cancel(&self, ip: IpAddr) {
-        let mut bursts = self.bursts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(h) = bursts.remove(&ip) {
+        if let Some(h) = lock(&self.bursts).running.remove(&ip) {
             h.abort();
         }
     }

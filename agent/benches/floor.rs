@@ -1,0 +1,523 @@
+//! The agent's kernel side against the floor, `ip -batch`, in one run (issue "Benchmarks
+//! against the floor"). Prints the figures recorded in BENCHMARKS.md and asserts that each
+//! measured step did its work (1,000 aliases really added, removed, kept). Needs root.
+//!
+//! ```sh
+//! cargo bench -p aliaslb-agent --bench floor              # every section
+//! cargo bench -p aliaslb-agent --bench floor -- apply     # or: idle, binary
+//! ```
+//!
+//! - `apply`: `AliasManager::reconcile` with a `DesiredSet` of 1,000 /32 through the real
+//!   `NetlinkBackend`, vs `ip -batch` adding the same 1,000 addresses with the same lifetime
+//!   and label (iproute2 6.1 cannot set IFA_PROTO), then removing them; alternated,
+//!   `BENCH_REPS` times (default 15), medians and ratios. Announcer off, then a separate
+//!   run with it on.
+//! - `idle`: the agent's loop (renewal refresh every 1 s, resync every 30 s, reconcile on
+//!   every netlink tick) over 1,000 stable aliases for `BENCH_IDLE_SECS` (default 60):
+//!   writes by kind, reconciles, CPU time of this process.
+//! - `binary`: the real `aliaslb-agent` binary (same build profile) against the test
+//!   apiserver, holding 1,000 aliases through one idle period: CPU time, adds/removes from
+//!   its metrics, peak RSS (`VmHWM`).
+//!
+//! Does I/O: creates network namespaces and veth links, runs `ip`, starts the test
+//! apiserver and the agent binary. `apply` and `idle` run on a thread inside a fresh
+//! namespace (every thread and `ip` process it starts inherits it); `binary` stays in the
+//! host namespace, where the test apiserver listens.
+
+#[path = "../tests/agent_support/mod.rs"]
+mod agent_support;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agent_support::{Agent, AgentArgs, Cluster, Relay};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, WriteCounts};
+use aliaslb_agent::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::backend::{AddressBackend, Lifetime};
+use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_testenv::TestEnv;
+use support::{NetNs, require_root};
+use tokio::runtime::Runtime;
+use tokio::time::MissedTickBehavior;
+
+/// Aliases per measurement.
+const N: u32 = 1_000;
+/// The agent's defaults: `--lease-duration 4s`, `--renew-interval 1s`, `--resync-interval 30s`.
+const LEASE: Duration = Duration::from_secs(4);
+const RENEW: Duration = Duration::from_secs(1);
+const RESYNC: Duration = Duration::from_secs(30);
+
+fn main() {
+    if !require_root() {
+        return;
+    }
+    // `cargo bench` passes `--bench`; anything else not starting with `-` selects sections.
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let reps = env_number("BENCH_REPS", 15);
+    let idle_secs = env_number("BENCH_IDLE_SECS", 60);
+    println!(
+        "aliaslb-agent floor bench: {N} aliases, lease {LEASE:?}, renew {RENEW:?}, {} build",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "optimised"
+        }
+    );
+    if run("apply") {
+        let ns = node("apply");
+        ns.run_sync(move || in_runtime(|rt| apply(rt, reps)));
+    }
+    if run("idle") {
+        let ns = node("idle");
+        ns.run_sync(move || in_runtime(|rt| idle(rt, Duration::from_secs(idle_secs))));
+    }
+    if run("binary") {
+        in_runtime(|rt| rt.block_on(binary(Duration::from_secs(idle_secs))));
+    }
+}
+
+/// A fresh namespace with the veth `eth1` (up, peer up) on 10.0.0.2/16, which holds every
+/// VIP's subnet.
+fn node(tag: &str) -> NetNs {
+    let ns = NetNs::new(tag);
+    ns.veth("eth1", None, "peer1");
+    ns.ip(&["addr", "add", "10.0.0.2/16", "dev", "eth1"]);
+    ns
+}
+
+/// Runs `f` with a multi-thread runtime shaped like the agent's (`#[tokio::main]`, one
+/// worker per core); worker threads inherit the calling thread's namespace.
+fn in_runtime<T>(f: impl FnOnce(&Runtime) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    f(&rt)
+}
+
+/// 10.0.100.0 .. 10.0.103.231.
+fn vips() -> Vec<Ipv4Addr> {
+    let base = u32::from(Ipv4Addr::new(10, 0, 100, 0));
+    (0..N).map(|i| Ipv4Addr::from(base + i)).collect()
+}
+
+fn desired() -> DesiredSet {
+    vips()
+        .into_iter()
+        .map(|ip| (IpAddr::V4(ip), None))
+        .collect()
+}
+
+fn manager() -> AliasManager<NetlinkBackend> {
+    AliasManager::new(
+        NetlinkBackend::connect().expect("netlink socket"),
+        AliasConfig {
+            interface_override: None,
+            lifetime: Lifetime::for_lease(LEASE),
+        },
+    )
+}
+
+/// Writes the `ip -batch` files adding and deleting the VIPs exactly as the agent does:
+/// /32, `valid_lft`/`preferred_lft` = the lease, label `eth1:alb`.
+fn batch_files(tag: &str) -> (PathBuf, PathBuf) {
+    let secs = Lifetime::for_lease(LEASE).seconds;
+    let dir = std::env::temp_dir();
+    let add = dir.join(format!("alb-floor-{tag}-{}.add", std::process::id()));
+    let del = dir.join(format!("alb-floor-{tag}-{}.del", std::process::id()));
+    let lines = |verb: &str, extra: &str| -> String {
+        vips()
+            .iter()
+            .map(|ip| format!("addr {verb} {ip}/32 dev eth1{extra}\n"))
+            .collect()
+    };
+    let add_opts = format!(" valid_lft {secs} preferred_lft {secs} label eth1:alb");
+    std::fs::write(&add, lines("add", &add_opts)).expect("writing the batch file");
+    std::fs::write(&del, lines("del", "")).expect("writing the batch file");
+    (add, del)
+}
+
+/// Runs `ip -batch file` in the calling thread's namespace and times it (process start
+/// included: that is what the floor costs an operator).
+fn ip_batch(file: &PathBuf) -> Duration {
+    let start = Instant::now();
+    let out = Command::new("ip")
+        .arg("-batch")
+        .arg(file)
+        .output()
+        .expect("running ip");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "ip -batch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// How many of the VIPs the kernel holds with our marker (the `ip` side sets the label,
+/// which also counts as ours).
+fn held(rt: &Runtime, backend: &NetlinkBackend) -> usize {
+    let want: BTreeSet<IpAddr> = vips().into_iter().map(IpAddr::V4).collect();
+    let host = rt.block_on(backend.snapshot()).expect("dump");
+    host.addresses
+        .iter()
+        .filter(|a| a.owned && want.contains(&a.ip))
+        .count()
+}
+
+fn timed<T>(rt: &Runtime, fut: impl Future<Output = T>) -> (Duration, T) {
+    let start = Instant::now();
+    let out = rt.block_on(fut);
+    (start.elapsed(), out)
+}
+
+/// Section 1: add and remove 1,000 aliases, ours vs `ip -batch`.
+fn apply(rt: &Runtime, reps: u64) {
+    let (add_file, del_file) = batch_files("apply");
+    let desired = desired();
+    let empty = DesiredSet::new();
+    let mut mgr = rt.block_on(async { manager() });
+    let probe = rt.block_on(async { NetlinkBackend::connect().expect("netlink socket") });
+    let (mut ours_add, mut ours_del, mut ip_add, mut ip_del) = (vec![], vec![], vec![], vec![]);
+    let mut dumps = vec![];
+    // One untimed round of each warms the kernel's and the allocator's caches.
+    for rep in 0..=reps {
+        let ours_first = rep % 2 == 0;
+        for side in [ours_first, !ours_first] {
+            if side {
+                let (add, r) = timed(rt, mgr.reconcile(&desired));
+                assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+                assert_eq!(held(rt, &probe), N as usize);
+                let (dump, _) = timed(rt, probe.snapshot());
+                let (del, r) = timed(rt, mgr.reconcile(&empty));
+                assert_eq!((r.removed.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+                assert_eq!(held(rt, &probe), 0);
+                if rep > 0 {
+                    ours_add.push(add);
+                    ours_del.push(del);
+                    dumps.push(dump);
+                }
+            } else {
+                let add = ip_batch(&add_file);
+                assert_eq!(held(rt, &probe), N as usize);
+                let del = ip_batch(&del_file);
+                assert_eq!(held(rt, &probe), 0);
+                if rep > 0 {
+                    ip_add.push(add);
+                    ip_del.push(del);
+                }
+            }
+        }
+    }
+    println!("\n## apply: {N} /32 aliases on a veth, announcer off, {reps} repetitions");
+    row("add    ours (reconcile)", &ours_add, &ip_add);
+    row("remove ours (reconcile)", &ours_del, &ip_del);
+    println!(
+        "    of which the observe step (dump links, {N} addresses, routes): median {:.2} ms",
+        ms(median(&dumps))
+    );
+
+    // The announcer on: what the reconcile itself costs more, and how long until the
+    // first frame of every burst is out (bursts cut to one frame).
+    let announcer = Announcer::new(AnnounceConfig {
+        repeats: 0,
+        interval: Duration::from_secs(1),
+    });
+    let mut mgr = rt
+        .block_on(async { manager() })
+        .with_announcer(announcer.clone());
+    let (mut with_add, mut frames_out) = (vec![], vec![]);
+    let announced_reps = reps.min(5);
+    for _ in 0..announced_reps {
+        let before = announcer.frames_sent() + announcer.frames_failed();
+        let start = Instant::now();
+        let r = rt.block_on(mgr.reconcile(&desired));
+        with_add.push(start.elapsed());
+        assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+        rt.block_on(async {
+            while announcer.frames_sent() + announcer.frames_failed() < before + u64::from(N) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        frames_out.push(start.elapsed());
+        let r = rt.block_on(mgr.reconcile(&empty));
+        assert_eq!(r.removed.len(), N as usize);
+    }
+    assert_eq!(announcer.frames_failed(), 0, "announcements failed");
+    println!("\n## apply with the announcer on (1 frame per alias), {announced_reps} repetitions");
+    println!(
+        "add    ours, reconcile returns       median {:>8.2} ms  (all {})",
+        ms(median(&with_add)),
+        list(&with_add)
+    );
+    println!(
+        "add    ours, last GARP sent          median {:>8.2} ms  (all {})",
+        ms(median(&frames_out)),
+        list(&frames_out)
+    );
+    let _ = std::fs::remove_file(add_file);
+    let _ = std::fs::remove_file(del_file);
+}
+
+fn row(what: &str, ours: &[Duration], floor: &[Duration]) {
+    let (o, f) = (median(ours), median(floor));
+    println!(
+        "{what}: median {:>7.2} ms | ip -batch median {:>7.2} ms | ratio {:.2}",
+        ms(o),
+        ms(f),
+        o.as_secs_f64() / f.as_secs_f64()
+    );
+    println!("    ours     {}", list(ours));
+    println!("    ip       {}", list(floor));
+}
+
+/// Section 2: the agent's loop over 1,000 stable aliases.
+fn idle(rt: &Runtime, period: Duration) {
+    let desired = desired();
+    rt.block_on(async move {
+        let mut mgr = manager();
+        let r = mgr.reconcile(&desired).await;
+        assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+        let mut changes = watch_changes().expect("netlink notifications");
+        // Our own adds do not tick (see `watch_changes`); let anything pending drain.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        while changes.try_recv().is_ok() {}
+        let before = mgr.writes();
+        let cpu_before = cpu_ticks("self");
+        let mut renew = tokio::time::interval(RENEW);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut resync = tokio::time::interval(RESYNC);
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        resync.reset();
+        let end = tokio::time::sleep(period);
+        tokio::pin!(end);
+        let (mut renewals, mut resyncs, mut ticks) = (0u32, 0u32, 0u32);
+        let mut refresh_time = Duration::ZERO;
+        let mut reconcile_time = Duration::ZERO;
+        let start = Instant::now();
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut end => break,
+                _ = renew.tick() => {
+                    let t = Instant::now();
+                    let r = mgr.refresh_lifetimes().await;
+                    refresh_time += t.elapsed();
+                    assert!(r.errors.is_empty(), "{:?}", r.errors);
+                    renewals += 1;
+                }
+                Some(()) = changes.recv() => {
+                    let t = Instant::now();
+                    let r = mgr.reconcile(&desired).await;
+                    reconcile_time += t.elapsed();
+                    assert!(!r.changed(), "an idle reconcile changed something: {r:?}");
+                    ticks += 1;
+                }
+                _ = resync.tick() => {
+                    let t = Instant::now();
+                    let r = mgr.reconcile(&desired).await;
+                    reconcile_time += t.elapsed();
+                    assert!(!r.changed(), "an idle resync changed something: {r:?}");
+                    resyncs += 1;
+                }
+            }
+        }
+        let wall = start.elapsed();
+        let cpu = ticks_to_duration(cpu_ticks("self") - cpu_before);
+        let w = diff(mgr.writes(), before);
+        let still = mgr.backend().snapshot().await.expect("dump");
+        let kept = still.addresses.iter().filter(|a| a.owned).count();
+        assert_eq!(kept, N as usize, "aliases lapsed during the idle period");
+        println!("\n## idle: the agent's loop over {N} stable aliases for {wall:.1?}");
+        println!(
+            "adds + deletes: {} + {} | refreshes: {} ({renewals} renewals x {N})",
+            w.adds, w.deletes, w.refreshes
+        );
+        println!(
+            "reconciles: {resyncs} on resync, {ticks} on netlink ticks ({:.1?} in all)",
+            reconcile_time
+        );
+        println!(
+            "refresh time: {:.1?} in all, {:.2} ms per renewal",
+            refresh_time,
+            ms(refresh_time) / f64::from(renewals.max(1))
+        );
+        println!(
+            "CPU time of this process: {cpu:?} ({:.2} % of one core)",
+            100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
+        );
+        println!(
+            "peak RSS of this process (VmHWM): {}",
+            status_field("self", "VmHWM")
+        );
+        assert_eq!(w.adds + w.deletes, 0, "writes during an idle period");
+    });
+}
+
+fn diff(after: WriteCounts, before: WriteCounts) -> WriteCounts {
+    WriteCounts {
+        adds: after.adds - before.adds,
+        deletes: after.deletes - before.deletes,
+        refreshes: after.refreshes - before.refreshes,
+    }
+}
+
+/// Section 3: the real agent binary holding 1,000 aliases through an idle period.
+async fn binary(period: Duration) {
+    let env = TestEnv::global();
+    let client = env.client().await;
+    let namespace = env.create_namespace(&client, "bench").await;
+    let ns = node("binary");
+    let _relay = Relay::start(&ns, env.server_url());
+    let name = "node-bench";
+    let mut args = AgentArgs::new(name, &namespace);
+    args.lease = "4s";
+    args.renew = "1s";
+    let agent = Agent::start(&ns, &args);
+    let pid = agent.pid().to_string();
+    let cluster = Cluster::new(&client, &namespace);
+    wait_for(Duration::from_secs(30), "the first Lease", async || {
+        cluster.report(name).await.is_some()
+    })
+    .await;
+    let idle_rss = status_field(&pid, "VmRSS");
+    cluster.create("many").await;
+    let vips: Vec<String> = vips().iter().map(Ipv4Addr::to_string).collect();
+    let refs: Vec<&str> = vips.iter().map(String::as_str).collect();
+    cluster.assign("many", Some(name), None, &refs).await;
+    let want: BTreeSet<&str> = refs.iter().copied().collect();
+    wait_for(Duration::from_secs(30), "1,000 aliases", async || {
+        let addrs = ns.addrs("eth1");
+        addrs
+            .iter()
+            .filter(|a| want.contains(a.local.as_str()))
+            .count()
+            == N as usize
+    })
+    .await;
+    // Let the announcement bursts (5 s) and the Lease report settle before the idle period.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let metric = |m: &str| agent.metric(&ns, m).unwrap_or(f64::NAN);
+    let (adds, removes) = (
+        metric("aliaslb_agent_address_adds_total"),
+        metric("aliaslb_agent_address_removes_total"),
+    );
+    let cpu_before = cpu_ticks(&pid);
+    let start = Instant::now();
+    tokio::time::sleep(period).await;
+    let wall = start.elapsed();
+    let cpu = ticks_to_duration(cpu_ticks(&pid) - cpu_before);
+    let (adds_after, removes_after) = (
+        metric("aliaslb_agent_address_adds_total"),
+        metric("aliaslb_agent_address_removes_total"),
+    );
+    let kept = ns
+        .addrs("eth1")
+        .iter()
+        .filter(|a| want.contains(a.local.as_str()))
+        .count();
+    assert_eq!(kept, N as usize, "aliases lapsed during the idle period");
+    println!("\n## binary: aliaslb-agent (this build's profile), lease 4s, renew 1s");
+    println!("RSS before any Service (VmRSS): {idle_rss}");
+    println!(
+        "idle {wall:.1?} holding {N} aliases: CPU {cpu:?} ({:.2} % of one core); \
+         adds {} -> {adds_after}, removes {} -> {removes_after} (its metrics)",
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        adds,
+        removes
+    );
+    println!(
+        "RSS now (VmRSS): {} | peak RSS (VmHWM): {}",
+        status_field(&pid, "VmRSS"),
+        status_field(&pid, "VmHWM")
+    );
+    assert_eq!(
+        (adds, removes),
+        (adds_after, removes_after),
+        "writes during an idle period"
+    );
+    drop(agent);
+}
+
+async fn wait_for(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// User + system CPU time of process `pid` (or `self`), in clock ticks, from
+/// `/proc/<pid>/stat` (fields 14 and 15; threads that ended are included).
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
+    // The command name (field 2) may hold spaces: count from the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("stat format")
+        .1
+        .split_whitespace()
+        .collect();
+    let field = |n: usize| -> u64 { fields[n - 3].parse().expect("stat field") };
+    field(14) + field(15)
+}
+
+fn ticks_to_duration(ticks: u64) -> Duration {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    let hz: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("CLK_TCK");
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+/// A field of `/proc/<pid>/status` (e.g. `VmHWM`), as the kernel prints it.
+fn status_field(pid: &str, name: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("reading status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| format!("({name} missing)"))
+}
+
+fn median(xs: &[Duration]) -> Duration {
+    assert!(!xs.is_empty(), "no samples");
+    let mut v = xs.to_vec();
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn list(xs: &[Duration]) -> String {
+    xs.iter()
+        .map(|d| format!("{:.1}", ms(*d)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
