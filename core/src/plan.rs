@@ -20,6 +20,13 @@
 //! 5. places every IP group on a node, break-before-make ([`nodes`]);
 //! 6. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
 //!
+//! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
+//! moved, its pool changed) while the API still shows it on that Service is not handed to
+//! anyone else until a pass sees the API no longer showing it. The writes of one pass run
+//! concurrently, so without this the new holder's status could land before the old holder's
+//! clear and the API would show one IP on two Services. A deleted Service is not in the
+//! inputs, so its IPs are free at once.
+//!
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
 //!
@@ -32,7 +39,7 @@ mod alloc;
 mod nodes;
 mod sticky;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::time::Instant;
@@ -271,6 +278,12 @@ pub struct Planner {
     freed: usize,
     /// Whether this pass brought a new config (every Service is then re-checked).
     config_changed: bool,
+    /// IPs the API shows on one of the Services in this pass's inputs (their observed
+    /// status), whether or not the table still gives them those IPs.
+    visible: HashSet<IpAddr>,
+    /// IPs taken from a Service while the API still showed them on it: kept in use in
+    /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
+    quarantined: BTreeSet<IpAddr>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over
@@ -440,8 +453,14 @@ impl Planner {
         order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
 
         self.recent.expire(inputs.now);
+        self.visible = inputs
+            .services
+            .iter()
+            .flat_map(|v| v.observed_ips.iter().copied())
+            .collect();
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
+        self.lift_quarantine();
         if !self.imported {
             self.import(&order, inputs.config, &mut sink);
             self.imported = true;
@@ -496,6 +515,12 @@ impl Planner {
             }
         }
         out
+    }
+
+    /// IPs taken from a Service while the API still shows them on it, kept out of every
+    /// pool until it no longer does (see the quarantine in the module docs).
+    pub fn quarantined(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.quarantined.iter().copied()
     }
 
     /// Number of Services whose allocation is not as asked (missing an IP, or a request
@@ -555,6 +580,9 @@ impl Planner {
             .pools()
             .map(|(key, pool)| (key.clone(), Ledger::new(&pool.ranges)))
             .collect();
+        for ip in self.quarantined.clone() {
+            self.reserve(ip);
+        }
         let mut in_use: Vec<IpAddr> = self.ips.keys().copied().collect();
         in_use.sort();
         for ip in in_use {
@@ -575,6 +603,12 @@ impl Planner {
             let Some(used) = self.ips.remove(&ip) else {
                 continue;
             };
+            if self.visible.contains(&ip) {
+                // Another pool may hold it now (a namespace left the fallback): not before
+                // the API stops showing it on its old Service.
+                self.quarantined.insert(ip);
+                self.reserve(ip);
+            }
             if let Some(group) = self.groups.get_mut(&used.group) {
                 group.ips.remove(&Family::of(ip));
             }
@@ -600,6 +634,41 @@ impl Planner {
         self.config = Some(config.clone());
     }
 
+    /// Quarantine: an IP taken from a Service goes back to its pool only once the API no
+    /// longer shows it on any Service. The writes of one pass run concurrently, so handing
+    /// it to another Service in the same pass could let the new holder's status land before
+    /// the old holder's clear: one IP on two Services in the API, however briefly (found by
+    /// the chaos run, seed 11). Lifted at the start of every pass; a deleted Service is not
+    /// in the inputs, so its IPs are not visible and go back at once.
+    fn lift_quarantine(&mut self) {
+        let lifted: Vec<IpAddr> = self
+            .quarantined
+            .iter()
+            .filter(|ip| !self.visible.contains(ip))
+            .copied()
+            .collect();
+        for ip in lifted {
+            self.quarantined.remove(&ip);
+            if self.ips.contains_key(&ip) {
+                continue; // re-imported or re-assigned meanwhile: in use for real
+            }
+            if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+                && ledger.release(ip)
+            {
+                self.freed += 1;
+            }
+        }
+    }
+
+    /// Keeps a quarantined `ip` in use in whichever ledger holds it (pools never overlap).
+    fn reserve(&mut self, ip: IpAddr) {
+        if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+            && !ledger.is_in_use(ip)
+        {
+            let _ = ledger.allocate_specific(ip);
+        }
+    }
+
     /// Stops `key` using `ip`; frees it when it was the last user. Does not touch the
     /// Service's entry.
     fn drop_ip(&mut self, key: &ServiceKey, ip: IpAddr) {
@@ -612,7 +681,9 @@ impl Planner {
             return;
         }
         if let Some(used) = self.ips.remove(&ip) {
-            if let Some(ledger) = self.ledgers.get_mut(&used.pool)
+            if self.visible.contains(&ip) {
+                self.quarantined.insert(ip);
+            } else if let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
             {
                 self.freed += 1;

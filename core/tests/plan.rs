@@ -1026,3 +1026,65 @@ fn thread_cpu() -> Duration {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
+
+#[test]
+fn an_ip_the_api_still_shows_on_its_old_service_waits_after_a_pool_edit() {
+    // Chaos seed 11: team/x leaves the fallback (its namespace gets a key) while other/y
+    // waits for a fallback address. Until the controller's write lands, the API still shows
+    // 10.0.9.1 on team/x: handing it to other/y in the same pass would show one IP on two
+    // Services (the two writes run concurrently).
+    let mut world = World::new(
+        config(&[("_fallback", "10.0.9.1")]),
+        vec![svc("team", "x").created(1), svc("other", "y").created(2)],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "team", "x"), ["10.0.9.1"]);
+    assert!(ips(&out, "other", "y").is_empty());
+    world.service_mut("team", "x").observed_ips = vec![ip("10.0.9.1")];
+
+    world.config = config(&[("_fallback", "10.0.9.1"), ("team", "10.0.5.5")]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "team", "x"), ["10.0.5.5"]);
+    assert!(
+        ips(&out, "other", "y").is_empty(),
+        "10.0.9.1 is still on team/x in the API"
+    );
+
+    world.service_mut("team", "x").observed_ips = vec![ip("10.0.5.5")];
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "other", "y"), ["10.0.9.1"], "the clear landed");
+}
+
+#[test]
+fn an_ip_the_api_still_shows_waits_after_a_requested_move() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2).requesting("10.0.0.2"),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.1")];
+
+    // a moves to 10.0.0.3 in the same pass as c arrives: 10.0.0.1 is free in memory, but
+    // the API still shows it on a.
+    *world.service_mut("default", "a") = svc("default", "a")
+        .created(1)
+        .requesting("10.0.0.3")
+        .observed("10.0.0.1", None);
+    world.services.push(svc("default", "c").created(3));
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.3"]);
+    assert!(
+        ips(&out, "default", "c").is_empty(),
+        "10.0.0.1 is still on a"
+    );
+
+    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.3")];
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["10.0.0.1"]);
+}

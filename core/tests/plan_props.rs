@@ -193,11 +193,43 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
             }
         }
     }
-    // Usage matches the distinct IPs planned, per pool.
+    // Quarantined IPs are ones the API showed at the start of the pass (the writes of the
+    // pass before), never planned for anyone: nothing stays quarantined once its clear landed.
+    let shown: BTreeSet<IpAddr> = world
+        .services
+        .iter()
+        .flat_map(|s| s.observed_ips.iter().copied())
+        .collect();
+    // No pass plans an IP for a Service while the API still shows it on another one that
+    // may not share it: the writes of a pass land in any order.
+    for (k, plan) in &out.services {
+        let v = views[k];
+        for ip in &plan.ips {
+            for other in &world.services {
+                let may_share = other.key.namespace == k.namespace
+                    && other.sharing_key.is_some()
+                    && other.sharing_key == v.sharing_key;
+                prop_assert!(
+                    other.key == *k || may_share || !other.observed_ips.contains(ip),
+                    "{} planned for {} while the API shows it on {}",
+                    ip,
+                    k,
+                    other.key
+                );
+            }
+        }
+    }
+    let quarantined: BTreeSet<IpAddr> = planner.quarantined().collect();
+    for ip in &quarantined {
+        prop_assert!(shown.contains(ip), "{} quarantined but shown nowhere", ip);
+        prop_assert!(!users.contains_key(ip), "{} quarantined and planned", ip);
+    }
+    // Usage matches the distinct IPs planned plus those quarantined, per pool.
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
         let planned = users
             .keys()
+            .chain(quarantined.iter())
             .filter(|ip| Family::of(**ip) == usage.family && pool.contains(**ip))
             .count();
         prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
@@ -227,6 +259,7 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 );
                 let used = users
                     .keys()
+                    .chain(quarantined.iter())
                     .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
                     .count() as u128;
                 prop_assert_eq!(
@@ -265,17 +298,16 @@ proptest! {
                     }
                 }
                 Op::Config(spec) => world.config = spec.build(),
-                Op::Restart => {
-                    for s in &mut world.services {
-                        let p = &last.services[&s.key];
-                        s.observed_ips = p.ips.clone();
-                        s.observed_node = p.node.clone();
-                    }
-                    planner = Planner::new();
-                }
+                Op::Restart => planner = Planner::new(),
             }
             let out = world.plan(&mut planner);
             check(&world, &planner, &out)?;
+            // The controller's writes land: the API now shows what was planned.
+            for s in &mut world.services {
+                let p = &out.services[&s.key];
+                s.observed_ips = p.ips.clone();
+                s.observed_node = p.node.clone();
+            }
             if matches!(op, Op::Restart) {
                 for (k, before) in &last.services {
                     if before.ips.is_empty() {
