@@ -3,6 +3,7 @@
 //! a client that probes load-balancer IPs from the LAN, and a sampler of the aliases on
 //! every node. Everything here does I/O: processes, network namespaces, `kubectl`.
 
+pub mod chaos;
 pub mod client;
 mod error;
 pub mod fixtures;
