@@ -577,21 +577,21 @@ impl Drop for Lab {
 }
 
 /// Where `aliaslb-controller` and `aliaslb-agent` are: `ALIASLB_E2E_BIN_DIR`, else the
-/// profile directory of this test executable (`target/debug/deps/..` — `CARGO_TARGET_DIR`
-/// is honoured by construction).
-fn binary_dir() -> Result<PathBuf, Error> {
+/// profile directory of this test or example executable (`target/debug/deps/..` or
+/// `target/debug/examples/..` — `CARGO_TARGET_DIR` is honoured by construction).
+pub fn binary_dir() -> Result<PathBuf, Error> {
     let dir = match std::env::var_os("ALIASLB_E2E_BIN_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => std::env::current_exe()
             .map_err(|source| Error::Io {
-                what: "locating the test executable".to_owned(),
+                what: "locating this executable".to_owned(),
                 source,
             })?
             .parent()
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .ok_or_else(|| {
-                Error::Environment("the test executable has no profile directory".to_owned())
+                Error::Environment("this executable has no profile directory".to_owned())
             })?,
     };
     for bin in ["aliaslb-controller", "aliaslb-agent"] {

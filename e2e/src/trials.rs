@@ -128,7 +128,7 @@ impl Launcher {
                 .to_owned())
         };
         Ok(Launcher {
-            bins: binary_dir()?,
+            bins: crate::lab::binary_dir()?,
             agent_kubeconfig: kubeconfig("aliaslb-agent")?,
             controller_kubeconfig: kubeconfig("aliaslb-controller")?,
             lease,
@@ -186,33 +186,6 @@ impl Launcher {
             ],
         )
     }
-}
-
-/// Same lookup as the harness's own (which is private to `lab.rs`).
-fn binary_dir() -> Result<PathBuf, Error> {
-    let dir = match std::env::var_os("ALIASLB_E2E_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::current_exe()
-            .map_err(|source| Error::Io {
-                what: "locating this executable".to_owned(),
-                source,
-            })?
-            .parent()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
-            .ok_or_else(|| {
-                Error::Environment("this executable has no profile directory".to_owned())
-            })?,
-    };
-    for bin in ["aliaslb-controller", "aliaslb-agent"] {
-        if !dir.join(bin).is_file() {
-            return Err(Error::Environment(format!(
-                "{} is missing: build the binaries first (cargo build -p aliaslb-agent -p aliaslb-controller --bins), or set ALIASLB_E2E_BIN_DIR",
-                dir.join(bin).display()
-            )));
-        }
-    }
-    Ok(dir)
 }
 
 /// The pid of the lab process `name` (from `scripts/lab`'s pid file).
