@@ -16,7 +16,7 @@ use aliaslb_core::plan::{FamilyPolicy, PortKey, ServiceKey, ServiceView};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::config::ControllerConfig;
@@ -98,7 +98,9 @@ pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
 pub fn service_view(svc: &Service) -> Option<ServiceView> {
     let key = service_key(svc)?;
     let uid = svc.metadata.uid.clone()?;
-    let spec = svc.spec.clone().unwrap_or_default();
+    // Borrowed, not cloned: this runs for every Service on every pass.
+    let default_spec = ServiceSpec::default();
+    let spec = svc.spec.as_ref().unwrap_or(&default_spec);
     let created = svc
         .metadata
         .creation_timestamp
@@ -122,11 +124,11 @@ pub fn service_view(svc: &Service) -> Option<ServiceView> {
     };
     let ports = spec
         .ports
-        .unwrap_or_default()
-        .into_iter()
+        .iter()
+        .flatten()
         .map(|p| PortKey {
             port: p.port,
-            protocol: p.protocol.unwrap_or_else(|| "TCP".to_owned()),
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
         })
         .collect();
     Some(ServiceView {

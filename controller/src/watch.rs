@@ -6,6 +6,9 @@
 //! takes over with a warm cache and an agent clock that already knows which Leases are
 //! stale. Agent Lease freshness is recorded here, the moment a change arrives, on the local
 //! monotonic clock ([`AgentClock`]).
+//!
+//! Objects enter the caches without their `managedFields` and `kubectl apply`'s
+//! last-applied copy (see `trim`): nothing reads them, and they were most of the memory.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -216,7 +219,23 @@ fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) {
     }
 }
 
-/// Starts one reflector: every event goes to `on_event`, then bumps `tx`.
+/// The annotation `kubectl apply` (client side) keeps the whole last applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the controller never reads before an object enters a cache: its
+/// `managedFields` (a JSON tree per writer, several times the size of the rest of a
+/// Service) and `kubectl apply`'s copy of the object. The caches hold every Service of
+/// the cluster, so this is most of the controller's memory.
+fn trim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// Starts one reflector: objects are [`trim`]med, every event goes to `on_event`, then
+/// bumps `tx`.
 fn spawn<K>(
     tasks: &mut Vec<JoinHandle<()>>,
     kind: &'static str,
@@ -230,7 +249,8 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
+    let stream = watcher::watcher(api, config).default_backoff().modify(trim);
+    let stream = reflector::reflector(writer, stream);
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
 }
