@@ -94,7 +94,7 @@ fn main() -> Result<(), Error> {
     lab.apply(&lb_service(NS, SERVICE).to_yaml())?;
     let mut all = Vec::new();
     for &secs in &args.leases {
-        let launcher = Launcher::new(&lab, Duration::from_secs(secs))?;
+        let launcher = Launcher::new(Duration::from_secs(secs))?;
         restart_everything(&lab, &launcher)?;
         for &fault in &args.faults {
             let series = run_series(&lab, &launcher, fault, &args)?;

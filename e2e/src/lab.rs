@@ -402,43 +402,45 @@ impl Lab {
 
     /// Starts the agent of node `n` (`agent-N`) with the agent ServiceAccount.
     pub fn start_agent(&self, n: u8) -> Result<(), Error> {
+        self.start_agent_with(n, &[])
+    }
+
+    /// [`Lab::start_agent`] with more flags for the agent.
+    pub fn start_agent_with(&self, n: u8, flags: &[&str]) -> Result<(), Error> {
         let kubeconfig = format!("KUBECONFIG={}", self.agent_kubeconfig.display());
         let node = format!("NODE_NAME={}", node_name(n));
         let bin = self.bins.join("aliaslb-agent");
-        self.spawn(
-            &format!("agent-{n}"),
-            &format!("node-{n}"),
-            &[
-                "env",
-                "NO_COLOR=1",
-                &kubeconfig,
-                &node,
-                &bin.to_string_lossy(),
-            ],
-        )
+        let bin = bin.to_string_lossy();
+        let mut cmd = vec!["env", "NO_COLOR=1", &kubeconfig, &node, &bin];
+        cmd.extend_from_slice(flags);
+        self.spawn(&format!("agent-{n}"), &format!("node-{n}"), &cmd)
     }
 
     /// Starts a controller replica on the host with the controller ServiceAccount; `identity`
     /// is also the process name.
     pub fn start_controller(&self, identity: &str) -> Result<(), Error> {
+        self.start_controller_with(identity, &[])
+    }
+
+    /// [`Lab::start_controller`] with more flags for the controller.
+    pub fn start_controller_with(&self, identity: &str, flags: &[&str]) -> Result<(), Error> {
         let kubeconfig = format!("KUBECONFIG={}", self.controller_kubeconfig.display());
         let bin = self.bins.join("aliaslb-controller");
-        self.spawn(
+        let bin = bin.to_string_lossy();
+        let mut cmd = vec![
+            "env",
+            "NO_COLOR=1",
+            &kubeconfig,
+            &bin,
+            "--namespace",
+            SYSTEM_NAMESPACE,
+            "--identity",
             identity,
-            "host",
-            &[
-                "env",
-                "NO_COLOR=1",
-                &kubeconfig,
-                &bin.to_string_lossy(),
-                "--namespace",
-                SYSTEM_NAMESPACE,
-                "--identity",
-                identity,
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ],
-        )
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ];
+        cmd.extend_from_slice(flags);
+        self.spawn(identity, "host", &cmd)
     }
 
     /// SIGTERM to `name`'s process group; returns once it exited (`scripts/lab stop`).

@@ -104,35 +104,19 @@ impl Fault {
 /// [`Lab::start_controller`], with an explicit agent lease duration on both.
 #[derive(Debug, Clone)]
 pub struct Launcher {
-    bins: PathBuf,
-    agent_kubeconfig: String,
-    controller_kubeconfig: String,
     /// The agents' `--lease-duration`, also the controller's `--agent-lease-duration`.
     pub lease: Duration,
 }
 
 impl Launcher {
-    /// A launcher for `lab` with agent lease `lease` (whole seconds). The binaries are
-    /// looked up as the harness does: `ALIASLB_E2E_BIN_DIR`, else the profile directory of
-    /// this executable (`target/debug/examples/..` -> `target/debug`).
-    pub fn new(lab: &Lab, lease: Duration) -> Result<Launcher, Error> {
+    /// A launcher with agent lease `lease` (whole seconds).
+    pub fn new(lease: Duration) -> Result<Launcher, Error> {
         if lease.subsec_nanos() != 0 || lease.as_secs() == 0 {
             return Err(Error::Environment(format!(
                 "agent lease {lease:?} must be a whole number of seconds, at least 1 s"
             )));
         }
-        let kubeconfig = |sa: &str| -> Result<String, Error> {
-            Ok(lab
-                .lab(&["kubeconfig", SYSTEM_NAMESPACE, sa])?
-                .trim()
-                .to_owned())
-        };
-        Ok(Launcher {
-            bins: crate::lab::binary_dir()?,
-            agent_kubeconfig: kubeconfig("aliaslb-agent")?,
-            controller_kubeconfig: kubeconfig("aliaslb-controller")?,
-            lease,
-        })
+        Ok(Launcher { lease })
     }
 
     fn lease_flag(&self) -> String {
@@ -141,50 +125,23 @@ impl Launcher {
 
     /// Starts the agent of node `n` (`agent-N`) with `--lease-duration`.
     pub fn start_agent(&self, lab: &Lab, n: u8) -> Result<(), Error> {
-        let kubeconfig = format!("KUBECONFIG={}", self.agent_kubeconfig);
-        let node = format!("NODE_NAME={}", node_name(n));
-        let bin = self.bins.join("aliaslb-agent");
-        lab.spawn(
-            &format!("agent-{n}"),
-            &format!("node-{n}"),
+        // Four renewals per lease: the agent's alias lifetime (lease less one renewal) must
+        // cover two of them.
+        let renew = format!("{}ms", self.lease.as_millis() / 4);
+        lab.start_agent_with(
+            n,
             &[
-                "env",
-                "NO_COLOR=1",
-                &kubeconfig,
-                &node,
-                &bin.to_string_lossy(),
                 "--lease-duration",
                 &self.lease_flag(),
-                // Four renewals per lease: the agent's alias lifetime (lease less one
-                // renewal) must cover two of them.
                 "--renew-interval",
-                &format!("{}ms", self.lease.as_millis() / 4),
+                &renew,
             ],
         )
     }
 
     /// Starts controller replica `identity` on the host with `--agent-lease-duration`.
     pub fn start_controller(&self, lab: &Lab, identity: &str) -> Result<(), Error> {
-        let kubeconfig = format!("KUBECONFIG={}", self.controller_kubeconfig);
-        let bin = self.bins.join("aliaslb-controller");
-        lab.spawn(
-            identity,
-            "host",
-            &[
-                "env",
-                "NO_COLOR=1",
-                &kubeconfig,
-                &bin.to_string_lossy(),
-                "--namespace",
-                SYSTEM_NAMESPACE,
-                "--identity",
-                identity,
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--agent-lease-duration",
-                &self.lease_flag(),
-            ],
-        )
+        lab.start_controller_with(identity, &["--agent-lease-duration", &self.lease_flag()])
     }
 }
 
