@@ -9,10 +9,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually, node_and_lan};
+use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
 use aliaslb_core::report::AgentReport;
 use aliaslb_testenv::TestEnv;
-use support::{AddrInfo, NetNs, require_root};
+use support::{AddrInfo, NetNs, node_and_lan, require_root};
 
 /// Everything one test needs: the node namespace (and its LAN peer), the relay, the
 /// Kubernetes namespace and helpers, the agent.

@@ -12,7 +12,7 @@ use aliaslb_agent::announce::{AnnounceConfig, Announcer, icmpv6_checksum};
 use aliaslb_agent::backend::Lifetime;
 use aliaslb_agent::netlink::NetlinkBackend;
 use pnet_datalink::Channel;
-use support::{NetNs, require_root};
+use support::{NetNs, node_and_lan, require_root};
 
 const VIP4: [u8; 4] = [10, 0, 0, 50];
 const VIP6: &str = "fd00:1::50";
@@ -58,18 +58,8 @@ fn garp_and_unsolicited_na_reach_the_peer() {
     if !require_root() {
         return;
     }
-    let node = NetNs::new("annnode");
-    let lan = NetNs::new("annlan");
-    node.veth("eth1", Some(&lan), "lan0");
-    node.ip(&["addr", "add", "10.0.0.2/24", "dev", "eth1"]);
-    node.ip(&["addr", "add", "fd00:1::2/64", "dev", "eth1", "nodad"]);
-    lan.ip(&["addr", "add", "10.0.0.1/24", "dev", "lan0"]);
-    lan.ip(&["addr", "add", "fd00:1::1/64", "dev", "lan0", "nodad"]);
-    // Let the peer kernel learn neighbours from unsolicited announcements.
-    lan.sysctl("net.ipv4.conf.lan0.arp_accept", "1");
-    // RFC 9131: only a router creates an entry from an untracked NA (ndisc_recv_na).
-    lan.sysctl("net.ipv6.conf.all.forwarding", "1");
-    lan.sysctl("net.ipv6.conf.lan0.accept_untracked_na", "1");
+    // The peer kernel learns neighbours from unsolicited announcements.
+    let (node, lan) = node_and_lan("ann");
     let link: serde_json::Value =
         serde_json::from_str(&node.ip(&["-j", "link", "show", "eth1"])).unwrap();
     let mac_str = link[0]["address"].as_str().unwrap().to_string();

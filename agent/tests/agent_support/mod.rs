@@ -399,21 +399,3 @@ impl Cluster {
             .unwrap()
     }
 }
-
-/// A node namespace with `eth1` (10.0.0.2/24, fd00:1::2/64) whose peer `lan0` is in a
-/// second namespace (10.0.0.1/24, fd00:1::1/64) that learns neighbours from unsolicited
-/// announcements. Returns (node, lan).
-pub fn node_and_lan(tag: &str) -> (NetNs, NetNs) {
-    let node = NetNs::new(tag);
-    let lan = NetNs::new(&format!("{tag}lan"));
-    node.veth("eth1", Some(&lan), "lan0");
-    node.ip(&["addr", "add", "10.0.0.2/24", "dev", "eth1"]);
-    node.ip(&["addr", "add", "fd00:1::2/64", "dev", "eth1", "nodad"]);
-    lan.ip(&["addr", "add", "10.0.0.1/24", "dev", "lan0"]);
-    lan.ip(&["addr", "add", "fd00:1::1/64", "dev", "lan0", "nodad"]);
-    lan.sysctl("net.ipv4.conf.lan0.arp_accept", "1");
-    // RFC 9131: only a router creates an entry from an untracked NA (ndisc_recv_na).
-    lan.sysctl("net.ipv6.conf.all.forwarding", "1");
-    lan.sysctl("net.ipv6.conf.lan0.accept_untracked_na", "1");
-    (node, lan)
-}
