@@ -338,6 +338,12 @@ fn get(addr: SocketAddr, path: &str) -> Option<(String, String)> {
     Some((head.lines().next()?.to_owned(), body.to_owned()))
 }
 
+/// glibc malloc arenas of the controller: `1`, as `manifests/controller.yaml` sets it,
+/// unless this process has `MALLOC_ARENA_MAX` (e.g. `8` to see glibc's default on 2 cores).
+fn malloc_arenas() -> String {
+    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".to_owned())
+}
+
 /// Stops the controller when the bench ends in any way: SIGTERM (so a profiler wrapping
 /// it writes its output), SIGKILL after 30 s.
 struct Running(Child);
@@ -550,6 +556,7 @@ async fn main() {
         .env("POD_NAMESPACE", &system)
         .env("POD_NAME", "scale-controller")
         .env("ALIASLB_METRICS_ADDR", addr.to_string())
+        .env("MALLOC_ARENA_MAX", malloc_arenas())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -569,8 +576,9 @@ async fn main() {
     let after = request_counts(&client).await;
     let hwm = proc_kib(pid, "VmHWM").unwrap_or(0);
     println!(
-        "controller ({}): ready (caches synced) after {}; every Service has an ingress IP {} after start, {} after ready ({:.0}/s); all Announced=True {} after start",
+        "controller ({}, MALLOC_ARENA_MAX={}): ready (caches synced) after {}; every Service has an ingress IP {} after start, {} after ready ({:.0}/s); all Announced=True {} after start",
         binary.display(),
+        malloc_arenas(),
         ms(ready),
         ms(all_ip),
         ms(all_ip - ready),

@@ -12,20 +12,19 @@
 //! the field off when the server returns an object without it (feature gate off). With the
 //! field off, it is left out of both the body and the comparison: no patch loop.
 
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::{ConditionPlan, ServicePlan};
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::views;
+use crate::record::{ObservedCondition, OurCondition, ServiceRecord};
 
 /// Value of `ipMode` for our addresses: the node owns the VIP (kube-proxy must not).
 pub const IP_MODE_VIP: &str = "VIP";
@@ -34,17 +33,12 @@ pub const IP_MODE_VIP: &str = "VIP";
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the `aliaslb.io/node` / `aliaslb.io/interface` annotations differ from `plan`.
-pub fn annotations_differ(svc: &Service, node: Option<&str>, interface: Option<&str>) -> bool {
-    views::annotation(svc, keys::ANNOTATION_NODE) != node
-        || views::annotation(svc, keys::ANNOTATION_INTERFACE) != interface
-}
-
-/// The observed condition of `type_`.
-fn condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+pub fn annotations_differ(
+    svc: &ServiceRecord,
+    node: Option<&str>,
+    interface: Option<&str>,
+) -> bool {
+    svc.node.as_deref() != node || svc.interface.as_deref() != interface
 }
 
 fn status_word(status: bool) -> &'static str {
@@ -53,63 +47,61 @@ fn status_word(status: bool) -> &'static str {
 
 /// Whether the observed condition already says what `plan` says.
 fn condition_matches(
-    observed: Option<&Condition>,
+    observed: Option<&ObservedCondition>,
     plan: &ConditionPlan,
     generation: Option<i64>,
 ) -> bool {
     observed.is_some_and(|c| {
-        c.status == status_word(plan.status)
-            && c.reason == plan.reason
-            && c.message == plan.message
+        c.status == Some(plan.status)
+            && c.says(plan.reason, &plan.message)
             && c.observed_generation == generation
     })
 }
 
 /// Whether the status subresource differs from `plan`: ingress IPs (and `ipMode` when the
 /// server keeps it) or one of our two conditions.
-pub fn status_differs(svc: &Service, plan: &ServicePlan, ip_mode: bool) -> bool {
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_deref())
-        .unwrap_or_default();
-    let ips_match = ingress.len() == plan.ips.len()
-        && ingress.iter().zip(&plan.ips).all(|(i, want)| {
-            i.ip.as_deref().and_then(|ip| ip.parse::<IpAddr>().ok()) == Some(*want)
-                && i.hostname.is_none()
-                && (!ip_mode || i.ip_mode.as_deref() == Some(IP_MODE_VIP))
-        });
-    let generation = svc.metadata.generation;
+pub fn status_differs(svc: &ServiceRecord, plan: &ServicePlan, ip_mode: bool) -> bool {
+    let ips_match = svc.ingress.len() == plan.ips.len()
+        && svc
+            .ingress
+            .iter()
+            .zip(&plan.ips)
+            .all(|(i, want)| i.ip == Some(*want) && !i.hostname && (!ip_mode || i.vip));
+    let generation = svc.generation;
     !ips_match
         || !condition_matches(
-            condition(svc, keys::CONDITION_IP_ALLOCATED),
+            svc.condition(OurCondition::IpAllocated),
             &plan.allocated,
             generation,
         )
         || !condition_matches(
-            condition(svc, keys::CONDITION_ANNOUNCED),
+            svc.condition(OurCondition::Announced),
             &plan.announced,
             generation,
         )
 }
 
 /// One condition as applied; `lastTransitionTime` only moves when the status changes.
-fn condition_body(svc: &Service, type_: &str, plan: &ConditionPlan, now: Timestamp) -> Value {
+fn condition_body(
+    svc: &ServiceRecord,
+    which: OurCondition,
+    plan: &ConditionPlan,
+    now: Timestamp,
+) -> Value {
     let status = status_word(plan.status);
-    let since = match condition(svc, type_) {
-        Some(c) if c.status == status => c.last_transition_time.0,
+    let since = match svc.condition(which) {
+        Some(c) if c.status == Some(plan.status) => c.since,
         _ => now,
     };
     let mut body = json!({
-        "type": type_,
+        "type": which.type_(),
         "status": status,
         "reason": plan.reason,
         "message": plan.message,
         // The API wants RFC 3339 in whole seconds; `Time` serialises exactly that.
         "lastTransitionTime": Time(since),
     });
-    if let Some(generation) = svc.metadata.generation {
+    if let Some(generation) = svc.generation {
         body["observedGeneration"] = json!(generation);
     }
     body
@@ -120,7 +112,12 @@ fn condition_body(svc: &Service, type_: &str, plan: &ConditionPlan, now: Timesta
 /// It repeats the annotations: before 1.22 the API server tracks one field set per manager
 /// across the object and its status, so a status apply without them would remove the
 /// annotations our other apply set (newer servers ignore metadata on the status endpoint).
-pub fn status_body(svc: &Service, plan: &ServicePlan, ip_mode: bool, now: Timestamp) -> Value {
+pub fn status_body(
+    svc: &ServiceRecord,
+    plan: &ServicePlan,
+    ip_mode: bool,
+    now: Timestamp,
+) -> Value {
     let ingress: Vec<Value> = plan
         .ips
         .iter()
@@ -136,15 +133,15 @@ pub fn status_body(svc: &Service, plan: &ServicePlan, ip_mode: bool, now: Timest
     body["status"] = json!({
             "loadBalancer": {"ingress": ingress},
             "conditions": [
-                condition_body(svc, keys::CONDITION_IP_ALLOCATED, &plan.allocated, now),
-            condition_body(svc, keys::CONDITION_ANNOUNCED, &plan.announced, now),
+            condition_body(svc, OurCondition::IpAllocated, &plan.allocated, now),
+            condition_body(svc, OurCondition::Announced, &plan.announced, now),
         ],
     });
     body
 }
 
 /// The server-side apply body of the Service's annotations.
-pub fn annotations_body(svc: &Service, node: Option<&str>, interface: Option<&str>) -> Value {
+pub fn annotations_body(svc: &ServiceRecord, node: Option<&str>, interface: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(node) = node {
         annotations.insert(keys::ANNOTATION_NODE.to_owned(), json!(node));
@@ -156,19 +153,19 @@ pub fn annotations_body(svc: &Service, node: Option<&str>, interface: Option<&st
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": svc.metadata.name,
-            "namespace": svc.metadata.namespace,
+            "name": &*svc.key.name,
+            "namespace": &*svc.key.namespace,
             "annotations": annotations,
         },
     })
 }
 
 /// An apply body that claims nothing: applying it removes every field we own.
-fn empty_body(svc: &Service) -> Value {
+fn empty_body(svc: &ServiceRecord) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": svc.metadata.name, "namespace": svc.metadata.namespace},
+        "metadata": {"name": &*svc.key.name, "namespace": &*svc.key.namespace},
     })
 }
 
@@ -279,11 +276,11 @@ impl Writer {
     pub async fn apply_annotations(
         &self,
         api: &Api<Service>,
-        svc: &Service,
+        svc: &ServiceRecord,
         node: Option<&str>,
         interface: Option<&str>,
         fence: impl Fn() -> bool,
-    ) -> Result<Service, ApplyError> {
+    ) -> Result<ServiceRecord, ApplyError> {
         let body = annotations_body(svc, node, interface);
         call(api, svc, "annotations", false, &body, &fence).await
     }
@@ -292,10 +289,10 @@ impl Writer {
     pub async fn apply_status(
         &self,
         api: &Api<Service>,
-        svc: &Service,
+        svc: &ServiceRecord,
         plan: &ServicePlan,
         fence: impl Fn() -> bool,
-    ) -> Result<Service, ApplyError> {
+    ) -> Result<ServiceRecord, ApplyError> {
         let ip_mode = self.ip_mode();
         let body = status_body(svc, plan, ip_mode, Timestamp::now());
         match call(api, svc, "status", true, &body, &fence).await {
@@ -305,13 +302,11 @@ impl Writer {
                 call(api, svc, "status", true, &body, &fence).await
             }
             Ok(updated) => {
-                if ip_mode && !plan.ips.is_empty() && views::ingress_ips(&updated) == plan.ips {
-                    let kept = updated
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.load_balancer.as_ref())
-                        .and_then(|lb| lb.ingress.as_ref())
-                        .is_some_and(|i| i.iter().all(|i| i.ip_mode.is_some()));
+                if ip_mode
+                    && !plan.ips.is_empty()
+                    && updated.ingress_ips().eq(plan.ips.iter().copied())
+                {
+                    let kept = updated.ingress.iter().all(|i| i.ip_mode);
                     if !kept {
                         self.disable_ip_mode("the server dropped the field");
                     }
@@ -326,33 +321,31 @@ impl Writer {
     pub async fn clear(
         &self,
         api: &Api<Service>,
-        svc: &Service,
+        svc: &ServiceRecord,
         fence: impl Fn() -> bool,
-    ) -> Result<Service, ApplyError> {
+    ) -> Result<ServiceRecord, ApplyError> {
         let body = empty_body(svc);
         call(api, svc, "status cleanup", true, &body, &fence).await?;
         call(api, svc, "annotation cleanup", false, &body, &fence).await
     }
 }
 
-/// One server-side apply under the fence and [`WRITE_TIMEOUT`].
+/// One server-side apply under the fence and [`WRITE_TIMEOUT`]; returns the record of
+/// the object the server returned (without view: only its identity and our marks are
+/// read).
 async fn call(
     api: &Api<Service>,
-    svc: &Service,
+    svc: &ServiceRecord,
     what: &'static str,
     status: bool,
     body: &Value,
     fence: &impl Fn() -> bool,
-) -> Result<Service, ApplyError> {
-    let service = format!(
-        "{}/{}",
-        svc.metadata.namespace.as_deref().unwrap_or_default(),
-        svc.metadata.name.as_deref().unwrap_or_default()
-    );
+) -> Result<ServiceRecord, ApplyError> {
+    let service = svc.key.to_string();
     if !fence() {
         return Err(ApplyError::NotLeader { what, service });
     }
-    let name = svc.metadata.name.as_deref().unwrap_or_default();
+    let name = &*svc.key.name;
     let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
     let patch = Patch::Apply(body);
     let request = async {
@@ -363,7 +356,8 @@ async fn call(
         }
     };
     match tokio::time::timeout(WRITE_TIMEOUT, request).await {
-        Ok(Ok(updated)) => Ok(updated),
+        // The server returns what it stored: a Service without uid is not one.
+        Ok(Ok(updated)) => Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone())),
         Ok(Err(source)) => Err(ApplyError::Api {
             what,
             service,
@@ -377,7 +371,7 @@ async fn call(
 mod tests {
     use super::*;
     use aliaslb_core::plan::reason;
-    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+    use k8s_openapi::api::core::v1::ServiceStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn plan(ips: &[&str], node: Option<&str>) -> ServicePlan {
@@ -387,29 +381,32 @@ mod tests {
             interface: None,
             allocated: ConditionPlan {
                 status: !ips.is_empty(),
-                reason: reason::ALLOCATED.into(),
+                reason: reason::ALLOCATED,
                 message: "ok".into(),
             },
             announced: ConditionPlan {
                 status: false,
-                reason: reason::WAITING_FOR_AGENT.into(),
+                reason: reason::WAITING_FOR_AGENT,
                 message: "waiting".into(),
             },
         }
     }
 
-    /// A Service whose status is what `plan` renders to, as a server would store it.
-    fn written(plan: &ServicePlan, ip_mode: bool, server_keeps_ip_mode: bool) -> Service {
+    /// The record of a Service whose status is what `plan` renders to, as a server would
+    /// store it.
+    fn written(plan: &ServicePlan, ip_mode: bool, server_keeps_ip_mode: bool) -> ServiceRecord {
         let svc = Service {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("a".into()),
+                uid: Some("uid".into()),
                 generation: Some(3),
                 ..ObjectMeta::default()
             },
             ..Service::default()
         };
-        let body = status_body(&svc, plan, ip_mode, Timestamp::UNIX_EPOCH);
+        let before = ServiceRecord::of(&svc, false).unwrap();
+        let body = status_body(&before, plan, ip_mode, Timestamp::UNIX_EPOCH);
         let mut status: ServiceStatus = serde_json::from_value(body["status"].clone()).unwrap();
         if !server_keeps_ip_mode {
             for i in status
@@ -420,10 +417,11 @@ mod tests {
                 i.ip_mode = None;
             }
         }
-        Service {
+        let svc = Service {
             status: Some(status),
             ..svc
-        }
+        };
+        ServiceRecord::of(&svc, false).unwrap()
     }
 
     #[test]
@@ -447,20 +445,17 @@ mod tests {
         other_message.announced.message = "other".into();
         assert!(status_differs(&svc, &other_message, false));
         let mut newer = svc.clone();
-        newer.metadata.generation = Some(4);
+        newer.generation = Some(4);
         assert!(
             status_differs(&newer, &p, false),
             "observedGeneration is compared"
         );
         let mut foreign = svc.clone();
-        foreign.status.as_mut().unwrap().load_balancer = Some(LoadBalancerStatus {
-            ingress: Some(vec![LoadBalancerIngress {
-                ip: Some("10.0.0.1".into()),
-                hostname: Some("lb.example".into()),
-                ..LoadBalancerIngress::default()
-            }]),
-        });
+        foreign.ingress[0].hostname = true;
         assert!(status_differs(&foreign, &p, false));
+        let mut unparsed = svc.clone();
+        unparsed.ingress[0].ip = None;
+        assert!(status_differs(&unparsed, &p, false));
     }
 
     #[test]
@@ -468,8 +463,8 @@ mod tests {
         let p = plan(&["10.0.0.1"], None);
         let mut svc = written(&p, false, false);
         let t1: Timestamp = "2030-01-01T00:00:00.123456789Z".parse().unwrap();
-        for c in svc.status.as_mut().unwrap().conditions.as_mut().unwrap() {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        for c in &mut svc.conditions {
+            c.since = Timestamp::UNIX_EPOCH;
         }
         let mut changed_message = p.clone();
         changed_message.allocated.message = "new words".into();

@@ -15,17 +15,15 @@
 //! - Transient write failures back off per Service ([`Backoff`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::net::IpAddr;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aliaslb_core::plan::{
-    ConditionPlan, Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason,
-};
+use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::AgentReport;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource};
@@ -35,8 +33,9 @@ use tokio::task::JoinHandle;
 use crate::apply::{self, ApplyError, Writer};
 use crate::context::Context;
 use crate::http::Readiness;
+use crate::record::{self, ServiceRecord};
 use crate::views;
-use crate::watch::{Caches, EndpointSource, WatchError};
+use crate::watch::{Caches, WatchError};
 
 /// How long the loop waits after the first change before a pass, to coalesce bursts.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
@@ -48,8 +47,10 @@ const BASE_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest Event note the API accepts (events.k8s.io/v1 `note`: 1 kB).
 const MAX_NOTE: usize = 1000;
-/// Plan Events waiting for the worker at most; more are dropped (and counted).
-const EVENT_QUEUE: usize = 16_384;
+/// Plan Events waiting for the worker at most; more are dropped (and counted). The first
+/// pass over N new Services queues 2N Events (IP allocated, node assigned): this holds
+/// that for 32,768 Services. A queued Event is about 200 bytes.
+const EVENT_QUEUE: usize = 65_536;
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
 
@@ -132,41 +133,49 @@ impl Backoff {
     }
 }
 
-/// What the status write says, without the node (which is an annotation).
-type StatusKey = (Vec<IpAddr>, ConditionPlan, ConditionPlan);
-
-fn status_key(plan: &ServicePlan) -> StatusKey {
-    (
-        plan.ips.clone(),
-        plan.allocated.clone(),
-        plan.announced.clone(),
-    )
+/// A 64-bit digest: what a [`Memo`] keeps of a write or a resourceVersion, so that it
+/// stays a few dozen bytes per Service whatever the write said. A collision (odds 2^-64
+/// per comparison) would only hold a write back until the cache shows a version the
+/// memo does not know.
+fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
 }
 
-/// What we last wrote on a Service and the versions our writes produced.
+/// What the status write says, without the node (which is an annotation).
+fn status_key(plan: &ServicePlan) -> u64 {
+    digest(&(&plan.ips, &plan.allocated, &plan.announced))
+}
+
+/// What the annotation write says.
+fn annotations_key(plan: &ServicePlan) -> u64 {
+    digest(&(&plan.node, &plan.interface))
+}
+
+/// What we last wrote on a Service and the versions our writes produced, as digests.
 #[derive(Debug, Default)]
 struct Memo {
-    annotations: Option<(Option<String>, Option<String>)>,
-    status: Option<StatusKey>,
-    versions: VecDeque<String>,
+    annotations: Option<u64>,
+    status: Option<u64>,
+    versions: VecDeque<u64>,
 }
 
 impl Memo {
-    fn knows(&self, svc: &Service) -> bool {
-        svc.metadata
-            .resource_version
+    fn knows(&self, svc: &ServiceRecord) -> bool {
+        svc.resource_version
             .as_ref()
-            .is_some_and(|rv| self.versions.contains(rv))
+            .is_some_and(|rv| self.versions.contains(&digest(rv)))
     }
 
-    fn remember(&mut self, version: Option<&String>) {
-        if let Some(v) = version
-            && !self.versions.contains(v)
+    fn remember(&mut self, version: Option<&str>) {
+        if let Some(v) = version.map(digest)
+            && !self.versions.contains(&v)
         {
             if self.versions.len() == KNOWN_VERSIONS {
                 self.versions.pop_front();
             }
-            self.versions.push_back(v.clone());
+            self.versions.push_back(v);
         }
     }
 }
@@ -182,39 +191,48 @@ struct ConfigState {
     invalid: bool,
 }
 
-/// One unit of write work of a pass.
-enum Job {
+/// One unit of write work of a pass (borrowing the pass's plans).
+enum Job<'a> {
     /// Bring a Service of ours to its plan.
     Sync {
-        svc: Arc<Service>,
-        plan: ServicePlan,
+        svc: Arc<ServiceRecord>,
+        plan: &'a ServicePlan,
         annotations: bool,
         status: bool,
     },
     /// Remove what we wrote on a Service that is no longer ours.
-    Clear { svc: Arc<Service> },
+    Clear { svc: Arc<ServiceRecord> },
 }
 
-/// The outcome of one [`Job`].
+/// The outcome of one [`Job`]: small, a pass collects one per write.
 struct Done {
     key: ServiceKey,
-    plan: Option<ServicePlan>,
-    annotations: bool,
-    status: bool,
-    before: Option<String>,
+    /// For a sync: what the annotation and status writes said ([`annotations_key`],
+    /// [`status_key`]), `None` for a write not made. `None` for a cleanup.
+    sync: Option<(Option<u64>, Option<u64>)>,
+    before: Option<Box<str>>,
     /// uid of a cleaned-up Service.
-    uid: Option<String>,
+    uid: Option<Arc<str>>,
     /// The resourceVersions our writes returned (not the objects: a pass of 10,000 writes
-    /// would otherwise hold 10,000 Service copies until it ends).
-    result: Result<Vec<String>, ApplyError>,
+    /// would otherwise hold 10,000 Service copies until it ends). The error is boxed: it
+    /// is rare and several times the size of the rest.
+    result: Result<Vec<Box<str>>, Box<ApplyError>>,
 }
 
-/// One Event to publish.
+/// One Event to publish, on a Service (its uid when known). The reference is built when
+/// the Event is sent, not while it waits.
 struct Notice {
-    regarding: ObjectReference,
+    service: ServiceKey,
+    uid: Option<Arc<str>>,
     warning: bool,
-    reason: String,
+    reason: &'static str,
     note: String,
+}
+
+impl Notice {
+    fn regarding(&self) -> ObjectReference {
+        record::object_ref(&self.service, self.uid.as_deref())
+    }
 }
 
 /// Publishes Events behind the leader fence.
@@ -274,8 +292,9 @@ impl Events {
             .for_each_concurrent(MAX_IN_FLIGHT, |n| {
                 let events = self.clone();
                 async move {
+                    let regarding = n.regarding();
                     events
-                        .publish(&n.regarding, n.warning, &n.reason, n.note)
+                        .publish(&regarding, n.warning, n.reason, n.note)
                         .await;
                 }
             })
@@ -312,12 +331,12 @@ struct Reconciler {
     config: ConfigState,
     memos: HashMap<ServiceKey, Memo>,
     backoff: HashMap<ServiceKey, Backoff>,
-    /// The Services of the last pass, for Events on deleted ones. Kept as the pass's own
-    /// map (moved, not copied): building an `ObjectReference` for every Service on every
-    /// pass was 7 % of the controller's CPU at 10,000 Services; it is built per Event.
-    refs: HashMap<ServiceKey, Arc<Service>>,
+    /// The uids of the last pass's Services, for Events on deleted ones (the uid is
+    /// shared with the record: no copy). The reference is built per Event, not per
+    /// Service and pass (that was 7 % of the CPU at 10,000 Services).
+    refs: HashMap<ServiceKey, Arc<str>>,
     /// uids of foreign Services already cleaned up.
-    cleared: HashSet<String>,
+    cleared: HashSet<Arc<str>>,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
     /// Lease names whose report was unreadable, to log once.
@@ -381,31 +400,34 @@ impl Reconciler {
     async fn pass(&mut self) -> Option<Instant> {
         let started = Instant::now();
         let config = self.pool_config().await?;
-        let services = self.caches.services.state();
+        let services = self.caches.services.snapshot();
         let mut views = Vec::with_capacity(services.len());
-        let mut by_key: HashMap<ServiceKey, Arc<Service>> = HashMap::with_capacity(services.len());
+        let mut by_key: HashMap<ServiceKey, Arc<ServiceRecord>> =
+            HashMap::with_capacity(services.len());
         let mut strangers = Vec::new();
         for svc in services {
-            if views::is_ours(&svc, &self.ctx.config) {
-                if let Some(view) = views::service_view(&svc) {
-                    by_key.insert(view.key.clone(), svc);
-                    views.push(view);
+            match &svc.view {
+                Some(view) => {
+                    views.push(view.clone());
+                    by_key.insert(svc.key.clone(), svc);
                 }
-            } else if views::has_our_marks(&svc) {
-                strangers.push(svc);
+                None => strangers.push(svc),
             }
         }
 
         let now = Instant::now();
         let (agents, reports) = self.agents(now);
         let nodes = views::node_states(&self.caches.nodes.state(), &agents);
-        let local = match &self.caches.endpoints {
-            EndpointSource::Slices(s) => {
-                views::local_endpoints_from_slices(s.state().iter().map(|a| a.as_ref()))
-            }
-            EndpointSource::Legacy(s) => {
-                views::local_endpoints_from_endpoints(s.state().iter().map(|a| a.as_ref()))
-            }
+        let local_services: HashSet<&ServiceKey> = views
+            .iter()
+            .filter(|v| v.local_traffic)
+            .map(|v| &v.key)
+            .collect();
+        let local = if local_services.is_empty() {
+            BTreeMap::new()
+        } else {
+            let objects = self.caches.endpoints.snapshot();
+            views::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
         };
         let output = self.planner.plan(&Inputs {
             config: &config,
@@ -419,22 +441,26 @@ impl Reconciler {
         self.record_metrics(&output);
 
         let jobs = self.jobs(&output, &by_key, strangers, now);
-        let done: Vec<Done> = futures::stream::iter(jobs)
-            .map(|job| self.execute(job))
-            .buffer_unordered(MAX_IN_FLIGHT)
-            .collect()
-            .await;
+        // From here on the pass holds a Service's record only while its write is pending:
+        // each write brings a new version into the cache, and a pass over 10,000 Services
+        // would otherwise keep every old version until it ends.
+        let services = views.len();
+        drop(views);
+        let uids: HashMap<ServiceKey, Arc<str>> = by_key
+            .into_iter()
+            .map(|(key, svc)| (key, svc.uid.clone()))
+            .collect();
+        let done: Vec<Done> = self.run_jobs(jobs).collect().await;
         let now = Instant::now();
-        let done_count = done.len();
+        let writes = done.len();
         for outcome in done {
             self.settle(outcome, now);
         }
-        self.memos.retain(|k, _| by_key.contains_key(k));
-        let old_refs = std::mem::replace(&mut self.refs, by_key);
-        let writes = done_count;
+        self.memos.retain(|k, _| uids.contains_key(k));
+        let old_refs = std::mem::replace(&mut self.refs, uids);
         self.publish(&output, &old_refs);
         tracing::debug!(
-            services = views.len(),
+            services,
             writes,
             events = output.events.len(),
             took = ?started.elapsed(),
@@ -593,13 +619,13 @@ impl Reconciler {
     }
 
     /// The writes this pass needs.
-    fn jobs(
+    fn jobs<'a>(
         &mut self,
-        output: &PlanOutput,
-        by_key: &HashMap<ServiceKey, Arc<Service>>,
-        strangers: Vec<Arc<Service>>,
+        output: &'a PlanOutput,
+        by_key: &HashMap<ServiceKey, Arc<ServiceRecord>>,
+        strangers: Vec<Arc<ServiceRecord>>,
         now: Instant,
-    ) -> Vec<Job> {
+    ) -> Vec<Job<'a>> {
         let ip_mode = self.writer.ip_mode();
         let mut jobs = Vec::new();
         for (key, plan) in &output.services {
@@ -609,44 +635,42 @@ impl Reconciler {
             }
             let memo = self.memos.get(key);
             let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
-            let desired_ann = (plan.node.clone(), plan.interface.clone());
             let annotations =
                 apply::annotations_differ(svc, plan.node.as_deref(), plan.interface.as_deref())
-                    && !waiting(memo.is_some_and(|m| m.annotations.as_ref() == Some(&desired_ann)));
+                    && !waiting(memo.is_some_and(|m| m.annotations == Some(annotations_key(plan))));
             let status = apply::status_differs(svc, plan, ip_mode)
-                && !waiting(memo.is_some_and(|m| m.status.as_ref() == Some(&status_key(plan))));
+                && !waiting(memo.is_some_and(|m| m.status == Some(status_key(plan))));
             if annotations || status {
                 jobs.push(Job::Sync {
                     svc: svc.clone(),
-                    plan: plan.clone(),
+                    plan,
                     annotations,
                     status,
                 });
             }
         }
-        self.cleared.retain(|uid| {
-            strangers
-                .iter()
-                .any(|s| s.metadata.uid.as_ref() == Some(uid))
-        });
-        for svc in strangers {
-            let Some(uid) = svc.metadata.uid.clone() else {
-                continue;
-            };
-            if self.cleared.contains(&uid) {
-                continue;
-            }
-            if let Some(key) = views::service_key(&svc)
-                && self.backoff.get(&key).is_some_and(|b| b.next > now)
+        let stranger_uids: HashSet<&Arc<str>> = strangers.iter().map(|s| &s.uid).collect();
+        self.cleared.retain(|uid| stranger_uids.contains(uid));
+        for svc in &strangers {
+            if self.cleared.contains(&svc.uid)
+                || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
             {
                 continue;
             }
-            jobs.push(Job::Clear { svc });
+            jobs.push(Job::Clear { svc: svc.clone() });
         }
         jobs
     }
 
-    async fn execute(&self, job: Job) -> Done {
+    /// Runs `jobs`, [`MAX_IN_FLIGHT`] at once. One lifetime for the jobs and `self` (a
+    /// closure generic over the jobs' lifetime would not be `Send`).
+    fn run_jobs<'a>(&'a self, jobs: Vec<Job<'a>>) -> impl Stream<Item = Done> + Send + 'a {
+        futures::stream::iter(jobs)
+            .map(move |job| self.execute(job))
+            .buffer_unordered(MAX_IN_FLIGHT)
+    }
+
+    async fn execute(&self, job: Job<'_>) -> Done {
         match job {
             Job::Sync {
                 svc,
@@ -654,7 +678,7 @@ impl Reconciler {
                 annotations,
                 status,
             } => {
-                let key = views::service_key(&svc).unwrap_or_else(|| ServiceKey::new("", ""));
+                let key = svc.key.clone();
                 let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
                 let fence = || self.ctx.leader.is_leader();
                 let mut written = Vec::new();
@@ -667,11 +691,11 @@ impl Reconciler {
                     // annotation apply follows.
                     let mut current = None;
                     if status {
-                        let updated = self.writer.apply_status(&api, &svc, &plan, fence).await?;
-                        written.extend(updated.metadata.resource_version.clone());
+                        let updated = self.writer.apply_status(&api, &svc, plan, fence).await?;
+                        written.extend(updated.resource_version.clone());
                         current = Some(updated);
                     }
-                    let observed: &Service = current.as_ref().unwrap_or(&*svc);
+                    let observed: &ServiceRecord = current.as_ref().unwrap_or(&*svc);
                     if annotations
                         && apply::annotations_differ(
                             observed,
@@ -689,7 +713,7 @@ impl Reconciler {
                                 fence,
                             )
                             .await?;
-                        written.extend(updated.metadata.resource_version);
+                        written.extend(updated.resource_version);
                     }
                     Ok::<_, ApplyError>(())
                 }
@@ -706,33 +730,32 @@ impl Reconciler {
                 }
                 Done {
                     key,
-                    annotations,
-                    status,
-                    before: svc.metadata.resource_version.clone(),
+                    sync: Some((
+                        annotations.then(|| annotations_key(plan)),
+                        status.then(|| status_key(plan)),
+                    )),
+                    before: svc.resource_version.clone(),
                     uid: None,
-                    result: result.map(|()| written),
-                    plan: Some(plan),
+                    result: result.map(|()| written).map_err(Box::new),
                 }
             }
             Job::Clear { svc } => {
-                let key = views::service_key(&svc).unwrap_or_else(|| ServiceKey::new("", ""));
+                let key = svc.key.clone();
                 let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
                 let result = self
                     .writer
                     .clear(&api, &svc, || self.ctx.leader.is_leader())
                     .await
-                    .map(|s| s.metadata.resource_version.into_iter().collect());
+                    .map(|s| s.resource_version.into_iter().collect());
                 if result.is_ok() {
                     tracing::info!(svc = %key, "no longer ours: removed our annotations and status");
                 }
                 Done {
                     key,
-                    plan: None,
-                    annotations: false,
-                    status: false,
+                    sync: None,
                     before: None,
-                    uid: svc.metadata.uid.clone(),
-                    result,
+                    uid: Some(svc.uid.clone()),
+                    result: result.map_err(Box::new),
                 }
             }
         }
@@ -742,22 +765,22 @@ impl Reconciler {
         match done.result {
             Ok(written) => {
                 self.backoff.remove(&done.key);
-                let Some(plan) = done.plan else {
+                let Some((annotations, status)) = done.sync else {
                     if let Some(uid) = done.uid {
                         self.cleared.insert(uid);
                     }
                     return;
                 };
                 let memo = self.memos.entry(done.key).or_default();
-                memo.remember(done.before.as_ref());
+                memo.remember(done.before.as_deref());
                 for version in &written {
                     memo.remember(Some(version));
                 }
-                if done.annotations {
-                    memo.annotations = Some((plan.node.clone(), plan.interface.clone()));
+                if annotations.is_some() {
+                    memo.annotations = annotations;
                 }
-                if done.status {
-                    memo.status = Some(status_key(&plan));
+                if status.is_some() {
+                    memo.status = status;
                 }
             }
             Err(error) => {
@@ -783,27 +806,18 @@ impl Reconciler {
     }
 
     /// Queues the pass's Events, on their Services (deleted ones by their last reference).
-    fn publish(&self, output: &PlanOutput, old_refs: &HashMap<ServiceKey, Arc<Service>>) {
-        let events = output.events.iter().map(|e| {
-            let regarding = self
+    fn publish(&self, output: &PlanOutput, old_refs: &HashMap<ServiceKey, Arc<str>>) {
+        for e in &output.events {
+            let uid = self
                 .refs
                 .get(&e.service)
                 .or_else(|| old_refs.get(&e.service))
-                .map(|svc| svc.object_ref(&()))
-                .unwrap_or_else(|| ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Service".into()),
-                    namespace: Some(e.service.namespace.clone()),
-                    name: Some(e.service.name.clone()),
-                    ..ObjectReference::default()
-                });
-            (regarding, e)
-        });
-        for (regarding, e) in events {
+                .cloned();
             let notice = Notice {
-                regarding,
+                service: e.service.clone(),
+                uid,
                 warning: e.warning,
-                reason: e.reason.clone(),
+                reason: e.reason,
                 note: e.message.clone(),
             };
             if self.queue.try_send(notice).is_err() {
@@ -885,12 +899,16 @@ mod tests {
         for v in 0..10 {
             memo.remember(Some(&v.to_string()));
         }
-        let at = |rv: &str| Service {
-            metadata: kube::api::ObjectMeta {
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            ..Service::default()
+        let at = |rv: &str| ServiceRecord {
+            key: ServiceKey::new("a", "web"),
+            uid: "uid".into(),
+            resource_version: Some(rv.into()),
+            generation: None,
+            view: None,
+            node: None,
+            interface: None,
+            ingress: Box::default(),
+            conditions: Box::default(),
         };
         assert!(memo.knows(&at("9")));
         assert!(

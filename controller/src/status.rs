@@ -185,8 +185,8 @@ pub fn compute(
                         addresses: 1,
                         in_use: true,
                         pool: pool_name.clone(),
-                        namespace: Some(svc.key.namespace.clone()),
-                        service: Some(svc.key.name.clone()),
+                        namespace: Some(svc.key.namespace.to_string()),
+                        service: Some(svc.key.name.to_string()),
                         cluster_ip: svc.cluster_ip.clone(),
                         node: svc.node.clone(),
                         state: state.to_owned(),
@@ -205,8 +205,8 @@ pub fn compute(
         .filter_map(|s| {
             let c = s.allocated.as_ref()?;
             Some(Pending {
-                namespace: s.key.namespace.clone(),
-                service: s.key.name.clone(),
+                namespace: s.key.namespace.to_string(),
+                service: s.key.name.to_string(),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
             })

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::annotations::parse_ip_list;
@@ -93,11 +94,9 @@ pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// The planner's view of `svc`; `None` when it lacks a name, namespace or uid (never the
-/// case for objects read from the API).
-pub fn service_view(svc: &Service) -> Option<ServiceView> {
-    let key = service_key(svc)?;
-    let uid = svc.metadata.uid.clone()?;
+/// The planner's view of `svc`, whose key and uid the caller already has (shared with
+/// its record).
+pub fn service_view(svc: &Service, key: &ServiceKey, uid: &Arc<str>) -> ServiceView {
     // Borrowed, not cloned: this runs for every Service on every pass.
     let default_spec = ServiceSpec::default();
     let spec = svc.spec.as_ref().unwrap_or(&default_spec);
@@ -128,12 +127,12 @@ pub fn service_view(svc: &Service) -> Option<ServiceView> {
         .flatten()
         .map(|p| PortKey {
             port: p.port,
-            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+            protocol: Arc::from(p.protocol.as_deref().unwrap_or("TCP")),
         })
         .collect();
-    Some(ServiceView {
-        key,
-        uid,
+    ServiceView {
+        key: key.clone(),
+        uid: uid.clone(),
         created,
         families,
         requested,
@@ -145,7 +144,7 @@ pub fn service_view(svc: &Service) -> Option<ServiceView> {
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
         observed_ips: ingress_ips(svc),
         observed_node: annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
-    })
+    }
 }
 
 /// Families from `spec.ipFamilies` / `spec.ipFamilyPolicy`; servers that leave them empty
@@ -332,59 +331,70 @@ pub fn node_states(
     out
 }
 
-/// Service -> nodes with a ready endpoint, from EndpointSlices (`discovery.k8s.io/v1`).
-pub fn local_endpoints_from_slices<'a>(
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
-) -> BTreeMap<ServiceKey, BTreeSet<String>> {
-    let mut out: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
-    for slice in slices {
-        let (Some(ns), Some(service)) = (
-            slice.metadata.namespace.as_deref(),
-            slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL)),
-        ) else {
-            continue;
-        };
-        let nodes = out.entry(ServiceKey::new(ns, service)).or_default();
-        for endpoint in &slice.endpoints {
-            // Per the API, an unset `ready` means ready.
-            let ready = endpoint
-                .conditions
-                .as_ref()
-                .and_then(|c| c.ready)
-                .unwrap_or(true);
-            if ready && let Some(node) = &endpoint.node_name {
-                nodes.insert(node.clone());
-            }
-        }
-    }
-    out
+/// The nodes with a ready endpoint of one Service, from one endpoints object: what the
+/// endpoints cache keeps of each object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointNodes {
+    /// The Service the object belongs to.
+    pub service: ServiceKey,
+    /// Nodes with at least one ready endpoint, sorted, without duplicates.
+    pub nodes: Box<[Box<str>]>,
 }
 
-/// Service -> nodes with a ready endpoint, from core/v1 Endpoints (servers without
-/// EndpointSlice v1): the `nodeName` of ready addresses (not `notReadyAddresses`).
-pub fn local_endpoints_from_endpoints<'a>(
-    endpoints: impl IntoIterator<Item = &'a Endpoints>,
+impl EndpointNodes {
+    /// `None` without a ready node: only the nodes matter, and no entry means none.
+    fn new<'a>(service: ServiceKey, nodes: impl Iterator<Item = &'a str>) -> Option<Self> {
+        let nodes: BTreeSet<&str> = nodes.collect();
+        if nodes.is_empty() {
+            return None;
+        }
+        Some(EndpointNodes {
+            service,
+            nodes: nodes.into_iter().map(Box::from).collect(),
+        })
+    }
+}
+
+/// What an EndpointSlice (`discovery.k8s.io/v1`) says; `None` without a ready node.
+pub fn slice_nodes(slice: &EndpointSlice) -> Option<EndpointNodes> {
+    let ns = slice.metadata.namespace.as_deref()?;
+    let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    let ready = slice.endpoints.iter().filter_map(|endpoint| {
+        // Per the API, an unset `ready` means ready.
+        let ready = endpoint
+            .conditions
+            .as_ref()
+            .and_then(|c| c.ready)
+            .unwrap_or(true);
+        endpoint.node_name.as_deref().filter(|_| ready)
+    });
+    EndpointNodes::new(ServiceKey::new(ns, service), ready)
+}
+
+/// What a core/v1 Endpoints object says; `None` without a ready node.
+pub fn endpoints_nodes(ep: &Endpoints) -> Option<EndpointNodes> {
+    let ns = ep.metadata.namespace.as_deref()?;
+    let name = ep.metadata.name.as_deref()?;
+    let ready = ep
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|subset| subset.addresses.iter().flatten())
+        .filter_map(|address| address.node_name.as_deref());
+    EndpointNodes::new(ServiceKey::new(ns, name), ready)
+}
+
+/// Service -> nodes with a ready endpoint, for the Services `wanted` accepts (the
+/// `externalTrafficPolicy: Local` ones: no other Service reads it).
+pub fn local_endpoints<'a>(
+    objects: impl IntoIterator<Item = &'a EndpointNodes>,
+    wanted: impl Fn(&ServiceKey) -> bool,
 ) -> BTreeMap<ServiceKey, BTreeSet<String>> {
     let mut out: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
-    for ep in endpoints {
-        let (Some(ns), Some(name)) = (
-            ep.metadata.namespace.as_deref(),
-            ep.metadata.name.as_deref(),
-        ) else {
-            continue;
-        };
-        let nodes = out.entry(ServiceKey::new(ns, name)).or_default();
-        for subset in ep.subsets.iter().flatten() {
-            for address in subset.addresses.iter().flatten() {
-                if let Some(node) = &address.node_name {
-                    nodes.insert(node.clone());
-                }
-            }
-        }
+    for object in objects.into_iter().filter(|o| wanted(&o.service)) {
+        out.entry(object.service.clone())
+            .or_default()
+            .extend(object.nodes.iter().map(|n| n.to_string()));
     }
     out
 }
@@ -487,6 +497,10 @@ mod tests {
         }
     }
 
+    fn view_of(svc: &Service) -> ServiceView {
+        service_view(svc, &service_key(svc).unwrap(), &Arc::from("uid"))
+    }
+
     #[test]
     fn view_reads_requests_sharing_and_observed_state() {
         let svc = lb_service("a", "web")
@@ -499,7 +513,7 @@ mod tests {
                 s.external_traffic_policy = Some("Local".into());
             })
             .with_ingress("10.0.0.5");
-        let view = service_view(&svc.0).unwrap();
+        let view = view_of(&svc.0);
         assert_eq!(view.key, ServiceKey::new("a", "web"));
         assert_eq!(view.requested, Ok(vec![ip("10.0.0.5"), ip("2001:db8::5")]));
         assert_eq!(view.families.families, vec![Family::V6, Family::V4]);
@@ -520,36 +534,24 @@ mod tests {
     #[test]
     fn bad_requests_are_explained() {
         let bad_annotation = lb_service("a", "x").annotated(keys::ANNOTATION_REQUESTED_IPS, "nope");
-        let err = service_view(&bad_annotation.0)
-            .unwrap()
-            .requested
-            .unwrap_err();
+        let err = view_of(&bad_annotation.0).requested.unwrap_err();
         assert!(
             err.contains("aliaslb.io/loadBalancerIPs") && err.contains("`nope`"),
             "{err}"
         );
         let bad_field = lb_service("a", "y").spec(|s| s.load_balancer_ip = Some("1.2.3".into()));
-        let err = service_view(&bad_field.0).unwrap().requested.unwrap_err();
+        let err = view_of(&bad_field.0).requested.unwrap_err();
         assert!(err.contains("spec.loadBalancerIP `1.2.3`"), "{err}");
         let field = lb_service("a", "z").spec(|s| s.load_balancer_ip = Some("10.1.1.1".into()));
-        assert_eq!(
-            service_view(&field.0).unwrap().requested,
-            Ok(vec![ip("10.1.1.1")])
-        );
+        assert_eq!(view_of(&field.0).requested, Ok(vec![ip("10.1.1.1")]));
     }
 
     #[test]
     fn family_defaults_to_cluster_ip_family() {
         let v6 = lb_service("a", "v6").spec(|s| s.cluster_ip = Some("fd00::1".into()));
-        assert_eq!(
-            service_view(&v6.0).unwrap().families.families,
-            vec![Family::V6]
-        );
+        assert_eq!(view_of(&v6.0).families.families, vec![Family::V6]);
         let none = lb_service("a", "none");
-        assert_eq!(
-            service_view(&none.0).unwrap().families.families,
-            vec![Family::V4]
-        );
+        assert_eq!(view_of(&none.0).families.families, vec![Family::V4]);
     }
 
     #[test]
@@ -639,11 +641,9 @@ mod tests {
             ],
             ports: None,
         };
-        let got = local_endpoints_from_slices([&slice]);
-        assert_eq!(
-            got[&ServiceKey::new("a", "web")],
-            BTreeSet::from(["n1".to_owned()])
-        );
+        let from_slice = slice_nodes(&slice).unwrap();
+        assert_eq!(from_slice.service, ServiceKey::new("a", "web"));
+        assert_eq!(&*from_slice.nodes, [Box::from("n1")]);
 
         let ep = Endpoints {
             metadata: ObjectMeta {
@@ -665,11 +665,29 @@ mod tests {
                 ports: None,
             }]),
         };
-        let got = local_endpoints_from_endpoints([&ep]);
+        let from_endpoints = endpoints_nodes(&ep).unwrap();
+        assert_eq!(&*from_endpoints.nodes, [Box::from("n3")]);
+
+        // Objects of one Service merge; Services not wanted are left out.
+        let other = EndpointNodes {
+            service: ServiceKey::new("b", "db"),
+            nodes: [Box::from("n9")].into(),
+        };
+        let got = local_endpoints([&from_slice, &from_endpoints, &other], |k| {
+            &*k.namespace == "a"
+        });
         assert_eq!(
-            got[&ServiceKey::new("a", "web")],
-            BTreeSet::from(["n3".to_owned()])
+            got,
+            BTreeMap::from([(
+                ServiceKey::new("a", "web"),
+                BTreeSet::from(["n1".to_owned(), "n3".to_owned()])
+            )])
         );
+
+        // Without a ready node, nothing is kept.
+        let mut unready = slice.clone();
+        unready.endpoints.truncate(0);
+        assert_eq!(slice_nodes(&unready), None);
     }
 
     #[test]

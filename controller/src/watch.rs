@@ -7,8 +7,11 @@
 //! stale. Agent Lease freshness is recorded here, the moment a change arrives, on the local
 //! monotonic clock ([`AgentClock`]).
 //!
-//! Objects enter the caches without their `managedFields` and `kubectl apply`'s
-//! last-applied copy (see `trim`): nothing reads them, and they were most of the memory.
+//! The kinds with one object per Service (Services, Endpoints / EndpointSlices) are kept
+//! as compact records ([`crate::store`], [`ServiceRecord`], [`EndpointNodes`]), not as
+//! objects: at 10,000 Services they were most of the controller's memory. The other
+//! objects enter their caches without their `managedFields` and `kubectl apply`'s
+//! last-applied copy (see `trim`): nothing reads them.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -26,39 +29,35 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ControllerConfig;
-use crate::views::AgentClock;
+use crate::record::ServiceRecord;
+use crate::store::{self, Records};
+use crate::views::{self, AgentClock, EndpointNodes};
 
 /// Where endpoints come from: detected once at start.
-#[derive(Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndpointSource {
     /// `discovery.k8s.io/v1` EndpointSlices.
-    Slices(Store<EndpointSlice>),
+    Slices,
     /// core/v1 Endpoints (servers without EndpointSlice v1, e.g. 1.20).
-    Legacy(Store<Endpoints>),
-}
-
-impl fmt::Debug for EndpointSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EndpointSource::Slices(_) => "EndpointSlice v1",
-            EndpointSource::Legacy(_) => "core/v1 Endpoints",
-        })
-    }
+    Legacy,
 }
 
 /// Read handles of every cache plus the change trigger. Clones share everything.
 #[derive(Clone)]
 pub struct Caches {
-    /// Every Service.
-    pub services: Store<Service>,
+    /// Every Service that is ours or carries our marks ([`ServiceRecord::keep`]).
+    pub services: Records<ServiceRecord>,
     /// Every Node.
     pub nodes: Store<Node>,
     /// Leases of the controller namespace (filter with [`crate::views::agent_node`]).
     pub leases: Store<Lease>,
     /// The pool ConfigMap (zero or one object).
     pub configmap: Store<ConfigMap>,
-    /// Endpoints for `externalTrafficPolicy: Local`.
-    pub endpoints: EndpointSource,
+    /// Nodes with ready endpoints, per endpoints object (for `externalTrafficPolicy:
+    /// Local`), read from [`Caches::endpoint_source`].
+    pub endpoints: Records<EndpointNodes>,
+    /// Where [`Caches::endpoints`] come from.
+    pub endpoint_source: EndpointSource,
     /// Agent freshness, updated as Lease changes arrive.
     pub agents: Arc<Mutex<AgentClock>>,
     /// Bumped on every change of any cache.
@@ -72,7 +71,8 @@ impl fmt::Debug for Caches {
             .field("services", &self.services.len())
             .field("nodes", &self.nodes.len())
             .field("leases", &self.leases.len())
-            .field("endpoints", &self.endpoints)
+            .field("endpoints", &self.endpoints.len())
+            .field("endpoint_source", &self.endpoint_source)
             .finish_non_exhaustive()
     }
 }
@@ -105,13 +105,13 @@ impl Caches {
         let mut tasks = Vec::new();
         let agents = Arc::new(Mutex::new(AgentClock::new(config.agent_lease_duration)));
 
-        let services = spawn(
+        let classes = config.clone();
+        let services = spawn_records(
             &mut tasks,
             "Service",
             Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
             tx.clone(),
-            |_| {},
+            move |svc| ServiceRecord::keep(svc, &classes),
         );
         let nodes = spawn(
             &mut tasks,
@@ -138,32 +138,33 @@ impl Caches {
             tx.clone(),
             |_| {},
         );
-        let endpoints = if serves_endpoint_slices(client).await {
-            EndpointSource::Slices(spawn(
+        let (endpoint_source, endpoints) = if serves_endpoint_slices(client).await {
+            let records = spawn_records(
                 &mut tasks,
                 "EndpointSlice",
                 Api::<EndpointSlice>::all(client.clone()),
-                watcher::Config::default(),
-                tx.clone(),
-                |_| {},
-            ))
+                tx,
+                views::slice_nodes,
+            );
+            (EndpointSource::Slices, records)
         } else {
-            EndpointSource::Legacy(spawn(
+            let records = spawn_records(
                 &mut tasks,
                 "Endpoints",
                 Api::<Endpoints>::all(client.clone()),
-                watcher::Config::default(),
                 tx,
-                |_| {},
-            ))
+                views::endpoints_nodes,
+            );
+            (EndpointSource::Legacy, records)
         };
-        tracing::info!(source = ?endpoints, "endpoints for externalTrafficPolicy: Local");
+        tracing::info!(source = ?endpoint_source, "endpoints for externalTrafficPolicy: Local");
         Caches {
             services,
             nodes,
             leases,
             configmap,
             endpoints,
+            endpoint_source,
             agents,
             changes,
             _tasks: Arc::new(Tasks(tasks)),
@@ -175,14 +176,18 @@ impl Caches {
         let wait = |ready: Result<(), reflector::store::WriterDropped>, what| {
             ready.map_err(|_| WatchError::Stopped(what))
         };
-        wait(self.services.wait_until_ready().await, "Service")?;
+        let wait_records = |ready: Result<(), store::WriterDropped>, what| {
+            ready.map_err(|_| WatchError::Stopped(what))
+        };
+        wait_records(self.services.wait_until_ready().await, "Service")?;
         wait(self.nodes.wait_until_ready().await, "Node")?;
         wait(self.leases.wait_until_ready().await, "Lease")?;
         wait(self.configmap.wait_until_ready().await, "ConfigMap")?;
-        match &self.endpoints {
-            EndpointSource::Slices(s) => wait(s.wait_until_ready().await, "EndpointSlice")?,
-            EndpointSource::Legacy(s) => wait(s.wait_until_ready().await, "Endpoints")?,
-        }
+        let endpoints = match self.endpoint_source {
+            EndpointSource::Slices => "EndpointSlice",
+            EndpointSource::Legacy => "Endpoints",
+        };
+        wait_records(self.endpoints.wait_until_ready().await, endpoints)?;
         tracing::info!(
             services = self.services.len(),
             nodes = self.nodes.len(),
@@ -251,6 +256,32 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher::watcher(api, config).default_backoff().modify(trim);
     let stream = reflector::reflector(writer, stream);
+    tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
+    reader
+}
+
+/// Starts one watch feeding a [`Records`] cache of `keep(object)`, bumping `tx` on
+/// every event.
+fn spawn_records<K, T>(
+    tasks: &mut Vec<JoinHandle<()>>,
+    kind: &'static str,
+    api: Api<K>,
+    tx: Arc<watch::Sender<u64>>,
+    keep: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+) -> Records<T>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+{
+    let (reader, writer) = store::records(keep);
+    let writer = Mutex::new(writer);
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let on_event = move |event: &Event<K>| {
+        writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(event);
+    };
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
 }

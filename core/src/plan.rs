@@ -42,7 +42,10 @@ mod sticky;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
+
+use litemap::LiteMap;
 
 use crate::allocator::Ledger;
 use crate::election::NodeState;
@@ -102,19 +105,22 @@ pub mod reason {
 
 /// Identifies a Service. Displays as `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Both parts are shared strings: the planner's tables, the controller's cache and every
+/// plan hold the same key many times over, and a clone is two reference-count bumps.
 pub struct ServiceKey {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ServiceKey {
     /// The key of Service `name` in `namespace`.
     pub fn new(namespace: &str, name: &str) -> Self {
         ServiceKey {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 }
@@ -139,8 +145,8 @@ pub struct FamilyPolicy {
 pub struct PortKey {
     /// Port number.
     pub port: i32,
-    /// Protocol (`TCP`, `UDP`, `SCTP`).
-    pub protocol: String,
+    /// Protocol (`TCP`, `UDP`, `SCTP`); shared, as a port is indexed several times.
+    pub protocol: Arc<str>,
 }
 
 impl fmt::Display for PortKey {
@@ -155,7 +161,7 @@ pub struct ServiceView {
     /// Namespace and name.
     pub key: ServiceKey,
     /// `metadata.uid`: a new uid under the same key is a re-created Service.
-    pub uid: String,
+    pub uid: Arc<str>,
     /// Creation timestamp (unix seconds); allocation order is (created, namespace, name).
     pub created: i64,
     /// Wanted families.
@@ -180,7 +186,7 @@ pub struct Inputs<'a> {
     /// The last valid pool config.
     pub config: &'a PoolConfig,
     /// Every LoadBalancer Service that is ours (one entry per key).
-    pub services: &'a [ServiceView],
+    pub services: &'a [Arc<ServiceView>],
     /// Every node; `agent_ready` already judged on the controller's monotonic clock.
     pub nodes: &'a [NodeState],
     /// Node name -> its agent's latest report.
@@ -209,12 +215,12 @@ pub struct ServicePlan {
 }
 
 /// Desired state of one Service condition.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConditionPlan {
     /// `True` / `False`.
     pub status: bool,
     /// CamelCase reason, one of [`reason`].
-    pub reason: String,
+    pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
 }
@@ -227,7 +233,7 @@ pub struct PlanEvent {
     /// Warning (true) or Normal.
     pub warning: bool,
     /// CamelCase reason, one of [`reason`].
-    pub reason: String,
+    pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
 }
@@ -296,7 +302,7 @@ enum GroupId {
     /// A Service without a sharing key.
     Single(ServiceKey),
     /// The Services of `namespace` with sharing key `key`.
-    Shared { namespace: String, key: String },
+    Shared { namespace: Arc<str>, key: String },
 }
 
 impl GroupId {
@@ -333,9 +339,9 @@ impl GroupId {
 #[derive(Debug, Default)]
 struct Group {
     /// At most one IP per family, used by one or more members.
-    ips: BTreeMap<Family, IpAddr>,
-    /// Services holding at least one of `ips`.
-    members: BTreeSet<ServiceKey>,
+    ips: LiteMap<Family, IpAddr>,
+    /// Services holding at least one of `ips` (a set: the values are `()`).
+    members: LiteMap<ServiceKey, ()>,
     /// The node carrying the IPs; `None` while unplaced or moving.
     node: Option<String>,
     /// Graceful move in progress: the old node, waiting for its agent to release.
@@ -351,28 +357,30 @@ struct IpUse {
     pool: PoolKey,
     /// Its group.
     group: GroupId,
-    /// Services using it (more than one only within a sharing group).
-    users: BTreeSet<ServiceKey>,
+    /// Services using it (more than one only within a sharing group; a set: the values
+    /// are `()`).
+    users: LiteMap<ServiceKey, ()>,
     /// Ports in use on it and by whom.
-    ports: HashMap<PortKey, ServiceKey>,
+    ports: LiteMap<PortKey, ServiceKey>,
 }
 
 /// The planner's record of one Service.
 #[derive(Debug)]
 struct Entry {
-    uid: String,
+    uid: Arc<str>,
     /// The group its IPs belong to (follows the sharing key).
     group: GroupId,
     /// At most one IP per family.
-    ips: BTreeMap<Family, IpAddr>,
+    ips: LiteMap<Family, IpAddr>,
     /// Ports indexed on its IPs.
     ports: Vec<PortKey>,
-    /// Why the allocation is not as asked, if it is not.
-    failure: Option<Failure>,
+    /// Why the allocation is not as asked, if it is not. (This and the next two are
+    /// boxed: rarely set, and inline they were a third of the table.)
+    failure: Option<Box<Failure>>,
     /// The failure last reported by an AllocationFailed Event.
-    reported: Option<Failure>,
+    reported: Option<Box<Failure>>,
     /// The AddressConflict message last reported.
-    conflict: Option<String>,
+    conflict: Option<Box<str>>,
     /// What the Service asked for (families, requested IPs) when it last got all of it.
     /// While the Service, its ports and the config stay the same, nothing can change its
     /// allocation, and the pass skips it.
@@ -406,7 +414,7 @@ impl<'a> Pass<'a> {
         let mut pools = HashMap::new();
         for view in inputs.services {
             pools
-                .entry(view.key.namespace.as_str())
+                .entry(&*view.key.namespace)
                 .or_insert_with(|| inputs.config.pool_for_namespace(&view.key.namespace));
         }
         Pass { inputs, pools }
@@ -429,11 +437,17 @@ struct Sink {
 }
 
 impl Sink {
-    fn event(&mut self, service: &ServiceKey, warning: bool, reason: &str, message: String) {
+    fn event(
+        &mut self,
+        service: &ServiceKey,
+        warning: bool,
+        reason: &'static str,
+        message: String,
+    ) {
         self.events.push(PlanEvent {
             service: service.clone(),
             warning,
-            reason: reason.to_owned(),
+            reason,
             message,
         });
     }
@@ -449,7 +463,7 @@ impl Planner {
     pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
         let pass = Pass::new(inputs);
         let mut sink = Sink::default();
-        let mut order: Vec<&ServiceView> = inputs.services.iter().collect();
+        let mut order: Vec<&ServiceView> = inputs.services.iter().map(|v| &**v).collect();
         order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
 
         self.recent.expire(inputs.now);
@@ -535,15 +549,12 @@ impl Planner {
     /// Drops Services gone from the inputs (or re-created under a new uid) and frees their
     /// IPs at once.
     fn release_gone(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
-        let present: HashMap<&ServiceKey, &str> = inputs
-            .services
-            .iter()
-            .map(|v| (&v.key, v.uid.as_str()))
-            .collect();
+        let present: HashMap<&ServiceKey, &str> =
+            inputs.services.iter().map(|v| (&v.key, &*v.uid)).collect();
         let mut gone: Vec<ServiceKey> = self
             .entries
             .iter()
-            .filter(|(key, entry)| present.get(key).is_none_or(|uid| *uid != entry.uid))
+            .filter(|(key, entry)| present.get(key).is_none_or(|uid| **uid != *entry.uid))
             .map(|(key, _)| key.clone())
             .collect();
         gone.sort();
@@ -612,7 +623,7 @@ impl Planner {
             if let Some(group) = self.groups.get_mut(&used.group) {
                 group.ips.remove(&Family::of(ip));
             }
-            for user in &used.users {
+            for user in used.users.keys() {
                 if let Some(entry) = self.entries.get_mut(user) {
                     entry.ips.remove(&Family::of(ip));
                     sink.event(
@@ -700,13 +711,13 @@ impl Planner {
         if member {
             match self.groups.get_mut(group) {
                 Some(g) => {
-                    if !g.members.contains(key) {
-                        g.members.insert(key.clone());
+                    if !g.members.contains_key(key) {
+                        g.members.insert(key.clone(), ());
                     }
                 }
                 None => {
                     let g = Group {
-                        members: BTreeSet::from([key.clone()]),
+                        members: LiteMap::from_iter([(key.clone(), ())]),
                         ..Group::default()
                     };
                     self.groups.insert(group.clone(), g);

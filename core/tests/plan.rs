@@ -234,7 +234,7 @@ fn no_pool_and_invalid_requests_are_explained() {
         let p = plan_of(&out, ns, name);
         assert!(p.ips.is_empty(), "{ns}/{name}");
         assert_eq!(
-            (p.allocated.reason.as_str(), p.allocated.message.as_str()),
+            (p.allocated.reason, p.allocated.message.as_str()),
             (want_reason, want_message),
             "{ns}/{name}"
         );

@@ -243,7 +243,7 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
         if !plain || !plan.ips.is_empty() {
             continue;
         }
-        let why = plan.allocated.reason.as_str();
+        let why = plan.allocated.reason;
         match world.config.pool_for_namespace(&k.namespace) {
             None => prop_assert_eq!(why, reason::NO_POOL),
             Some((_, pool)) if pool.size(Family::V4) == 0 => {

@@ -8,6 +8,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use litemap::LiteMap;
+
 use super::{
     Entry, Failure, GroupId, IpUse, Pass, Planner, ServiceKey, ServiceView, Sink, join, reason,
 };
@@ -89,7 +91,7 @@ impl Planner {
         let group_id = GroupId::of(view);
         match self.ips.get(&ip) {
             Some(used) if used.group != group_id => {
-                let owner = owner_name(used.users.iter().next(), ns);
+                let owner = owner_name(used.users.keys().next(), ns);
                 return Err(format!(
                     "{ip} is also claimed by {owner}, which is older and keeps it"
                 ));
@@ -155,7 +157,7 @@ impl Planner {
                 (None, Ok(requested)) => Some((view.families.clone(), requested.clone())),
                 _ => None,
             };
-            entry.failure = failure;
+            entry.failure = failure.map(Box::new);
         }
     }
 
@@ -304,7 +306,7 @@ impl Planner {
                 format!(
                     "{ip} is used by {}; request a free address of the pool or share it \
                      with a sharing key",
-                    owner_name(used.users.iter().next(), ns)
+                    owner_name(used.users.keys().next(), ns)
                 ),
             ));
         }
@@ -316,7 +318,7 @@ impl Planner {
             && self
                 .ips
                 .get(&other)
-                .is_some_and(|u| u.users.iter().any(|user| *user != view.key))
+                .is_some_and(|u| u.users.keys().any(|user| *user != view.key))
         {
             return Err(Failure::new(
                 reason::SHARING_KEY_CONFLICT,
@@ -389,7 +391,7 @@ impl Planner {
         let Some(used) = self.ips.get(&ip) else {
             return Ok(());
         };
-        let other = used.users.iter().find(|u| **u != view.key);
+        let other = used.users.keys().find(|u| **u != view.key);
         if pool.is_some_and(|p| !p.options.allow_sharing)
             && let Some(other) = other
         {
@@ -502,7 +504,7 @@ impl Planner {
             IpUse {
                 pool: pool_key.clone(),
                 group: group_id.clone(),
-                users: BTreeSet::from([view.key.clone()]),
+                users: LiteMap::from_iter([(view.key.clone(), ())]),
                 ports,
             },
         );
@@ -516,7 +518,7 @@ impl Planner {
     /// Adds `view` as a user of its group's `ip` (checked with [`Planner::check_join`]).
     fn join(&mut self, ip: IpAddr, view: &ServiceView) {
         if let Some(used) = self.ips.get_mut(&ip) {
-            used.users.insert(view.key.clone());
+            used.users.insert(view.key.clone(), ());
             for port in &view.ports {
                 used.ports
                     .entry(port.clone())
@@ -552,7 +554,7 @@ impl Planner {
         if entry.ips.is_empty() {
             return;
         }
-        let ips: Vec<IpAddr> = std::mem::take(&mut entry.ips).into_values().collect();
+        let ips: Vec<IpAddr> = std::mem::take(&mut entry.ips).values().copied().collect();
         let group = entry.group.clone();
         for ip in &ips {
             self.drop_ip(key, *ip);
@@ -685,7 +687,7 @@ fn not_in_pool(ip: IpAddr, ns: &str, pool_key: &PoolKey, pool: &Pool) -> String 
 /// learn each other's Service names).
 fn owner_name(owner: Option<&ServiceKey>, ns: &str) -> String {
     match owner {
-        Some(owner) if owner.namespace == ns => owner.to_string(),
+        Some(owner) if &*owner.namespace == ns => owner.to_string(),
         _ => "a Service in another namespace".to_owned(),
     }
 }

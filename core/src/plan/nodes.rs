@@ -15,6 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
+use litemap::LiteMap;
+
 use super::{
     ConditionPlan, Group, GroupId, Inputs, Pass, Planner, ServiceKey, ServicePlan, ServiceView,
     Sink, join, reason,
@@ -113,7 +115,7 @@ impl Planner {
                 respect_cordon: inputs.respect_cordon,
             };
             for (warning, why, message) in step(group, &input, &world, &mut load) {
-                for member in &group.members {
+                for member in group.members.keys() {
                     sink.event(member, warning, why, message.clone());
                 }
             }
@@ -176,12 +178,12 @@ impl Planner {
         let (announced, conflict) = announced(&ips, group, interface.as_deref(), inputs);
         if (conflict.is_some() || entry.conflict.is_some())
             && let Some(entry) = self.entries.get_mut(key)
-            && entry.conflict != conflict
+            && entry.conflict.as_deref() != conflict.as_deref()
         {
             if let Some(message) = &conflict {
                 sink.event(key, true, reason::ADDRESS_CONFLICT, message.clone());
             }
-            entry.conflict = conflict;
+            entry.conflict = conflict.map(Box::from);
         }
         ServicePlan {
             ips,
@@ -292,14 +294,14 @@ fn why_leaving(node: &str, state: Option<&NodeState>, input: &ElectionInput<'_>)
 /// of every such member. `None` when no member is Local. `local` maps each Local Service
 /// to its endpoint nodes.
 fn local_nodes(
-    members: &BTreeSet<ServiceKey>,
+    members: &LiteMap<ServiceKey, ()>,
     local: &HashMap<&ServiceKey, &BTreeSet<String>>,
 ) -> Option<BTreeSet<String>> {
     if local.is_empty() {
         return None;
     }
     let mut nodes: Option<BTreeSet<String>> = None;
-    for member in members {
+    for member in members.keys() {
         let Some(here) = local.get(member).copied() else {
             continue;
         };
@@ -387,10 +389,10 @@ fn announced(
     }
 }
 
-fn condition(status: bool, reason: &str, message: String) -> ConditionPlan {
+fn condition(status: bool, reason: &'static str, message: String) -> ConditionPlan {
     ConditionPlan {
         status,
-        reason: reason.to_owned(),
+        reason,
         message,
     }
 }

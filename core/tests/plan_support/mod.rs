@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::election::NodeState;
@@ -28,7 +29,7 @@ pub fn key(ns: &str, name: &str) -> ServiceKey {
 pub fn svc(ns: &str, name: &str) -> ServiceView {
     ServiceView {
         key: key(ns, name),
-        uid: format!("{ns}/{name}"),
+        uid: format!("{ns}/{name}").into(),
         created: 0,
         families: FamilyPolicy {
             families: vec![Family::V4],
@@ -62,7 +63,7 @@ impl SvcExt for ServiceView {
         self
     }
     fn uid(mut self, uid: &str) -> Self {
-        self.uid = uid.to_owned();
+        self.uid = uid.into();
         self
     }
     /// Comma-separated IPs.
@@ -81,7 +82,7 @@ impl SvcExt for ServiceView {
     fn port(mut self, port: i32, protocol: &str) -> Self {
         self.ports.push(PortKey {
             port,
-            protocol: protocol.to_owned(),
+            protocol: protocol.into(),
         });
         self
     }
@@ -149,9 +150,10 @@ impl World {
     }
 
     pub fn plan(&self, planner: &mut Planner) -> PlanOutput {
+        let services: Vec<Arc<ServiceView>> = self.services.iter().cloned().map(Arc::new).collect();
         planner.plan(&Inputs {
             config: &self.config,
-            services: &self.services,
+            services: &services,
             nodes: &self.nodes,
             agents: &self.agents,
             local_endpoints: &self.local,

@@ -1,0 +1,247 @@
+//! A cache of compact records in place of whole objects: a reflector whose writer maps
+//! each object to a small record (or to nothing) as it arrives. Used for the kinds with
+//! one object per Service (Services, Endpoints, EndpointSlices), which are most of the
+//! controller's memory at scale.
+//!
+//! Same semantics as kube-runtime's reflector store: a (re)list fills a buffer that
+//! replaces the contents once complete, so readers never see a half-listed cache, and
+//! [`Records::wait_until_ready`] resolves after the first complete list.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use aliaslb_core::plan::ServiceKey;
+use kube::Resource;
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+/// Read handle: cheap to clone, every clone sees the same contents.
+pub struct Records<T> {
+    map: Arc<RwLock<HashMap<ServiceKey, Arc<T>>>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<T> Clone for Records<T> {
+    fn clone(&self) -> Self {
+        Records {
+            map: self.map.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Records<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Records").field("len", &self.len()).finish()
+    }
+}
+
+/// The dropped writer: the cache will never be ready.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterDropped;
+
+impl<T> Records<T> {
+    /// Every record, in no particular order.
+    pub fn snapshot(&self) -> Vec<Arc<T>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// The record of the object `key` (namespace and name).
+    pub fn get(&self, key: &ServiceKey) -> Option<Arc<T>> {
+        self.read().get(key).cloned()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether there is no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves once the first list is complete.
+    pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
+        let mut ready = self.ready.clone();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| WriterDropped)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ServiceKey, Arc<T>>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Write handle, owned by the watch task.
+#[allow(missing_debug_implementations)] // holds a closure
+pub struct Writer<K, T> {
+    map: Arc<RwLock<HashMap<ServiceKey, Arc<T>>>>,
+    ready: watch::Sender<bool>,
+    /// The list in progress.
+    buffer: Option<HashMap<ServiceKey, Arc<T>>>,
+    keep: Keep<K, T>,
+}
+
+/// Maps an object to its record, or to nothing.
+type Keep<K, T> = Box<dyn Fn(&K) -> Option<T> + Send + Sync>;
+
+/// A new cache whose records are `keep(object)`; objects it maps to `None` are not kept
+/// (and drop the record of their key, if any).
+pub fn records<K, T>(
+    keep: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+) -> (Records<T>, Writer<K, T>) {
+    let map = Arc::new(RwLock::new(HashMap::new()));
+    let (ready, ready_rx) = watch::channel(false);
+    (
+        Records {
+            map: map.clone(),
+            ready: ready_rx,
+        },
+        Writer {
+            map,
+            ready,
+            buffer: None,
+            keep: Box::new(keep),
+        },
+    )
+}
+
+/// Namespace and name of an object (an empty namespace for cluster-scoped ones).
+fn object_key<K: Resource>(object: &K) -> Option<ServiceKey> {
+    let meta = object.meta();
+    Some(ServiceKey::new(
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref()?,
+    ))
+}
+
+impl<K: Resource, T> Writer<K, T> {
+    /// Applies one watcher event.
+    pub fn apply(&mut self, event: &Event<K>) {
+        match event {
+            Event::Init => self.buffer = Some(HashMap::new()),
+            Event::InitApply(object) => {
+                if let (Some(buffer), Some(key)) = (self.buffer.as_mut(), object_key(object))
+                    && let Some(record) = (self.keep)(object)
+                {
+                    buffer.insert(key, Arc::new(record));
+                }
+            }
+            Event::InitDone => {
+                if let Some(buffer) = self.buffer.take() {
+                    *self.write() = buffer;
+                }
+                self.ready.send_replace(true);
+            }
+            Event::Apply(object) => {
+                let Some(key) = object_key(object) else {
+                    return;
+                };
+                let record = (self.keep)(object);
+                let mut map = self.write();
+                match record {
+                    Some(record) => map.insert(key, Arc::new(record)),
+                    None => map.remove(&key),
+                };
+            }
+            Event::Delete(object) => {
+                if let Some(key) = object_key(object) {
+                    self.write().remove(&key);
+                }
+            }
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<ServiceKey, Arc<T>>> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, value: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("v".to_owned(), value.to_owned())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    /// Keeps the value of `v`, except `skip`.
+    fn value(cm: &ConfigMap) -> Option<String> {
+        cm.data
+            .as_ref()?
+            .get("v")
+            .filter(|v| v.as_str() != "skip")
+            .cloned()
+    }
+
+    fn values(records: &Records<String>) -> Vec<String> {
+        let mut all: Vec<String> = records.snapshot().iter().map(|v| v.to_string()).collect();
+        all.sort();
+        all
+    }
+
+    #[tokio::test]
+    async fn a_relist_replaces_the_contents_only_when_complete() {
+        let (records, mut writer) = records(value);
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(cm("a", "1")));
+        assert!(records.is_empty(), "a list in progress is not visible");
+        writer.apply(&Event::InitDone);
+        records.wait_until_ready().await.unwrap();
+        assert_eq!(values(&records), ["1"]);
+
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(cm("b", "2")));
+        assert_eq!(
+            values(&records),
+            ["1"],
+            "the old contents stay until the relist ends"
+        );
+        writer.apply(&Event::InitDone);
+        assert_eq!(values(&records), ["2"], "a was gone from the relist");
+    }
+
+    #[test]
+    fn apply_and_delete_follow_the_object() {
+        let (records, mut writer) = records(value);
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitDone);
+        writer.apply(&Event::Apply(cm("a", "1")));
+        writer.apply(&Event::Apply(cm("a", "2")));
+        assert_eq!(values(&records), ["2"]);
+        assert_eq!(
+            records.get(&ServiceKey::new("ns", "a")).as_deref(),
+            Some(&"2".to_owned())
+        );
+        writer.apply(&Event::Apply(cm("a", "skip")));
+        assert!(
+            records.is_empty(),
+            "an object no longer kept drops its record"
+        );
+        writer.apply(&Event::Apply(cm("b", "3")));
+        writer.apply(&Event::Delete(cm("b", "3")));
+        assert!(records.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_writer_is_never_ready() {
+        let (records, writer) = records(value);
+        drop(writer);
+        assert!(records.wait_until_ready().await.is_err());
+    }
+}
