@@ -15,7 +15,6 @@
 //! - Transient write failures back off per Service ([`Backoff`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use tokio::task::JoinHandle;
 use crate::apply::{self, ApplyError, Writer};
 use crate::context::Context;
 use crate::http::Readiness;
-use crate::record::{self, ServiceRecord};
+use crate::record::{self, ServiceRecord, digest};
 use crate::views;
 use crate::watch::{Caches, WatchError};
 
@@ -133,15 +132,10 @@ impl Backoff {
     }
 }
 
-/// A 64-bit digest: what a [`Memo`] keeps of a write or a resourceVersion, so that it
-/// stays a few dozen bytes per Service whatever the write said. A collision (odds 2^-64
-/// per comparison) would only hold a write back until the cache shows a version the
-/// memo does not know.
-fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
-}
+// A [`Memo`] keeps [`digest`]s of writes and resourceVersions, so that it stays a few
+// dozen bytes per Service whatever the write said. A collision (odds 2^-64 per
+// comparison) would only hold a write back until the cache shows a version the memo does
+// not know.
 
 /// What the status write says, without the node (which is an annotation).
 fn status_key(plan: &ServicePlan) -> u64 {

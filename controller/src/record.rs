@@ -38,7 +38,8 @@ impl OurCondition {
         }
     }
 
-    fn parse(type_: &str) -> Option<OurCondition> {
+    /// The condition of `type_`, if it is one of ours.
+    pub fn parse(type_: &str) -> Option<OurCondition> {
         [OurCondition::IpAllocated, OurCondition::Announced]
             .into_iter()
             .find(|c| c.type_() == type_)
@@ -54,7 +55,7 @@ pub struct ObservedCondition {
     pub which: OurCondition,
     /// `status`: `Some(true)` for `True`, `Some(false)` for `False`, `None` otherwise.
     pub status: Option<bool>,
-    /// [`text_digest`] of `reason` and `message`.
+    /// [`digest`] of `(reason, message)`.
     pub text: u64,
     /// `observedGeneration`.
     pub observed_generation: Option<i64>,
@@ -144,7 +145,7 @@ impl ServiceRecord {
                         "False" => Some(false),
                         _ => None,
                     },
-                    text: text_digest(&c.reason, &c.message),
+                    text: digest(&(&c.reason, &c.message)),
                     observed_generation: c.observed_generation,
                     since: c.last_transition_time.0,
                 })
@@ -185,14 +186,15 @@ impl ObservedCondition {
     /// Whether its reason and message are `reason` and `message` (64-bit digest: a
     /// collision, odds 2^-64, would leave a stale message until the next change).
     pub fn says(&self, reason: &str, message: &str) -> bool {
-        self.text == text_digest(reason, message)
+        self.text == digest(&(reason, message))
     }
 }
 
-/// Digest of a condition's reason and message.
-pub fn text_digest(reason: &str, message: &str) -> u64 {
+/// A 64-bit digest of `value`: what the controller keeps of texts it only ever compares
+/// (condition messages here, writes and resourceVersions in the reconciler's memo).
+pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
-    (reason, message).hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 

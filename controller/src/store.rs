@@ -47,11 +47,6 @@ impl<T> Records<T> {
         self.read().values().cloned().collect()
     }
 
-    /// The record of the object `key` (namespace and name).
-    pub fn get(&self, key: &ServiceKey) -> Option<Arc<T>> {
-        self.read().get(key).cloned()
-    }
-
     /// Number of records.
     pub fn len(&self) -> usize {
         self.read().len()
@@ -223,10 +218,10 @@ mod tests {
         writer.apply(&Event::InitDone);
         writer.apply(&Event::Apply(cm("a", "1")));
         writer.apply(&Event::Apply(cm("a", "2")));
-        assert_eq!(values(&records), ["2"]);
         assert_eq!(
-            records.get(&ServiceKey::new("ns", "a")).as_deref(),
-            Some(&"2".to_owned())
+            values(&records),
+            ["2"],
+            "a second apply replaces the record"
         );
         writer.apply(&Event::Apply(cm("a", "skip")));
         assert!(

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::config::ControllerConfig;
+use crate::record::OurCondition;
 
 /// Prefix of the agents' Lease names (see [`keys::agent_lease_name`]).
 pub const AGENT_LEASE_PREFIX: &str = "aliaslb-agent-";
@@ -61,13 +62,8 @@ pub fn has_our_marks(svc: &Service) -> bool {
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| is_our_condition(&c.type_)));
+        .is_some_and(|cs| cs.iter().any(|c| OurCondition::parse(&c.type_).is_some()));
     annotated || conditioned
-}
-
-/// Whether a condition type is one the controller owns.
-pub fn is_our_condition(type_: &str) -> bool {
-    type_ == keys::CONDITION_IP_ALLOCATED || type_ == keys::CONDITION_ANNOUNCED
 }
 
 /// The `status.loadBalancer.ingress[].ip` addresses of `svc` that parse, in order.

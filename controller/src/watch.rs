@@ -273,15 +273,9 @@ where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     T: Send + Sync + 'static,
 {
-    let (reader, writer) = store::records(keep);
-    let writer = Mutex::new(writer);
+    let (reader, mut writer) = store::records(keep);
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    let on_event = move |event: &Event<K>| {
-        writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .apply(event);
-    };
+    let on_event = move |event: &Event<K>| writer.apply(event);
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
 }
@@ -290,7 +284,7 @@ async fn drive<K>(
     kind: &'static str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     tx: Arc<watch::Sender<u64>>,
-    on_event: impl Fn(&Event<K>),
+    mut on_event: impl FnMut(&Event<K>),
 ) {
     futures::pin_mut!(stream);
     let mut failing = false;
