@@ -1,20 +1,25 @@
 //! `aliaslb status`: the route table of every pool address (in use or free, large free
-//! runs collapsed to one row) and the pending Services with their reason.
+//! runs collapsed to one row), the pending Services with their reason, and one row per
+//! agent Lease (when it was last renewed, the state of its host-port shield).
 //!
-//! [`compute`] and [`render_table`] are pure and unit-tested; [`fetch`] reads the cluster
-//! (read-only: Services, the pool ConfigMap, agent Leases) and is the only I/O.
+//! [`compute`], [`render_table`], [`service_info`] and [`agent_info`] are pure and
+//! unit-tested (the current time comes in as a parameter); [`fetch`] reads the cluster
+//! (read-only: Services, the pool ConfigMap, agent Leases) and the clock, and is the only
+//! I/O.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::ServiceKey;
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::{Family, from_u128, to_u128};
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ShieldState};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::Serialize;
@@ -52,6 +57,18 @@ pub struct ServiceInfo {
     pub allocated: Option<ConditionInfo>,
     /// Condition `aliaslb.io/Announced`.
     pub announced: Option<ConditionInfo>,
+}
+
+/// What the report needs from one agent Lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentInfo {
+    /// The agent's report; empty when the Lease has none or it is not valid JSON.
+    pub report: AgentReport,
+    /// The Lease's `spec.renewTime` (RFC 3339).
+    pub renew_time: Option<String>,
+    /// How long before `aliaslb status` read it the Lease was renewed, comparing the
+    /// agent's wall clock with ours (zero when the renewTime is ahead of our clock).
+    pub renewed_ago: Option<Duration>,
 }
 
 /// One row of the route table: one address (or a collapsed free run) and its user.
@@ -95,6 +112,22 @@ pub struct Pending {
     pub message: String,
 }
 
+/// One row of the node table: one agent Lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRow {
+    /// The node (from the Lease name).
+    pub node: String,
+    /// The Lease's `spec.renewTime` (RFC 3339).
+    pub renew_time: Option<String>,
+    /// Whole seconds between that renewTime and the moment `aliaslb status` read it, by the
+    /// agent's wall clock and ours (so clock skew shows here).
+    pub renewed_seconds_ago: Option<u64>,
+    /// The agent's host-port shield: `active`, `off`, `failing` or `unknown` (an agent that
+    /// does not report it).
+    pub shield: ShieldState,
+}
+
 /// The whole report (`-o json` prints it as is).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -102,14 +135,12 @@ pub struct Report {
     pub routes: Vec<Route>,
     /// Pending Services, by namespace and name.
     pub pending: Vec<Pending>,
+    /// Every agent Lease, by node name.
+    pub nodes: Vec<NodeRow>,
 }
 
 /// The state of `ip` used by `users`.
-fn state(
-    ip: IpAddr,
-    users: &[&ServiceInfo],
-    agents: &BTreeMap<String, AgentReport>,
-) -> &'static str {
+fn state(ip: IpAddr, users: &[&ServiceInfo], agents: &BTreeMap<String, AgentInfo>) -> &'static str {
     let group = |s: &ServiceInfo| s.sharing_key.clone().map(|k| (s.key.namespace.clone(), k));
     let shared = users
         .windows(2)
@@ -121,23 +152,30 @@ fn state(
             || s.node
                 .as_ref()
                 .and_then(|n| agents.get(n))
-                .is_some_and(|r| r.conflicts.iter().any(|c| c.ip == ip))
+                .is_some_and(|a| a.report.conflicts.iter().any(|c| c.ip == ip))
     });
     if !shared || reported_conflict {
         return "conflict";
     }
     match users[0].node.as_ref() {
         None => "no-node",
-        Some(node) if agents.get(node).is_some_and(|r| r.held.contains(&ip)) => "announced",
+        Some(node)
+            if agents
+                .get(node)
+                .is_some_and(|a| a.report.held.contains(&ip)) =>
+        {
+            "announced"
+        }
         Some(_) => "waiting-for-agent",
     }
 }
 
-/// The route table and the pending list.
+/// The route table, the pending list and the node table; `agents` maps node name -> its
+/// agent Lease.
 pub fn compute(
     config: &PoolConfig,
     services: &[ServiceInfo],
-    agents: &BTreeMap<String, AgentReport>,
+    agents: &BTreeMap<String, AgentInfo>,
 ) -> Report {
     let mut users: BTreeMap<IpAddr, Vec<&ServiceInfo>> = BTreeMap::new();
     for svc in services {
@@ -213,7 +251,30 @@ pub fn compute(
         })
         .collect();
     pending.sort_by(|a, b| (&a.namespace, &a.service).cmp(&(&b.namespace, &b.service)));
-    Report { routes, pending }
+    let nodes = agents
+        .iter()
+        .map(|(node, agent)| NodeRow {
+            node: node.clone(),
+            renew_time: agent.renew_time.clone(),
+            renewed_seconds_ago: agent.renewed_ago.map(|d| d.as_secs()),
+            shield: agent.report.shield,
+        })
+        .collect();
+    Report {
+        routes,
+        pending,
+        nodes,
+    }
+}
+
+/// An age the way kubectl prints one: `45s`, `7m`, `5h`, `3d`.
+fn age(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 120 * 60 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
 }
 
 /// The report as aligned text columns.
@@ -274,12 +335,25 @@ pub fn render_table(report: &Report) -> String {
         }
         out.push_str(&columns(&pending));
     }
+    if !report.nodes.is_empty() {
+        out.push('\n');
+        let mut nodes: Vec<[String; 3]> = vec![["NODE".into(), "RENEWED".into(), "SHIELD".into()]];
+        for n in &report.nodes {
+            nodes.push([
+                n.node.clone(),
+                n.renewed_seconds_ago
+                    .map_or_else(|| "-".to_owned(), |s| format!("{} ago", age(s))),
+                n.shield.as_str().to_owned(),
+            ]);
+        }
+        out.push_str(&columns(&nodes));
+    }
     out
 }
 
 /// Left-aligned columns separated by two spaces, trailing spaces trimmed.
-fn columns(rows: &[[String; 7]]) -> String {
-    let mut widths = [0usize; 7];
+fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -324,6 +398,27 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
         allocated: cond(keys::CONDITION_IP_ALLOCATED),
         announced: cond(keys::CONDITION_ANNOUNCED),
     })
+}
+
+/// What `aliaslb status` reads from one agent Lease at `now` (our wall clock): its node and
+/// [`AgentInfo`]; `None` for Leases that are not agent Leases. A report that is not valid
+/// JSON reads as an empty one (shield `unknown`).
+pub fn agent_info(lease: &Lease, now: Timestamp) -> Option<(String, AgentInfo)> {
+    let node = views::agent_node(lease.metadata.name.as_deref()?)?;
+    let renewed = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0);
+    Some((
+        node.to_owned(),
+        AgentInfo {
+            report: views::agent_report(lease).unwrap_or_default(),
+            renew_time: renewed.map(|t| t.to_string()),
+            renewed_ago: renewed
+                .map(|t| Duration::try_from(now.duration_since(t)).unwrap_or(Duration::ZERO)),
+        },
+    ))
 }
 
 /// Why the status could not be computed.
@@ -372,13 +467,11 @@ pub async fn fetch(
         .list(&ListParams::default())
         .await
         .map_err(api_err(format!("Leases in {namespace}")))?;
-    let agents: BTreeMap<String, AgentReport> = leases
+    let now = Timestamp::now();
+    let agents: BTreeMap<String, AgentInfo> = leases
         .items
         .iter()
-        .filter_map(|l| {
-            let node = views::agent_node(l.metadata.name.as_deref()?)?;
-            Some((node.to_owned(), views::agent_report(l).unwrap_or_default()))
-        })
+        .filter_map(|l| agent_info(l, now))
         .collect();
     let infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
     Ok(compute(&config, &infos, &agents))
@@ -428,10 +521,43 @@ mod tests {
         s
     }
 
-    fn holding(ips: &[&str]) -> AgentReport {
-        AgentReport {
-            held: ips.iter().map(|s| s.parse().unwrap()).collect(),
-            ..AgentReport::default()
+    fn holding(ips: &[&str]) -> AgentInfo {
+        AgentInfo {
+            report: AgentReport {
+                held: ips.iter().map(|s| s.parse().unwrap()).collect(),
+                ..AgentReport::default()
+            },
+            ..AgentInfo::default()
+        }
+    }
+
+    /// An agent renewed `secs` ago (`None`: a Lease without renewTime) with `shield`.
+    fn agent(secs: Option<u64>, shield: ShieldState) -> AgentInfo {
+        AgentInfo {
+            report: AgentReport {
+                shield,
+                ..AgentReport::default()
+            },
+            renew_time: secs.map(|_| "2025-01-01T00:00:00Z".into()),
+            renewed_ago: secs.map(Duration::from_secs),
+        }
+    }
+
+    fn lease(name: &str, renew_time: Option<&str>, report: Option<&str>) -> Lease {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: report
+                    .map(|r| [(keys::ANNOTATION_AGENT_REPORT.to_owned(), r.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("x".into()),
+                renew_time: renew_time.map(|t| MicroTime(t.parse().unwrap())),
+                ..LeaseSpec::default()
+            }),
         }
     }
 
@@ -450,10 +576,18 @@ mod tests {
                 "every IPv4 address is in use",
             ),
         ];
-        let agents = BTreeMap::from([
+        let mut agents = BTreeMap::from([
             ("node-a".to_owned(), holding(&["192.168.55.10"])),
             ("node-b".to_owned(), holding(&[])),
         ]);
+        for (node, secs, shield) in [
+            ("node-a", 1, ShieldState::Active),
+            ("node-b", 9, ShieldState::Failing),
+        ] {
+            let a = agents.get_mut(node).unwrap();
+            a.renewed_ago = Some(Duration::from_secs(secs));
+            a.report.shield = shield;
+        }
         let table = render_table(&compute(&config, &services, &agents));
         let want = "\
 IP                           IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE    STATE
@@ -464,8 +598,91 @@ IP                           IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE    STA
 
 PENDING       REASON         MESSAGE
 default/late  PoolExhausted  every IPv4 address is in use
+
+NODE    RENEWED  SHIELD
+node-a  1s ago   active
+node-b  9s ago   failing
 ";
         assert_eq!(table, want, "got:\n{table}");
+    }
+
+    #[test]
+    fn golden_node_table() {
+        let config = config(&[("a", "10.0.0.1")]);
+        let agents = BTreeMap::from([
+            ("alb-node-1".to_owned(), agent(Some(0), ShieldState::Active)),
+            (
+                "alb-node-2".to_owned(),
+                agent(Some(119), ShieldState::Failing),
+            ),
+            ("alb-node-3".to_owned(), agent(Some(120), ShieldState::Off)),
+            ("n4".to_owned(), agent(Some(7_199), ShieldState::Unknown)),
+            ("n5".to_owned(), agent(Some(7_200), ShieldState::Active)),
+            ("n6".to_owned(), agent(Some(48 * 3600), ShieldState::Active)),
+            ("n7".to_owned(), agent(None, ShieldState::Unknown)),
+        ]);
+        let table = render_table(&compute(&config, &[], &agents));
+        let want = "\
+IP        IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE  STATE
+10.0.0.1  no      a          -        -           -     free
+
+NODE        RENEWED   SHIELD
+alb-node-1  0s ago    active
+alb-node-2  119s ago  failing
+alb-node-3  2m ago    off
+n4          119m ago  unknown
+n5          2h ago    active
+n6          2d ago    active
+n7          -         unknown
+";
+        assert_eq!(table, want, "got:\n{table}");
+        // No agent Lease, no node section.
+        let table = render_table(&compute(&config, &[], &BTreeMap::new()));
+        assert!(!table.contains("SHIELD"), "{table}");
+    }
+
+    #[test]
+    fn agent_info_reads_node_age_and_shield_from_the_lease() {
+        let now: Timestamp = "2025-01-01T00:00:10Z".parse().unwrap();
+        let report = r#"{"version":1,"held":["10.0.0.1"],"shield":"failing"}"#;
+        let (node, info) = agent_info(
+            &lease(
+                "aliaslb-agent-n1",
+                Some("2025-01-01T00:00:07Z"),
+                Some(report),
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(node, "n1");
+        assert_eq!(info.report.shield, ShieldState::Failing);
+        assert_eq!(info.report.held.len(), 1);
+        assert_eq!(info.renewed_ago, Some(Duration::from_secs(3)));
+        assert_eq!(info.renew_time.as_deref(), Some("2025-01-01T00:00:07Z"));
+        // Renewed "in the future" (clock skew): zero, not an error.
+        let (_, info) = agent_info(
+            &lease("aliaslb-agent-n1", Some("2025-01-01T00:00:12Z"), None),
+            now,
+        )
+        .unwrap();
+        assert_eq!(info.renewed_ago, Some(Duration::ZERO));
+        assert_eq!(info.report.shield, ShieldState::Unknown);
+        // An older agent (no shield), a garbage report, no renewTime.
+        let (_, info) = agent_info(
+            &lease("aliaslb-agent-n1", None, Some(r#"{"version":1}"#)),
+            now,
+        )
+        .unwrap();
+        assert_eq!((info.renewed_ago, info.renew_time), (None, None));
+        assert_eq!(info.report.shield, ShieldState::Unknown);
+        let (_, info) =
+            agent_info(&lease("aliaslb-agent-n1", None, Some("{not json")), now).unwrap();
+        assert_eq!(info.report, AgentReport::default());
+        // Not an agent Lease.
+        assert_eq!(
+            agent_info(&lease("aliaslb-controller", None, None), now),
+            None
+        );
     }
 
     #[test]
@@ -520,7 +737,10 @@ default/late  PoolExhausted  every IPv4 address is in use
         let report = compute(
             &config,
             &[on(svc("a", "x", &["10.0.0.1"]), "n")],
-            &BTreeMap::new(),
+            &BTreeMap::from([
+                ("n".to_owned(), agent(Some(3), ShieldState::Active)),
+                ("old".to_owned(), agent(None, ShieldState::Unknown)),
+            ]),
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(
@@ -532,5 +752,14 @@ default/late  PoolExhausted  every IPv4 address is in use
             })
         );
         assert_eq!(json["pending"], serde_json::json!([]));
+        assert_eq!(
+            json["nodes"],
+            serde_json::json!([
+                {"node": "n", "renewTime": "2025-01-01T00:00:00Z", "renewedSecondsAgo": 3,
+                 "shield": "active"},
+                {"node": "old", "renewTime": null, "renewedSecondsAgo": null,
+                 "shield": "unknown"},
+            ])
+        );
     }
 }

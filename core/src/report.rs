@@ -31,6 +31,39 @@ pub struct AgentReport {
     /// Assigned IPs the agent refuses to take, and why.
     #[serde(default)]
     pub conflicts: Vec<Conflict>,
+    /// The host-port shield (the agent's nftables table) on this node.
+    #[serde(default)]
+    pub shield: ShieldState,
+}
+
+/// State of an agent's host-port shield (its nftables table), as it reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ShieldState {
+    /// The table is installed and every held IP is in it.
+    Active,
+    /// Disabled with `--host-port-shield=off`.
+    Off,
+    /// The last sync of the table failed; the agent retries, and adds no alias while its
+    /// shield element cannot be written.
+    Failing,
+    /// Not reported: an agent of an older version, or a state this controller does not
+    /// know (a newer agent).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl ShieldState {
+    /// The state as in the report's JSON: `active`, `off`, `failing` or `unknown`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ShieldState::Active => "active",
+            ShieldState::Off => "off",
+            ShieldState::Failing => "failing",
+            ShieldState::Unknown => "unknown",
+        }
+    }
 }
 
 /// One interface of the node.
@@ -93,12 +126,41 @@ mod tests {
                 ip: "192.168.55.11".parse().unwrap(),
                 reason: "already on eth1".into(),
             }],
+            shield: ShieldState::Active,
         };
         let json = report.to_json();
+        assert!(json.contains(r#""shield":"active""#), "{json}");
         assert_eq!(AgentReport::from_json(&json).unwrap(), report);
         let newer = json.replacen('{', r#"{"futureField":[1,2],"#, 1);
         assert_eq!(AgentReport::from_json(&newer).unwrap(), report);
         assert_eq!(report.subnets().count(), 1);
+
+        // An older agent does not report its shield; a newer one may report a state this
+        // version does not know. Both read as Unknown, the rest of the report intact.
+        let older = json.replace(r#","shield":"active""#, "");
+        assert!(!older.contains("shield"), "{older}");
+        let unknown = AgentReport {
+            shield: ShieldState::Unknown,
+            ..report.clone()
+        };
+        assert_eq!(AgentReport::from_json(&older).unwrap(), unknown);
+        let future = json.replace(r#""shield":"active""#, r#""shield":"someFutureState""#);
+        assert_eq!(AgentReport::from_json(&future).unwrap(), unknown);
+    }
+
+    #[test]
+    fn shield_state_names_match_the_json() {
+        for state in [
+            ShieldState::Active,
+            ShieldState::Off,
+            ShieldState::Failing,
+            ShieldState::Unknown,
+        ] {
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{}\"", state.as_str()));
+            assert_eq!(serde_json::from_str::<ShieldState>(&json).unwrap(), state);
+        }
+        assert_eq!(ShieldState::default(), ShieldState::Unknown);
     }
 
     #[test]

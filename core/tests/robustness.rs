@@ -16,7 +16,7 @@ use aliaslb_core::pool::{
     ConfigError, FALLBACK_KEY, OPTIONS_KEY, PoolConfig, PoolKey, PoolOptions, parse_entry,
 };
 use aliaslb_core::range::{Family, IpRange, to_u128};
-use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport};
+use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, ShieldState};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------
@@ -638,7 +638,7 @@ proptest! {
     }
 }
 
-/// A report with a few interfaces, held IPs and conflicts.
+/// A report with a few interfaces, held IPs, conflicts and a shield state.
 fn agent_report() -> impl Strategy<Value = AgentReport> {
     let interface = (
         "[a-z]{1,4}[0-9]",
@@ -656,16 +656,25 @@ fn agent_report() -> impl Strategy<Value = AgentReport> {
         prop::collection::vec(interface, 0..3),
         prop::collection::btree_set(any::<IpAddr>(), 0..3),
         prop::collection::vec((any::<IpAddr>(), "[ -~]{0,10}"), 0..2),
+        prop_oneof![
+            Just(ShieldState::Active),
+            Just(ShieldState::Off),
+            Just(ShieldState::Failing),
+            Just(ShieldState::Unknown),
+        ],
     )
-        .prop_map(|(version, interfaces, held, conflicts)| AgentReport {
-            version,
-            interfaces,
-            held,
-            conflicts: conflicts
-                .into_iter()
-                .map(|(ip, reason)| Conflict { ip, reason })
-                .collect(),
-        })
+        .prop_map(
+            |(version, interfaces, held, conflicts, shield)| AgentReport {
+                version,
+                interfaces,
+                held,
+                conflicts: conflicts
+                    .into_iter()
+                    .map(|(ip, reason)| Conflict { ip, reason })
+                    .collect(),
+                shield,
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------------------
