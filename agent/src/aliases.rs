@@ -3,7 +3,12 @@
 //! Owns the loop state (aliases we own, current conflicts, write counters). Each reconcile
 //! is observe (one dump through the [`AddressBackend`]) -> pure [`plan`] -> apply only the
 //! difference -> report. Kernel I/O happens only through the backend; announcements only
-//! through the optional [`Announcer`].
+//! through the optional [`Announcer`]; the host-port shield only through the optional
+//! [`Shield`].
+//!
+//! With a shield, no alias exists without its shield element: elements of the IPs to add
+//! are written before the adds (an add whose element could not be written is not made, and
+//! retried), elements of removed IPs after the deletes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -14,14 +19,18 @@ use tracing::{debug, info, instrument, warn};
 use crate::announce::Announcer;
 use crate::backend::{AddressBackend, BackendError, Lifetime};
 use crate::host::{Alias, HostState, InterfaceError, choose_interface};
+use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
+use aliaslb_core::report::ShieldState;
 
 /// How many kernel writes one reconcile keeps in flight.
 const CONCURRENT_WRITES: usize = 64;
 
-/// The IPs this node should carry, each with the interface the assignment names, if any.
+/// The IPs this node should carry, each with the interface the assignment names, if any,
+/// and the ports its Services open on it (for the host-port shield).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DesiredSet {
     entries: BTreeMap<IpAddr, Option<String>>,
+    ports: BTreeMap<IpAddr, BTreeSet<OpenPort>>,
 }
 
 impl DesiredSet {
@@ -54,12 +63,27 @@ impl DesiredSet {
     pub fn iter(&self) -> impl Iterator<Item = (IpAddr, Option<&str>)> {
         self.entries.iter().map(|(ip, i)| (*ip, i.as_deref()))
     }
+
+    /// Opens `ports` on `ip` (a Service assigned to `ip` exposes them).
+    pub fn open(&mut self, ip: IpAddr, ports: impl IntoIterator<Item = OpenPort>) {
+        let mut ports = ports.into_iter().peekable();
+        // No entry for no port, so equal sets compare equal however they were built.
+        if ports.peek().is_some() {
+            self.ports.entry(ip).or_default().extend(ports);
+        }
+    }
+
+    /// The ports open on `ip`.
+    pub fn ports(&self, ip: IpAddr) -> impl Iterator<Item = OpenPort> + '_ {
+        self.ports.get(&ip).into_iter().flatten().copied()
+    }
 }
 
 impl FromIterator<(IpAddr, Option<String>)> for DesiredSet {
     fn from_iter<T: IntoIterator<Item = (IpAddr, Option<String>)>>(iter: T) -> Self {
         DesiredSet {
             entries: iter.into_iter().collect(),
+            ports: BTreeMap::new(),
         }
     }
 }
@@ -100,6 +124,10 @@ pub enum ReconcileError {
     /// A kernel write failed (retried at the next reconcile).
     #[error(transparent)]
     Write(#[from] BackendError),
+    /// The host-port shield could not be written: the aliases it was to guard were not
+    /// added (retried at the next reconcile).
+    #[error("host-port shield: {0}")]
+    Shield(#[source] ShieldError),
 }
 
 impl ReconcileError {
@@ -109,6 +137,7 @@ impl ReconcileError {
             ReconcileError::Snapshot(_) => "SnapshotFailed",
             ReconcileError::Interface { .. } => "NoInterface",
             ReconcileError::Write(e) => e.category(),
+            ReconcileError::Shield(e) => e.category(),
         }
     }
 }
@@ -233,10 +262,11 @@ pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&
 
 /// Owns the alias loop state and applies desired sets to the node.
 #[derive(Debug)]
-pub struct AliasManager<B> {
+pub struct AliasManager<B, S = NoShield> {
     backend: B,
     config: AliasConfig,
     announcer: Option<Announcer>,
+    shield: Option<Shield<S>>,
     owned: BTreeMap<IpAddr, Alias>,
     conflicts: BTreeSet<Conflict>,
     writes: WriteCounts,
@@ -250,16 +280,51 @@ impl<B: AddressBackend> AliasManager<B> {
             backend,
             config,
             announcer: None,
+            shield: None,
             owned: BTreeMap::new(),
             conflicts: BTreeSet::new(),
             writes: WriteCounts::default(),
         }
     }
+}
 
+impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     /// Announces (GARP / unsolicited NA) every alias added or adopted from now on.
     pub fn with_announcer(mut self, announcer: Announcer) -> Self {
         self.announcer = Some(announcer);
         self
+    }
+
+    /// Guards every alias with `shield` from the next reconcile on (its first sync
+    /// replaces the table a previous agent left); `None`: no shield.
+    pub fn with_shield<T: ShieldBackend>(self, shield: Option<Shield<T>>) -> AliasManager<B, T> {
+        AliasManager {
+            backend: self.backend,
+            config: self.config,
+            announcer: self.announcer,
+            shield,
+            owned: self.owned,
+            conflicts: self.conflicts,
+            writes: self.writes,
+        }
+    }
+
+    /// The host-port shield, if there is one.
+    pub fn shield(&self) -> Option<&Shield<S>> {
+        self.shield.as_ref()
+    }
+
+    /// What the Lease report says of the shield.
+    pub fn shield_state(&self) -> ShieldState {
+        self.shield.as_ref().map_or(ShieldState::Off, Shield::state)
+    }
+
+    /// Removes the shield's table (SIGTERM path, after [`release_all`](Self::release_all)).
+    pub async fn remove_shield(&mut self) -> Result<(), ShieldError> {
+        match &mut self.shield {
+            Some(shield) => shield.remove().await,
+            None => Ok(()),
+        }
     }
 
     /// The backend (e.g. to list interfaces with the same connection).
@@ -300,7 +365,25 @@ impl<B: AddressBackend> AliasManager<B> {
                 return report;
             }
         };
-        let plan = plan(desired, &host, self.config.interface_override.as_deref());
+        let mut plan = plan(desired, &host, self.config.interface_override.as_deref());
+        if let Some(shield) = &mut self.shield {
+            shield.set_ipvs(host.links.iter().any(|l| l.name == IPVS_LINK));
+            // Before any alias appears: every IP kept or added is shielded, and the IPs
+            // being removed stay shielded until they are gone.
+            let mut before = shield_target(desired, plan.keep.iter().chain(&plan.add));
+            keep_shielded(
+                &mut before,
+                shield.contents(),
+                plan.remove.iter().map(|a| a.ip),
+            );
+            if let Err(e) = shield.sync(&before).await {
+                // Fail closed: no new alias without its shield element.
+                for alias in plan.add.drain(..) {
+                    warn!(alias = %alias, "not added: its shield element could not be written");
+                }
+                report.errors.push(ReconcileError::Shield(e));
+            }
+        }
         let mut owned: BTreeMap<IpAddr, Alias> = BTreeMap::new();
         for alias in plan.keep {
             if !self.owned.contains_key(&alias.ip) {
@@ -317,6 +400,7 @@ impl<B: AddressBackend> AliasManager<B> {
             .buffer_unordered(CONCURRENT_WRITES)
             .collect()
             .await;
+        let mut undeleted = Vec::new();
         for (alias, result) in deletes {
             match result {
                 Ok(changed) => {
@@ -332,6 +416,7 @@ impl<B: AddressBackend> AliasManager<B> {
                 // and the kernel drops it when its lifetime runs out.
                 Err(e) => {
                     warn!(alias = %alias, error = %e, "remove failed");
+                    undeleted.push(alias.ip);
                     report.errors.push(e.into());
                 }
             }
@@ -372,6 +457,15 @@ impl<B: AddressBackend> AliasManager<B> {
         }
         report.conflicts = conflicts.iter().cloned().collect();
         self.conflicts = conflicts;
+        if let Some(shield) = &mut self.shield {
+            // After the deletes: what is gone loses its elements; an alias whose delete
+            // failed is still on the node and keeps them.
+            let mut after = shield_target(desired, owned.values());
+            keep_shielded(&mut after, shield.contents(), undeleted);
+            if let Err(e) = shield.sync(&after).await {
+                report.errors.push(ReconcileError::Shield(e));
+            }
+        }
         self.owned = owned;
 
         if let Some(announcer) = &self.announcer {
@@ -432,6 +526,27 @@ impl<B: AddressBackend> AliasManager<B> {
             }
         }
         report
+    }
+}
+
+/// The shield contents for `aliases`: each IP with the ports `desired` opens on it.
+fn shield_target<'a>(
+    desired: &DesiredSet,
+    aliases: impl IntoIterator<Item = &'a Alias>,
+) -> Contents {
+    let mut target = Contents::new();
+    for alias in aliases {
+        target.open(alias.ip, desired.ports(alias.ip));
+    }
+    target
+}
+
+/// Adds to `target` the entries `current` has for `ips`, as they are.
+fn keep_shielded(target: &mut Contents, current: &Contents, ips: impl IntoIterator<Item = IpAddr>) {
+    for ip in ips {
+        if current.contains(ip) {
+            target.open(ip, current.ports(ip));
+        }
     }
 }
 

@@ -60,6 +60,22 @@ pub struct Flags {
     /// Log format.
     #[arg(long, env = "ALIASLB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// The host-port shield: an nftables table of the agent's own (`inet aliaslb`) that
+    /// lets traffic addressed to an LB IP reach only its Services' ports, never the node's
+    /// own listeners or NodePorts. `on` needs `nft` and nf_tables: the agent refuses to
+    /// start without them.
+    #[arg(long, env = "ALIASLB_HOST_PORT_SHIELD", value_enum, default_value_t = Toggle::On)]
+    pub host_port_shield: Toggle,
+}
+
+/// An on/off flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
 }
 
 /// Checked agent settings.
@@ -86,6 +102,8 @@ pub struct Settings {
     pub metrics_addr: SocketAddr,
     /// Log format.
     pub log_format: LogFormat,
+    /// Whether the host-port shield guards the LB IPs.
+    pub host_port_shield: bool,
 }
 
 /// Why the flags do not make a usable configuration.
@@ -152,6 +170,7 @@ impl Flags {
             shutdown_timeout,
             metrics_addr,
             log_format,
+            host_port_shield,
         } = self;
         if node_name.trim().is_empty() {
             return Err(ConfigError::EmptyNodeName);
@@ -188,6 +207,7 @@ impl Flags {
             shutdown_timeout,
             metrics_addr,
             log_format,
+            host_port_shield: host_port_shield == Toggle::On,
         })
     }
 }
@@ -217,6 +237,7 @@ mod tests {
         assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(s.metrics_addr, "0.0.0.0:9101".parse().unwrap());
         assert_eq!(s.log_format, LogFormat::Text);
+        assert!(s.host_port_shield);
     }
 
     #[test]
@@ -231,6 +252,7 @@ mod tests {
             "--shutdown-timeout=3s",
             "--metrics-addr=127.0.0.1:1234",
             "--log-format=json",
+            "--host-port-shield=off",
         ])
         .unwrap()
         .into_settings()
@@ -244,6 +266,7 @@ mod tests {
         assert_eq!(s.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(s.metrics_addr, "127.0.0.1:1234".parse().unwrap());
         assert_eq!(s.log_format, LogFormat::Json);
+        assert!(!s.host_port_shield);
     }
 
     #[test]

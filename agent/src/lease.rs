@@ -240,6 +240,7 @@ mod tests {
             }],
             held: ["10.0.0.50".parse().unwrap()].into(),
             conflicts: vec![],
+            shield: aliaslb_core::report::ShieldState::Active,
         };
         let acquired: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let now: Timestamp = "2026-01-01T00:00:05.25Z".parse().unwrap();

@@ -8,6 +8,10 @@
 //!   marker, the change notifications.
 //! - `aliases`: [`aliases::AliasManager`], the reconcile loop state; pure `plan`.
 //! - `announce`: GARP / unsolicited NA frames and bursts.
+//! - `shield`: the host-port shield (an LB IP opens only its Services' ports): the
+//!   nftables table as data, its updates, and the [`shield::ShieldBackend`] seam. Pure but
+//!   for [`shield::Shield`], which drives the backend.
+//! - `nft`: the only module running `nft`: the real shield backend.
 //!
 //! Kubernetes side:
 //! - `services`: the Service watch, turned into the desired set for this node.
@@ -25,5 +29,7 @@ pub mod http;
 pub mod lease;
 pub mod metrics;
 pub mod netlink;
+pub mod nft;
 pub mod services;
+pub mod shield;
 pub mod telemetry;

@@ -1,8 +1,10 @@
 //! `aliaslb-agent`: parses flags, sets up logging, the API client, the metrics/health
 //! server, the Service watch and the Lease heartbeat, then runs the alias loop: reconcile
 //! on every desired-set change, netlink change, API return and periodic resync; refresh
-//! lifetimes at every renewal tick. On SIGTERM/SIGINT removes its aliases, deletes its
-//! Lease and exits 0, within `--shutdown-timeout`.
+//! lifetimes at every renewal tick. With the host-port shield on (the default), checks
+//! nftables first and refuses to start without it. On SIGTERM/SIGINT removes its aliases,
+//! then the shield's table, deletes its Lease and exits 0, within `--shutdown-timeout`. A
+//! killed agent leaves its table in place (fail closed) while its aliases expire.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -19,6 +21,8 @@ use aliaslb_agent::http::{AgentProbes, Health};
 use aliaslb_agent::lease::{self, Heartbeat, LeaseConfig};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::nft::NftBackend;
+use aliaslb_agent::shield::Shield;
 use aliaslb_agent::{host, services, telemetry};
 use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, REPORT_VERSION};
 use aliaslb_ops::http;
@@ -49,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         shutdown_timeout,
         metrics_addr,
         log_format: _,
+        host_port_shield,
     } = settings;
     info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -59,8 +64,26 @@ async fn main() -> anyhow::Result<()> {
         ?renew_interval,
         ?alias_lifetime,
         ?resync_interval,
+        host_port_shield,
         "aliaslb-agent starting"
     );
+    let shield = if host_port_shield {
+        let shield = Shield::new(NftBackend::default());
+        shield.check().await.context(
+            "the host-port shield needs the `nft` binary and the kernel's nf_tables (with \
+             sets, concatenations, conntrack and named counters); install nftables and load \
+             nf_tables, or start with --host-port-shield=off to serve LB IPs without it",
+        )?;
+        info!(
+            "host-port shield: nftables works; the table `inet aliaslb` is written at the first reconcile"
+        );
+        Some(shield)
+    } else {
+        warn!(
+            "host-port shield off (--host-port-shield=off): every listener of this node answers on the LB IPs it holds"
+        );
+        None
+    };
 
     let client = kube::Client::try_default()
         .await
@@ -111,7 +134,8 @@ async fn main() -> anyhow::Result<()> {
             lifetime: Lifetime::for_lease(alias_lifetime),
         },
     )
-    .with_announcer(announcer.clone());
+    .with_announcer(announcer.clone())
+    .with_shield(shield);
     metrics.track_announcer(announcer.clone());
     let changes = watch_changes().context("subscribing to netlink address and link changes")?;
     let mut node = Node {
@@ -147,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
         report_tx,
         ..
     } = node;
+    let shielded = aliases.shield().is_some();
     let cleanup = async {
         // Stop the heartbeat after its write in flight, so nothing re-creates the Lease.
         drop(report_tx);
@@ -157,8 +182,19 @@ async fn main() -> anyhow::Result<()> {
             error!(error = %e, "could not remove an alias (the kernel drops it when its lifetime ends)");
         }
         info!(removed = report.removed.len(), "aliases removed");
+        // Only now: removing the table first would open the aliases' host ports.
+        let mut clean = report.errors.is_empty();
+        if shielded {
+            match aliases.remove_shield().await {
+                Ok(()) => info!("host-port shield table removed"),
+                Err(e) => {
+                    error!(error = %e, "could not remove the host-port shield table `inet aliaslb`");
+                    clean = false;
+                }
+            }
+        }
         let released = heartbeat.release().await;
-        (report.errors.is_empty(), released)
+        (clean, released)
     };
     let outcome = tokio::time::timeout(shutdown_timeout, cleanup).await;
     let _ = stop_http.send(true);
@@ -173,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
                 error!(error = %e, "could not release the Lease: the controller moves the IPs when it expires");
             }
             anyhow::bail!(
-                "shutdown incomplete (aliases removed: {aliases_ok}, Lease released: {})",
+                "shutdown incomplete (aliases and shield removed: {aliases_ok}, Lease released: {})",
                 released.is_ok()
             )
         }
@@ -203,9 +239,12 @@ enum Cause {
     Retry,
 }
 
+/// How often the shield's drop counters are read for the metrics.
+const SHIELD_COUNTERS_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The alias loop's state.
 struct Node {
-    aliases: AliasManager<NetlinkBackend>,
+    aliases: AliasManager<NetlinkBackend, NftBackend>,
     announcer: Announcer,
     metrics: Arc<Metrics>,
     report_tx: watch::Sender<Option<AgentReport>>,
@@ -227,6 +266,9 @@ impl Node {
         let mut resync = tokio::time::interval(inputs.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         resync.reset();
+        let mut counters = tokio::time::interval(SHIELD_COUNTERS_INTERVAL);
+        counters.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let shielded = self.aliases.shield().is_some();
         let mut synced = false;
         let mut watching = true;
         // Transient failures (kernel writes, dumps) are retried at the next renewal tick.
@@ -253,6 +295,10 @@ impl Node {
                         continue;
                     }
                     Cause::Desired
+                }
+                _ = counters.tick(), if shielded => {
+                    self.read_shield_counters().await;
+                    continue;
                 }
                 Some(()) = inputs.changes.recv() => Cause::Netlink,
                 _ = resync.tick() => Cause::Resync,
@@ -283,6 +329,18 @@ impl Node {
         }
     }
 
+    /// Brings the shield's drop counters into the metrics.
+    async fn read_shield_counters(&self) {
+        let Some(shield) = self.aliases.shield() else {
+            return;
+        };
+        match shield.dropped().await {
+            Ok(dropped) => self.metrics.set_shield_dropped(dropped),
+            // The table is written at the first reconcile; until then there is none of ours.
+            Err(e) => tracing::debug!(error = %e, "cannot read the shield's counters"),
+        }
+    }
+
     /// One reconcile, then the report and the metrics; returns whether a transient
     /// failure asks for a retry.
     async fn reconcile(&mut self, desired: &DesiredSet, cause: Cause, first: bool) -> bool {
@@ -310,6 +368,10 @@ impl Node {
             .set_held(self.aliases.owned().map(|a| a.ifname.as_str()));
         self.metrics
             .set_desired(desired.len(), report.conflicts.len());
+        if let Some(shield) = self.aliases.shield() {
+            self.metrics
+                .set_shield(shield.state(), shield.contents().len(), shield.errors());
+        }
         self.publish();
         if report.changed() || !report.errors.is_empty() {
             info!(
@@ -376,6 +438,7 @@ impl Node {
                     reason: format!("already configured on {} by another owner", c.ifname),
                 })
                 .collect(),
+            shield: self.aliases.shield_state(),
         };
         self.report_tx.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&report);
@@ -389,7 +452,7 @@ impl Node {
     fn count_error(&self, e: &ReconcileError) {
         match e {
             ReconcileError::Snapshot(b) | ReconcileError::Write(b) => self.count_backend_error(b),
-            ReconcileError::Interface { .. } => {}
+            ReconcileError::Interface { .. } | ReconcileError::Shield(_) => {}
         }
     }
 

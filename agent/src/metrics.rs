@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -14,6 +15,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::announce::Announcer;
+use crate::shield::Dropped;
+use aliaslb_core::report::ShieldState;
 
 /// Labels of the per-interface gauge.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -27,6 +30,13 @@ struct InterfaceLabels {
 struct OperationLabels {
     /// What was asked of the kernel: `add`, `delete`, `refresh`, `dump addresses`...
     operation: String,
+}
+
+/// Labels of the shield's drop counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FamilyLabels {
+    /// `ipv4` or `ipv6`.
+    family: &'static str,
 }
 
 /// The agent's metrics. Shared behind an `Arc`; every method takes `&self`.
@@ -45,6 +55,12 @@ pub struct Metrics {
     renew_failures: Counter,
     api_reachable: Gauge,
     reconcile_duration: Histogram,
+    shield_active: Gauge,
+    shield_ips: Gauge,
+    shield_sync_errors: Counter,
+    shield_dropped: Family<FamilyLabels, Counter>,
+    /// The nftables counters at the last reading (they restart at 0 with a new table).
+    shield_seen: [AtomicU64; 2],
     /// Read at every encode: its frames are sent by background tasks.
     announcer: OnceLock<Announcer>,
 }
@@ -128,6 +144,30 @@ impl Metrics {
             "Time spent in one alias reconcile (dump, diff, writes)",
             reconcile_duration.clone(),
         );
+        let shield_active = Gauge::default();
+        registry.register(
+            "shield_active",
+            "1 when the host-port shield guards every held address, 0 when off or failing",
+            shield_active.clone(),
+        );
+        let shield_ips = Gauge::default();
+        registry.register(
+            "shield_addresses",
+            "Addresses in the host-port shield's nftables table",
+            shield_ips.clone(),
+        );
+        let shield_sync_errors = Counter::default();
+        registry.register(
+            "shield_sync_errors",
+            "Writes of the host-port shield's nftables table that failed",
+            shield_sync_errors.clone(),
+        );
+        let shield_dropped = Family::<FamilyLabels, Counter>::default();
+        registry.register(
+            "shield_dropped_packets",
+            "Packets addressed to a load-balancer IP dropped by the host-port shield (not a Service port), by family",
+            shield_dropped.clone(),
+        );
         Metrics {
             registry,
             held,
@@ -142,6 +182,11 @@ impl Metrics {
             renew_failures,
             api_reachable,
             reconcile_duration,
+            shield_active,
+            shield_ips,
+            shield_sync_errors,
+            shield_dropped,
+            shield_seen: [AtomicU64::new(0), AtomicU64::new(0)],
             announcer: OnceLock::new(),
         }
     }
@@ -209,6 +254,31 @@ impl Metrics {
         self.api_reachable.set(i64::from(ok));
     }
 
+    /// Record the shield's state, its size and its failed writes since start.
+    pub fn set_shield(&self, state: ShieldState, addresses: usize, errors: u64) {
+        self.shield_active
+            .set(i64::from(state == ShieldState::Active));
+        self.shield_ips
+            .set(i64::try_from(addresses).unwrap_or(i64::MAX));
+        self.shield_sync_errors
+            .inc_by(errors.saturating_sub(self.shield_sync_errors.get()));
+    }
+
+    /// Bring the drop counters up to the table's counters; a table replaced since the last
+    /// reading restarted them at 0, and all it counted since is new.
+    pub fn set_shield_dropped(&self, dropped: Dropped) {
+        for (i, (family, now)) in [("ipv4", dropped.v4), ("ipv6", dropped.v6)]
+            .into_iter()
+            .enumerate()
+        {
+            let before = self.shield_seen[i].swap(now, Ordering::Relaxed);
+            let new = if now >= before { now - before } else { now };
+            self.shield_dropped
+                .get_or_create(&FamilyLabels { family })
+                .inc_by(new);
+        }
+    }
+
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         if let Some(a) = self.announcer.get() {
@@ -233,6 +303,10 @@ mod tests {
         m.set_announcements(8, 1);
         m.record_renewal(false);
         m.record_renewal(false);
+        m.set_shield(ShieldState::Active, 2, 1);
+        m.set_shield_dropped(Dropped { v4: 5, v6: 1 });
+        // The table was replaced: its counters restarted.
+        m.set_shield_dropped(Dropped { v4: 2, v6: 1 });
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_agent_addresses{interface="eth1"} 2"#,
@@ -248,6 +322,11 @@ mod tests {
             "aliaslb_agent_lease_renew_failures_total 2",
             "aliaslb_agent_api_reachable 0",
             "aliaslb_agent_reconcile_duration_seconds_count 1",
+            "aliaslb_agent_shield_active 1",
+            "aliaslb_agent_shield_addresses 2",
+            "aliaslb_agent_shield_sync_errors_total 1",
+            r#"aliaslb_agent_shield_dropped_packets_total{family="ipv4"} 7"#,
+            r#"aliaslb_agent_shield_dropped_packets_total{family="ipv6"} 1"#,
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -1,6 +1,8 @@
 //! Which IPs this node must carry: every IP in `status.loadBalancer.ingress` of a Service
 //! whose `aliaslb.io/node` annotation names this node, on the interface its
-//! `aliaslb.io/interface` annotation names, if any. Nothing else is ever acted on.
+//! `aliaslb.io/interface` annotation names, if any. Nothing else is ever acted on. The
+//! Service's ports (`spec.ports`: port and protocol, never its NodePorts) are what the
+//! host-port shield opens on those IPs.
 //!
 //! [`Assignments`] is the pure state fed by watch events; [`watch_services`] does the API
 //! I/O (one cluster-wide Service watch) and publishes the [`DesiredSet`] on a channel,
@@ -20,6 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::aliases::DesiredSet;
+use crate::shield::{OpenPort, Protocol};
 
 /// Fastest watch retry after an error.
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
@@ -36,6 +39,8 @@ pub struct NodeAssignment {
     pub interface: Option<String>,
     /// Ingress entries whose `ip` is not an IP address (reported, skipped).
     pub invalid: Vec<String>,
+    /// The ports the Service opens on its IPs.
+    pub ports: Vec<OpenPort>,
 }
 
 /// What `service` asks of `node`: `None` when its node annotation does not name `node`.
@@ -53,6 +58,19 @@ pub fn assignment_for(service: &Service, node: &str) -> Option<NodeAssignment> {
         interface,
         ..NodeAssignment::default()
     };
+    let ports = service.spec.as_ref().and_then(|s| s.ports.as_ref());
+    for p in ports.into_iter().flatten() {
+        let protocol = Protocol::from_service(p.protocol.as_deref());
+        match (protocol, u16::try_from(p.port)) {
+            (Some(protocol), Ok(port)) => out.ports.push(OpenPort { protocol, port }),
+            // The API accepts only TCP, UDP and SCTP ports 1-65535: nothing to open.
+            _ => out.invalid.push(format!(
+                "port {} {}",
+                p.port,
+                p.protocol.as_deref().unwrap_or("TCP")
+            )),
+        }
+    }
     let ingress = service
         .status
         .as_ref()
@@ -133,7 +151,7 @@ impl Assignments {
     fn assignment(&self, service: &Service) -> Option<NodeAssignment> {
         let a = assignment_for(service, &self.node)?;
         if !a.invalid.is_empty() {
-            warn!(service = %key_of(service), invalid = ?a.invalid, "ingress entries that are not IP addresses are ignored");
+            warn!(service = %key_of(service), invalid = ?a.invalid, "ingress entries that are not IP addresses, and ports of unknown protocols, are ignored");
         }
         Some(a)
     }
@@ -141,10 +159,14 @@ impl Assignments {
     /// The desired set, once a complete list was seen (`None` before).
     pub fn desired(&self) -> Option<DesiredSet> {
         self.synced.then(|| {
-            self.by_service
-                .values()
-                .flat_map(|a| a.ips.iter().map(|ip| (*ip, a.interface.clone())))
-                .collect()
+            let mut set = DesiredSet::new();
+            for a in self.by_service.values() {
+                for ip in &a.ips {
+                    set.insert(*ip, a.interface.clone());
+                    set.open(*ip, a.ports.iter().copied());
+                }
+            }
+            set
         })
     }
 }
@@ -237,6 +259,7 @@ mod tests {
         fn on_node(self, node: &str) -> Self;
         fn on_interface(self, interface: &str) -> Self;
         fn with_ips(self, ips: &[&str]) -> Self;
+        fn with_port(self, port: i32, protocol: &str) -> Self;
     }
 
     impl ServiceBuilder for Service {
@@ -248,6 +271,18 @@ mod tests {
         fn on_interface(mut self, interface: &str) -> Self {
             self.annotations_mut()
                 .insert(keys::ANNOTATION_INTERFACE.into(), interface.into());
+            self
+        }
+        fn with_port(mut self, port: i32, protocol: &str) -> Self {
+            self.spec
+                .get_or_insert_default()
+                .ports
+                .get_or_insert_default()
+                .push(k8s_openapi::api::core::v1::ServicePort {
+                    port,
+                    protocol: Some(protocol.into()),
+                    ..Default::default()
+                });
             self
         }
         fn with_ips(mut self, ips: &[&str]) -> Self {
@@ -295,6 +330,7 @@ mod tests {
                     ips: vec![ip("10.0.0.1"), ip("fd00::1")],
                     interface: Some("eth1".into()),
                     invalid: vec!["not-an-ip".into()],
+                    ports: vec![],
                 }),
             ),
             (
@@ -311,6 +347,51 @@ mod tests {
         for (svc, want) in table {
             assert_eq!(assignment_for(&svc, "me"), want, "{}", key_of(&svc));
         }
+    }
+
+    #[test]
+    fn service_ports_open_on_every_ip_of_the_service_and_sharing_services_add_up() {
+        let svc = service("a")
+            .on_node("me")
+            .with_ips(&["10.0.0.1", "fd00::1"])
+            .with_port(80, "TCP")
+            .with_port(53, "UDP")
+            .with_port(5000, "QUIC");
+        let a = assignment_for(&svc, "me").unwrap();
+        let tcp80 = OpenPort {
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let udp53 = OpenPort {
+            protocol: Protocol::Udp,
+            port: 53,
+        };
+        assert_eq!(a.ports, vec![tcp80, udp53]);
+        assert_eq!(a.invalid, vec!["port 5000 QUIC".to_owned()]);
+
+        let mut all = Assignments::new("me");
+        all.apply(watcher::Event::Init);
+        all.apply(watcher::Event::InitApply(svc));
+        all.apply(watcher::Event::InitApply(
+            service("b")
+                .on_node("me")
+                .with_ips(&["10.0.0.1"])
+                .with_port(443, "SCTP"),
+        ));
+        all.apply(watcher::Event::InitDone);
+        let d = all.desired().unwrap();
+        let sctp443 = OpenPort {
+            protocol: Protocol::Sctp,
+            port: 443,
+        };
+        assert_eq!(
+            d.ports(ip("10.0.0.1")).collect::<Vec<_>>(),
+            vec![tcp80, udp53, sctp443]
+        );
+        assert_eq!(
+            d.ports(ip("fd00::1")).collect::<Vec<_>>(),
+            vec![tcp80, udp53]
+        );
     }
 
     #[test]
