@@ -4,8 +4,9 @@
 #   docker build -t ghcr.io/aliaslb/aliaslb:0.1.0 .
 #
 # Build: the official Rust image (Debian bookworm) has the C toolchain `ring` needs.
-# Runtime: distroless cc (glibc + libgcc of the same Debian release, no shell), user nonroot
-# (65532). The agent's DaemonSet overrides the user to root: netlink and raw sockets need it.
+# Runtime: Debian bookworm slim with Debian's `nftables` (the agent's host-port shield runs
+# `nft`; a distroless base has no way to ship it with its libraries), user nonroot (65532). The
+# agent's DaemonSet overrides the user to root: netlink, nftables and raw sockets need it.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -18,7 +19,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && mkdir -p /out \
     && cp target/release/aliaslb-controller target/release/aliaslb target/release/aliaslb-agent /out/
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends nftables \
+    && rm -rf /var/lib/apt/lists/* \
+    && nft --version
 COPY --from=build /out/aliaslb-controller /usr/local/bin/aliaslb-controller
 COPY --from=build /out/aliaslb-agent /usr/local/bin/aliaslb-agent
 COPY --from=build /out/aliaslb /usr/local/bin/aliaslb
