@@ -2,8 +2,9 @@
 //! and the checked settings derived from them. No I/O.
 //!
 //! Flags that mean the same as the controller's carry the same name and variable
-//! (`--namespace`/`POD_NAMESPACE`, `--lease-duration`/`ALIASLB_AGENT_LEASE_DURATION`,
-//! `--metrics-addr`, `--log-format`), so one ConfigMap of variables can feed both.
+//! (`--namespace`/`POD_NAMESPACE`, `--agent-namespace`/`ALIASLB_AGENT_NAMESPACE`,
+//! `--lease-duration`/`ALIASLB_AGENT_LEASE_DURATION`, `--metrics-addr`, `--log-format`), so
+//! one ConfigMap of variables can feed both.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,14 +21,19 @@ use aliaslb_ops::telemetry::LogFormat;
     about = "Puts the load-balancer IPs the controller assigned to this node on its interfaces and announces them."
 )]
 pub struct Flags {
-    /// This node's name, as in the Services' `aliaslb.io/node` annotation (downward API
-    /// `spec.nodeName`).
+    /// This node's name (downward API `spec.nodeName`): its assignment object is
+    /// `aliaslb-node-<node>`, its Lease `aliaslb-agent-<node>`.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
 
-    /// Namespace of the controller, where the agent renews its Lease.
+    /// Namespace of the controller, where the agent reads its assignment object (the agent
+    /// needs no write right there).
     #[arg(long, env = "POD_NAMESPACE", default_value = keys::DEFAULT_NAMESPACE)]
     pub namespace: String,
+
+    /// Namespace of the agents' Leases, where the agent renews its own.
+    #[arg(long, env = "ALIASLB_AGENT_NAMESPACE", default_value = keys::DEFAULT_AGENT_NAMESPACE)]
+    pub agent_namespace: String,
 
     /// Put every alias on this interface (default: the Service's `aliaslb.io/interface`
     /// annotation, else the interface whose subnet holds the IP, else the default route's).
@@ -83,8 +89,10 @@ pub enum Toggle {
 pub struct Settings {
     /// This node's name.
     pub node_name: String,
-    /// Namespace of the agent Lease.
+    /// Namespace of the controller (the assignment object).
     pub namespace: String,
+    /// Namespace of the agent Lease.
+    pub agent_namespace: String,
     /// `--interface`, if given.
     pub interface: Option<String>,
     /// Lease duration (whole seconds).
@@ -163,6 +171,7 @@ impl Flags {
         let Flags {
             node_name,
             namespace,
+            agent_namespace,
             interface,
             lease_duration,
             renew_interval,
@@ -199,6 +208,7 @@ impl Flags {
         Ok(Settings {
             node_name,
             namespace,
+            agent_namespace,
             interface,
             lease_duration,
             renew_interval,
@@ -229,6 +239,7 @@ mod tests {
             .unwrap();
         assert_eq!(s.node_name, "node-a");
         assert_eq!(s.namespace, "aliaslb-system");
+        assert_eq!(s.agent_namespace, "aliaslb-agents");
         assert_eq!(s.interface, None);
         assert_eq!(s.lease_duration, Duration::from_secs(4));
         assert_eq!(s.renew_interval, Duration::from_secs(1));
@@ -245,6 +256,7 @@ mod tests {
         let s = parse(&[
             "--node-name=n",
             "--namespace=lb",
+            "--agent-namespace=lb-agents",
             "--interface=eth1",
             "--lease-duration=2s",
             "--renew-interval=500ms",
@@ -258,6 +270,7 @@ mod tests {
         .into_settings()
         .unwrap();
         assert_eq!(s.namespace, "lb");
+        assert_eq!(s.agent_namespace, "lb-agents");
         assert_eq!(s.interface.as_deref(), Some("eth1"));
         assert_eq!(s.lease_duration, Duration::from_secs(2));
         assert_eq!(s.renew_interval, Duration::from_millis(500));

@@ -14,7 +14,8 @@
 //! - `nft`: the only module running `nft`: the real shield backend.
 //!
 //! Kubernetes side:
-//! - `services`: the Service watch, turned into the desired set for this node.
+//! - `assignments`: the watch of this node's assignment object (written only by the
+//!   controller), turned into the desired set for this node.
 //! - `lease`: the heartbeat Lease and the report it carries.
 //!
 //! Plumbing: `config` (flags), `metrics`, `http` (`/metrics`, `/healthz`, `/readyz`),
@@ -22,6 +23,7 @@
 
 pub mod aliases;
 pub mod announce;
+pub mod assignments;
 pub mod backend;
 pub mod config;
 pub mod host;
@@ -30,6 +32,5 @@ pub mod lease;
 pub mod metrics;
 pub mod netlink;
 pub mod nft;
-pub mod services;
 pub mod shield;
 pub mod telemetry;

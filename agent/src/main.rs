@@ -1,5 +1,5 @@
 //! `aliaslb-agent`: parses flags, sets up logging, the API client, the metrics/health
-//! server, the Service watch and the Lease heartbeat, then runs the alias loop: reconcile
+//! server, the watch of its assignment object and the Lease heartbeat, then runs the alias loop: reconcile
 //! on every desired-set change, netlink change, API return and periodic resync; refresh
 //! lifetimes at every renewal tick. With the host-port shield on (the default), checks
 //! nftables first and refuses to start without it. On SIGTERM/SIGINT removes its aliases,
@@ -23,7 +23,7 @@ use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::nft::NftBackend;
 use aliaslb_agent::shield::Shield;
-use aliaslb_agent::{host, services, telemetry};
+use aliaslb_agent::{assignments, host, telemetry};
 use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, REPORT_VERSION};
 use aliaslb_ops::http;
 use anyhow::Context as _;
@@ -45,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
     let Settings {
         node_name,
         namespace,
+        agent_namespace,
         interface,
         lease_duration,
         renew_interval,
@@ -59,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         version = env!("CARGO_PKG_VERSION"),
         node = %node_name,
         %namespace,
+        %agent_namespace,
         interface = interface.as_deref().unwrap_or("(per Service, subnet or default route)"),
         ?lease_duration,
         ?renew_interval,
@@ -103,15 +105,16 @@ async fn main() -> anyhow::Result<()> {
     }));
 
     let (desired_tx, desired_rx) = watch::channel(None);
-    let watcher = tokio::spawn(services::watch_services(
+    let watcher = tokio::spawn(assignments::watch_assignments(
         client.clone(),
+        namespace,
         node_name.clone(),
         desired_tx,
     ));
     let heartbeat = Heartbeat::new(
         client,
         LeaseConfig {
-            namespace,
+            namespace: agent_namespace,
             node_name,
             lease_duration,
             renew_interval,

@@ -29,6 +29,7 @@ use std::fmt::{self, Write as _};
 use std::future::Future;
 use std::net::IpAddr;
 
+pub use aliaslb_core::assignment::{OpenPort, Protocol};
 use aliaslb_core::report::ShieldState;
 use tracing::{info, warn};
 
@@ -36,63 +37,6 @@ use tracing::{info, warn};
 pub const TABLE: &str = "inet aliaslb";
 /// The link kube-proxy's IPVS mode creates for its virtual IPs.
 pub const IPVS_LINK: &str = "kube-ipvs0";
-
-/// A transport protocol a Service port can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
-    /// SCTP.
-    Sctp,
-}
-
-impl Protocol {
-    /// Reads a Service port's `protocol` (`TCP` when empty, as the API defaults it).
-    pub fn from_service(protocol: Option<&str>) -> Option<Self> {
-        match protocol.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The nftables name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-
-    /// Reads an nftables name.
-    pub fn from_nft(s: &str) -> Option<Self> {
-        match s {
-            "tcp" => Some(Protocol::Tcp),
-            "udp" => Some(Protocol::Udp),
-            "sctp" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-}
-
-/// One port a Service opens on its LB IP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct OpenPort {
-    /// The protocol.
-    pub protocol: Protocol,
-    /// The port number.
-    pub port: u16,
-}
-
-impl fmt::Display for OpenPort {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.port, self.protocol.as_str())
-    }
-}
 
 /// What the table holds: every shielded IP with the ports open on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -496,17 +440,6 @@ mod tests {
         OpenPort {
             protocol: Protocol::Udp,
             port,
-        }
-    }
-
-    #[test]
-    fn protocols_read_like_the_api_defaults_them() {
-        assert_eq!(Protocol::from_service(None), Some(Protocol::Tcp));
-        assert_eq!(Protocol::from_service(Some("UDP")), Some(Protocol::Udp));
-        assert_eq!(Protocol::from_service(Some("SCTP")), Some(Protocol::Sctp));
-        assert_eq!(Protocol::from_service(Some("tcp")), None);
-        for p in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-            assert_eq!(Protocol::from_nft(p.as_str()), Some(p));
         }
     }
 

@@ -184,35 +184,35 @@ pub fn version_has_ip_mode(major: &str, minor: &str) -> bool {
     }
 }
 
-/// Why a write failed.
+/// Why a write failed (of a Service, or of a node assignment).
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// The API server refused or failed the call.
-    #[error("{what} of Service {service} failed")]
+    #[error("{what} of {object} failed")]
     Api {
         /// Which write.
         what: &'static str,
-        /// `namespace/name`.
-        service: String,
+        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
+        object: String,
         /// Cause.
         #[source]
         source: kube::Error,
     },
     /// No answer within [`WRITE_TIMEOUT`].
-    #[error("{what} of Service {service} timed out after {WRITE_TIMEOUT:?}")]
+    #[error("{what} of {object} timed out after {WRITE_TIMEOUT:?}")]
     Timeout {
         /// Which write.
         what: &'static str,
-        /// `namespace/name`.
-        service: String,
+        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
+        object: String,
     },
     /// This replica is not (or no longer) the leader.
-    #[error("not the leader: {what} of Service {service} skipped")]
+    #[error("not the leader: {what} of {object} skipped")]
     NotLeader {
         /// Which write.
         what: &'static str,
-        /// `namespace/name`.
-        service: String,
+        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
+        object: String,
     },
 }
 
@@ -282,7 +282,20 @@ impl Writer {
         fence: impl Fn() -> bool,
     ) -> Result<ServiceRecord, ApplyError> {
         let body = annotations_body(svc, node, interface);
-        call(api, svc, "annotations", false, &body, &fence).await
+        let updated = call(api, svc, "annotations", false, &body, &fence).await?;
+        if !annotations_differ(&updated, node, interface) {
+            return Ok(updated);
+        }
+        // Still different: someone else's field manager owns the annotation (a hand edit,
+        // `kubectl annotate`), and an apply that leaves a field out does not remove another
+        // manager's field. A merge patch sets (or removes) it whoever owns it: the
+        // annotations are a read-only view of the controller's decision.
+        tracing::info!(svc = %svc.key, "taking back a hand-edited aliaslb annotation");
+        let body = json!({"metadata": {"annotations": {
+            keys::ANNOTATION_NODE: node,
+            keys::ANNOTATION_INTERFACE: interface,
+        }}});
+        merge(api, svc, "annotation take-back", &body, &fence).await
     }
 
     /// Applies the status of `plan` on `svc`; returns the updated Service.
@@ -330,6 +343,26 @@ impl Writer {
     }
 }
 
+/// One JSON merge patch of `svc` under the fence and [`WRITE_TIMEOUT`].
+async fn merge(
+    api: &Api<Service>,
+    svc: &ServiceRecord,
+    what: &'static str,
+    body: &Value,
+    fence: &impl Fn() -> bool,
+) -> Result<ServiceRecord, ApplyError> {
+    let params = PatchParams {
+        field_manager: Some(keys::CONTROLLER_FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let object = format!("Service {}", svc.key);
+    let updated = guarded(what, object, fence, async {
+        api.patch(&svc.key.name, &params, &Patch::Merge(body)).await
+    })
+    .await?;
+    Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone()))
+}
+
 /// One server-side apply under the fence and [`WRITE_TIMEOUT`]; returns the record of
 /// the object the server returned (without view: only its identity and our marks are
 /// read).
@@ -341,29 +374,41 @@ async fn call(
     body: &Value,
     fence: &impl Fn() -> bool,
 ) -> Result<ServiceRecord, ApplyError> {
-    let service = svc.key.to_string();
-    if !fence() {
-        return Err(ApplyError::NotLeader { what, service });
-    }
     let name = &*svc.key.name;
     let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
     let patch = Patch::Apply(body);
-    let request = async {
+    let object = format!("Service {}", svc.key);
+    let updated = guarded(what, object, fence, async {
         if status {
             api.patch_status(name, &params, &patch).await
         } else {
             api.patch(name, &params, &patch).await
         }
-    };
+    })
+    .await?;
+    // The server returns what it stored: a Service without uid is not one.
+    Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone()))
+}
+
+/// Runs one write `request` of `object` behind the leader fence (checked right before
+/// it is sent) and within [`WRITE_TIMEOUT`].
+pub async fn guarded<T>(
+    what: &'static str,
+    object: String,
+    fence: &impl Fn() -> bool,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ApplyError> {
+    if !fence() {
+        return Err(ApplyError::NotLeader { what, object });
+    }
     match tokio::time::timeout(WRITE_TIMEOUT, request).await {
-        // The server returns what it stored: a Service without uid is not one.
-        Ok(Ok(updated)) => Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone())),
+        Ok(Ok(written)) => Ok(written),
         Ok(Err(source)) => Err(ApplyError::Api {
             what,
-            service,
+            object,
             source,
         }),
-        Err(_) => Err(ApplyError::Timeout { what, service }),
+        Err(_) => Err(ApplyError::Timeout { what, object }),
     }
 }
 

@@ -19,9 +19,15 @@ use crate::leader::{LeaderConfig, TimingError, Timings};
     about = "Leases IPs to LoadBalancer Services from per-namespace pools and elects the node that announces them."
 )]
 pub struct Flags {
-    /// Namespace of the controller, the pool ConfigMap, the agents' Leases and the leader Lease.
+    /// Namespace of the controller, the pool ConfigMap, the node assignments and the leader
+    /// Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = keys::DEFAULT_NAMESPACE)]
     pub namespace: String,
+
+    /// Namespace of the agents' Leases (apart from the controller's, so agents get no write
+    /// right where the leader Lease, the pools and the assignments live).
+    #[arg(long, env = "ALIASLB_AGENT_NAMESPACE", default_value = keys::DEFAULT_AGENT_NAMESPACE)]
+    pub agent_namespace: String,
 
     /// Name of the pool ConfigMap (key = namespace, value = addresses).
     #[arg(long, env = "ALIASLB_POOL_CONFIGMAP", default_value = keys::DEFAULT_POOL_CONFIGMAP)]
@@ -74,8 +80,10 @@ pub struct Flags {
 /// Settings the reconcile loop reads: the flags that shape allocation and election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
-    /// Namespace of the pool ConfigMap and the agents' Leases.
+    /// Namespace of the pool ConfigMap and the node assignments.
     pub namespace: String,
+    /// Namespace of the agents' Leases.
+    pub agent_namespace: String,
     /// Name of the pool ConfigMap.
     pub pool_configmap: String,
     /// `spec.loadBalancerClass` handled.
@@ -93,6 +101,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         ControllerConfig {
             namespace: keys::DEFAULT_NAMESPACE.to_owned(),
+            agent_namespace: keys::DEFAULT_AGENT_NAMESPACE.to_owned(),
             pool_configmap: keys::DEFAULT_POOL_CONFIGMAP.to_owned(),
             load_balancer_class: keys::DEFAULT_LOAD_BALANCER_CLASS.to_owned(),
             ignore_classless: false,
@@ -135,6 +144,7 @@ impl Flags {
     pub fn into_settings(self) -> Result<Settings, ConfigError> {
         let Flags {
             namespace,
+            agent_namespace,
             pool_configmap,
             load_balancer_class,
             ignore_classless,
@@ -168,6 +178,7 @@ impl Flags {
             },
             controller: ControllerConfig {
                 namespace,
+                agent_namespace,
                 pool_configmap,
                 load_balancer_class,
                 ignore_classless,
@@ -205,6 +216,7 @@ mod tests {
         assert_eq!(s.leader.identity, "pod-a");
         assert_eq!(s.leader.lease_name, "aliaslb-controller");
         assert_eq!(s.leader.namespace, "aliaslb-system");
+        assert_eq!(s.controller.agent_namespace, "aliaslb-agents");
         assert_eq!(s.leader.timings.lease_duration(), Duration::from_secs(15));
         assert_eq!(s.leader.timings.renew_deadline(), Duration::from_secs(10));
         assert_eq!(s.leader.timings.retry_period(), Duration::from_secs(2));
@@ -217,6 +229,7 @@ mod tests {
         let s = parse(&[
             "--identity=x",
             "--namespace=lb",
+            "--agent-namespace=lb-agents",
             "--ignore-cordon",
             "--ignore-classless",
             "--lease-duration=500ms",
@@ -232,6 +245,7 @@ mod tests {
         assert!(!s.controller.respect_cordon);
         assert!(s.controller.ignore_classless);
         assert_eq!(s.controller.namespace, "lb");
+        assert_eq!(s.controller.agent_namespace, "lb-agents");
         assert_eq!(s.leader.namespace, "lb");
         assert_eq!(
             s.controller.agent_lease_duration,

@@ -1,6 +1,7 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
 pub mod apply;
+pub mod assign;
 pub mod cli;
 pub mod config;
 pub mod context;

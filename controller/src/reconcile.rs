@@ -1,5 +1,11 @@
 //! The leader's reconcile loop: observe (caches) -> one pure [`Planner::plan`] pass ->
-//! apply the difference (Service annotations and status, Events) -> metrics. Does I/O.
+//! apply the difference (the node assignments agents act on, Service annotations and
+//! status, Events) -> metrics. Does I/O.
+//!
+//! - The first pass of a term imports the current nodes from our own assignment objects
+//!   ([`crate::assign`]), never from the Services' `aliaslb.io/node` annotation, which a
+//!   tenant can write. Only when no assignment object exists at all (the first start after
+//!   an upgrade from a version without them) does it fall back to the annotation, once.
 //!
 //! - [`run`] is the whole controller minus leader election and HTTP: it starts the caches
 //!   (in every replica), marks the process ready once they synced, and runs a
@@ -30,6 +36,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::apply::{self, ApplyError, Writer};
+use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
 use crate::record::{self, ServiceRecord, digest};
@@ -335,6 +342,13 @@ struct Reconciler {
     pools: BTreeSet<(String, Family)>,
     /// Lease names whose report was unreadable, to log once.
     bad_reports: HashSet<String>,
+    /// Whether the planner has imported the observed assignments (its first pass).
+    imported: bool,
+    /// The node assignments written and not yet seen in the cache: digest of the text and
+    /// the versions before and after our write.
+    assign_memo: HashMap<String, (u64, [Option<String>; 2])>,
+    /// When failed assignment writes are retried.
+    assign_retry: Option<Instant>,
 }
 
 impl Reconciler {
@@ -357,6 +371,9 @@ impl Reconciler {
             cleared: HashSet::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
+            imported: false,
+            assign_memo: HashMap::new(),
+            assign_retry: None,
         }
     }
 
@@ -395,7 +412,8 @@ impl Reconciler {
         let started = Instant::now();
         let config = self.pool_config().await?;
         let services = self.caches.services.snapshot();
-        let mut views = Vec::with_capacity(services.len());
+        let mut views: Vec<Arc<aliaslb_core::plan::ServiceView>> =
+            Vec::with_capacity(services.len());
         let mut by_key: HashMap<ServiceKey, Arc<ServiceRecord>> =
             HashMap::with_capacity(services.len());
         let mut strangers = Vec::new();
@@ -423,16 +441,40 @@ impl Reconciler {
             let objects = self.caches.endpoints.snapshot();
             views::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
         };
+        let observed_assignments = assign::observed(
+            self.caches
+                .assignments
+                .state()
+                .iter()
+                .map(|cm| &**cm)
+                .collect::<Vec<_>>(),
+        );
+        // Our IPs on Services that stopped being ours: not free while the API shows them.
+        let lingering: BTreeSet<std::net::IpAddr> =
+            strangers.iter().flat_map(|s| s.ingress_ips()).collect();
+        if !self.imported {
+            import_trusted_nodes(&mut views, &observed_assignments);
+            self.imported = true;
+        }
         let output = self.planner.plan(&Inputs {
             config: &config,
             services: &views,
             nodes: &nodes,
             agents: &reports,
+            lingering: &lingering,
             local_endpoints: &local,
             respect_cordon: self.ctx.config.respect_cordon,
             now,
         });
         self.record_metrics(&output);
+
+        // The agents act on the assignments: they go first.
+        let views_by_key: HashMap<&ServiceKey, &aliaslb_core::plan::ServiceView> =
+            views.iter().map(|v| (&v.key, &**v)).collect();
+        let desired_assignments = assign::desired(&output, &views_by_key);
+        drop(views_by_key);
+        self.write_assignments(desired_assignments, observed_assignments, now)
+            .await;
 
         let jobs = self.jobs(&output, &by_key, strangers, now);
         // From here on the pass holds a Service's record only while its write is pending:
@@ -469,7 +511,88 @@ impl Reconciler {
             .unwrap_or_else(|e| e.into_inner())
             .next_expiry(now);
         let retry = self.backoff.values().map(|b| b.next).min();
-        lease_expiry.into_iter().chain(retry).min()
+        lease_expiry
+            .into_iter()
+            .chain(retry)
+            .chain(self.assign_retry)
+            .min()
+    }
+
+    /// Writes every node assignment whose text differs from what the cache shows (and
+    /// that we did not just write: the cache lags behind our writes).
+    async fn write_assignments(
+        &mut self,
+        desired: BTreeMap<String, aliaslb_core::assignment::NodeAssignments>,
+        observed: BTreeMap<String, String>,
+        now: Instant,
+    ) {
+        if self.assign_retry.is_some_and(|at| at > now) {
+            return;
+        }
+        self.assign_retry = None;
+        let versions: HashMap<String, Option<String>> = self
+            .caches
+            .assignments
+            .state()
+            .iter()
+            .filter_map(|cm| {
+                let node = assign::node_of(cm.metadata.name.as_deref()?)?;
+                Some((node.to_owned(), cm.metadata.resource_version.clone()))
+            })
+            .collect();
+        let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
+        let mut writes = Vec::new();
+        for node in nodes {
+            let text = desired.get(node).map(|a| a.render()).unwrap_or_default();
+            if observed.get(node) == Some(&text) {
+                self.assign_memo.remove(node);
+                continue;
+            }
+            let version = versions.get(node).cloned().flatten();
+            if let Some((written, seen)) = self.assign_memo.get(node)
+                && *written == digest(&text)
+                && seen.contains(&version)
+            {
+                continue;
+            }
+            writes.push((node.clone(), text, version));
+        }
+        if writes.is_empty() {
+            return;
+        }
+        let api = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.ctx.config.namespace);
+        let namespace = &self.ctx.config.namespace;
+        let leader = &self.ctx.leader;
+        let done: Vec<_> = futures::stream::iter(writes)
+            .map(|(node, text, before)| {
+                let api = &api;
+                async move {
+                    let result =
+                        assign::apply(api, namespace, &node, &text, || leader.is_leader()).await;
+                    (node, text, before, result)
+                }
+            })
+            .buffer_unordered(MAX_IN_FLIGHT)
+            .collect()
+            .await;
+        for (node, text, before, result) in done {
+            match result {
+                Ok(written) => {
+                    tracing::info!(node, ips = text.lines().count(), "node assignment written");
+                    self.assign_memo.insert(
+                        node,
+                        (digest(&text), [before, written.metadata.resource_version]),
+                    );
+                }
+                Err(error) => {
+                    self.ctx.metrics.inc_reconcile_error(error.category());
+                    if error.is_transient() {
+                        tracing::warn!(node, error = %error, "node assignment write failed; retrying");
+                        self.assign_retry = Some(now + BASE_BACKOFF);
+                    }
+                }
+            }
+        }
     }
 
     /// Agent readiness and reports by node.
@@ -818,6 +941,30 @@ impl Reconciler {
                 self.ctx.metrics.inc_reconcile_error("event_dropped");
                 tracing::warn!(svc = %e.service, reason = %e.reason, "Event queue full: Event dropped");
             }
+        }
+    }
+}
+
+/// Sets each Service's observed node from our own assignment objects (see the module
+/// docs); with no object at all, the annotation read into the view stays.
+fn import_trusted_nodes(
+    views: &mut [Arc<aliaslb_core::plan::ServiceView>],
+    observed: &BTreeMap<String, String>,
+) {
+    if observed.is_empty() {
+        if views.iter().any(|v| v.observed_node.is_some()) {
+            tracing::warn!(
+                "no node assignment object yet: importing nodes from the Services' annotations, once (first start after an upgrade)"
+            );
+        }
+        return;
+    }
+    let trusted = assign::trusted_nodes(observed);
+    for view in views.iter_mut() {
+        let node =
+            assign::trusted_node_of(&view.key, &view.observed_ips, &trusted).map(str::to_owned);
+        if view.observed_node != node {
+            Arc::make_mut(view).observed_node = node;
         }
     }
 }

@@ -49,7 +49,8 @@ pub struct ServiceInfo {
     pub cluster_ip: Option<String>,
     /// `status.loadBalancer.ingress[].ip`.
     pub ips: Vec<IpAddr>,
-    /// `aliaslb.io/node`.
+    /// The node its IPs are assigned to: from the controller's assignment objects (see
+    /// [`fetch`]), the `aliaslb.io/node` annotation only where none exists.
     pub node: Option<String>,
     /// `aliaslb.io/sharing-key`.
     pub sharing_key: Option<String>,
@@ -447,6 +448,7 @@ pub enum StatusError {
 pub async fn fetch(
     client: &Client,
     namespace: &str,
+    agent_namespace: &str,
     configmap: &str,
 ) -> Result<Report, StatusError> {
     let api_err = |what: String| move |source| StatusError::Api { what, source };
@@ -463,17 +465,31 @@ pub async fn fetch(
         .list(&ListParams::default())
         .await
         .map_err(api_err("Services".to_owned()))?;
-    let leases = Api::<Lease>::namespaced(client.clone(), namespace)
+    let leases = Api::<Lease>::namespaced(client.clone(), agent_namespace)
         .list(&ListParams::default())
         .await
-        .map_err(api_err(format!("Leases in {namespace}")))?;
+        .map_err(api_err(format!("Leases in {agent_namespace}")))?;
+    let assignments = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(keys::LABEL_ASSIGNMENTS))
+        .await
+        .map_err(api_err(format!("assignment ConfigMaps in {namespace}")))?;
+    let observed = crate::assign::observed(&assignments.items);
     let now = Timestamp::now();
     let agents: BTreeMap<String, AgentInfo> = leases
         .items
         .iter()
         .filter_map(|l| agent_info(l, now))
         .collect();
-    let infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
+    let mut infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
+    // The node agents act on is the one in the controller's assignments (the annotation is
+    // a view anyone with `edit` on the Service can write).
+    if !observed.is_empty() {
+        let trusted = crate::assign::trusted_nodes(&observed);
+        for info in &mut infos {
+            info.node =
+                crate::assign::trusted_node_of(&info.key, &info.ips, &trusted).map(str::to_owned);
+        }
+    }
     Ok(compute(&config, &infos, &agents))
 }
 

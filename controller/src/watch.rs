@@ -49,10 +49,13 @@ pub struct Caches {
     pub services: Records<ServiceRecord>,
     /// Every Node.
     pub nodes: Store<Node>,
-    /// Leases of the controller namespace (filter with [`crate::views::agent_node`]).
+    /// Leases of the agent namespace (filter with [`crate::views::agent_node`]).
     pub leases: Store<Lease>,
     /// The pool ConfigMap (zero or one object).
     pub configmap: Store<ConfigMap>,
+    /// The node assignments we wrote (ConfigMaps labelled
+    /// [`aliaslb_core::keys::LABEL_ASSIGNMENTS`] in the controller namespace).
+    pub assignments: Store<ConfigMap>,
     /// Nodes with ready endpoints, per endpoints object (for `externalTrafficPolicy:
     /// Local`), read from [`Caches::endpoint_source`].
     pub endpoints: Records<EndpointNodes>,
@@ -125,7 +128,7 @@ impl Caches {
         let leases = spawn(
             &mut tasks,
             "Lease",
-            Api::<Lease>::namespaced(client.clone(), &config.namespace),
+            Api::<Lease>::namespaced(client.clone(), &config.agent_namespace),
             watcher::Config::default(),
             tx.clone(),
             move |event| record_lease(&clock, event),
@@ -135,6 +138,14 @@ impl Caches {
             "ConfigMap",
             Api::<ConfigMap>::namespaced(client.clone(), &config.namespace),
             watcher::Config::default().fields(&format!("metadata.name={}", config.pool_configmap)),
+            tx.clone(),
+            |_| {},
+        );
+        let assignments = spawn(
+            &mut tasks,
+            "assignment ConfigMap",
+            Api::<ConfigMap>::namespaced(client.clone(), &config.namespace),
+            watcher::Config::default().labels(aliaslb_core::keys::LABEL_ASSIGNMENTS),
             tx.clone(),
             |_| {},
         );
@@ -163,6 +174,7 @@ impl Caches {
             nodes,
             leases,
             configmap,
+            assignments,
             endpoints,
             endpoint_source,
             agents,
@@ -183,6 +195,10 @@ impl Caches {
         wait(self.nodes.wait_until_ready().await, "Node")?;
         wait(self.leases.wait_until_ready().await, "Lease")?;
         wait(self.configmap.wait_until_ready().await, "ConfigMap")?;
+        wait(
+            self.assignments.wait_until_ready().await,
+            "assignment ConfigMap",
+        )?;
         let endpoints = match self.endpoint_source {
             EndpointSource::Slices => "EndpointSlice",
             EndpointSource::Legacy => "Endpoints",

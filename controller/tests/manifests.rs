@@ -26,6 +26,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 const NAMESPACE: &str = "aliaslb-system";
+const AGENT_NAMESPACE: &str = "aliaslb-agents";
 const CONTROLLER_SA: &str = "aliaslb-controller";
 const AGENT_SA: &str = "aliaslb-agent";
 const IMAGE: &str = "ghcr.io/aliaslb/aliaslb:0.1.0";
@@ -128,6 +129,7 @@ async fn check_access(client: &Client, who: &str, cases: &[Case]) {
 const READ: &[&str] = &["get", "list", "watch"];
 const ALL_WRITES: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
 const SYS: Option<&str> = Some(NAMESPACE);
+const AGENTS: Option<&str> = Some(AGENT_NAMESPACE);
 const DEFAULT: Option<&str> = Some("default");
 
 #[tokio::test]
@@ -141,18 +143,24 @@ async fn every_manifest_is_created() {
     );
     let mut names: Vec<&str> = out.lines().collect();
     names.sort_unstable();
+    // `kubectl get -o name` does not say the namespace: the two Roles `aliaslb-agent` are in
+    // aliaslb-agents (its Lease) and aliaslb-system is `aliaslb-agent-assignments`; the two
+    // `aliaslb-controller` Roles are in aliaslb-system and aliaslb-agents.
     let want = [
-        "clusterrole.rbac.authorization.k8s.io/aliaslb-agent",
         "clusterrole.rbac.authorization.k8s.io/aliaslb-controller",
-        "clusterrolebinding.rbac.authorization.k8s.io/aliaslb-agent",
         "clusterrolebinding.rbac.authorization.k8s.io/aliaslb-controller",
         "configmap/aliaslb-pools",
         "daemonset.apps/aliaslb-agent",
         "deployment.apps/aliaslb-controller",
+        "namespace/aliaslb-agents",
         "namespace/aliaslb-system",
         "role.rbac.authorization.k8s.io/aliaslb-agent",
+        "role.rbac.authorization.k8s.io/aliaslb-agent-assignments",
+        "role.rbac.authorization.k8s.io/aliaslb-controller",
         "role.rbac.authorization.k8s.io/aliaslb-controller",
         "rolebinding.rbac.authorization.k8s.io/aliaslb-agent",
+        "rolebinding.rbac.authorization.k8s.io/aliaslb-agent-assignments",
+        "rolebinding.rbac.authorization.k8s.io/aliaslb-controller",
         "rolebinding.rbac.authorization.k8s.io/aliaslb-controller",
         "serviceaccount/aliaslb-agent",
         "serviceaccount/aliaslb-controller",
@@ -348,7 +356,8 @@ async fn controller_rbac_is_exact() {
             DEFAULT,
             false,
         ),
-        (&["patch", "update"], "", "services/status", DEFAULT, true),
+        (&["patch"], "", "services/status", DEFAULT, true),
+        (&["update"], "", "services/status", DEFAULT, false),
         (READ, "", "nodes", None, true),
         (
             &["create", "update", "patch", "delete"],
@@ -378,17 +387,36 @@ async fn controller_rbac_is_exact() {
         ),
         (&["delete", "update"], "", "events", DEFAULT, false),
         (READ, "", "configmaps", SYS, true),
-        (ALL_WRITES, "", "configmaps", SYS, false),
+        // The node assignments: server-side apply (patch; create for a node's first).
+        (&["create", "patch"], "", "configmaps", SYS, true),
+        (
+            &["update", "delete", "deletecollection"],
+            "",
+            "configmaps",
+            SYS,
+            false,
+        ),
         (READ, "", "configmaps", DEFAULT, false),
         (&["list"], "", "configmaps", None, false),
+        (ALL_WRITES, "", "configmaps", AGENTS, false),
+        // Its leader Lease.
         (
-            &["get", "list", "watch", "create", "update", "patch"],
+            &["get", "create", "update"],
             "coordination.k8s.io",
             "leases",
             SYS,
             true,
         ),
-        (&["delete"], "coordination.k8s.io", "leases", SYS, false),
+        (
+            &["list", "watch", "patch", "delete"],
+            "coordination.k8s.io",
+            "leases",
+            SYS,
+            false,
+        ),
+        // The agents' heartbeats: read only.
+        (READ, "coordination.k8s.io", "leases", AGENTS, true),
+        (ALL_WRITES, "coordination.k8s.io", "leases", AGENTS, false),
         (
             &["get", "create"],
             "coordination.k8s.io",
@@ -408,10 +436,12 @@ async fn agent_rbac_is_exact() {
     let env = installed();
     let client = env.service_account_client(NAMESPACE, AGENT_SA).await;
     let cases: &[Case] = &[
-        (READ, "", "services", None, true),
+        // No Service, no Node: it acts on its assignment object only.
+        (READ, "", "services", None, false),
+        (READ, "", "services", DEFAULT, false),
         (ALL_WRITES, "", "services", DEFAULT, false),
         (&["patch", "update"], "", "services/status", DEFAULT, false),
-        (READ, "", "nodes", None, true),
+        (READ, "", "nodes", None, false),
         (
             &["create", "update", "patch", "delete"],
             "",
@@ -419,20 +449,24 @@ async fn agent_rbac_is_exact() {
             None,
             false,
         ),
+        // Its heartbeat, in the agents' namespace.
         (
-            &["get", "create", "update", "patch", "delete"],
+            &["get", "create", "patch", "delete"],
             "coordination.k8s.io",
             "leases",
-            SYS,
+            AGENTS,
             true,
         ),
         (
-            &["list", "watch", "deletecollection"],
+            &["list", "watch", "update", "deletecollection"],
             "coordination.k8s.io",
             "leases",
-            SYS,
+            AGENTS,
             false,
         ),
+        // No write right at all where the leader Lease, the pools and the assignments are.
+        (READ, "coordination.k8s.io", "leases", SYS, false),
+        (ALL_WRITES, "coordination.k8s.io", "leases", SYS, false),
         (
             &["get", "create"],
             "coordination.k8s.io",
@@ -440,8 +474,9 @@ async fn agent_rbac_is_exact() {
             DEFAULT,
             false,
         ),
-        (READ, "", "configmaps", SYS, false),
+        (READ, "", "configmaps", SYS, true),
         (ALL_WRITES, "", "configmaps", SYS, false),
+        (READ, "", "configmaps", DEFAULT, false),
         (&["create", "patch"], "", "events", DEFAULT, false),
         (
             &["create", "patch"],
@@ -517,10 +552,30 @@ async fn controller_really_writes_status_and_reads_only_its_pools() {
     assert!(pools.get("aliaslb-pools").await.unwrap().data.is_some());
     let elsewhere = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     assert!(is_forbidden(elsewhere.get_opt("aliaslb-pools").await));
-    let wipe = Patch::Merge(json!({"data": {"default": "10.0.0.1"}}));
+    // A node assignment, as the controller writes it: server-side apply creates it, and
+    // updates it. RBAC cannot narrow `patch` to a name prefix, so the controller could also
+    // patch the pool ConfigMap; it never deletes anything there.
+    let name = "aliaslb-node-rbac-node";
+    let assignment = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"aliaslb.io/node-assignment": "true"}},
+        "data": {"ips": "192.168.55.10 - tcp:80 default/web\n"},
+    });
+    let apply = PatchParams::apply("aliaslb-controller").force();
+    pools
+        .patch(name, &apply, &Patch::Apply(&assignment))
+        .await
+        .unwrap();
+    pools
+        .patch(name, &apply, &Patch::Apply(&assignment))
+        .await
+        .unwrap();
     assert!(is_forbidden(
-        pools
-            .patch("aliaslb-pools", &PatchParams::default(), &wipe)
+        pools.delete(name, &DeleteParams::default()).await
+    ));
+    assert!(is_forbidden(
+        elsewhere
+            .patch(name, &apply, &Patch::Apply(&assignment))
             .await
     ));
 }
@@ -532,7 +587,7 @@ async fn agent_cannot_write_services_but_keeps_its_lease() {
     let client = env.service_account_client(NAMESPACE, AGENT_SA).await;
     let services = Api::<Service>::namespaced(client.clone(), &ns);
 
-    assert!(services.get("web").await.is_ok());
+    assert!(is_forbidden(services.get("web").await));
     let steer = Patch::Merge(json!({"metadata": {"annotations": {"aliaslb.io/node": "evil"}}}));
     assert!(is_forbidden(
         services.patch("web", &PatchParams::default(), &steer).await
@@ -547,7 +602,7 @@ async fn agent_cannot_write_services_but_keeps_its_lease() {
             .await
     ));
 
-    let leases = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
+    let leases = Api::<Lease>::namespaced(client.clone(), AGENT_NAMESPACE);
     let name = "aliaslb-agent-rbac-node";
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -561,9 +616,42 @@ async fn agent_cannot_write_services_but_keeps_its_lease() {
         .await
         .unwrap();
     leases.delete(name, &DeleteParams::default()).await.unwrap();
-    let other_ns = Api::<Lease>::namespaced(client, &ns);
+    let other_ns = Api::<Lease>::namespaced(client.clone(), &ns);
     assert!(is_forbidden(
         other_ns.create(&PostParams::default(), &lease).await
+    ));
+
+    // The controller's namespace is out of reach: the leader Lease, the pools, the
+    // assignments.
+    let system_leases = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
+    let leader: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "aliaslb-controller"},
+        "spec": {"holderIdentity": "evil", "leaseDurationSeconds": 3600},
+    }))
+    .unwrap();
+    assert!(is_forbidden(
+        system_leases.create(&PostParams::default(), &leader).await
+    ));
+    assert!(is_forbidden(
+        system_leases
+            .delete("aliaslb-controller", &DeleteParams::default())
+            .await
+    ));
+    let configmaps = Api::<ConfigMap>::namespaced(client, NAMESPACE);
+    assert!(configmaps.get("aliaslb-pools").await.is_ok(), "read-only");
+    let wipe = Patch::Merge(json!({"data": {"default": "10.0.0.1"}}));
+    assert!(is_forbidden(
+        configmaps
+            .patch("aliaslb-pools", &PatchParams::default(), &wipe)
+            .await
+    ));
+    let steer: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "aliaslb-node-rbac-node"},
+        "data": {"ips": "10.0.0.1 - - default/web\n"},
+    }))
+    .unwrap();
+    assert!(is_forbidden(
+        configmaps.create(&PostParams::default(), &steer).await
     ));
 }
 

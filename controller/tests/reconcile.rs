@@ -41,7 +41,13 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
 
     // `aliaslb status` shows the route table.
     let out = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
-        .args(["status", "--namespace", &c.system])
+        .args([
+            "status",
+            "--namespace",
+            &c.system,
+            "--agent-namespace",
+            &c.system,
+        ])
         .env("KUBECONFIG", c.env.kubeconfig_path())
         .output()
         .unwrap();

@@ -43,6 +43,21 @@ pub fn agent_lease_name(node: &str) -> String {
     format!("aliaslb-agent-{node}")
 }
 
+/// Default namespace of the agents' Leases: apart from the controller's, so an agent's
+/// right to write its Lease gives it no write right where the controller keeps its
+/// leader Lease, the pool ConfigMap and the assignments.
+pub const DEFAULT_AGENT_NAMESPACE: &str = "aliaslb-agents";
+
+/// Label (value `true`) on every node assignment ConfigMap, which the controller watches.
+pub const LABEL_ASSIGNMENTS: &str = "aliaslb.io/node-assignment";
+/// Data key of an assignment ConfigMap ([`crate::assignment`]).
+pub const ASSIGNMENTS_KEY: &str = "ips";
+
+/// Name of the ConfigMap (in the controller's namespace) that holds what `node` must carry.
+pub fn assignment_configmap(node: &str) -> String {
+    format!("aliaslb-node-{node}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +65,6 @@ mod tests {
     #[test]
     fn agent_lease_name_is_prefixed() {
         assert_eq!(agent_lease_name("node-a"), "aliaslb-agent-node-a");
+        assert_eq!(assignment_configmap("node-a"), "aliaslb-node-node-a");
     }
 }

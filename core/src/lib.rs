@@ -5,6 +5,7 @@
 
 pub mod allocator;
 pub mod annotations;
+pub mod assignment;
 pub mod election;
 pub mod keys;
 pub mod plan;

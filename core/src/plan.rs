@@ -21,11 +21,13 @@
 //! 6. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
 //!
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
-//! moved, its pool changed) while the API still shows it on that Service is not handed to
-//! anyone else until a pass sees the API no longer showing it. The writes of one pass run
+//! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
+//! API still shows it on that Service, or while any agent still reports holding it, is not
+//! handed to anyone else until a pass sees neither. The writes of one pass run
 //! concurrently, so without this the new holder's status could land before the old holder's
-//! clear and the API would show one IP on two Services. A deleted Service is not in the
-//! inputs, so its IPs are free at once.
+//! clear and the API would show one IP on two Services; and the old holder's node could
+//! still answer for it when the new one's takes it. A Service that is no longer ours is not
+//! in `services`: the IPs the API still shows on it come in as [`Inputs::lingering`].
 //!
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
@@ -191,6 +193,9 @@ pub struct Inputs<'a> {
     pub nodes: &'a [NodeState],
     /// Node name -> its agent's latest report.
     pub agents: &'a BTreeMap<String, AgentReport>,
+    /// IPs the API still shows on Services that are no longer ours (type or class
+    /// changed): quarantined, not free.
+    pub lingering: &'a BTreeSet<IpAddr>,
     /// Service -> nodes with a ready local endpoint (for `externalTrafficPolicy: Local`).
     pub local_endpoints: &'a BTreeMap<ServiceKey, BTreeSet<String>>,
     /// Whether cordoned nodes are ineligible.
@@ -471,6 +476,8 @@ impl Planner {
             .services
             .iter()
             .flat_map(|v| v.observed_ips.iter().copied())
+            .chain(inputs.lingering.iter().copied())
+            .chain(inputs.agents.values().flat_map(|r| r.held.iter().copied()))
             .collect();
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
@@ -646,11 +653,11 @@ impl Planner {
     }
 
     /// Quarantine: an IP taken from a Service goes back to its pool only once the API no
-    /// longer shows it on any Service. The writes of one pass run concurrently, so handing
-    /// it to another Service in the same pass could let the new holder's status land before
-    /// the old holder's clear: one IP on two Services in the API, however briefly (found by
-    /// the chaos run, seed 11). Lifted at the start of every pass; a deleted Service is not
-    /// in the inputs, so its IPs are not visible and go back at once.
+    /// longer shows it on any Service and no agent reports holding it. The writes of one
+    /// pass run concurrently, so handing it to another Service in the same pass could let
+    /// the new holder's status land before the old holder's clear: one IP on two Services
+    /// in the API, however briefly (found by the chaos run, seed 11). Lifted at the start of
+    /// every pass.
     fn lift_quarantine(&mut self) {
         let lifted: Vec<IpAddr> = self
             .quarantined

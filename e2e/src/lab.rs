@@ -21,8 +21,11 @@ pub const NODES: [u8; 3] = [1, 2, 3];
 pub const CLIENT_NS: &str = "alb-client";
 /// The client's address on the LAN.
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 200);
-/// The namespace of the controller, the Leases and the pool ConfigMap (manifests/).
+/// The namespace of the controller, its leader Lease, the node assignments and the pool
+/// ConfigMap (manifests/).
 pub const SYSTEM_NAMESPACE: &str = "aliaslb-system";
+/// The namespace of the agents' Leases (manifests/).
+pub const AGENT_NAMESPACE: &str = "aliaslb-agents";
 /// Lease duration of the agents (and the controller's freshness window): the defaults.
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);
 
@@ -519,7 +522,7 @@ impl Lab {
         let name = format!("aliaslb-agent-{}", node_name(n));
         wait_for(&format!("Lease {name}"), timeout, || {
             Ok(
-                match self.kubectl(&["get", "lease", "-n", SYSTEM_NAMESPACE, &name]) {
+                match self.kubectl(&["get", "lease", "-n", AGENT_NAMESPACE, &name]) {
                     Ok(_) => Ok(()),
                     Err(e) => Err(e.to_string()),
                 },

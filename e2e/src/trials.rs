@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::Error;
-use crate::lab::{Lab, SYSTEM_NAMESPACE, node_name, run};
+use crate::lab::{AGENT_NAMESPACE, Lab, node_name, run};
 use crate::sampler::{SAMPLE_PERIOD, Samples};
 
 /// The node label that takes a node out of the load-balancer election.
@@ -238,7 +238,7 @@ pub fn agent_lease(lab: &Lab, n: u8) -> Result<Option<AgentLease>, Error> {
         "get",
         "lease",
         "-n",
-        SYSTEM_NAMESPACE,
+        AGENT_NAMESPACE,
         &name,
         "--ignore-not-found",
         "-o",
@@ -248,7 +248,7 @@ pub fn agent_lease(lab: &Lab, n: u8) -> Result<Option<AgentLease>, Error> {
         return Ok(None);
     }
     let v: Value = serde_json::from_str(&out).map_err(|e| Error::Output {
-        cmd: format!("kubectl get lease -n {SYSTEM_NAMESPACE} {name} -o json"),
+        cmd: format!("kubectl get lease -n {AGENT_NAMESPACE} {name} -o json"),
         why: format!("not JSON: {e}"),
     })?;
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();

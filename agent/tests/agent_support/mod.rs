@@ -1,11 +1,12 @@
 //! Test support for running the real `aliaslb-agent` binary in a network namespace
 //! against the test apiserver: a TCP relay that makes the host's `127.0.0.1:PORT`
 //! apiserver reachable at the same address inside the namespace, the agent process, and
-//! small Service/Lease helpers acting as the controller would. Does I/O (threads,
+//! small assignment/Lease helpers acting as the controller would. Does I/O (threads,
 //! sockets, processes, API calls). Builds on `support` (namespaces, `ip`).
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -15,11 +16,12 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::report::AgentReport;
 use aliaslb_testenv::TestEnv;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -183,7 +185,8 @@ pub struct Agent {
 pub struct AgentArgs {
     /// `--node-name`.
     pub node: String,
-    /// `--namespace` (the test's Kubernetes namespace).
+    /// `--namespace` and `--agent-namespace` (the test's Kubernetes namespace: its
+    /// assignment objects and its Lease).
     pub namespace: String,
     /// `--lease-duration`.
     pub lease: &'static str,
@@ -224,6 +227,7 @@ impl Agent {
         ])
         .args(["--node-name", &args.node])
         .args(["--namespace", &args.namespace])
+        .args(["--agent-namespace", &args.namespace])
         .args(["--lease-duration", args.lease])
         .args(["--renew-interval", args.renew])
         .args(["--metrics-addr", METRICS_ADDR])
@@ -332,11 +336,18 @@ pub fn lb_service(name: &str) -> Service {
     }
 }
 
-/// The controller's side, as far as the agent sees it: Services in one namespace.
+/// One Service as the controller assigned it: node, interface, IPs.
+type Assigned = (Option<String>, Option<String>, Vec<String>);
+
+/// The controller's side, as far as the agent sees it: Services, the node assignment
+/// objects and the agent Leases, all in one namespace.
 #[derive(Debug, Clone)]
 pub struct Cluster {
     pub services: Api<Service>,
     pub leases: Api<Lease>,
+    pub assignments: Api<ConfigMap>,
+    /// What [`Cluster::assign`] said per Service, to write whole node objects.
+    assigned: Arc<Mutex<BTreeMap<String, Assigned>>>,
 }
 
 impl Cluster {
@@ -345,6 +356,8 @@ impl Cluster {
         Cluster {
             services: Api::namespaced(client.clone(), namespace),
             leases: Api::namespaced(client.clone(), namespace),
+            assignments: Api::namespaced(client.clone(), namespace),
+            assigned: Arc::default(),
         }
     }
 
@@ -356,8 +369,9 @@ impl Cluster {
             .unwrap();
     }
 
-    /// Assigns `ips` to `name` on `node` (annotation removed when `None`), as the
-    /// controller would: the node (and interface) annotations, then the status ingress.
+    /// Assigns `ips` of Service `name` to `node` (to no node when `None`), as the
+    /// controller would: the Service's status ingress, then the assignment objects of the
+    /// nodes it leaves and joins (the only thing the agent acts on), with port tcp/80.
     pub async fn assign(
         &self,
         name: &str,
@@ -365,18 +379,60 @@ impl Cluster {
         interface: Option<&str>,
         ips: &[&str],
     ) {
-        let meta = json!({"metadata": {"annotations": {
-            keys::ANNOTATION_NODE: node,
-            keys::ANNOTATION_INTERFACE: interface,
-        }}});
-        self.services
-            .patch(name, &PatchParams::default(), &Patch::Merge(&meta))
-            .await
-            .unwrap();
         let ingress: Vec<_> = ips.iter().map(|ip| json!({"ip": ip})).collect();
         let status = json!({"status": {"loadBalancer": {"ingress": ingress}}});
         self.services
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        let (before, all) = {
+            let mut assigned = self.assigned.lock().unwrap();
+            let before = assigned.get(name).and_then(|a| a.0.clone());
+            let entry = (
+                node.map(str::to_owned),
+                interface.map(str::to_owned),
+                ips.iter().map(|s| (*s).to_owned()).collect(),
+            );
+            assigned.insert(name.to_owned(), entry);
+            (before, assigned.clone())
+        };
+        for n in before.iter().map(String::as_str).chain(node) {
+            self.write_assignment(n, &all).await;
+        }
+    }
+
+    /// Writes `node`'s assignment object from `all`.
+    async fn write_assignment(&self, node: &str, all: &BTreeMap<String, Assigned>) {
+        let mut a = NodeAssignments::new();
+        for (svc, (n, interface, ips)) in all {
+            if n.as_deref() != Some(node) {
+                continue;
+            }
+            for ip in ips {
+                let port = OpenPort {
+                    protocol: Protocol::Tcp,
+                    port: 80,
+                };
+                a.assign(ip.parse().unwrap(), interface.as_deref(), [port], svc);
+            }
+        }
+        self.set_assignment_text(node, &a.render()).await;
+    }
+
+    /// Writes `text` as `node`'s assignment object, as is.
+    pub async fn set_assignment_text(&self, node: &str, text: &str) {
+        let name = keys::assignment_configmap(node);
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name},
+            "data": {keys::ASSIGNMENTS_KEY: text},
+        });
+        self.assignments
+            .patch(
+                &name,
+                &PatchParams::apply("test-controller").force(),
+                &Patch::Apply(&cm),
+            )
             .await
             .unwrap();
     }

@@ -30,9 +30,12 @@ enum Command {
 /// Arguments of `aliaslb status`.
 #[derive(Debug, clap::Args)]
 struct StatusArgs {
-    /// Namespace of the pool ConfigMap and the agents' Leases.
+    /// Namespace of the controller: the pool ConfigMap and the node assignments.
     #[arg(long, env = "POD_NAMESPACE", default_value = keys::DEFAULT_NAMESPACE)]
     namespace: String,
+    /// Namespace of the agents' Leases.
+    #[arg(long, env = "ALIASLB_AGENT_NAMESPACE", default_value = keys::DEFAULT_AGENT_NAMESPACE)]
+    agent_namespace: String,
     /// Name of the pool ConfigMap.
     #[arg(long, env = "ALIASLB_POOL_CONFIGMAP", default_value = keys::DEFAULT_POOL_CONFIGMAP)]
     pool_configmap: String,
@@ -67,14 +70,19 @@ fn run_status(args: &StatusArgs) -> ExitCode {
         let client = kube::Client::try_default()
             .await
             .map_err(|e| format!("cannot build a Kubernetes client (KUBECONFIG): {e}"))?;
-        status::fetch(&client, &args.namespace, &args.pool_configmap)
-            .await
-            .map_err(|e| {
-                let source = std::error::Error::source(&e)
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default();
-                format!("{e}{source}")
-            })
+        status::fetch(
+            &client,
+            &args.namespace,
+            &args.agent_namespace,
+            &args.pool_configmap,
+        )
+        .await
+        .map_err(|e| {
+            let source = std::error::Error::source(&e)
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default();
+            format!("{e}{source}")
+        })
     });
     match report {
         Ok(report) => {

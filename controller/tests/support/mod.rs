@@ -17,6 +17,7 @@ use aliaslb_controller::http::Readiness;
 use aliaslb_controller::leader::Leadership;
 use aliaslb_controller::metrics::Metrics;
 use aliaslb_controller::reconcile;
+use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
 use aliaslb_testenv::TestEnv;
@@ -85,6 +86,7 @@ impl Cluster {
     pub fn config(&self) -> ControllerConfig {
         ControllerConfig {
             namespace: self.system.clone(),
+            agent_namespace: self.system.clone(),
             agent_lease_duration: AGENT_LEASE,
             ..ControllerConfig::default()
         }
@@ -144,23 +146,25 @@ impl Cluster {
     }
 
     /// Starts a fake agent for `node`: renews its Lease every [`AGENT_RENEW`] and reports
-    /// holding every IP assigned to its node. Dropping it stops renewing (hard loss).
+    /// holding every IP of its node's assignment object (what a real agent acts on).
+    /// Dropping it stops renewing (hard loss).
     pub fn fake_agent(&self, node: &str) -> Task {
         let client = self.client.clone();
         let system = self.system.clone();
         let node = node.to_owned();
         Task(tokio::spawn(async move {
             let leases = Api::<Lease>::namespaced(client.clone(), &system);
-            let services = Api::<Service>::all(client);
+            let assignments = Api::<ConfigMap>::namespaced(client, &system);
             let name = keys::agent_lease_name(&node);
+            let assignment = keys::assignment_configmap(&node);
             loop {
-                let held = match services.list(&ListParams::default()).await {
-                    Ok(list) => list
-                        .items
-                        .iter()
-                        .filter(|s| annotation(s, keys::ANNOTATION_NODE) == Some(node.as_str()))
-                        .flat_map(ingress)
-                        .collect(),
+                let held = match assignments.get_opt(&assignment).await {
+                    Ok(cm) => cm
+                        .and_then(|cm| cm.data)
+                        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
+                        .and_then(|text| NodeAssignments::parse(&text).ok())
+                        .map(|a| a.ips.into_keys().collect())
+                        .unwrap_or_default(),
                     Err(_) => Default::default(),
                 };
                 let report = AgentReport {

@@ -131,6 +131,8 @@ pub struct World {
     pub nodes: Vec<NodeState>,
     pub agents: BTreeMap<String, AgentReport>,
     pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// IPs the API shows on Services that are no longer ours.
+    pub lingering: BTreeSet<IpAddr>,
     pub respect_cordon: bool,
     pub now: Instant,
 }
@@ -144,6 +146,7 @@ impl World {
             nodes: vec![node("a"), node("b")],
             agents: BTreeMap::new(),
             local: BTreeMap::new(),
+            lingering: BTreeSet::new(),
             respect_cordon: true,
             now: Instant::now(),
         }
@@ -156,6 +159,7 @@ impl World {
             services: &services,
             nodes: &self.nodes,
             agents: &self.agents,
+            lingering: &self.lingering,
             local_endpoints: &self.local,
             respect_cordon: self.respect_cordon,
             now: self.now,

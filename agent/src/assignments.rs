@@ -1,0 +1,309 @@
+//! What this node must carry: the controller's assignment ConfigMap for this node
+//! (`aliaslb-node-<node>` in the controller's namespace, [`aliaslb_core::assignment`]),
+//! and nothing else. Not the Services' annotations (anyone with `edit` on Services can
+//! write those), not their type or class: the controller, the only writer of that object,
+//! has decided all of it, ports for the host-port shield included.
+//!
+//! [`Assignment`] is the pure state fed by watch events; [`watch_assignments`] does the
+//! API I/O (one watch of that one object, by a field selector on its name) and publishes
+//! the [`DesiredSet`] on a channel, only once the initial list is complete, so a restarted
+//! agent never drops aliases before it has read its assignment. A missing object means
+//! nothing is assigned; an unreadable one keeps the last good set (it is a bug or an edit
+//! by hand, not an instruction).
+
+use std::time::Duration;
+
+use aliaslb_core::assignment::{AssignmentError, NodeAssignments};
+use aliaslb_core::keys;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::aliases::DesiredSet;
+
+/// Fastest watch retry after an error.
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// Slowest watch retry: kept short, so an agent picks up changes made during an API
+/// outage within seconds of the API coming back (one agent per node, one watch each).
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The desired set an assignment object asks for (`None`: the object does not exist).
+pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, AssignmentError> {
+    let text = object
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
+        .map_or("", String::as_str);
+    let assignments = NodeAssignments::parse(text)?;
+    let mut set = DesiredSet::new();
+    for (ip, a) in assignments.ips {
+        set.insert(ip, a.interface);
+        set.open(ip, a.ports);
+    }
+    Ok(set)
+}
+
+/// This node's assignment object, kept up to date from watch events.
+#[derive(Debug, Clone, Default)]
+pub struct Assignment {
+    current: Option<ConfigMap>,
+    /// Filled during a (re-)list, swapped in at its end.
+    listing: Option<Option<ConfigMap>>,
+    synced: bool,
+    /// The last set that could be read.
+    good: Option<DesiredSet>,
+}
+
+impl Assignment {
+    /// Nothing known yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one watch event; returns whether the desired set may have changed.
+    pub fn apply(&mut self, event: watcher::Event<ConfigMap>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(None);
+                false
+            }
+            watcher::Event::InitApply(cm) => {
+                self.listing = Some(Some(cm));
+                false
+            }
+            watcher::Event::InitDone => {
+                self.current = self.listing.take().flatten();
+                self.synced = true;
+                self.read()
+            }
+            watcher::Event::Apply(cm) => {
+                self.current = Some(cm);
+                self.read()
+            }
+            watcher::Event::Delete(_) => {
+                self.current = None;
+                self.read()
+            }
+        }
+    }
+
+    fn read(&mut self) -> bool {
+        match desired_from(self.current.as_ref()) {
+            Ok(set) => {
+                let changed = self.good.as_ref() != Some(&set);
+                self.good = Some(set);
+                changed
+            }
+            Err(error) => {
+                warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
+                false
+            }
+        }
+    }
+
+    /// The desired set, once a complete list was seen and read (`None` before).
+    pub fn desired(&self) -> Option<DesiredSet> {
+        if self.synced { self.good.clone() } else { None }
+    }
+}
+
+/// Doubling retry delay between [`BACKOFF_MIN`] and [`BACKOFF_MAX`], reset by the first
+/// event that proves the API answered.
+///
+/// Not kube's `StreamBackoff`: it resets on every `Ok` item, and the watcher yields
+/// `Event::Init` *before* its list request, so during an outage the delay never grew.
+#[derive(Debug, Clone)]
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    fn new() -> Self {
+        WatchBackoff { next: BACKOFF_MIN }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (now * 2).min(BACKOFF_MAX);
+        now
+    }
+
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
+/// Watches this node's assignment object in `namespace` (forever, retrying on errors)
+/// and publishes the desired set on `tx` after the initial list and after every change.
+pub async fn watch_assignments(
+    client: Client,
+    namespace: String,
+    node: String,
+    tx: watch::Sender<Option<DesiredSet>>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let name = keys::assignment_configmap(&node);
+    let stream = watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    futures::pin_mut!(stream);
+    let mut assignment = Assignment::new();
+    let mut backoff = WatchBackoff::new();
+    let mut failing = false;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                // `Init` comes before the list request: it proves nothing about the API.
+                if !matches!(event, watcher::Event::Init) {
+                    backoff.reset();
+                    if failing {
+                        info!("assignment watch works again");
+                        failing = false;
+                    }
+                }
+                if assignment.apply(event)
+                    && let Some(desired) = assignment.desired()
+                {
+                    debug!(desired = desired.len(), "desired set updated");
+                    tx.send_if_modified(|current| {
+                        let changed = current.as_ref() != Some(&desired);
+                        *current = Some(desired);
+                        changed
+                    });
+                }
+            }
+            Err(error) => {
+                let delay = backoff.next_delay();
+                if failing {
+                    debug!(%error, ?delay, "assignment watch still failing");
+                } else {
+                    warn!(%error, ?delay, configmap = %name, %namespace, "assignment watch failed; retrying (the aliases held stay)");
+                    failing = true;
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shield::{OpenPort, Protocol};
+    use std::net::IpAddr;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn object(text: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("aliaslb-node-me".into());
+        cm.data = Some([(keys::ASSIGNMENTS_KEY.to_owned(), text.to_owned())].into());
+        cm
+    }
+
+    fn set(entries: &[(&str, Option<&str>)]) -> DesiredSet {
+        entries
+            .iter()
+            .map(|(i, f)| (ip(i), f.map(str::to_owned)))
+            .collect()
+    }
+
+    #[test]
+    fn the_object_becomes_the_desired_set_with_ports() {
+        let d = desired_from(Some(&object(
+            "10.0.0.1 eth1 tcp:80,udp:53 default/web\nfd00::1 - - default/dns\n",
+        )))
+        .unwrap();
+        let mut want = set(&[("10.0.0.1", Some("eth1")), ("fd00::1", None)]);
+        want.open(
+            ip("10.0.0.1"),
+            [
+                OpenPort {
+                    protocol: Protocol::Tcp,
+                    port: 80,
+                },
+                OpenPort {
+                    protocol: Protocol::Udp,
+                    port: 53,
+                },
+            ],
+        );
+        assert_eq!(d, want);
+        assert_eq!(desired_from(None).unwrap(), DesiredSet::new());
+        assert_eq!(
+            desired_from(Some(&ConfigMap::default())).unwrap(),
+            DesiredSet::new()
+        );
+    }
+
+    #[test]
+    fn nothing_is_desired_before_the_initial_list_completes() {
+        let mut a = Assignment::new();
+        assert_eq!(a.desired(), None);
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
+        assert_eq!(a.desired(), None);
+        assert!(a.apply(watcher::Event::InitDone));
+        assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
+    }
+
+    #[test]
+    fn no_object_means_nothing_assigned() {
+        let mut a = Assignment::new();
+        a.apply(watcher::Event::Init);
+        assert!(a.apply(watcher::Event::InitDone));
+        assert_eq!(a.desired(), Some(DesiredSet::new()));
+        assert!(a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))));
+        assert!(
+            !a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))),
+            "same content"
+        );
+        assert!(a.apply(watcher::Event::Delete(object(""))));
+        assert_eq!(a.desired(), Some(DesiredSet::new()));
+    }
+
+    #[test]
+    fn an_unreadable_object_keeps_the_last_good_set() {
+        let mut a = Assignment::new();
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
+        a.apply(watcher::Event::InitDone);
+        assert!(!a.apply(watcher::Event::Apply(object("10.0.0.1 eth0"))));
+        assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
+        assert!(a.apply(watcher::Event::Apply(object("10.0.0.2 - - a/b"))));
+        assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
+    }
+
+    #[test]
+    fn a_relist_replaces_the_object_only_when_complete() {
+        let mut a = Assignment::new();
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
+        a.apply(watcher::Event::InitDone);
+        // Deleted while the watch was down: the relist does not list it.
+        a.apply(watcher::Event::Init);
+        assert_eq!(
+            a.desired(),
+            Some(set(&[("10.0.0.1", None)])),
+            "kept while relisting"
+        );
+        assert!(a.apply(watcher::Event::InitDone));
+        assert_eq!(a.desired(), Some(DesiredSet::new()));
+    }
+
+    #[test]
+    fn backoff_doubles_caps_and_resets() {
+        let mut b = WatchBackoff::new();
+        let got: Vec<_> = (0..7).map(|_| b.next_delay()).collect();
+        assert_eq!(got[0], BACKOFF_MIN);
+        assert_eq!(got[1], BACKOFF_MIN * 2);
+        assert_eq!(got[6], BACKOFF_MAX);
+        b.reset();
+        assert_eq!(b.next_delay(), BACKOFF_MIN);
+    }
+}

@@ -1,0 +1,256 @@
+//! The trusted node assignments: for each node, the ConfigMap `aliaslb-node-<node>` in the
+//! controller's namespace saying which IPs its agent must carry, on which interface, with
+//! which Service ports open (format: [`aliaslb_core::assignment`]). Agents act on nothing
+//! else; tenants cannot write there, agents can only read.
+//!
+//! Pure: [`desired`] (from the pass's plans), [`observed`] (from the cache of what we
+//! wrote), [`trusted_nodes`] (which node holds which Service's IP, for the import at the
+//! start of a leadership term). [`apply`] is the thin writer: one server-side apply per
+//! node whose text changed, behind the leader fence and the write timeout. A node whose
+//! last IP left keeps its object with an empty list: "nothing assigned" is said, not
+//! inferred from an absence.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
+use aliaslb_core::keys;
+use aliaslb_core::plan::{PlanOutput, ServiceKey, ServiceView};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::apply::{ApplyError, guarded};
+
+/// Value of the [`keys::LABEL_ASSIGNMENTS`] label.
+pub const LABEL_VALUE: &str = "true";
+
+/// The node an assignment ConfigMap is for, from its name.
+pub fn node_of(name: &str) -> Option<&str> {
+    name.strip_prefix("aliaslb-node-").filter(|n| !n.is_empty())
+}
+
+/// The ports of `view` the shield opens (ports the API would refuse are left out).
+fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
+    view.ports.iter().filter_map(|p| {
+        Some(OpenPort {
+            protocol: Protocol::from_service(Some(&p.protocol))?,
+            port: u16::try_from(p.port).ok().filter(|p| *p != 0)?,
+        })
+    })
+}
+
+/// What every node must carry according to `output`: each Service with a node gets its
+/// IPs there, with its ports and the pool's interface.
+pub fn desired(
+    output: &PlanOutput,
+    views: &HashMap<&ServiceKey, &ServiceView>,
+) -> BTreeMap<String, NodeAssignments> {
+    let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
+    for (key, plan) in &output.services {
+        let Some(node) = &plan.node else { continue };
+        let ports: Vec<OpenPort> = views
+            .get(key)
+            .map(|v| open_ports(v).collect())
+            .unwrap_or_default();
+        let service = key.to_string();
+        let assignments = nodes.entry(node.clone()).or_default();
+        for ip in &plan.ips {
+            assignments.assign(
+                *ip,
+                plan.interface.as_deref(),
+                ports.iter().copied(),
+                &service,
+            );
+        }
+    }
+    nodes
+}
+
+/// The text of every assignment object we wrote, by node.
+pub fn observed<'a>(objects: impl IntoIterator<Item = &'a ConfigMap>) -> BTreeMap<String, String> {
+    objects
+        .into_iter()
+        .filter_map(|cm| {
+            let node = node_of(cm.metadata.name.as_deref()?)?;
+            let text = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
+                .cloned()
+                .unwrap_or_default();
+            Some((node.to_owned(), text))
+        })
+        .collect()
+}
+
+/// For each IP our assignment objects give a node: that node and the Services it is
+/// carried for. Unreadable objects give nothing (the node is then elected afresh).
+pub fn trusted_nodes(
+    observed: &BTreeMap<String, String>,
+) -> HashMap<IpAddr, (String, Vec<String>)> {
+    let mut out = HashMap::new();
+    for (node, text) in observed {
+        let Ok(assignments) = NodeAssignments::parse(text) else {
+            tracing::warn!(node, "our assignment object for this node cannot be read");
+            continue;
+        };
+        for (ip, a) in assignments.ips {
+            out.insert(ip, (node.clone(), a.services.into_iter().collect()));
+        }
+    }
+    out
+}
+
+/// The node our own objects assign Service `key`'s `ips` to, if any.
+pub fn trusted_node_of<'a>(
+    key: &ServiceKey,
+    ips: &[IpAddr],
+    trusted: &'a HashMap<IpAddr, (String, Vec<String>)>,
+) -> Option<&'a str> {
+    let key = key.to_string();
+    ips.iter().find_map(|ip| {
+        let (node, services) = trusted.get(ip)?;
+        services.contains(&key).then_some(node.as_str())
+    })
+}
+
+/// Writes `text` as `node`'s assignment (creating the object if needed).
+pub async fn apply(
+    api: &Api<ConfigMap>,
+    namespace: &str,
+    node: &str,
+    text: &str,
+    fence: impl Fn() -> bool,
+) -> Result<ConfigMap, ApplyError> {
+    let name = keys::assignment_configmap(node);
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {keys::LABEL_ASSIGNMENTS: LABEL_VALUE},
+        },
+        "data": {keys::ASSIGNMENTS_KEY: text},
+    });
+    let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
+    let object = format!("ConfigMap {namespace}/{name}");
+    guarded("assignment", object, &fence, async {
+        api.patch(&name, &params, &Patch::Apply(&body)).await
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_core::plan::{ConditionPlan, PortKey, ServicePlan};
+    use std::sync::Arc;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn plan(ips: &[&str], node: Option<&str>, interface: Option<&str>) -> ServicePlan {
+        let condition = ConditionPlan {
+            status: true,
+            reason: "x",
+            message: String::new(),
+        };
+        ServicePlan {
+            ips: ips.iter().map(|i| ip(i)).collect(),
+            node: node.map(str::to_owned),
+            interface: interface.map(str::to_owned),
+            allocated: condition.clone(),
+            announced: condition,
+        }
+    }
+
+    fn view(key: &ServiceKey, ports: &[(i32, &str)], observed: &[&str]) -> ServiceView {
+        ServiceView {
+            key: key.clone(),
+            uid: Arc::from("u"),
+            created: 0,
+            families: aliaslb_core::plan::FamilyPolicy {
+                families: vec![],
+                require_all: false,
+            },
+            requested: Ok(vec![]),
+            sharing_key: None,
+            ports: ports
+                .iter()
+                .map(|(port, protocol)| PortKey {
+                    port: *port,
+                    protocol: Arc::from(*protocol),
+                })
+                .collect(),
+            local_traffic: false,
+            observed_ips: observed.iter().map(|i| ip(i)).collect(),
+            observed_node: None,
+        }
+    }
+
+    #[test]
+    fn plans_with_a_node_become_lines_on_that_node_only() {
+        let web = ServiceKey::new("default", "web");
+        let dns = ServiceKey::new("default", "dns");
+        let moving = ServiceKey::new("other", "moving");
+        let mut output = PlanOutput::default();
+        output
+            .services
+            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), Some("eth1")));
+        output.services.insert(
+            dns.clone(),
+            plan(&["10.0.0.1", "fd00::1"], Some("n1"), None),
+        );
+        output
+            .services
+            .insert(moving.clone(), plan(&["10.0.0.9"], None, None));
+        let web_view = view(&web, &[(80, "TCP"), (443, "TCP")], &[]);
+        let dns_view = view(&dns, &[(53, "UDP"), (0, "TCP"), (53, "QUIC")], &[]);
+        let views = HashMap::from([(&web, &web_view), (&dns, &dns_view)]);
+        let d = desired(&output, &views);
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            vec!["n1"],
+            "a Service without a node is on none"
+        );
+        assert_eq!(
+            d["n1"].render(),
+            "10.0.0.1 eth1 tcp:80,tcp:443,udp:53 default/dns,default/web\n\
+             fd00::1 - udp:53 default/dns\n"
+        );
+    }
+
+    #[test]
+    fn only_our_objects_give_nodes_and_only_for_the_services_they_list() {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("aliaslb-node-n1".into());
+        cm.data = Some(
+            [(
+                keys::ASSIGNMENTS_KEY.to_owned(),
+                "10.0.0.1 - - default/web\n".to_owned(),
+            )]
+            .into(),
+        );
+        let mut garbage = ConfigMap::default();
+        garbage.metadata.name = Some("aliaslb-node-n2".into());
+        garbage.data = Some([(keys::ASSIGNMENTS_KEY.to_owned(), "not a line".to_owned())].into());
+        let mut other = ConfigMap::default();
+        other.metadata.name = Some("aliaslb-pools".into());
+        let seen = observed([&cm, &garbage, &other]);
+        assert_eq!(seen.keys().collect::<Vec<_>>(), vec!["n1", "n2"]);
+        let trusted = trusted_nodes(&seen);
+        let web = ServiceKey::new("default", "web");
+        let thief = ServiceKey::new("tenant", "thief");
+        assert_eq!(
+            trusted_node_of(&web, &[ip("10.0.0.1")], &trusted),
+            Some("n1")
+        );
+        assert_eq!(trusted_node_of(&thief, &[ip("10.0.0.1")], &trusted), None);
+        assert_eq!(trusted_node_of(&web, &[ip("10.0.0.2")], &trusted), None);
+        assert_eq!(node_of("aliaslb-node-"), None);
+    }
+}

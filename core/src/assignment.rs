@@ -1,0 +1,313 @@
+//! What one node must carry: the trusted assignment the controller writes for each node's
+//! agent, and the only thing an agent acts on.
+//!
+//! A Service's annotations can be written by anyone with `edit` on Services in its
+//! namespace, so they cannot say where an IP goes. The controller writes, for every node,
+//! one ConfigMap in its own namespace ([`crate::keys::assignment_configmap`]), labelled
+//! [`crate::keys::LABEL_ASSIGNMENTS`]; agents can read the controller's namespace but not
+//! write it, and tenants have no right there at all. Its data key
+//! [`crate::keys::ASSIGNMENTS_KEY`] holds one line per IP:
+//!
+//! ```text
+//! 192.168.55.10 eth1 tcp:80,udp:53 default/web
+//! 2001:db8::10 - - default/dns
+//! ```
+//!
+//! IP, interface (`-`: the agent chooses), the Service ports open on the IP for the
+//! host-port shield (`-`: none), and the Services it is for (comma separated, for people
+//! reading the object). A line format rather than JSON: at ~45 bytes an IP, one node can
+//! carry ~20,000 IPs within the 1 MiB object limit. Pure: render and parse only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write as _};
+use std::net::IpAddr;
+
+/// A transport protocol a Service port can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    /// Reads a Service port's `protocol` (`TCP` when empty, as the API defaults it).
+    pub fn from_service(protocol: Option<&str>) -> Option<Self> {
+        match protocol.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The lower-case name, as nftables and the assignment lines write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    /// Reads a lower-case name.
+    pub fn from_lower(s: &str) -> Option<Self> {
+        match s {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+/// One port a Service opens on its LB IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpenPort {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The port number.
+    pub port: u16,
+}
+
+impl fmt::Display for OpenPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.protocol.as_str(), self.port)
+    }
+}
+
+/// One IP a node must carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssignedIp {
+    /// The interface the pool asks for; `None`: the agent chooses.
+    pub interface: Option<String>,
+    /// The ports its Services open on it.
+    pub ports: BTreeSet<OpenPort>,
+    /// The Services it is for (`namespace/name`).
+    pub services: BTreeSet<String>,
+}
+
+/// Everything one node must carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeAssignments {
+    /// The IPs, in address order.
+    pub ips: BTreeMap<IpAddr, AssignedIp>,
+}
+
+/// A line of an assignment that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("assignment line {line}: {message} (`{text}`)")]
+pub struct AssignmentError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+    /// The line.
+    pub text: String,
+}
+
+impl NodeAssignments {
+    /// Nothing assigned.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `ip` for `service` with `ports`. Services sharing an IP come from one pool and
+    /// name the same interface; the first one named stays.
+    pub fn assign(
+        &mut self,
+        ip: IpAddr,
+        interface: Option<&str>,
+        ports: impl IntoIterator<Item = OpenPort>,
+        service: &str,
+    ) {
+        let entry = self.ips.entry(ip).or_default();
+        if entry.interface.is_none() {
+            entry.interface = interface.map(str::to_owned);
+        }
+        entry.ports.extend(ports);
+        entry.services.insert(service.to_owned());
+    }
+
+    /// Whether nothing is assigned.
+    pub fn is_empty(&self) -> bool {
+        self.ips.is_empty()
+    }
+
+    /// The ConfigMap value: one line per IP, in address order.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (ip, a) in &self.ips {
+            let interface = a.interface.as_deref().unwrap_or("-");
+            let ports = if a.ports.is_empty() {
+                "-".to_owned()
+            } else {
+                a.ports
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let services = if a.services.is_empty() {
+                "-".to_owned()
+            } else {
+                a.services.iter().cloned().collect::<Vec<_>>().join(",")
+            };
+            let _ = writeln!(out, "{ip} {interface} {ports} {services}");
+        }
+        out
+    }
+
+    /// Reads a ConfigMap value. Blank lines are skipped; a malformed line is an error (the
+    /// agent then keeps what it has: the writer is the controller, so this is a bug or an
+    /// edit by hand, never an instruction).
+    pub fn parse(text: &str) -> Result<Self, AssignmentError> {
+        let mut out = NodeAssignments::new();
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |message: String| AssignmentError {
+                line: n + 1,
+                message,
+                text: line.chars().take(200).collect(),
+            };
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            let [ip, interface, ports, services] = fields[..] else {
+                return Err(err(format!(
+                    "expected 4 fields (ip interface ports services), found {}",
+                    fields.len()
+                )));
+            };
+            let ip: IpAddr = ip
+                .parse()
+                .map_err(|_| err(format!("not an IP address: {ip}")))?;
+            let interface = match interface {
+                "-" => None,
+                name if valid_interface(name) => Some(name.to_owned()),
+                name => return Err(err(format!("not an interface name: {name}"))),
+            };
+            let mut assigned = AssignedIp {
+                interface,
+                ..AssignedIp::default()
+            };
+            if ports != "-" {
+                for p in ports.split(',') {
+                    assigned.ports.insert(parse_port(p).ok_or_else(|| {
+                        err(format!("not a port (`tcp:80`, `udp:53`, `sctp:9`): {p}"))
+                    })?);
+                }
+            }
+            if services != "-" {
+                assigned
+                    .services
+                    .extend(services.split(',').map(str::to_owned));
+            }
+            if out.ips.insert(ip, assigned).is_some() {
+                return Err(err(format!("{ip} is listed twice")));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Linux interface names: 1-15 bytes, no `/`, `:` or whitespace (`dev_valid_name`; `:`
+/// separates IPv4 labels).
+fn valid_interface(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
+}
+
+fn parse_port(s: &str) -> Option<OpenPort> {
+    let (protocol, port) = s.split_once(':')?;
+    Some(OpenPort {
+        protocol: Protocol::from_lower(protocol)?,
+        port: port.parse().ok().filter(|p| *p != 0)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn port(protocol: Protocol, port: u16) -> OpenPort {
+        OpenPort { protocol, port }
+    }
+
+    #[test]
+    fn renders_one_line_per_ip_and_reads_it_back() {
+        let mut a = NodeAssignments::new();
+        a.assign(
+            ip("192.168.55.10"),
+            Some("eth1"),
+            [port(Protocol::Udp, 53), port(Protocol::Tcp, 80)],
+            "default/web",
+        );
+        a.assign(
+            ip("192.168.55.10"),
+            None,
+            [port(Protocol::Tcp, 443)],
+            "default/web-tls",
+        );
+        a.assign(ip("2001:db8::10"), None, [], "default/dns");
+        let text = a.render();
+        assert_eq!(
+            text,
+            "192.168.55.10 eth1 tcp:80,tcp:443,udp:53 default/web,default/web-tls\n\
+             2001:db8::10 - - default/dns\n"
+        );
+        assert_eq!(NodeAssignments::parse(&text).unwrap(), a);
+        assert_eq!(NodeAssignments::parse("").unwrap(), NodeAssignments::new());
+        assert_eq!(
+            NodeAssignments::parse("\n  \n").unwrap(),
+            NodeAssignments::new()
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_errors_with_their_number() {
+        let table = [
+            ("10.0.0.1 eth0 tcp:80", 1, "expected 4 fields"),
+            ("\n10.0.0.300 - - a/b", 2, "not an IP address"),
+            ("10.0.0.1 eth0/x - a/b", 1, "not an interface name"),
+            (
+                "10.0.0.1 averyveryverylongname - a/b",
+                1,
+                "not an interface name",
+            ),
+            ("10.0.0.1 eth0:alb - a/b", 1, "not an interface name"),
+            ("10.0.0.1 - tcp:0 a/b", 1, "not a port"),
+            ("10.0.0.1 - quic:443 a/b", 1, "not a port"),
+            ("10.0.0.1 - tcp:70000 a/b", 1, "not a port"),
+            ("10.0.0.1 - - a/b\n10.0.0.1 - - c/d", 2, "listed twice"),
+        ];
+        for (text, line, want) in table {
+            let e = NodeAssignments::parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.to_string().contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn protocols_read_like_the_api_defaults_them() {
+        assert_eq!(Protocol::from_service(None), Some(Protocol::Tcp));
+        assert_eq!(Protocol::from_service(Some("UDP")), Some(Protocol::Udp));
+        assert_eq!(Protocol::from_service(Some("SCTP")), Some(Protocol::Sctp));
+        assert_eq!(Protocol::from_service(Some("tcp")), None);
+        for p in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            assert_eq!(Protocol::from_lower(p.as_str()), Some(p));
+        }
+    }
+}
