@@ -541,12 +541,12 @@ fn shield_target<'a>(
     target
 }
 
-/// Adds to `target` the entries `current` has for `ips`, as they are.
+/// Adds `ips` to `target`, with the ports `current` opens on them.
 fn keep_shielded(target: &mut Contents, current: &Contents, ips: impl IntoIterator<Item = IpAddr>) {
     for ip in ips {
-        if current.contains(ip) {
-            target.open(ip, current.ports(ip));
-        }
+        // Shielded even when the table does not know it yet (an alias a previous agent
+        // left, about to be deleted): then with no port open.
+        target.open(ip, current.ports(ip));
     }
 }
 

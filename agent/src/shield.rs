@@ -9,9 +9,13 @@
 //! Two chains drop what is not theirs, silently (no RST, no ICMP unreachable):
 //!
 //! - `prerouting` (priority mangle, before kube-proxy's DNAT at dstnat): a packet to a held
-//!   IP passes only if it is a reply of a connection the node opened, ICMP echo or an ICMP
+//!   IP passes only if it belongs to a connection conntrack already knows (its first packet
+//!   passed here, or the node opened it; related ICMP errors too), is ICMP echo or an ICMP
 //!   error (path-MTU discovery), NDP, or its `ip . protocol . port` is a Service port. This
-//!   also closes the NodePorts on LB IPs, which kube-proxy would otherwise DNAT.
+//!   also closes the NodePorts on LB IPs, which kube-proxy would otherwise DNAT. Known
+//!   connections are accepted first: most packets skip the port lookup. A dropped first
+//!   packet never makes a connection known (conntrack confirms an entry only when the
+//!   packet leaves the hooks).
 //! - `input` (iptables and nftables kube-proxy): Service traffic was DNATed before the input
 //!   hook, so what still reaches it addressed to a held IP is for the node's own stack
 //!   (e.g. an `externalTrafficPolicy: Local` port with no local endpoint): dropped too. With
@@ -180,13 +184,13 @@ const RULESET: &str = r#"table inet aliaslb {
 	counter dropped4 { }
 	counter dropped6 { }
 	chain guard4 {
-		ct direction reply accept
+		ct state established,related accept
 		icmp type { echo-request, destination-unreachable, time-exceeded, parameter-problem } accept
 		ip daddr . meta l4proto . th dport @ports4 accept
 		counter name "dropped4" drop
 	}
 	chain guard6 {
-		ct direction reply accept
+		ct state established,related accept
 		icmpv6 type { echo-request, packet-too-big, destination-unreachable, time-exceeded, parameter-problem, nd-neighbor-solicit, nd-neighbor-advert } accept
 		ip6 daddr . meta l4proto . th dport @ports6 accept
 		counter name "dropped6" drop

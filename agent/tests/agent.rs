@@ -377,6 +377,18 @@ async fn sigterm_removes_the_aliases_and_deletes_the_lease() {
         (alias(node, "10.0.0.90").is_some() && alias(node, "fd00:1::90").is_some()).then_some(())
     })
     .await;
+    // The host-port shield is on by default: its elements are written before the aliases.
+    let shield = ["list", "table", "inet", "aliaslb"];
+    let table = node.try_exec("nft", &shield).unwrap_or_else(|e| {
+        panic!(
+            "no table `inet aliaslb` while the agent holds 10.0.0.90: {e}\n{}",
+            s.agent.log_text()
+        )
+    });
+    assert!(
+        table.contains("10.0.0.90") && table.contains("fd00:1::90"),
+        "the shield does not hold the aliases:\n{table}"
+    );
 
     s.agent.signal("TERM");
     let start = Instant::now();
@@ -397,6 +409,12 @@ async fn sigterm_removes_the_aliases_and_deletes_the_lease() {
         alias(node, "10.0.0.99").is_some(),
         "foreign address removed"
     );
+    if let Ok(table) = node.try_exec("nft", &shield) {
+        panic!(
+            "the shield's table outlived the agent:\n{table}\n{}",
+            s.agent.log_text()
+        );
+    }
     assert!(c.lease(&s.name).await.is_none(), "Lease still there");
     let log = s.agent.log_text();
     assert!(log.contains("SIGTERM"), "{log}");

@@ -1,9 +1,10 @@
 //! The client on the LAN (`alb-client`, 192.168.55.200): plain HTTP/1.0 requests to a
 //! load-balancer IP from a thread inside the client's network namespace, so every request
-//! takes the real path (ARP, the holder's alias, kube-proxy DNAT, the pod). Does I/O.
+//! takes the real path (ARP, the holder's alias, kube-proxy DNAT, the pod); and raw TCP
+//! probes that tell an answer, a refusal and a silent drop apart ([`tcp_probe`]). Does I/O.
 
-use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::Error;
@@ -105,6 +106,67 @@ pub fn get(ip: Ipv4Addr) -> Result<Result<Answer, String>, Error> {
 /// `count` requests in a row (no pause); the answers or the first failure.
 pub fn get_many(ip: Ipv4Addr, count: usize) -> Result<Result<Vec<Answer>, String>, Error> {
     in_client(move || (0..count).map(|_| request(ip)).collect())
+}
+
+/// What one TCP connection attempt from the client met, told apart the way the host-port
+/// shield needs: a silent drop (nothing at all comes back) is not a refusal (a RST or an
+/// ICMP error comes back), and neither is an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Connected, and the peer sent this (lossy UTF-8, possibly cut at the read timeout).
+    Answered(String),
+    /// The SYN was answered with a RST (or an ICMP port unreachable): `ECONNREFUSED`.
+    Refused,
+    /// Nothing came back within the connect timeout: no SYN-ACK, no RST, no ICMP error.
+    TimedOut,
+    /// Anything else: connected but nothing read, reset after the handshake, no route, ...
+    Failed(String),
+}
+
+/// One TCP connection from the client to `addr` (inside the client namespace): connects
+/// within `connect_timeout`, sends `request` (may be empty), then reads until the peer
+/// closes or [`IO_TIMEOUT`] passes.
+pub fn tcp_probe(
+    addr: SocketAddrV4,
+    request: &[u8],
+    connect_timeout: Duration,
+) -> Result<Probe, Error> {
+    let request = request.to_vec();
+    in_client(move || {
+        let addr = SocketAddr::V4(addr);
+        let mut stream = match TcpStream::connect_timeout(&addr, connect_timeout) {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == ErrorKind::TimedOut => return Probe::TimedOut,
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Probe::Refused,
+            Err(e) => return Probe::Failed(format!("connect {addr}: {e}")),
+        };
+        let setup = stream
+            .set_read_timeout(Some(IO_TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)));
+        if let Err(e) = setup {
+            return Probe::Failed(format!("socket options: {e}"));
+        }
+        if !request.is_empty()
+            && let Err(e) = stream.write_all(&request)
+        {
+            return Probe::Failed(format!("send to {addr}: {e}"));
+        }
+        let mut got = Vec::new();
+        let read = stream.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        match read {
+            Ok(_) if !got.is_empty() => Probe::Answered(text),
+            // A slow peer that sent something and kept the connection open still answered.
+            Err(e)
+                if !got.is_empty()
+                    && matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+            {
+                Probe::Answered(text)
+            }
+            Ok(_) => Probe::Failed(format!("{addr} accepted and closed without a byte")),
+            Err(e) => Probe::Failed(format!("read from {addr}: {e} (after {text:?})")),
+        }
+    })
 }
 
 /// How the client got its answer back after a fault.

@@ -396,6 +396,14 @@ impl Lab {
         &self.admin_kubeconfig
     }
 
+    /// Runs `cmd` in namespace `ns` (`node-N`, `client`, ...) through `scripts/lab exec`;
+    /// its standard output.
+    pub fn exec(&self, ns: &str, cmd: &[&str]) -> Result<String, Error> {
+        let mut args = vec!["exec", ns];
+        args.extend_from_slice(cmd);
+        self.lab(&args)
+    }
+
     /// Starts `name` in namespace `ns` (`host`, `node-N`, ...) through `scripts/lab start`.
     pub fn spawn(&self, name: &str, ns: &str, cmd: &[&str]) -> Result<(), Error> {
         let mut args = vec!["start", name, ns];

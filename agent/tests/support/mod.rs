@@ -208,3 +208,21 @@ pub fn node_and_lan(tag: &str) -> (NetNs, NetNs) {
     lan.sysctl("net.ipv6.conf.lan0.accept_untracked_na", "1");
     (node, lan)
 }
+
+impl NetNs {
+    /// Runs `ip netns exec <ns> cmd args...`: stdout, or stderr when it fails (for
+    /// commands whose failure is an expected answer, e.g. `nft list table` of a table
+    /// that must be gone).
+    pub fn try_exec(&self, cmd: &str, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", self.name.as_str(), cmd])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run ip netns exec {cmd}: {e}"));
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
