@@ -8,6 +8,7 @@ pub mod context;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod pool_state;
 pub mod reconcile;
 pub mod record;
 pub mod status;

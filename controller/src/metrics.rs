@@ -105,13 +105,13 @@ impl Metrics {
         let config_valid = Gauge::default();
         registry.register(
             "config_valid",
-            "1 when the pool ConfigMap as currently written is valid, else 0",
+            "1 when the pool ConfigMap as currently written is valid and in force, else 0 (invalid, or deleted after a config was in force)",
             config_valid.clone(),
         );
         let config_stale = Gauge::default();
         registry.register(
             "config_stale",
-            "1 when the controller runs on an older, last good pool config because the current one is invalid",
+            "1 when the controller runs on an older, last good pool config because the current one is invalid or the ConfigMap was deleted",
             config_stale.clone(),
         );
         let leader = Gauge::default();

@@ -24,13 +24,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aliaslb_core::keys;
 use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::AgentReport;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,6 +42,7 @@ use crate::apply::{self, ApplyError, Writer};
 use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
+use crate::pool_state::{ConfigState, Notice as ConfigNotice};
 use crate::record::{self, ServiceRecord, digest};
 use crate::views;
 use crate::watch::{Caches, WatchError};
@@ -181,17 +185,6 @@ impl Memo {
     }
 }
 
-/// The pool ConfigMap as last handled.
-#[derive(Debug, Default)]
-struct ConfigState {
-    /// The config in force (the last valid one).
-    good: Option<PoolConfig>,
-    /// `data` last handled; `None` inside: the ConfigMap was missing.
-    seen: Option<Option<BTreeMap<String, String>>>,
-    /// Whether the last content handled was invalid.
-    invalid: bool,
-}
-
 /// One unit of write work of a pass (borrowing the pass's plans).
 enum Job<'a> {
     /// Bring a Service of ours to its plan.
@@ -249,10 +242,12 @@ struct Events {
 }
 
 impl Events {
-    /// Publishes one Event (behind the fence); failures are logged and counted.
+    /// Publishes one Event (behind the fence), `related` to a second object if given;
+    /// failures are logged and counted.
     async fn publish(
         &self,
         regarding: &ObjectReference,
+        related: Option<ObjectReference>,
         warning: bool,
         reason: &str,
         note: String,
@@ -269,7 +264,7 @@ impl Events {
             reason: reason.to_owned(),
             note: Some(truncate(note, MAX_NOTE)),
             action: "Reconcile".to_owned(),
-            secondary: None,
+            secondary: related,
         };
         let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
         let publish = recorder.publish(&event, regarding);
@@ -295,7 +290,7 @@ impl Events {
                 async move {
                     let regarding = n.regarding();
                     events
-                        .publish(&regarding, n.warning, n.reason, n.note)
+                        .publish(&regarding, None, n.warning, n.reason, n.note)
                         .await;
                 }
             })
@@ -330,6 +325,8 @@ struct Reconciler {
     queue: mpsc::Sender<Notice>,
     _worker: AbortOnDrop,
     config: ConfigState,
+    /// The pool ConfigMap as last seen, for Events about its deletion.
+    configmap: Option<ObjectReference>,
     memos: HashMap<ServiceKey, Memo>,
     backoff: HashMap<ServiceKey, Backoff>,
     /// The uids of the last pass's Services, for Events on deleted ones (the uid is
@@ -365,6 +362,7 @@ impl Reconciler {
             queue,
             _worker: worker,
             config: ConfigState::default(),
+            configmap: None,
             memos: HashMap::new(),
             backoff: HashMap::new(),
             refs: HashMap::new(),
@@ -638,58 +636,110 @@ impl Reconciler {
         (agents, reports)
     }
 
-    /// The config in force for this pass; `None` while no valid config was ever seen
-    /// (planning on nothing would clear every assignment).
+    /// The config in force for this pass ([`ConfigState`]); `None` while no valid config
+    /// was ever seen (planning on nothing would clear every assignment).
     async fn pool_config(&mut self) -> Option<PoolConfig> {
         let cm = self.caches.configmap.state().into_iter().next();
-        let data = cm.as_ref().map(|cm| cm.data.clone().unwrap_or_default());
-        if self.config.seen.as_ref() == Some(&data) {
-            return self.config.good.clone();
+        if let Some(cm) = &cm {
+            self.configmap = Some(cm.object_ref(&()));
         }
-        let first = self.config.seen.is_none();
-        self.config.seen = Some(data.clone());
-        let Some(data) = data else {
-            tracing::warn!(
-                namespace = %self.ctx.config.namespace,
-                name = %self.ctx.config.pool_configmap,
-                "pool ConfigMap missing: no pools, every Service stays pending"
-            );
-            self.config.good = Some(PoolConfig::parse(&BTreeMap::new()).unwrap_or_else(|_| {
-                unreachable!("an empty ConfigMap is a valid config without pools")
-            }));
-            self.config.invalid = false;
-            self.ctx.metrics.set_config(true, false);
-            return self.config.good.clone();
-        };
-        match PoolConfig::parse(&data) {
-            Ok(config) => {
-                let changed = self.config.good.as_ref() != Some(&config);
-                tracing::info!(pools = config.pools().count(), "pool config loaded");
-                if !first && (self.config.invalid || changed) {
-                    let note = format!("pool config loaded: {} pools", config.pools().count());
-                    self.config_event(cm.as_deref(), false, "ConfigLoaded", note)
-                        .await;
-                }
-                self.config.good = Some(config);
-                self.config.invalid = false;
-                self.ctx.metrics.set_config(true, false);
+        let empty = BTreeMap::new();
+        let data = cm.as_ref().map(|cm| cm.data.as_ref().unwrap_or(&empty));
+        if let Some(notice) = self.config.observe(data) {
+            self.ctx
+                .metrics
+                .set_config(self.config.valid(), self.config.stale());
+            self.config_notice(cm.as_deref(), notice).await;
+        }
+        self.config.in_force().cloned()
+    }
+
+    /// Logs a change of the pool config and publishes its Event, if any.
+    async fn config_notice(&self, cm: Option<&ConfigMap>, notice: ConfigNotice) {
+        let namespace = &self.ctx.config.namespace;
+        let name = &self.ctx.config.pool_configmap;
+        match notice {
+            ConfigNotice::MissingAtStart => {
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    "pool ConfigMap missing: no pools, every Service stays pending"
+                );
             }
-            Err(errors) => {
-                let stale = self.config.good.is_some();
+            ConfigNotice::Deleted { pools } => {
+                let keeping = match pools {
+                    Some(n) => format!("keeping the last good pool config ({n} pools)"),
+                    None => "no valid config was seen, no assignment is made".to_owned(),
+                };
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    pools,
+                    "pool ConfigMap deleted: {keeping}; no IP is released until it exists again"
+                );
+                let note = format!(
+                    "pool ConfigMap {namespace}/{name} was deleted: {keeping}, no IP is \
+                     released. A deleted ConfigMap is not an instruction: re-create it to \
+                     change the config; to release a namespace's IPs, remove its key."
+                );
+                self.events
+                    .publish(
+                        &self.leader_lease_ref(),
+                        self.configmap.clone(),
+                        true,
+                        "ConfigMapDeleted",
+                        note,
+                    )
+                    .await;
+            }
+            ConfigNotice::Loaded { pools, announce } => {
+                tracing::info!(pools, "pool config loaded");
+                if announce {
+                    let note = format!("pool config loaded: {pools} pools");
+                    self.config_event(cm, false, "ConfigLoaded", note).await;
+                }
+            }
+            ConfigNotice::Invalid { errors, stale } => {
                 tracing::warn!(
                     errors = errors.len(),
                     first = %errors[0],
                     keeping_last_good = stale,
                     "pool ConfigMap invalid: no assignment changes until it is fixed"
                 );
-                self.config.invalid = true;
-                self.ctx.metrics.set_config(false, stale);
                 let note = invalid_note(&errors, stale);
-                self.config_event(cm.as_deref(), true, "InvalidConfig", note)
-                    .await;
+                self.config_event(cm, true, "InvalidConfig", note).await;
             }
         }
-        self.config.good.clone()
+    }
+
+    /// What the Warning about a deleted pool ConfigMap is put on: the controller's leader
+    /// Lease (`aliaslb_core::keys::CONTROLLER_LEASE`, in the controller namespace), with
+    /// the deleted ConfigMap as the Event's `related` object. Why this object:
+    /// - the ConfigMap is gone: `kubectl describe` no longer shows it, and a re-created one
+    ///   is a new object (new uid) that would not show the Event either;
+    /// - the Lease exists whenever the Event is written: only the leader publishes, and the
+    ///   leader holds it (with fixed leadership, as in tests, there is none: the Event then
+    ///   names it without a uid and is still listed);
+    /// - it sits in the controller namespace next to the ConfigMap, so `kubectl -n
+    ///   aliaslb-system get events` shows it with the ConfigMap's own Events, and
+    ///   `kubectl describe lease aliaslb-controller` shows it too;
+    /// - it is the controller's own object and outlives failovers and pod restarts (a Pod
+    ///   would not), and needs no permission the controller lacks;
+    /// - the Services are not what changed: one Event on each of them for one deletion
+    ///   would flood.
+    fn leader_lease_ref(&self) -> ObjectReference {
+        let namespace = &self.ctx.config.namespace;
+        let key = ObjectRef::<Lease>::new(keys::CONTROLLER_LEASE).within(namespace);
+        match self.caches.leases.get(&key) {
+            Some(lease) => lease.object_ref(&()),
+            None => ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(keys::CONTROLLER_LEASE.into()),
+                ..ObjectReference::default()
+            },
+        }
     }
 
     async fn config_event(
@@ -701,7 +751,7 @@ impl Reconciler {
     ) {
         let Some(cm) = cm else { return };
         self.events
-            .publish(&cm.object_ref(&()), warning, reason, note)
+            .publish(&cm.object_ref(&()), None, warning, reason, note)
             .await;
     }
 

@@ -432,3 +432,124 @@ async fn a_service_that_stops_being_ours_is_released_and_cleaned() {
     .await;
     c.cleanup().await;
 }
+
+/// How long IPs and nodes must stay put after the pool ConfigMap is deleted.
+const DELETED_WINDOW: Duration = Duration::from_secs(30);
+/// How long they must stay put after it is re-created: a change would come within a pass.
+const RECREATED_WINDOW: Duration = Duration::from_secs(5);
+/// How often the Services are looked at meanwhile.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
+    let _serial = serial().await;
+    let c = Cluster::new("cmdeleted").await;
+    let pools = [
+        (c.ns.as_str(), "10.67.0.1-10.67.0.4"),
+        ("unrelated", "10.67.1.1"),
+    ];
+    c.set_pool(&pools).await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    let _agents = [c.fake_agent(&a), c.fake_agent(&b)];
+    let (_controller, metrics) = c.start_controller();
+    c.create(lb_service("one")).await;
+    c.create(lb_service("two")).await;
+    // Each Service's IPs and node.
+    let placement = async || -> Vec<(Vec<String>, Option<String>)> {
+        let mut out = Vec::new();
+        for name in ["one", "two"] {
+            let svc = c.get(name).await;
+            let ips = support::ingress(&svc)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let node = support::annotation(&svc, keys::ANNOTATION_NODE).map(str::to_owned);
+            out.push((ips, node));
+        }
+        out
+    };
+    eventually(SETTLE, "both placed", async || {
+        placement()
+            .await
+            .iter()
+            .all(|(ips, node)| ips.len() == 1 && node.is_some())
+    })
+    .await;
+    let before = placement().await;
+    let stays_put = async |window: Duration, what: &str| {
+        let end = Instant::now() + window;
+        while Instant::now() < end {
+            tokio::time::sleep(LOOK_EVERY).await;
+            let now = placement().await;
+            assert_eq!(now, before, "{what}: a Service moved");
+        }
+    };
+
+    let cms = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    cms.delete(keys::DEFAULT_POOL_CONFIGMAP, &Default::default())
+        .await
+        .unwrap();
+    stays_put(DELETED_WINDOW, "after the ConfigMap was deleted").await;
+    let warnings: Vec<_> = c
+        .events(&c.system, keys::CONTROLLER_LEASE)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ConfigMapDeleted"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = &warnings[0];
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(warning.series.is_none(), "repeated: {:?}", warning.series);
+    let note = warning.note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("keeping the last good pool config (2 pools)"),
+        "{note}"
+    );
+    let related = warning.related.as_ref().and_then(|r| r.name.as_deref());
+    assert_eq!(related, Some(keys::DEFAULT_POOL_CONFIGMAP));
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_stale ").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_valid ").as_deref(),
+        Some("0")
+    );
+
+    // Re-created as it was: nothing moves, the config is fresh again.
+    c.set_pool(&pools).await;
+    eventually(SETTLE, "ConfigLoaded event", async || {
+        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ConfigLoaded"))
+    })
+    .await;
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_stale ").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_valid ").as_deref(),
+        Some("1")
+    );
+    stays_put(RECREATED_WINDOW, "after the ConfigMap was re-created").await;
+
+    // Removing the namespace's key is an instruction: its Services are released.
+    c.set_pool(&[("unrelated", "10.67.1.1")]).await;
+    for name in ["one", "two"] {
+        eventually(
+            SETTLE,
+            &format!("{name} released with NoPool"),
+            async || {
+                c.condition(name, keys::CONDITION_IP_ALLOCATED)
+                    .await
+                    .is_some_and(|(s, reason, _)| s == "False" && reason == "NoPool")
+                    && c.ips(name).await.is_empty()
+            },
+        )
+        .await;
+    }
+    c.cleanup().await;
+}

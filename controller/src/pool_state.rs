@@ -1,0 +1,375 @@
+//! Which pool configuration is in force, given what the ConfigMap cache shows and what was
+//! handled before. Pure: the reconcile loop feeds it each pass's observation and publishes
+//! the [`Notice`]s it returns (log, Event, metrics).
+//!
+//! The rules:
+//! - A valid ConfigMap is in force as written. An edit that removes a key is an instruction
+//!   like any other: that namespace's Services lose their IPs.
+//! - An invalid ConfigMap changes nothing: the last valid config stays in force (none
+//!   before the first valid one: the loop then plans nothing).
+//! - **A deleted ConfigMap is not an instruction**: `kubectl delete -k` or a GitOps prune
+//!   removes the whole object, and applying "no pools" would release every IP at once. The
+//!   config in force before the deletion stays in force (none, if none was), reported as
+//!   stale, until the ConfigMap exists again.
+//! - A controller that starts without a ConfigMap cannot tell a deletion from an install
+//!   that has none yet: it runs on no pools (every Service `NoPool`), as it always did.
+
+use std::collections::BTreeMap;
+
+use aliaslb_core::pool::{ConfigError, PoolConfig};
+
+/// The ConfigMap's `data` (an object without `data` counts as empty); `None`: no object.
+pub type Observed<'a> = Option<&'a BTreeMap<String, String>>;
+
+/// What the handling of an observation calls for, published by the caller: one per
+/// change of what the cache shows, none while it shows the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// No ConfigMap at the first look: no pools are in force. Logged; no Event (there is
+    /// nothing to report it on but the controller, and every Service says `NoPool`).
+    MissingAtStart,
+    /// The ConfigMap was deleted: what was in force stays, `pools` pools (`None`: no valid
+    /// config had been seen, nothing is planned). Logged; a Warning Event.
+    Deleted {
+        /// Pools of the config kept in force.
+        pools: Option<usize>,
+    },
+    /// A valid config is now in force.
+    Loaded {
+        /// Its number of pools.
+        pools: usize,
+        /// Whether to announce it with an Event: not at the first look (nothing was
+        /// reported before), nor for content equal to what is in force unless it resolves
+        /// a Warning (invalid content, deletion).
+        announce: bool,
+    },
+    /// The content is invalid: nothing changes. Logged; a Warning Event.
+    Invalid {
+        /// Every error, with key and line.
+        errors: Vec<ConfigError>,
+        /// Whether an older valid config stays in force (else nothing is planned).
+        stale: bool,
+    },
+}
+
+/// The pool ConfigMap as last handled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigState {
+    /// The config in force: the last valid one, or no pools when the controller started
+    /// without a ConfigMap; `None` while none is (the loop plans nothing).
+    good: Option<PoolConfig>,
+    /// `data` last handled; `None` inside: the ConfigMap was missing. `None`: nothing
+    /// handled yet.
+    seen: Option<Option<BTreeMap<String, String>>>,
+    /// Whether the last content handled was invalid.
+    invalid: bool,
+    /// Whether the ConfigMap is gone after it had been seen (what is in force is older).
+    deleted: bool,
+}
+
+impl ConfigState {
+    /// The config in force; `None` while no valid config was ever seen (planning on nothing
+    /// would clear every assignment).
+    pub fn in_force(&self) -> Option<&PoolConfig> {
+        self.good.as_ref()
+    }
+
+    /// `aliaslb_config_valid`: the ConfigMap as currently written is in force (a missing
+    /// one at start counts as "no pools", which is valid; a deleted one is not).
+    pub fn valid(&self) -> bool {
+        !self.invalid && !self.deleted
+    }
+
+    /// `aliaslb_config_stale`: an older config is in force than the ConfigMap says,
+    /// because the ConfigMap is invalid or gone.
+    pub fn stale(&self) -> bool {
+        (self.invalid || self.deleted) && self.good.is_some()
+    }
+
+    /// Handles one observation of the ConfigMap; returns what to publish (`None`: the
+    /// same as last time, nothing changed).
+    pub fn observe(&mut self, observed: Observed<'_>) -> Option<Notice> {
+        if self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| seen.as_ref() == observed)
+        {
+            return None;
+        }
+        let first = self.seen.is_none();
+        self.seen = Some(observed.cloned());
+        let Some(data) = observed else {
+            if first {
+                self.good = Some(PoolConfig::parse(&BTreeMap::new()).unwrap_or_else(|_| {
+                    unreachable!("an empty ConfigMap is a valid config without pools")
+                }));
+                self.invalid = false;
+                return Some(Notice::MissingAtStart);
+            }
+            self.deleted = true;
+            self.invalid = false;
+            return Some(Notice::Deleted {
+                pools: self.good.as_ref().map(|c| c.pools().count()),
+            });
+        };
+        match PoolConfig::parse(data) {
+            Ok(config) => {
+                let changed = self.good.as_ref() != Some(&config);
+                let announce = !first && (self.invalid || self.deleted || changed);
+                let pools = config.pools().count();
+                self.good = Some(config);
+                self.invalid = false;
+                self.deleted = false;
+                Some(Notice::Loaded { pools, announce })
+            }
+            Err(errors) => {
+                self.invalid = true;
+                self.deleted = false;
+                Some(Notice::Invalid {
+                    errors,
+                    stale: self.good.is_some(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step of a table: what the cache shows.
+    #[derive(Debug, Clone, Copy)]
+    enum Shows {
+        /// No ConfigMap.
+        Nothing,
+        /// One pool `team-a` with `ip`.
+        Pool(&'static str),
+        /// Pools `team-a` (`ip`) and `team-b`.
+        TwoPools(&'static str),
+        /// A broken line.
+        Broken,
+    }
+
+    fn data(shows: Shows) -> Option<BTreeMap<String, String>> {
+        let one = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        match shows {
+            Shows::Nothing => None,
+            Shows::Pool(ip) => Some(BTreeMap::from([one("team-a", ip)])),
+            Shows::TwoPools(ip) => Some(BTreeMap::from([
+                one("team-a", ip),
+                one("team-b", "10.9.0.1"),
+            ])),
+            Shows::Broken => Some(BTreeMap::from([one("team-a", "not-an-ip")])),
+        }
+    }
+
+    fn config(shows: Shows) -> PoolConfig {
+        PoolConfig::parse(&data(shows).unwrap()).unwrap()
+    }
+
+    /// What a step must give: its notice (errors left out) and the state after it.
+    #[derive(Debug, PartialEq, Eq)]
+    struct After {
+        notice: Option<String>,
+        in_force: Option<PoolConfig>,
+        valid: bool,
+        stale: bool,
+    }
+
+    fn after(
+        notice: Option<&str>,
+        in_force: Option<PoolConfig>,
+        valid: bool,
+        stale: bool,
+    ) -> After {
+        After {
+            notice: notice.map(str::to_owned),
+            in_force,
+            valid,
+            stale,
+        }
+    }
+
+    fn summary(notice: &Notice) -> String {
+        match notice {
+            Notice::MissingAtStart => "missing at start".into(),
+            Notice::Deleted { pools } => format!("deleted, keeping {pools:?}"),
+            Notice::Loaded { pools, announce } => format!("loaded {pools}, announce {announce}"),
+            Notice::Invalid { errors, stale } => format!("invalid {}, stale {stale}", errors.len()),
+        }
+    }
+
+    fn no_pools() -> PoolConfig {
+        PoolConfig::parse(&BTreeMap::new()).unwrap()
+    }
+
+    fn run(name: &str, steps: &[(Shows, After)]) {
+        let mut state = ConfigState::default();
+        for (i, (shows, want)) in steps.iter().enumerate() {
+            let observed = data(*shows);
+            let notice = state.observe(observed.as_ref());
+            let got = After {
+                notice: notice.as_ref().map(summary),
+                in_force: state.in_force().cloned(),
+                valid: state.valid(),
+                stale: state.stale(),
+            };
+            assert_eq!(&got, want, "{name}, step {i} ({shows:?})");
+        }
+    }
+
+    #[test]
+    fn which_config_is_in_force() {
+        use Shows::*;
+        let a1 = || Some(config(Pool("10.0.0.1")));
+        let a2 = || Some(config(Pool("10.0.0.2")));
+        let ab = || Some(config(TwoPools("10.0.0.1")));
+        let table: &[(&str, &[(Shows, After)])] = &[
+            (
+                "a deletion keeps the config in force until the ConfigMap is back",
+                &[
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce false"), a1(), true, false),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping Some(1)"), a1(), false, true),
+                    ),
+                    // The same deletion seen by later passes: nothing to say again.
+                    (Nothing, after(None, a1(), false, true)),
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce true"), a1(), true, false),
+                    ),
+                    (Pool("10.0.0.1"), after(None, a1(), true, false)),
+                ],
+            ),
+            (
+                "re-created with other content: that content is in force",
+                &[
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce false"), a1(), true, false),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping Some(1)"), a1(), false, true),
+                    ),
+                    (
+                        Pool("10.0.0.2"),
+                        after(Some("loaded 1, announce true"), a2(), true, false),
+                    ),
+                ],
+            ),
+            (
+                "re-created invalid: still the config from before the deletion",
+                &[
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce false"), a1(), true, false),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping Some(1)"), a1(), false, true),
+                    ),
+                    (
+                        Broken,
+                        after(Some("invalid 1, stale true"), a1(), false, true),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping Some(1)"), a1(), false, true),
+                    ),
+                ],
+            ),
+            (
+                "removing a key is an instruction",
+                &[
+                    (
+                        TwoPools("10.0.0.1"),
+                        after(Some("loaded 2, announce false"), ab(), true, false),
+                    ),
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce true"), a1(), true, false),
+                    ),
+                ],
+            ),
+            (
+                "no ConfigMap at start: no pools, as before; created later: loaded",
+                &[
+                    (
+                        Nothing,
+                        after(Some("missing at start"), Some(no_pools()), true, false),
+                    ),
+                    (Nothing, after(None, Some(no_pools()), true, false)),
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce true"), a1(), true, false),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping Some(1)"), a1(), false, true),
+                    ),
+                ],
+            ),
+            (
+                "invalid at start, then deleted: still nothing in force",
+                &[
+                    (
+                        Broken,
+                        after(Some("invalid 1, stale false"), None, false, false),
+                    ),
+                    (
+                        Nothing,
+                        after(Some("deleted, keeping None"), None, false, false),
+                    ),
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce true"), a1(), true, false),
+                    ),
+                ],
+            ),
+            (
+                "an invalid edit keeps the last valid config; the same content back is announced",
+                &[
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce false"), a1(), true, false),
+                    ),
+                    (
+                        Broken,
+                        after(Some("invalid 1, stale true"), a1(), false, true),
+                    ),
+                    (Broken, after(None, a1(), false, true)),
+                    (
+                        Pool("10.0.0.1"),
+                        after(Some("loaded 1, announce true"), a1(), true, false),
+                    ),
+                ],
+            ),
+        ];
+        for (name, steps) in table {
+            run(name, steps);
+        }
+    }
+
+    #[test]
+    fn an_empty_configmap_is_not_a_missing_one() {
+        let mut state = ConfigState::default();
+        state.observe(data(Shows::Pool("10.0.0.1")).as_ref());
+        let empty = BTreeMap::new();
+        assert_eq!(
+            state.observe(Some(&empty)),
+            Some(Notice::Loaded {
+                pools: 0,
+                announce: true
+            }),
+            "an object without keys is an edit that removed them all"
+        );
+        assert_eq!(state.in_force(), Some(&no_pools()));
+        assert!(!state.stale());
+    }
+}
