@@ -13,6 +13,9 @@
 //!   writes: a write is not repeated while the cached object is a version we already know
 //!   (the one we wrote over, or one our writes returned).
 //! - Transient write failures back off per Service ([`Backoff`]).
+//! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
+//!   cannot be read makes its agent count as not ready, with one warning when it starts
+//!   (see `Reconciler::agents`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -21,8 +24,10 @@ use std::time::{Duration, Instant};
 use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::Family;
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ReportError};
+use aliaslb_core::text;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource};
@@ -50,6 +55,8 @@ const MAX_NOTE: usize = 1000;
 /// pass over N new Services queues 2N Events (IP allocated, node assigned): this holds
 /// that for 32,768 Services. A queued Event is about 200 bytes.
 const EVENT_QUEUE: usize = 65_536;
+/// Reason of the Warning Event on an agent Lease whose report was rejected.
+pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
 
@@ -213,11 +220,21 @@ struct Done {
     result: Result<Vec<Box<str>>, Box<ApplyError>>,
 }
 
-/// One Event to publish, on a Service (its uid when known). The reference is built when
-/// the Event is sent, not while it waits.
+/// What an Event is about.
+enum Regarding {
+    /// A Service (its uid when known); the reference is built when the Event is sent, not
+    /// while it waits.
+    Service {
+        key: ServiceKey,
+        uid: Option<Arc<str>>,
+    },
+    /// Another object (an agent's Lease).
+    Object(Box<ObjectReference>),
+}
+
+/// One Event to publish.
 struct Notice {
-    service: ServiceKey,
-    uid: Option<Arc<str>>,
+    regarding: Regarding,
     warning: bool,
     reason: &'static str,
     note: String,
@@ -225,7 +242,10 @@ struct Notice {
 
 impl Notice {
     fn regarding(&self) -> ObjectReference {
-        record::object_ref(&self.service, self.uid.as_deref())
+        match &self.regarding {
+            Regarding::Service { key, uid } => record::object_ref(key, uid.as_deref()),
+            Regarding::Object(reference) => (**reference).clone(),
+        }
     }
 }
 
@@ -260,7 +280,7 @@ impl Events {
                 EventType::Normal
             },
             reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE)),
+            note: Some(text::bounded(note, MAX_NOTE)),
             action: "Reconcile".to_owned(),
             secondary: None,
         };
@@ -333,7 +353,8 @@ struct Reconciler {
     cleared: HashSet<Arc<str>>,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
-    /// Lease names whose report was unreadable, to log once.
+    /// Agent Lease names whose report was last unreadable or out of bounds: warned about
+    /// once, on the edge.
     bad_reports: HashSet<String>,
 }
 
@@ -473,6 +494,12 @@ impl Reconciler {
     }
 
     /// Agent readiness and reports by node.
+    ///
+    /// A report that cannot be read (not JSON, or outside the bounds of
+    /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
+    /// its node is not eligible, and as holding nothing. That is warned about once when it
+    /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
+    /// `aliaslb_agent_reports_rejected_total`), not on every pass.
     fn agents(
         &mut self,
         now: Instant,
@@ -487,32 +514,65 @@ impl Reconciler {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut agents = BTreeMap::new();
-        for lease in self.caches.leases.state() {
+        let mut seen = HashSet::new();
+        let leases = self.caches.leases.state();
+        for lease in &leases {
             let Some(name) = lease.metadata.name.as_deref() else {
                 continue;
             };
             let Some(node) = views::agent_node(name) else {
                 continue;
             };
-            let report = match views::agent_report(&lease) {
+            seen.insert(name);
+            let agent = match views::agent_report(lease) {
                 Ok(report) => {
-                    self.bad_reports.remove(name);
-                    report
+                    if self.bad_reports.remove(name) {
+                        tracing::info!(lease = name, "agent report readable again");
+                    }
+                    (clock.is_fresh(name, now), report)
                 }
                 Err(error) => {
                     if self.bad_reports.insert(name.to_owned()) {
-                        tracing::warn!(lease = name, error = %error, "unreadable agent report: treating as empty");
+                        self.reject_report(lease, node, &error);
                     }
-                    AgentReport::default()
+                    (false, AgentReport::default())
                 }
             };
-            agents.insert(node.to_owned(), (clock.is_fresh(name, now), report));
+            agents.insert(node.to_owned(), agent);
+        }
+        // Forget deleted Leases: a new one with a bad report is warned about again.
+        if !self.bad_reports.is_empty() {
+            self.bad_reports.retain(|n| seen.contains(n.as_str()));
         }
         let reports = agents
             .iter()
             .map(|(node, (_, report))| (node.clone(), report.clone()))
             .collect();
         (agents, reports)
+    }
+
+    /// The warning for a report that just became unusable: log, metric, Event on the Lease.
+    fn reject_report(&self, lease: &Lease, node: &str, error: &ReportError) {
+        let category = error.category();
+        // The error may quote the report (serde quotes what it did not expect).
+        let error = text::bounded(error.to_string(), MAX_NOTE);
+        tracing::warn!(
+            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            node,
+            reason = category,
+            error = %error,
+            "agent report rejected: the node is not eligible and holds nothing until its agent writes a valid one"
+        );
+        self.ctx.metrics.inc_agent_report_rejected(category);
+        self.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            warning: true,
+            reason: INVALID_AGENT_REPORT,
+            note: format!(
+                "report of the agent on {node} ignored: the node is not eligible and holds \
+                 nothing until it writes a valid one: {error}"
+            ),
+        });
     }
 
     /// The config in force for this pass; `None` while no valid config was ever seen
@@ -799,6 +859,19 @@ impl Reconciler {
         }
     }
 
+    /// Queues an Event for the worker; a full queue drops it (counted).
+    fn enqueue(&self, notice: Notice) {
+        if let Err(error) = self.queue.try_send(notice) {
+            let notice = error.into_inner();
+            self.ctx.metrics.inc_reconcile_error("event_dropped");
+            tracing::warn!(
+                object = ?notice.regarding().name,
+                reason = %notice.reason,
+                "Event queue full: Event dropped"
+            );
+        }
+    }
+
     /// Queues the pass's Events, on their Services (deleted ones by their last reference).
     fn publish(&self, output: &PlanOutput, old_refs: &HashMap<ServiceKey, Arc<str>>) {
         for e in &output.events {
@@ -808,16 +881,15 @@ impl Reconciler {
                 .or_else(|| old_refs.get(&e.service))
                 .cloned();
             let notice = Notice {
-                service: e.service.clone(),
-                uid,
+                regarding: Regarding::Service {
+                    key: e.service.clone(),
+                    uid,
+                },
                 warning: e.warning,
                 reason: e.reason,
                 note: e.message.clone(),
             };
-            if self.queue.try_send(notice).is_err() {
-                self.ctx.metrics.inc_reconcile_error("event_dropped");
-                tracing::warn!(svc = %e.service, reason = %e.reason, "Event queue full: Event dropped");
-            }
+            self.enqueue(notice);
         }
     }
 }
@@ -831,20 +903,6 @@ fn invalid_note(errors: &[ConfigError], stale: bool) -> String {
     };
     let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
     format!("{} error(s), {keeping}: {}", errors.len(), list.join("; "))
-}
-
-/// `s` cut to at most `max` bytes on a character boundary, marked with `...`.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    s.push_str("...");
-    s
 }
 
 #[cfg(test)]
@@ -867,13 +925,6 @@ mod tests {
                 MAX_BACKOFF
             ]
         );
-    }
-
-    #[test]
-    fn notes_are_cut_on_char_boundaries() {
-        assert_eq!(truncate("short".into(), 10), "short");
-        let cut = truncate("ééééé".into(), 6);
-        assert!(cut.len() <= 6 && cut.ends_with("..."), "{cut}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
+use serde_json::json;
 use support::{Cluster, eventually, lb_service, metric, serial};
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -329,6 +330,87 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
             .is_some_and(|(s, _, _)| s == "True")
     })
     .await;
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
+    let _serial = serial().await;
+    let c = Cluster::new("badreport").await;
+    c.set_pool(&[(c.ns.as_str(), "10.66.0.1-10.66.0.2")]).await;
+    let good = c.node("good").await;
+    let bad = c.node("bad").await;
+    let _good_agent = c.fake_agent(&good);
+    // The bad agent claims the pool's subnet (so, believed, its node would be preferred
+    // as the only one on-link), holds and conflicts on every pool IP with a 40 KB reason
+    // (more than a condition message may be), on an interface no kernel would name so.
+    let report = json!({
+        "version": 1,
+        "interfaces": [{"name": "eth0/../../x", "subnets": ["10.66.0.0/24"]}],
+        "held": ["10.66.0.1", "10.66.0.2"],
+        "conflicts": [
+            {"ip": "10.66.0.1", "reason": "x".repeat(40_000)},
+            {"ip": "10.66.0.2", "reason": "x".repeat(40_000)},
+        ],
+        "shield": "active",
+    });
+    let _bad_agent = c.agent_reporting(&bad, report.to_string());
+    let (_controller, metrics) = c.start_controller();
+
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.66.0.1"], SETTLE).await;
+    eventually(SETTLE, "web announced", async || {
+        c.condition("web", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        support::annotation(&c.get("web").await, keys::ANNOTATION_NODE),
+        Some(good.as_str()),
+        "the node with the valid report serves"
+    );
+
+    let lease = keys::agent_lease_name(&bad);
+    let rejected = async || {
+        c.events(&c.system, &lease)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidAgentReport"))
+            .collect::<Vec<_>>()
+    };
+    eventually(SETTLE, "InvalidAgentReport event", async || {
+        !rejected().await.is_empty()
+    })
+    .await;
+    let events = rejected().await;
+    let note = events[0].note.clone().unwrap_or_default();
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains(&format!("agent on {bad} ignored")) && note.contains("eth0/../../x"),
+        "{note}"
+    );
+    assert!(note.len() <= 1000, "{}", note.len());
+    let counted = r#"aliaslb_agent_reports_rejected_total{reason="interface_name"} "#;
+    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+
+    // The bad agent renews every 0.5 s, each renewal a pass: still one warning, and no
+    // condition quotes its report.
+    c.create(lb_service("second")).await;
+    c.wait_ips("second", &["10.66.0.2"], SETTLE).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rejected().await.len(), 1);
+    assert!(rejected().await[0].series.is_none());
+    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+    for name in ["web", "second"] {
+        assert_eq!(
+            support::annotation(&c.get(name).await, keys::ANNOTATION_NODE),
+            Some(good.as_str()),
+            "{name}"
+        );
+        let (_, reason, message) = c.condition(name, keys::CONDITION_ANNOUNCED).await.unwrap();
+        assert_eq!(reason, "Announced", "{name}: {message}");
+    }
     c.cleanup().await;
 }
 

@@ -146,33 +146,54 @@ impl Cluster {
     /// Starts a fake agent for `node`: renews its Lease every [`AGENT_RENEW`] and reports
     /// holding every IP assigned to its node. Dropping it stops renewing (hard loss).
     pub fn fake_agent(&self, node: &str) -> Task {
-        let client = self.client.clone();
-        let system = self.system.clone();
-        let node = node.to_owned();
-        Task(tokio::spawn(async move {
-            let leases = Api::<Lease>::namespaced(client.clone(), &system);
-            let services = Api::<Service>::all(client);
-            let name = keys::agent_lease_name(&node);
-            loop {
+        let services = Api::<Service>::all(self.client.clone());
+        let me = node.to_owned();
+        self.agent_writing(node, move || {
+            let services = services.clone();
+            let me = me.clone();
+            async move {
                 let held = match services.list(&ListParams::default()).await {
                     Ok(list) => list
                         .items
                         .iter()
-                        .filter(|s| annotation(s, keys::ANNOTATION_NODE) == Some(node.as_str()))
+                        .filter(|s| annotation(s, keys::ANNOTATION_NODE) == Some(me.as_str()))
                         .flat_map(ingress)
                         .collect(),
                     Err(_) => Default::default(),
                 };
-                let report = AgentReport {
+                AgentReport {
                     version: REPORT_VERSION,
                     held,
                     ..AgentReport::default()
-                };
+                }
+                .to_json()
+            }
+        })
+    }
+
+    /// Starts an agent for `node` that renews its Lease like [`Cluster::fake_agent`] but
+    /// always writes `annotation` as its report (a buggy or compromised agent).
+    pub fn agent_reporting(&self, node: &str, annotation: String) -> Task {
+        self.agent_writing(node, move || std::future::ready(annotation.clone()))
+    }
+
+    /// An agent for `node` renewing its Lease every [`AGENT_RENEW`] with the report
+    /// annotation `report` gives each time.
+    fn agent_writing<F: Future<Output = String> + Send>(
+        &self,
+        node: &str,
+        report: impl Fn() -> F + Send + 'static,
+    ) -> Task {
+        let leases = Api::<Lease>::namespaced(self.client.clone(), &self.system);
+        let node = node.to_owned();
+        Task(tokio::spawn(async move {
+            let name = keys::agent_lease_name(&node);
+            loop {
                 let lease = json!({
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {
                         "name": name,
-                        "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()},
+                        "annotations": {keys::ANNOTATION_AGENT_REPORT: report().await},
                     },
                     "spec": {
                         "holderIdentity": node,
