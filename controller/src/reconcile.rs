@@ -12,7 +12,10 @@
 //!   once, each behind the leader fence and a timeout. The caches lag behind our own
 //!   writes: a write is not repeated while the cached object is a version we already know
 //!   (the one we wrote over, or one our writes returned).
-//! - Transient write failures back off per Service ([`Backoff`]).
+//! - Transient write failures back off per Service ([`Backoff`]). A write the API server
+//!   refuses as invalid (422) would be refused again: it is logged, counted
+//!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
+//!   or the Service, changes (see [`attempt_key`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -154,6 +157,17 @@ fn annotations_key(plan: &ServicePlan) -> u64 {
     digest(&(&plan.node, &plan.interface))
 }
 
+/// What the writes for `plan` on `svc` would say, and the version of `svc` they would
+/// apply to: a write the server refused as invalid (422) is tried again only once this
+/// changes. The server validates the object the apply makes, so a change by someone else
+/// (a user shortening their own annotations) can make the same write valid; a refused
+/// write changes nothing, so it cannot trigger itself. A cleanup (`plan` `None`) writes
+/// nothing of the plan.
+fn attempt_key(plan: Option<&ServicePlan>, svc: &ServiceRecord) -> u64 {
+    let writes = plan.map(|p| (annotations_key(p), status_key(p)));
+    digest(&(writes, &svc.resource_version))
+}
+
 /// What we last wrote on a Service and the versions our writes produced, as digests.
 #[derive(Debug, Default)]
 struct Memo {
@@ -208,6 +222,8 @@ enum Job<'a> {
 /// The outcome of one [`Job`]: small, a pass collects one per write.
 struct Done {
     key: ServiceKey,
+    /// [`attempt_key`] of the job.
+    attempt: u64,
     /// For a sync: what the annotation and status writes said ([`annotations_key`],
     /// [`status_key`]), `None` for a write not made. `None` for a cleanup.
     sync: Option<(Option<u64>, Option<u64>)>,
@@ -351,6 +367,9 @@ struct Reconciler {
     refs: HashMap<ServiceKey, Arc<str>>,
     /// uids of foreign Services already cleaned up.
     cleared: HashSet<Arc<str>>,
+    /// Services whose last write the API server refused as invalid (422), with the
+    /// [`attempt_key`] of that write: not retried while it stays the same.
+    refused: HashMap<ServiceKey, u64>,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
@@ -376,6 +395,7 @@ impl Reconciler {
             backoff: HashMap::new(),
             refs: HashMap::new(),
             cleared: HashSet::new(),
+            refused: HashMap::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
         }
@@ -682,9 +702,21 @@ impl Reconciler {
     ) -> Vec<Job<'a>> {
         let ip_mode = self.writer.ip_mode();
         let mut jobs = Vec::new();
+        if !self.refused.is_empty() {
+            let strangers: HashSet<&ServiceKey> = strangers.iter().map(|s| &s.key).collect();
+            self.refused
+                .retain(|key, _| by_key.contains_key(key) || strangers.contains(key));
+        }
         for (key, plan) in &output.services {
             let Some(svc) = by_key.get(key) else { continue };
             if self.backoff.get(key).is_some_and(|b| b.next > now) {
+                continue;
+            }
+            if self
+                .refused
+                .get(key)
+                .is_some_and(|a| *a == attempt_key(Some(plan), svc))
+            {
                 continue;
             }
             let memo = self.memos.get(key);
@@ -708,6 +740,10 @@ impl Reconciler {
         for svc in &strangers {
             if self.cleared.contains(&svc.uid)
                 || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
+                || self
+                    .refused
+                    .get(&svc.key)
+                    .is_some_and(|a| *a == attempt_key(None, svc))
             {
                 continue;
             }
@@ -784,6 +820,7 @@ impl Reconciler {
                 }
                 Done {
                     key,
+                    attempt: attempt_key(Some(plan), &svc),
                     sync: Some((
                         annotations.then(|| annotations_key(plan)),
                         status.then(|| status_key(plan)),
@@ -806,6 +843,7 @@ impl Reconciler {
                 }
                 Done {
                     key,
+                    attempt: attempt_key(None, &svc),
                     sync: None,
                     before: None,
                     uid: Some(svc.uid.clone()),
@@ -819,6 +857,7 @@ impl Reconciler {
         match done.result {
             Ok(written) => {
                 self.backoff.remove(&done.key);
+                self.refused.remove(&done.key);
                 let Some((annotations, status)) = done.sync else {
                     if let Some(uid) = done.uid {
                         self.cleared.insert(uid);
@@ -851,6 +890,16 @@ impl Reconciler {
                         "write failed; retrying"
                     );
                     self.backoff.insert(done.key, backoff);
+                } else if error.is_invalid() {
+                    // The same write would be refused again: wait for the plan to change.
+                    tracing::warn!(
+                        svc = %done.key,
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        "write refused as invalid; not retried until it or the Service changes"
+                    );
+                    self.backoff.remove(&done.key);
+                    self.refused.insert(done.key, done.attempt);
                 } else {
                     tracing::debug!(svc = %done.key, error = %error, "write skipped");
                     self.backoff.remove(&done.key);
@@ -936,6 +985,51 @@ mod tests {
             note.starts_with("1 error(s), keeping the last valid config: key default, line 2:"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_refused_write_is_retried_only_when_it_or_the_service_changes() {
+        let svc = |version: &str| ServiceRecord {
+            key: ServiceKey::new("a", "web"),
+            uid: "uid".into(),
+            resource_version: Some(version.into()),
+            generation: Some(1),
+            view: None,
+            node: None,
+            interface: None,
+            ingress: Box::default(),
+            conditions: Box::default(),
+        };
+        let plan = ServicePlan {
+            ips: vec!["10.0.0.1".parse().unwrap()],
+            node: Some("n1".into()),
+            interface: None,
+            allocated: aliaslb_core::plan::ConditionPlan {
+                status: true,
+                reason: reason::ALLOCATED,
+                message: "assigned".into(),
+            },
+            announced: aliaslb_core::plan::ConditionPlan {
+                status: false,
+                reason: reason::ADDRESS_CONFLICT,
+                message: "n1 reports a conflict".into(),
+            },
+        };
+        let refused = attempt_key(Some(&plan), &svc("7"));
+        assert_eq!(
+            attempt_key(Some(&plan), &svc("7")),
+            refused,
+            "the same write"
+        );
+        // A changed message, node or object is another write.
+        let mut reworded = plan.clone();
+        reworded.announced.message = "n1 reports another conflict".into();
+        assert_ne!(attempt_key(Some(&reworded), &svc("7")), refused);
+        let mut moved = plan.clone();
+        moved.node = Some("n2".into());
+        assert_ne!(attempt_key(Some(&moved), &svc("7")), refused);
+        assert_ne!(attempt_key(Some(&plan), &svc("8")), refused);
+        assert_ne!(attempt_key(None, &svc("7")), refused);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use aliaslb_core::keys;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use support::{Cluster, eventually, lb_service, metric, serial};
@@ -411,6 +412,46 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
         let (_, reason, message) = c.condition(name, keys::CONDITION_ANNOUNCED).await.unwrap();
         assert_eq!(reason, "Announced", "{name}: {message}");
     }
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_as_invalid_waits_for_a_change() {
+    let _serial = serial().await;
+    let c = Cluster::new("refused").await;
+    c.set_pool(&[(c.ns.as_str(), "10.67.0.1-10.67.0.2")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, metrics) = c.start_controller();
+
+    // A user's annotations just under the API's 256 KiB for all of them: ours do not fit,
+    // and every write we make on this Service is refused with 422 Invalid.
+    let blob_key = "example.com/blob";
+    let blob = "x".repeat(256 * 1024 - blob_key.len() - 8);
+    c.create(lb_service("full").annotate(blob_key, &blob)).await;
+    c.create(lb_service("web").request("10.67.0.2")).await;
+    c.wait_ips("web", &["10.67.0.2"], SETTLE).await;
+    let refused = r#"aliaslb_reconcile_errors_total{category="invalid"} "#;
+    eventually(SETTLE, "the refused write counted", async || {
+        metric(&metrics, refused).is_some()
+    })
+    .await;
+    // Passes go on (the agent renews every 0.5 s): the same write is not made again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metric(&metrics, refused).as_deref(), Some("1"));
+    assert!(c.ips("full").await.is_empty());
+
+    // The user makes room: the Service changed, the write is made again and goes through.
+    Api::<Service>::namespaced(c.client.clone(), &c.ns)
+        .patch(
+            "full",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {blob_key: "small"}}})),
+        )
+        .await
+        .unwrap();
+    c.wait_ips("full", &["10.67.0.1"], SETTLE).await;
+    assert_eq!(metric(&metrics, refused).as_deref(), Some("1"));
     c.cleanup().await;
 }
 
