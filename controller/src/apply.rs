@@ -223,6 +223,7 @@ impl ApplyError {
             ApplyError::Api { source, .. } => match source {
                 kube::Error::Api(status) if status.code == 404 => "not_found",
                 kube::Error::Api(status) if status.code == 409 => "conflict",
+                kube::Error::Api(status) if status.code == 422 => "invalid",
                 kube::Error::Api(status) if status.code >= 500 => "api_server",
                 kube::Error::Api(_) => "api_rejected",
                 _ => "transport",
@@ -232,10 +233,16 @@ impl ApplyError {
         }
     }
 
-    /// Whether retrying later can help (everything but a vanished Service and lost
-    /// leadership).
+    /// Whether retrying the same write later can help: everything but a vanished Service,
+    /// lost leadership and a write the server refused as invalid.
     pub fn is_transient(&self) -> bool {
-        !matches!(self.category(), "not_found" | "not_leader")
+        !matches!(self.category(), "not_found" | "not_leader" | "invalid")
+    }
+
+    /// Whether the API server refused the write as invalid (422): the same write will be
+    /// refused again, so it is only worth retrying once what it says changes.
+    pub fn is_invalid(&self) -> bool {
+        self.category() == "invalid"
     }
 }
 
@@ -550,6 +557,38 @@ mod tests {
             json!({"aliaslb.io/node": "n1"})
         );
         assert!(!annotations_differ(&svc, None, None));
+    }
+
+    #[test]
+    fn invalid_writes_are_permanent_and_the_rest_by_cause() {
+        let api = |code: u16| ApplyError::Api {
+            what: "status",
+            object: "Service a/web".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("refused", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        };
+        for (code, category, transient) in [
+            (404, "not_found", false),
+            (409, "conflict", true),
+            (422, "invalid", false),
+            (400, "api_rejected", true),
+            (403, "api_rejected", true),
+            (429, "api_rejected", true),
+            (500, "api_server", true),
+        ] {
+            let e = api(code);
+            assert_eq!(e.category(), category, "{code}");
+            assert_eq!(e.is_transient(), transient, "{code}");
+            assert_eq!(e.is_invalid(), code == 422, "{code}");
+        }
+        let timeout = ApplyError::Timeout {
+            what: "status",
+            object: "Service a/web".into(),
+        };
+        assert!(timeout.is_transient() && !timeout.is_invalid());
     }
 
     #[test]

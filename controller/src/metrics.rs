@@ -37,6 +37,13 @@ struct ErrorLabels {
     category: String,
 }
 
+/// Labels of the rejected agent report counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RejectedLabels {
+    /// What was wrong, `aliaslb_core::report::ReportError::category`.
+    reason: &'static str,
+}
+
 /// The controller's metrics. Cheap to share behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -47,6 +54,7 @@ pub struct Metrics {
     allocations: Counter,
     releases: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
+    agent_reports_rejected: Family<RejectedLabels, Counter>,
     reconcile_duration: Histogram,
     config_valid: Gauge,
     config_stale: Gauge,
@@ -95,6 +103,12 @@ impl Metrics {
             "Failed reconciles by error category",
             reconcile_errors.clone(),
         );
+        let agent_reports_rejected = Family::<RejectedLabels, Counter>::default();
+        registry.register(
+            "agent_reports_rejected",
+            "Agent reports that became unusable (not JSON or out of bounds), by reason; the agent counts as not ready until it writes a valid one",
+            agent_reports_rejected.clone(),
+        );
         // 1 ms .. ~16 s.
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
         registry.register(
@@ -128,6 +142,7 @@ impl Metrics {
             allocations,
             releases,
             reconcile_errors,
+            agent_reports_rejected,
             reconcile_duration,
             config_valid,
             config_stale,
@@ -184,6 +199,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Count one agent report that became unusable, under its `reason` category.
+    pub fn inc_agent_report_rejected(&self, reason: &'static str) {
+        self.agent_reports_rejected
+            .get_or_create(&RejectedLabels { reason })
+            .inc();
+    }
+
     /// Record how long one reconcile took.
     pub fn observe_reconcile(&self, took: Duration) {
         self.reconcile_duration.observe(took.as_secs_f64());
@@ -219,6 +241,7 @@ mod tests {
         m.inc_allocations();
         m.inc_releases();
         m.inc_reconcile_error("pool_exhausted");
+        m.inc_agent_report_rejected("interface_name");
         m.observe_reconcile(Duration::from_millis(3));
         m.set_config(true, false);
         m.set_leader(true);
@@ -231,6 +254,7 @@ mod tests {
             "aliaslb_allocations_total 1",
             "aliaslb_releases_total 1",
             r#"aliaslb_reconcile_errors_total{category="pool_exhausted"} 1"#,
+            r#"aliaslb_agent_reports_rejected_total{reason="interface_name"} 1"#,
             "aliaslb_reconcile_duration_seconds_count 1",
             "aliaslb_config_valid 1",
             "aliaslb_config_stale 0",

@@ -18,7 +18,13 @@
 //!   once, each behind the leader fence and a timeout. The caches lag behind our own
 //!   writes: a write is not repeated while the cached object is a version we already know
 //!   (the one we wrote over, or one our writes returned).
-//! - Transient write failures back off per Service ([`Backoff`]).
+//! - Transient write failures back off per Service ([`Backoff`]). A write the API server
+//!   refuses as invalid (422) would be refused again: it is logged, counted
+//!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
+//!   or the Service, changes (see [`attempt_key`]).
+//! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
+//!   cannot be read makes its agent count as not ready, with one warning when it starts
+//!   (see `Reconciler::agents`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -28,7 +34,8 @@ use aliaslb_core::keys;
 use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::Family;
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ReportError};
+use aliaslb_core::text;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
@@ -61,6 +68,8 @@ const MAX_NOTE: usize = 1000;
 /// pass over N new Services queues 2N Events (IP allocated, node assigned): this holds
 /// that for 32,768 Services. A queued Event is about 200 bytes.
 const EVENT_QUEUE: usize = 65_536;
+/// Reason of the Warning Event on an agent Lease whose report was rejected.
+pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
 
@@ -158,6 +167,17 @@ fn annotations_key(plan: &ServicePlan) -> u64 {
     digest(&(&plan.node, &plan.interface))
 }
 
+/// What the writes for `plan` on `svc` would say, and the version of `svc` they would
+/// apply to: a write the server refused as invalid (422) is tried again only once this
+/// changes. The server validates the object the apply makes, so a change by someone else
+/// (a user shortening their own annotations) can make the same write valid; a refused
+/// write changes nothing, so it cannot trigger itself. A cleanup (`plan` `None`) writes
+/// nothing of the plan.
+fn attempt_key(plan: Option<&ServicePlan>, svc: &ServiceRecord) -> u64 {
+    let writes = plan.map(|p| (annotations_key(p), status_key(p)));
+    digest(&(writes, &svc.resource_version))
+}
+
 /// What we last wrote on a Service and the versions our writes produced, as digests.
 #[derive(Debug, Default)]
 struct Memo {
@@ -201,6 +221,8 @@ enum Job<'a> {
 /// The outcome of one [`Job`]: small, a pass collects one per write.
 struct Done {
     key: ServiceKey,
+    /// [`attempt_key`] of the job.
+    attempt: u64,
     /// For a sync: what the annotation and status writes said ([`annotations_key`],
     /// [`status_key`]), `None` for a write not made. `None` for a cleanup.
     sync: Option<(Option<u64>, Option<u64>)>,
@@ -213,11 +235,21 @@ struct Done {
     result: Result<Vec<Box<str>>, Box<ApplyError>>,
 }
 
-/// One Event to publish, on a Service (its uid when known). The reference is built when
-/// the Event is sent, not while it waits.
+/// What an Event is about.
+enum Regarding {
+    /// A Service (its uid when known); the reference is built when the Event is sent, not
+    /// while it waits.
+    Service {
+        key: ServiceKey,
+        uid: Option<Arc<str>>,
+    },
+    /// Another object (an agent's Lease).
+    Object(Box<ObjectReference>),
+}
+
+/// One Event to publish.
 struct Notice {
-    service: ServiceKey,
-    uid: Option<Arc<str>>,
+    regarding: Regarding,
     warning: bool,
     reason: &'static str,
     note: String,
@@ -225,7 +257,10 @@ struct Notice {
 
 impl Notice {
     fn regarding(&self) -> ObjectReference {
-        record::object_ref(&self.service, self.uid.as_deref())
+        match &self.regarding {
+            Regarding::Service { key, uid } => record::object_ref(key, uid.as_deref()),
+            Regarding::Object(reference) => (**reference).clone(),
+        }
     }
 }
 
@@ -262,7 +297,7 @@ impl Events {
                 EventType::Normal
             },
             reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE)),
+            note: Some(text::bounded(note, MAX_NOTE)),
             action: "Reconcile".to_owned(),
             secondary: related,
         };
@@ -335,9 +370,13 @@ struct Reconciler {
     refs: HashMap<ServiceKey, Arc<str>>,
     /// uids of foreign Services already cleaned up.
     cleared: HashSet<Arc<str>>,
+    /// Services whose last write the API server refused as invalid (422), with the
+    /// [`attempt_key`] of that write: not retried while it stays the same.
+    refused: HashMap<ServiceKey, u64>,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
-    /// Lease names whose report was unreadable, to log once.
+    /// Agent Lease names whose report was last unreadable or out of bounds: warned about
+    /// once, on the edge.
     bad_reports: HashSet<String>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
@@ -367,6 +406,7 @@ impl Reconciler {
             backoff: HashMap::new(),
             refs: HashMap::new(),
             cleared: HashSet::new(),
+            refused: HashMap::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
             imported: false,
@@ -594,6 +634,12 @@ impl Reconciler {
     }
 
     /// Agent readiness and reports by node.
+    ///
+    /// A report that cannot be read (not JSON, or outside the bounds of
+    /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
+    /// its node is not eligible, and as holding nothing. That is warned about once when it
+    /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
+    /// `aliaslb_agent_reports_rejected_total`), not on every pass.
     fn agents(
         &mut self,
         now: Instant,
@@ -608,32 +654,65 @@ impl Reconciler {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut agents = BTreeMap::new();
-        for lease in self.caches.leases.state() {
+        let mut seen = HashSet::new();
+        let leases = self.caches.leases.state();
+        for lease in &leases {
             let Some(name) = lease.metadata.name.as_deref() else {
                 continue;
             };
             let Some(node) = views::agent_node(name) else {
                 continue;
             };
-            let report = match views::agent_report(&lease) {
+            seen.insert(name);
+            let agent = match views::agent_report(lease) {
                 Ok(report) => {
-                    self.bad_reports.remove(name);
-                    report
+                    if self.bad_reports.remove(name) {
+                        tracing::info!(lease = name, "agent report readable again");
+                    }
+                    (clock.is_fresh(name, now), report)
                 }
                 Err(error) => {
                     if self.bad_reports.insert(name.to_owned()) {
-                        tracing::warn!(lease = name, error = %error, "unreadable agent report: treating as empty");
+                        self.reject_report(lease, node, &error);
                     }
-                    AgentReport::default()
+                    (false, AgentReport::default())
                 }
             };
-            agents.insert(node.to_owned(), (clock.is_fresh(name, now), report));
+            agents.insert(node.to_owned(), agent);
+        }
+        // Forget deleted Leases: a new one with a bad report is warned about again.
+        if !self.bad_reports.is_empty() {
+            self.bad_reports.retain(|n| seen.contains(n.as_str()));
         }
         let reports = agents
             .iter()
             .map(|(node, (_, report))| (node.clone(), report.clone()))
             .collect();
         (agents, reports)
+    }
+
+    /// The warning for a report that just became unusable: log, metric, Event on the Lease.
+    fn reject_report(&self, lease: &Lease, node: &str, error: &ReportError) {
+        let category = error.category();
+        // The error may quote the report (serde quotes what it did not expect).
+        let error = text::bounded(error.to_string(), MAX_NOTE);
+        tracing::warn!(
+            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            node,
+            reason = category,
+            error = %error,
+            "agent report rejected: the node is not eligible and holds nothing until its agent writes a valid one"
+        );
+        self.ctx.metrics.inc_agent_report_rejected(category);
+        self.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            warning: true,
+            reason: INVALID_AGENT_REPORT,
+            note: format!(
+                "report of the agent on {node} ignored: the node is not eligible and holds \
+                 nothing until it writes a valid one: {error}"
+            ),
+        });
     }
 
     /// The config in force for this pass ([`ConfigState`]); `None` while no valid config
@@ -795,9 +874,21 @@ impl Reconciler {
     ) -> Vec<Job<'a>> {
         let ip_mode = self.writer.ip_mode();
         let mut jobs = Vec::new();
+        if !self.refused.is_empty() {
+            let strangers: HashSet<&ServiceKey> = strangers.iter().map(|s| &s.key).collect();
+            self.refused
+                .retain(|key, _| by_key.contains_key(key) || strangers.contains(key));
+        }
         for (key, plan) in &output.services {
             let Some(svc) = by_key.get(key) else { continue };
             if self.backoff.get(key).is_some_and(|b| b.next > now) {
+                continue;
+            }
+            if self
+                .refused
+                .get(key)
+                .is_some_and(|a| *a == attempt_key(Some(plan), svc))
+            {
                 continue;
             }
             let memo = self.memos.get(key);
@@ -821,6 +912,10 @@ impl Reconciler {
         for svc in &strangers {
             if self.cleared.contains(&svc.uid)
                 || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
+                || self
+                    .refused
+                    .get(&svc.key)
+                    .is_some_and(|a| *a == attempt_key(None, svc))
             {
                 continue;
             }
@@ -897,6 +992,7 @@ impl Reconciler {
                 }
                 Done {
                     key,
+                    attempt: attempt_key(Some(plan), &svc),
                     sync: Some((
                         annotations.then(|| annotations_key(plan)),
                         status.then(|| status_key(plan)),
@@ -919,6 +1015,7 @@ impl Reconciler {
                 }
                 Done {
                     key,
+                    attempt: attempt_key(None, &svc),
                     sync: None,
                     before: None,
                     uid: Some(svc.uid.clone()),
@@ -932,6 +1029,7 @@ impl Reconciler {
         match done.result {
             Ok(written) => {
                 self.backoff.remove(&done.key);
+                self.refused.remove(&done.key);
                 let Some((annotations, status)) = done.sync else {
                     if let Some(uid) = done.uid {
                         self.cleared.insert(uid);
@@ -964,11 +1062,34 @@ impl Reconciler {
                         "write failed; retrying"
                     );
                     self.backoff.insert(done.key, backoff);
+                } else if error.is_invalid() {
+                    // The same write would be refused again: wait for the plan to change.
+                    tracing::warn!(
+                        svc = %done.key,
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        "write refused as invalid; not retried until it or the Service changes"
+                    );
+                    self.backoff.remove(&done.key);
+                    self.refused.insert(done.key, done.attempt);
                 } else {
                     tracing::debug!(svc = %done.key, error = %error, "write skipped");
                     self.backoff.remove(&done.key);
                 }
             }
+        }
+    }
+
+    /// Queues an Event for the worker; a full queue drops it (counted).
+    fn enqueue(&self, notice: Notice) {
+        if let Err(error) = self.queue.try_send(notice) {
+            let notice = error.into_inner();
+            self.ctx.metrics.inc_reconcile_error("event_dropped");
+            tracing::warn!(
+                object = ?notice.regarding().name,
+                reason = %notice.reason,
+                "Event queue full: Event dropped"
+            );
         }
     }
 
@@ -981,16 +1102,15 @@ impl Reconciler {
                 .or_else(|| old_refs.get(&e.service))
                 .cloned();
             let notice = Notice {
-                service: e.service.clone(),
-                uid,
+                regarding: Regarding::Service {
+                    key: e.service.clone(),
+                    uid,
+                },
                 warning: e.warning,
                 reason: e.reason,
                 note: e.message.clone(),
             };
-            if self.queue.try_send(notice).is_err() {
-                self.ctx.metrics.inc_reconcile_error("event_dropped");
-                tracing::warn!(svc = %e.service, reason = %e.reason, "Event queue full: Event dropped");
-            }
+            self.enqueue(notice);
         }
     }
 }
@@ -1030,20 +1150,6 @@ fn invalid_note(errors: &[ConfigError], stale: bool) -> String {
     format!("{} error(s), {keeping}: {}", errors.len(), list.join("; "))
 }
 
-/// `s` cut to at most `max` bytes on a character boundary, marked with `...`.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    s.push_str("...");
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1067,13 +1173,6 @@ mod tests {
     }
 
     #[test]
-    fn notes_are_cut_on_char_boundaries() {
-        assert_eq!(truncate("short".into(), 10), "short");
-        let cut = truncate("ééééé".into(), 6);
-        assert!(cut.len() <= 6 && cut.ends_with("..."), "{cut}");
-    }
-
-    #[test]
     fn invalid_note_lists_key_and_line() {
         let data = BTreeMap::from([("default".to_owned(), "10.0.0.1\nnope\n".to_owned())]);
         let errors = PoolConfig::parse(&data).unwrap_err();
@@ -1082,6 +1181,51 @@ mod tests {
             note.starts_with("1 error(s), keeping the last valid config: key default, line 2:"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_refused_write_is_retried_only_when_it_or_the_service_changes() {
+        let svc = |version: &str| ServiceRecord {
+            key: ServiceKey::new("a", "web"),
+            uid: "uid".into(),
+            resource_version: Some(version.into()),
+            generation: Some(1),
+            view: None,
+            node: None,
+            interface: None,
+            ingress: Box::default(),
+            conditions: Box::default(),
+        };
+        let plan = ServicePlan {
+            ips: vec!["10.0.0.1".parse().unwrap()],
+            node: Some("n1".into()),
+            interface: None,
+            allocated: aliaslb_core::plan::ConditionPlan {
+                status: true,
+                reason: reason::ALLOCATED,
+                message: "assigned".into(),
+            },
+            announced: aliaslb_core::plan::ConditionPlan {
+                status: false,
+                reason: reason::ADDRESS_CONFLICT,
+                message: "n1 reports a conflict".into(),
+            },
+        };
+        let refused = attempt_key(Some(&plan), &svc("7"));
+        assert_eq!(
+            attempt_key(Some(&plan), &svc("7")),
+            refused,
+            "the same write"
+        );
+        // A changed message, node or object is another write.
+        let mut reworded = plan.clone();
+        reworded.announced.message = "n1 reports another conflict".into();
+        assert_ne!(attempt_key(Some(&reworded), &svc("7")), refused);
+        let mut moved = plan.clone();
+        moved.node = Some("n2".into());
+        assert_ne!(attempt_key(Some(&moved), &svc("7")), refused);
+        assert_ne!(attempt_key(Some(&plan), &svc("8")), refused);
+        assert_ne!(attempt_key(None, &svc("7")), refused);
     }
 
     #[test]

@@ -403,7 +403,8 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
 
 /// What `aliaslb status` reads from one agent Lease at `now` (our wall clock): its node and
 /// [`AgentInfo`]; `None` for Leases that are not agent Leases. A report that is not valid
-/// JSON reads as an empty one (shield `unknown`).
+/// JSON or out of bounds ([`AgentReport::from_json`]) reads as an empty one (shield
+/// `unknown`).
 pub fn agent_info(lease: &Lease, now: Timestamp) -> Option<(String, AgentInfo)> {
     let node = views::agent_node(lease.metadata.name.as_deref()?)?;
     let renewed = lease

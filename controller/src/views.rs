@@ -180,7 +180,8 @@ pub fn agent_node(lease_name: &str) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// The agent's report on its Lease; an absent annotation is an empty report.
+/// The agent's report on its Lease, read within the bounds of [`AgentReport::from_json`]
+/// (an agent's node may be compromised); an absent annotation is an empty report.
 pub fn agent_report(lease: &Lease) -> Result<AgentReport, aliaslb_core::report::ReportError> {
     match lease
         .metadata

@@ -11,7 +11,9 @@ use aliaslb_core::keys;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
+use serde_json::json;
 use support::{Cluster, eventually, lb_service, metric, serial};
 
 const SETTLE: Duration = Duration::from_secs(10);
@@ -335,6 +337,127 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
             .is_some_and(|(s, _, _)| s == "True")
     })
     .await;
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
+    let _serial = serial().await;
+    let c = Cluster::new("badreport").await;
+    c.set_pool(&[(c.ns.as_str(), "10.66.0.1-10.66.0.2")]).await;
+    let good = c.node("good").await;
+    let bad = c.node("bad").await;
+    let _good_agent = c.fake_agent(&good);
+    // The bad agent claims the pool's subnet (so, believed, its node would be preferred
+    // as the only one on-link), holds and conflicts on every pool IP with a 40 KB reason
+    // (more than a condition message may be), on an interface no kernel would name so.
+    let report = json!({
+        "version": 1,
+        "interfaces": [{"name": "eth0/../../x", "subnets": ["10.66.0.0/24"]}],
+        "held": ["10.66.0.1", "10.66.0.2"],
+        "conflicts": [
+            {"ip": "10.66.0.1", "reason": "x".repeat(40_000)},
+            {"ip": "10.66.0.2", "reason": "x".repeat(40_000)},
+        ],
+        "shield": "active",
+    });
+    let _bad_agent = c.agent_reporting(&bad, report.to_string());
+    let (_controller, metrics) = c.start_controller();
+
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.66.0.1"], SETTLE).await;
+    eventually(SETTLE, "web announced", async || {
+        c.condition("web", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        support::annotation(&c.get("web").await, keys::ANNOTATION_NODE),
+        Some(good.as_str()),
+        "the node with the valid report serves"
+    );
+
+    let lease = keys::agent_lease_name(&bad);
+    let rejected = async || {
+        c.events(&c.system, &lease)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidAgentReport"))
+            .collect::<Vec<_>>()
+    };
+    eventually(SETTLE, "InvalidAgentReport event", async || {
+        !rejected().await.is_empty()
+    })
+    .await;
+    let events = rejected().await;
+    let note = events[0].note.clone().unwrap_or_default();
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains(&format!("agent on {bad} ignored")) && note.contains("eth0/../../x"),
+        "{note}"
+    );
+    assert!(note.len() <= 1000, "{}", note.len());
+    let counted = r#"aliaslb_agent_reports_rejected_total{reason="interface_name"} "#;
+    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+
+    // The bad agent renews every 0.5 s, each renewal a pass: still one warning, and no
+    // condition quotes its report.
+    c.create(lb_service("second")).await;
+    c.wait_ips("second", &["10.66.0.2"], SETTLE).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rejected().await.len(), 1);
+    assert!(rejected().await[0].series.is_none());
+    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+    for name in ["web", "second"] {
+        assert_eq!(
+            support::annotation(&c.get(name).await, keys::ANNOTATION_NODE),
+            Some(good.as_str()),
+            "{name}"
+        );
+        let (_, reason, message) = c.condition(name, keys::CONDITION_ANNOUNCED).await.unwrap();
+        assert_eq!(reason, "Announced", "{name}: {message}");
+    }
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_as_invalid_waits_for_a_change() {
+    let _serial = serial().await;
+    let c = Cluster::new("refused").await;
+    c.set_pool(&[(c.ns.as_str(), "10.67.0.1-10.67.0.2")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, metrics) = c.start_controller();
+
+    // A user's annotations just under the API's 256 KiB for all of them: ours do not fit,
+    // and every write we make on this Service is refused with 422 Invalid.
+    let blob_key = "example.com/blob";
+    let blob = "x".repeat(256 * 1024 - blob_key.len() - 8);
+    c.create(lb_service("full").annotate(blob_key, &blob)).await;
+    c.create(lb_service("web").request("10.67.0.2")).await;
+    c.wait_ips("web", &["10.67.0.2"], SETTLE).await;
+    let refused = r#"aliaslb_reconcile_errors_total{category="invalid"} "#;
+    eventually(SETTLE, "the refused write counted", async || {
+        metric(&metrics, refused).is_some()
+    })
+    .await;
+    // Passes go on (the agent renews every 0.5 s): the same write is not made again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metric(&metrics, refused).as_deref(), Some("1"));
+    assert!(c.ips("full").await.is_empty());
+
+    // The user makes room: the Service changed, the write is made again and goes through.
+    Api::<Service>::namespaced(c.client.clone(), &c.ns)
+        .patch(
+            "full",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {blob_key: "small"}}})),
+        )
+        .await
+        .unwrap();
+    c.wait_ips("full", &["10.67.0.1"], SETTLE).await;
+    assert_eq!(metric(&metrics, refused).as_deref(), Some("1"));
     c.cleanup().await;
 }
 

@@ -12,3 +12,4 @@ pub mod plan;
 pub mod pool;
 pub mod range;
 pub mod report;
+pub mod text;

@@ -54,8 +54,15 @@ use crate::election::NodeState;
 use crate::pool::{Pool, PoolConfig, PoolKey};
 use crate::range::Family;
 use crate::report::AgentReport;
+use crate::text;
 
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
+
+/// Longest condition message or Event message the planner emits, in bytes; longer ones
+/// are cut on a character boundary, ending in `...` ([`crate::text::bounded`]). Messages
+/// quote text from outside (an agent's conflict reason, a user's annotation); the API
+/// refuses a condition message over 32,768 bytes and an Event note over 1,024.
+pub const MAX_MESSAGE: usize = 1024;
 
 /// Condition and Event reasons the planner emits (CamelCase, stable: users grep for them).
 pub mod reason {
@@ -226,7 +233,7 @@ pub struct ConditionPlan {
     pub status: bool,
     /// CamelCase reason, one of [`reason`].
     pub reason: &'static str,
-    /// Human-readable message.
+    /// Human-readable message, at most [`MAX_MESSAGE`] bytes.
     pub message: String,
 }
 
@@ -239,7 +246,7 @@ pub struct PlanEvent {
     pub warning: bool,
     /// CamelCase reason, one of [`reason`].
     pub reason: &'static str,
-    /// Human-readable message.
+    /// Human-readable message, at most [`MAX_MESSAGE`] bytes.
     pub message: String,
 }
 
@@ -453,7 +460,7 @@ impl Sink {
             service: service.clone(),
             warning,
             reason,
-            message,
+            message: text::bounded(message, MAX_MESSAGE),
         });
     }
 }

@@ -5,6 +5,39 @@
 //! break-before-make moves (which IPs are held right now) and conflicts. The report is
 //! JSON in the annotation [`crate::keys::ANNOTATION_AGENT_REPORT`]; unknown fields are
 //! ignored so agents and controllers of neighbouring versions understand each other.
+//!
+//! # Bounded input
+//!
+//! A buggy or compromised node can write anything into its Lease, so [`AgentReport::from_json`]
+//! reads a report only within bounds, in this order:
+//!
+//! 1. the annotation is at most [`MAX_REPORT_BYTES`] long, checked before parsing;
+//! 2. it parses (unknown fields and unknown shield states are still accepted);
+//! 3. [`AgentReport::validated`]: data no agent can produce, or more entries than any node
+//!    has, is **rejected**, and the first violation is named in the [`ReportError`]:
+//!    - at most [`MAX_INTERFACES`] interfaces, each with at most
+//!      [`MAX_SUBNETS_PER_INTERFACE`] subnets;
+//!    - interface names as Linux allows them (`dev_valid_name`): 1 to
+//!      [`MAX_INTERFACE_NAME`] bytes (`IFNAMSIZ` - 1), not `.` or `..`, no `/` or `:`, no
+//!      whitespace; and, stricter than the kernel, no control characters and no non-ASCII
+//!      whitespace (no tool creates them, and they would garble a condition message);
+//!    - at most [`MAX_HELD`] held IPs and [`MAX_CONFLICTS`] conflicts;
+//! 4. free text (conflict reasons) is **cut** instead: control characters become spaces
+//!    and a reason is cut to [`MAX_REASON`] bytes on a character boundary, ending in
+//!    `...`. A long reason is odd, not impossible, and the rest of the report is still
+//!    worth reading.
+//!
+//! A rejected report is worth nothing to the controller: it treats the agent as not ready
+//! (its node is not eligible and holds nothing), exactly as for a report that is not JSON.
+//!
+//! The size bound is the API server's own: all annotations of an object together may not
+//! exceed 256 KiB, so no report the API stores is cut by it. 10,000 held IPv4 addresses in
+//! their longest form (`255.255.255.255`), with four interfaces of four subnets and ten
+//! conflicts, make a report of 181,191 bytes (177 KiB); the same in 19-character IPv6
+//! addresses (`2001:db8:ffff::c000`) 221,191 bytes (216 KiB) (see the test
+//! `a_report_of_10000_held_ips_is_read`). More than that on one node (10,000 addresses in
+//! the 39-character IPv6 form, or 10,000 dual-stack pairs, about 400 KiB) the API server
+//! refuses to store at all.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -12,8 +45,28 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::text;
+
 /// Current report format version.
 pub const REPORT_VERSION: u32 = 1;
+
+/// Longest report annotation read, in bytes: 256 KiB, the API server's limit for all
+/// annotations of an object together (see the module docs).
+pub const MAX_REPORT_BYTES: usize = 256 * 1024;
+/// Most interfaces in a report.
+pub const MAX_INTERFACES: usize = 256;
+/// Longest interface name in bytes: `IFNAMSIZ` (16) less the terminating NUL.
+pub const MAX_INTERFACE_NAME: usize = 15;
+/// Most subnets per interface.
+pub const MAX_SUBNETS_PER_INTERFACE: usize = 64;
+/// Most held IPs in a report.
+pub const MAX_HELD: usize = 65_536;
+/// Most conflicts in a report.
+pub const MAX_CONFLICTS: usize = 4_096;
+/// Longest conflict reason kept, in bytes; longer ones are cut.
+pub const MAX_REASON: usize = 256;
+/// Longest interface name quoted in a [`ReportError`], in bytes.
+const QUOTED_NAME: usize = 32;
 
 /// The report an agent publishes on its Lease.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,10 +140,107 @@ pub struct Conflict {
     pub reason: String,
 }
 
-/// Why a report could not be read.
+/// Why a report could not be read: the first bound it breaks (see the module docs).
 #[derive(Debug, thiserror::Error)]
-#[error("agent report is not valid JSON: {0}")]
-pub struct ReportError(#[source] serde_json::Error);
+pub enum ReportError {
+    /// The annotation is longer than [`MAX_REPORT_BYTES`]; it was not parsed.
+    #[error("agent report is {size} bytes, more than the {MAX_REPORT_BYTES} read")]
+    TooLarge {
+        /// Its length in bytes.
+        size: usize,
+    },
+    /// Not a report.
+    #[error("agent report is not valid JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// More than [`MAX_INTERFACES`] interfaces.
+    #[error("agent report lists {count} interfaces, more than {MAX_INTERFACES}")]
+    TooManyInterfaces {
+        /// Interfaces listed.
+        count: usize,
+    },
+    /// An interface name Linux does not allow.
+    #[error("agent report: interface {index} has name {name:?}, which {why}")]
+    InterfaceName {
+        /// Its position in the list, from 0.
+        index: usize,
+        /// The name, cut to a few bytes.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// An interface with more than [`MAX_SUBNETS_PER_INTERFACE`] subnets.
+    #[error(
+        "agent report: interface {name} lists {count} subnets, more than {MAX_SUBNETS_PER_INTERFACE}"
+    )]
+    TooManySubnets {
+        /// The interface (a valid name).
+        name: String,
+        /// Subnets listed.
+        count: usize,
+    },
+    /// More than [`MAX_HELD`] held IPs.
+    #[error("agent report lists {count} held IPs, more than {MAX_HELD}")]
+    TooManyHeld {
+        /// Held IPs listed (without duplicates).
+        count: usize,
+    },
+    /// More than [`MAX_CONFLICTS`] conflicts.
+    #[error("agent report lists {count} conflicts, more than {MAX_CONFLICTS}")]
+    TooManyConflicts {
+        /// Conflicts listed.
+        count: usize,
+    },
+}
+
+impl ReportError {
+    /// Short stable category, for a metric label: `too_large`, `json`, `interfaces`,
+    /// `interface_name`, `subnets`, `held` or `conflicts`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReportError::TooLarge { .. } => "too_large",
+            ReportError::Json(_) => "json",
+            ReportError::TooManyInterfaces { .. } => "interfaces",
+            ReportError::InterfaceName { .. } => "interface_name",
+            ReportError::TooManySubnets { .. } => "subnets",
+            ReportError::TooManyHeld { .. } => "held",
+            ReportError::TooManyConflicts { .. } => "conflicts",
+        }
+    }
+}
+
+/// What is wrong with `name` as a Linux interface name, if anything (see the module docs).
+pub fn interface_name_error(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("is empty");
+    }
+    if name.len() > MAX_INTERFACE_NAME {
+        return Some("is longer than 15 bytes");
+    }
+    if name == "." || name == ".." {
+        return Some("is not a name");
+    }
+    if name.contains(['/', ':']) {
+        return Some("contains `/` or `:`");
+    }
+    if name.chars().any(char::is_whitespace) {
+        return Some("contains whitespace");
+    }
+    if name.chars().any(char::is_control) {
+        return Some("contains a control character");
+    }
+    None
+}
+
+/// `reason` without control characters and cut to [`MAX_REASON`] bytes.
+fn bound_reason(reason: &mut String) {
+    if reason.contains(char::is_control) {
+        *reason = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+    }
+    text::bound(reason, MAX_REASON);
+}
 
 impl AgentReport {
     /// Serialises the report for the Lease annotation.
@@ -98,9 +248,53 @@ impl AgentReport {
         serde_json::to_string(self).expect("an AgentReport always serialises")
     }
 
-    /// Reads a report from the Lease annotation.
+    /// Reads a report from the Lease annotation, within bounds: size, then JSON, then
+    /// [`AgentReport::validated`] (see the module docs).
     pub fn from_json(s: &str) -> Result<Self, ReportError> {
-        serde_json::from_str(s).map_err(ReportError)
+        if s.len() > MAX_REPORT_BYTES {
+            return Err(ReportError::TooLarge { size: s.len() });
+        }
+        let report: AgentReport = serde_json::from_str(s).map_err(ReportError::Json)?;
+        report.validated()
+    }
+
+    /// The report if it is within bounds, its free text cut; else the first bound it
+    /// breaks (see the module docs).
+    pub fn validated(mut self) -> Result<Self, ReportError> {
+        if self.interfaces.len() > MAX_INTERFACES {
+            return Err(ReportError::TooManyInterfaces {
+                count: self.interfaces.len(),
+            });
+        }
+        for (index, interface) in self.interfaces.iter().enumerate() {
+            if let Some(why) = interface_name_error(&interface.name) {
+                return Err(ReportError::InterfaceName {
+                    index,
+                    name: text::bounded(interface.name.clone(), QUOTED_NAME),
+                    why,
+                });
+            }
+            if interface.subnets.len() > MAX_SUBNETS_PER_INTERFACE {
+                return Err(ReportError::TooManySubnets {
+                    name: interface.name.clone(),
+                    count: interface.subnets.len(),
+                });
+            }
+        }
+        if self.held.len() > MAX_HELD {
+            return Err(ReportError::TooManyHeld {
+                count: self.held.len(),
+            });
+        }
+        if self.conflicts.len() > MAX_CONFLICTS {
+            return Err(ReportError::TooManyConflicts {
+                count: self.conflicts.len(),
+            });
+        }
+        for conflict in &mut self.conflicts {
+            bound_reason(&mut conflict.reason);
+        }
+        Ok(self)
     }
 
     /// All subnets of all interfaces.
@@ -163,6 +357,307 @@ mod tests {
         assert_eq!(ShieldState::default(), ShieldState::Unknown);
     }
 
+    fn report_with(f: impl FnOnce(&mut AgentReport)) -> AgentReport {
+        let mut report = AgentReport {
+            version: REPORT_VERSION,
+            interfaces: vec![InterfaceReport {
+                name: "eth0".into(),
+                subnets: vec!["10.0.0.0/24".parse().unwrap()],
+            }],
+            ..AgentReport::default()
+        };
+        f(&mut report);
+        report
+    }
+
+    fn interface(name: &str, subnets: usize) -> InterfaceReport {
+        InterfaceReport {
+            name: name.into(),
+            subnets: (0..subnets)
+                .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
+                .collect(),
+        }
+    }
+
+    fn conflict(i: usize, reason: &str) -> Conflict {
+        Conflict {
+            ip: IpAddr::from([10, 1, (i / 256) as u8, (i % 256) as u8]),
+            reason: reason.into(),
+        }
+    }
+
+    fn held(n: usize) -> BTreeSet<IpAddr> {
+        (0..n)
+            .map(|i| IpAddr::from((0x0a00_0000u32 + u32::try_from(i).unwrap()).to_be_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn validation_rejects_impossible_data_and_names_the_first_violation() {
+        type Edit = fn(&mut AgentReport);
+        let table: Vec<(&str, Edit, Option<&str>)> = vec![
+            ("as written", |_| {}, None),
+            (
+                "256 interfaces",
+                |r| r.interfaces = (0..256).map(|i| interface(&format!("eth{i}"), 1)).collect(),
+                None,
+            ),
+            (
+                "257 interfaces",
+                |r| r.interfaces = (0..257).map(|i| interface(&format!("eth{i}"), 1)).collect(),
+                Some("interfaces"),
+            ),
+            (
+                "15-byte name",
+                |r| r.interfaces[0].name = "a23456789012345".into(),
+                None,
+            ),
+            (
+                "16-byte name",
+                |r| r.interfaces[0].name = "a234567890123456".into(),
+                Some("interface_name"),
+            ),
+            (
+                "non-ASCII name",
+                |r| r.interfaces[0].name = "wlp0é".into(),
+                None,
+            ),
+            (
+                "16 bytes of non-ASCII",
+                |r| r.interfaces[0].name = "éééééééé".into(),
+                Some("interface_name"),
+            ),
+            (
+                "empty name",
+                |r| r.interfaces[0].name = String::new(),
+                Some("interface_name"),
+            ),
+            (
+                "dot",
+                |r| r.interfaces[0].name = ".".into(),
+                Some("interface_name"),
+            ),
+            (
+                "dot dot",
+                |r| r.interfaces[0].name = "..".into(),
+                Some("interface_name"),
+            ),
+            (
+                "dots inside",
+                |r| r.interfaces[0].name = "eth0.100".into(),
+                None,
+            ),
+            (
+                "slash",
+                |r| r.interfaces[0].name = "eth0/1".into(),
+                Some("interface_name"),
+            ),
+            (
+                "colon (an address label)",
+                |r| r.interfaces[0].name = "eth0:alb".into(),
+                Some("interface_name"),
+            ),
+            (
+                "space",
+                |r| r.interfaces[0].name = "eth 0".into(),
+                Some("interface_name"),
+            ),
+            (
+                "tab",
+                |r| r.interfaces[0].name = "eth\t0".into(),
+                Some("interface_name"),
+            ),
+            (
+                "non-ASCII whitespace",
+                |r| r.interfaces[0].name = "eth\u{2003}0".into(),
+                Some("interface_name"),
+            ),
+            (
+                "control character",
+                |r| r.interfaces[0].name = "eth\u{1b}[0m".into(),
+                Some("interface_name"),
+            ),
+            (
+                "DEL",
+                |r| r.interfaces[0].name = "eth\u{7f}".into(),
+                Some("interface_name"),
+            ),
+            (
+                "64 subnets",
+                |r| r.interfaces[0] = interface("eth0", 64),
+                None,
+            ),
+            (
+                "65 subnets",
+                |r| r.interfaces[0] = interface("eth0", 65),
+                Some("subnets"),
+            ),
+            ("65,536 held", |r| r.held = held(65_536), None),
+            ("65,537 held", |r| r.held = held(65_537), Some("held")),
+            (
+                "4,096 conflicts",
+                |r| r.conflicts = (0..4096).map(|i| conflict(i, "x")).collect(),
+                None,
+            ),
+            (
+                "4,097 conflicts",
+                |r| r.conflicts = (0..4097).map(|i| conflict(i, "x")).collect(),
+                Some("conflicts"),
+            ),
+            // The first violation is the one named.
+            (
+                "bad name, then too many subnets",
+                |r| {
+                    r.interfaces = vec![
+                        interface("ok0", 1),
+                        interface("bad/1", 1),
+                        interface("eth1", 65),
+                    ];
+                },
+                Some("interface_name"),
+            ),
+        ];
+        for (what, edit, want) in table {
+            let report = report_with(edit);
+            match (report.clone().validated(), want) {
+                (Ok(valid), None) => assert_eq!(valid, report, "{what}"),
+                (Err(e), Some(category)) => {
+                    assert_eq!(e.category(), category, "{what}: {e}");
+                    assert!(e.to_string().starts_with("agent report"), "{what}: {e}");
+                    // Through the annotation too, when it fits.
+                    let json = report.to_json();
+                    if json.len() <= MAX_REPORT_BYTES {
+                        let e = AgentReport::from_json(&json).unwrap_err();
+                        assert_eq!(e.category(), category, "{what}: {e}");
+                    }
+                }
+                (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn errors_name_the_violation_and_quote_little() {
+        let long = format!("bad/{}", "x".repeat(10_000));
+        let e = report_with(|r| {
+            r.interfaces.push(interface("eth1", 0));
+            r.interfaces.push(InterfaceReport {
+                name: long.clone(),
+                subnets: Vec::new(),
+            });
+        })
+        .validated()
+        .unwrap_err();
+        let message = e.to_string();
+        assert!(
+            message.starts_with("agent report: interface 2 has name \"bad/xxx"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("which is longer than 15 bytes"),
+            "{message}"
+        );
+        assert!(message.len() < 120, "{message}");
+        let e = report_with(|r| r.interfaces[0].name = "a\nb".into())
+            .validated()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"agent report: interface 0 has name "a\nb", which contains whitespace"#
+        );
+        let e = report_with(|r| r.interfaces[0] = interface("eth0", 70))
+            .validated()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "agent report: interface eth0 lists 70 subnets, more than 64"
+        );
+    }
+
+    #[test]
+    fn free_text_is_cut_not_rejected() {
+        let report = report_with(|r| {
+            r.conflicts = vec![
+                conflict(0, "already configured on eth1 by another owner"),
+                conflict(1, &"é".repeat(1000)),
+                conflict(2, "line one\nline two\u{1b}[31m\u{85}"),
+            ];
+        });
+        let valid = report.validated().unwrap();
+        assert_eq!(
+            valid.conflicts[0].reason,
+            "already configured on eth1 by another owner"
+        );
+        let cut = &valid.conflicts[1].reason;
+        assert!(
+            cut.len() <= MAX_REASON && cut.len() > MAX_REASON - 8,
+            "{}",
+            cut.len()
+        );
+        assert!(cut.ends_with("...") && cut.starts_with("éé"), "{cut}");
+        assert_eq!(valid.conflicts[2].reason, "line one line two [31m ");
+        // Reading it again changes nothing.
+        assert_eq!(AgentReport::from_json(&valid.to_json()).unwrap(), valid);
+    }
+
+    #[test]
+    fn the_size_bound_is_checked_before_parsing() {
+        let padding = " ".repeat(MAX_REPORT_BYTES - 2);
+        let at_bound = format!("{{{padding}}}");
+        assert_eq!(at_bound.len(), MAX_REPORT_BYTES);
+        assert_eq!(
+            AgentReport::from_json(&at_bound).unwrap(),
+            AgentReport::default()
+        );
+        // One byte more is refused unread: not even the JSON error of the garbage is seen.
+        let over = format!("{at_bound}x");
+        let e = AgentReport::from_json(&over).unwrap_err();
+        assert_eq!(e.category(), "too_large");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "agent report is {} bytes, more than the 262144 read",
+                MAX_REPORT_BYTES + 1
+            )
+        );
+    }
+
+    /// What an agent writes for 10,000 held IPs, in the longest IPv4 form and in a short
+    /// IPv6 form, with a few interfaces and conflicts besides: every case must be read.
+    #[test]
+    fn a_report_of_10000_held_ips_is_read() {
+        // 255.255.1xx.1xx: every address 15 characters, the longest IPv4 form.
+        let v4: BTreeSet<IpAddr> = (0..10_000u16)
+            .map(|i| IpAddr::from([255, 255, 100 + (i / 100) as u8, 100 + (i % 100) as u8]))
+            .collect();
+        assert!(v4.iter().all(|ip| ip.to_string().len() == 15));
+        assert_eq!(v4.len(), 10_000);
+        let v6: BTreeSet<IpAddr> = (0..10_000u16)
+            .map(|i| format!("2001:db8:ffff::{:x}", 0xc000 + i).parse().unwrap())
+            .collect();
+        assert!(v6.iter().all(|ip| ip.to_string().len() == 19));
+        for (family, held) in [("IPv4", v4), ("IPv6", v6)] {
+            let report = report_with(|r| {
+                r.interfaces = (0..4)
+                    .map(|i| interface(&format!("enp{i}s0f1"), 4))
+                    .collect();
+                r.held = held;
+                r.conflicts = (0..10)
+                    .map(|i| conflict(i, "already configured on enp0s0f1 by another owner"))
+                    .collect();
+                r.shield = ShieldState::Active;
+            });
+            let json = report.to_json();
+            eprintln!(
+                "10,000 held {family} addresses: {} bytes ({:.1} KiB)",
+                json.len(),
+                json.len() as f64 / 1024.0
+            );
+            assert!(json.len() < MAX_REPORT_BYTES, "{family}: {}", json.len());
+            assert_eq!(AgentReport::from_json(&json).unwrap(), report);
+        }
+    }
+
     #[test]
     fn rejects_garbage_with_a_message() {
         let err = AgentReport::from_json("{not json").unwrap_err();
@@ -171,5 +666,6 @@ mod tests {
                 .starts_with("agent report is not valid JSON"),
             "{err}"
         );
+        assert_eq!(err.category(), "json");
     }
 }

@@ -6,7 +6,7 @@ mod plan_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use aliaslb_core::plan::{Planner, STICKY_FOR, reason};
+use aliaslb_core::plan::{MAX_MESSAGE, Planner, STICKY_FOR, reason};
 use aliaslb_core::pool::PoolKey;
 use aliaslb_core::range::Family;
 use plan_support::*;
@@ -816,6 +816,59 @@ fn address_conflict_keeps_the_node() {
     assert!(
         events(&out, reason::ADDRESS_CONFLICT).is_empty(),
         "reported once"
+    );
+}
+
+#[test]
+fn quoted_text_is_bounded_in_conditions_and_events() {
+    // The planner takes reports as given (the controller bounds them when it reads them):
+    // a reason far over the API's 32 KiB limit still makes a bounded message.
+    let (mut world, mut planner, n) = placed();
+    let reason_text = format!("{}é", "x".repeat(40_000));
+    world.conflict(&n, "10.0.0.1", &reason_text);
+    // A user's malformed request quoted at length, too.
+    world.services.push(
+        svc("default", "odd")
+            .created(2)
+            .malformed(&"nope,".repeat(10_000)),
+    );
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
+    let message = &web.announced.message;
+    assert!(
+        message.len() <= MAX_MESSAGE && message.len() > MAX_MESSAGE - 8,
+        "{}",
+        message.len()
+    );
+    assert!(
+        message.starts_with(&format!("{n} reports a conflict for 10.0.0.1: xxx")),
+        "{message}"
+    );
+    assert!(message.ends_with("..."), "{message}");
+    let conflicts = events(&out, reason::ADDRESS_CONFLICT);
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(
+        &conflicts[0].message, message,
+        "the Event says what the condition says"
+    );
+    let odd = plan_of(&out, "default", "odd");
+    assert_eq!(odd.allocated.reason, reason::INVALID_REQUEST);
+    assert!(odd.allocated.message.len() <= MAX_MESSAGE && odd.allocated.message.ends_with("..."));
+    for e in &out.events {
+        assert!(
+            e.message.len() <= MAX_MESSAGE,
+            "{}: {}",
+            e.reason,
+            e.message.len()
+        );
+    }
+    // The same bounded message next pass: no new Event, nothing to write.
+    let again = world.plan(&mut planner);
+    assert!(events(&again, reason::ADDRESS_CONFLICT).is_empty());
+    assert_eq!(
+        &plan_of(&again, "default", "web").announced.message,
+        message
     );
 }
 

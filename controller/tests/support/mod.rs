@@ -149,15 +149,12 @@ impl Cluster {
     /// holding every IP of its node's assignment object (what a real agent acts on).
     /// Dropping it stops renewing (hard loss).
     pub fn fake_agent(&self, node: &str) -> Task {
-        let client = self.client.clone();
-        let system = self.system.clone();
-        let node = node.to_owned();
-        Task(tokio::spawn(async move {
-            let leases = Api::<Lease>::namespaced(client.clone(), &system);
-            let assignments = Api::<ConfigMap>::namespaced(client, &system);
-            let name = keys::agent_lease_name(&node);
-            let assignment = keys::assignment_configmap(&node);
-            loop {
+        let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
+        let assignment = keys::assignment_configmap(node);
+        self.agent_writing(node, move || {
+            let assignments = assignments.clone();
+            let assignment = assignment.clone();
+            async move {
                 let held = match assignments.get_opt(&assignment).await {
                     Ok(cm) => cm
                         .and_then(|cm| cm.data)
@@ -167,16 +164,39 @@ impl Cluster {
                         .unwrap_or_default(),
                     Err(_) => Default::default(),
                 };
-                let report = AgentReport {
+                AgentReport {
                     version: REPORT_VERSION,
                     held,
                     ..AgentReport::default()
-                };
+                }
+                .to_json()
+            }
+        })
+    }
+
+    /// Starts an agent for `node` that renews its Lease like [`Cluster::fake_agent`] but
+    /// always writes `annotation` as its report (a buggy or compromised agent).
+    pub fn agent_reporting(&self, node: &str, annotation: String) -> Task {
+        self.agent_writing(node, move || std::future::ready(annotation.clone()))
+    }
+
+    /// An agent for `node` renewing its Lease every [`AGENT_RENEW`] with the report
+    /// annotation `report` gives each time.
+    fn agent_writing<F: Future<Output = String> + Send>(
+        &self,
+        node: &str,
+        report: impl Fn() -> F + Send + 'static,
+    ) -> Task {
+        let leases = Api::<Lease>::namespaced(self.client.clone(), &self.system);
+        let node = node.to_owned();
+        Task(tokio::spawn(async move {
+            let name = keys::agent_lease_name(&node);
+            loop {
                 let lease = json!({
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {
                         "name": name,
-                        "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()},
+                        "annotations": {keys::ANNOTATION_AGENT_REPORT: report().await},
                     },
                     "spec": {
                         "holderIdentity": node,

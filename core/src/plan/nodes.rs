@@ -18,12 +18,13 @@ use std::net::IpAddr;
 use litemap::LiteMap;
 
 use super::{
-    ConditionPlan, Group, GroupId, Inputs, Pass, Planner, ServiceKey, ServicePlan, ServiceView,
-    Sink, join, reason,
+    ConditionPlan, Group, GroupId, Inputs, MAX_MESSAGE, Pass, Planner, ServiceKey, ServicePlan,
+    ServiceView, Sink, join, reason,
 };
 use crate::election::{ElectionInput, Ineligible, NodeState, elect, ineligibility};
 use crate::keys::LABEL_EXCLUDE_FROM_LB;
 use crate::report::{AgentReport, Conflict};
+use crate::text;
 
 /// An Event for every member of a group: (warning, reason, message).
 type Note = (bool, &'static str, String);
@@ -351,10 +352,14 @@ fn announced(
     };
     let report = inputs.agents.get(node);
     if let Some(c) = conflict_on(report, ips) {
-        let message = format!(
-            "{node} reports a conflict for {}: {}; the assignment is kept, since moving it \
-             would put the address on the LAN twice",
-            c.ip, c.reason
+        // Quotes the agent: bounded here, so the condition and the Event say the same.
+        let message = text::bounded(
+            format!(
+                "{node} reports a conflict for {}: {}; the assignment is kept, since moving \
+                 it would put the address on the LAN twice",
+                c.ip, c.reason
+            ),
+            MAX_MESSAGE,
         );
         return (
             condition(false, reason::ADDRESS_CONFLICT, message.clone()),
@@ -389,10 +394,11 @@ fn announced(
     }
 }
 
+/// A condition; its message is cut to [`MAX_MESSAGE`] bytes.
 fn condition(status: bool, reason: &'static str, message: String) -> ConditionPlan {
     ConditionPlan {
         status,
         reason,
-        message,
+        message: text::bounded(message, MAX_MESSAGE),
     }
 }
