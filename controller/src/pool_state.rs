@@ -11,8 +11,12 @@
 //!   removes the whole object, and applying "no pools" would release every IP at once. The
 //!   config in force before the deletion stays in force (none, if none was), reported as
 //!   stale, until the ConfigMap exists again.
-//! - A controller that starts without a ConfigMap cannot tell a deletion from an install
-//!   that has none yet: it runs on no pools (every Service `NoPool`), as it always did.
+//! - A controller that starts without a ConfigMap cannot tell a deletion (followed by a
+//!   restart or a failover) from an install that has none yet. It looks at whether
+//!   anything is assigned already (our node assignments, or our IPs on Services): if so,
+//!   the ConfigMap was deleted and nothing is planned (nothing released; not valid, with
+//!   a Warning) until it exists again; if not, it is a new install and runs on no pools
+//!   (every Service `NoPool`).
 
 use std::collections::BTreeMap;
 
@@ -25,9 +29,14 @@ pub type Observed<'a> = Option<&'a BTreeMap<String, String>>;
 /// change of what the cache shows, none while it shows the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    /// No ConfigMap at the first look: no pools are in force. Logged; no Event (there is
-    /// nothing to report it on but the controller, and every Service says `NoPool`).
+    /// No ConfigMap at the first look and nothing assigned: no pools are in force. Logged;
+    /// no Event (there is nothing to report it on but the controller, and every Service
+    /// says `NoPool`).
     MissingAtStart,
+    /// No ConfigMap at the first look while IPs are assigned: it was deleted before this
+    /// controller started; nothing is planned until it exists again. Logged; a Warning
+    /// Event.
+    MissingWithAssignments,
     /// The ConfigMap was deleted: what was in force stays, `pools` pools (`None`: no valid
     /// config had been seen, nothing is planned). Logged; a Warning Event.
     Deleted {
@@ -86,9 +95,16 @@ impl ConfigState {
         (self.invalid || self.deleted) && self.good.is_some()
     }
 
-    /// Handles one observation of the ConfigMap; returns what to publish (`None`: the
-    /// same as last time, nothing changed).
-    pub fn observe(&mut self, observed: Observed<'_>) -> Option<Notice> {
+    /// Whether nothing was handled yet (the next [`observe`](Self::observe) is the first
+    /// look, the only one that reads `assigned`).
+    pub fn first_look(&self) -> bool {
+        self.seen.is_none()
+    }
+
+    /// Handles one observation of the ConfigMap; `assigned`: whether anything is assigned
+    /// already (read only at the first look). Returns what to publish (`None`: the same as
+    /// last time, nothing changed).
+    pub fn observe(&mut self, observed: Observed<'_>, assigned: bool) -> Option<Notice> {
         if self
             .seen
             .as_ref()
@@ -99,6 +115,11 @@ impl ConfigState {
         let first = self.seen.is_none();
         self.seen = Some(observed.cloned());
         let Some(data) = observed else {
+            if first && assigned {
+                self.deleted = true;
+                self.invalid = false;
+                return Some(Notice::MissingWithAssignments);
+            }
             if first {
                 self.good = Some(PoolConfig::parse(&BTreeMap::new()).unwrap_or_else(|_| {
                     unreachable!("an empty ConfigMap is a valid config without pools")
@@ -194,6 +215,7 @@ mod tests {
     fn summary(notice: &Notice) -> String {
         match notice {
             Notice::MissingAtStart => "missing at start".into(),
+            Notice::MissingWithAssignments => "missing at start, assigned".into(),
             Notice::Deleted { pools } => format!("deleted, keeping {pools:?}"),
             Notice::Loaded { pools, announce } => format!("loaded {pools}, announce {announce}"),
             Notice::Invalid { errors, stale } => format!("invalid {}, stale {stale}", errors.len()),
@@ -208,7 +230,7 @@ mod tests {
         let mut state = ConfigState::default();
         for (i, (shows, want)) in steps.iter().enumerate() {
             let observed = data(*shows);
-            let notice = state.observe(observed.as_ref());
+            let notice = state.observe(observed.as_ref(), false);
             let got = After {
                 notice: notice.as_ref().map(summary),
                 in_force: state.in_force().cloned(),
@@ -359,10 +381,10 @@ mod tests {
     #[test]
     fn an_empty_configmap_is_not_a_missing_one() {
         let mut state = ConfigState::default();
-        state.observe(data(Shows::Pool("10.0.0.1")).as_ref());
+        state.observe(data(Shows::Pool("10.0.0.1")).as_ref(), false);
         let empty = BTreeMap::new();
         assert_eq!(
-            state.observe(Some(&empty)),
+            state.observe(Some(&empty), false),
             Some(Notice::Loaded {
                 pools: 0,
                 announce: true
@@ -371,5 +393,31 @@ mod tests {
         );
         assert_eq!(state.in_force(), Some(&no_pools()));
         assert!(!state.stale());
+    }
+
+    #[test]
+    fn a_start_without_configmap_while_ips_are_assigned_plans_nothing_until_it_is_back() {
+        let mut state = ConfigState::default();
+        assert_eq!(
+            state.observe(None, true),
+            Some(Notice::MissingWithAssignments)
+        );
+        assert_eq!(state.in_force(), None, "nothing planned, nothing released");
+        assert!(!state.valid());
+        assert_eq!(state.observe(None, true), None, "said once");
+        let back = data(Shows::Pool("10.0.0.1"));
+        assert_eq!(
+            state.observe(back.as_ref(), true),
+            Some(Notice::Loaded {
+                pools: 1,
+                announce: true
+            })
+        );
+        assert!(state.in_force().is_some() && state.valid() && !state.stale());
+        // Only the first look asks: a later deletion is a deletion.
+        assert!(matches!(
+            state.observe(None, false),
+            Some(Notice::Deleted { .. })
+        ));
     }
 }

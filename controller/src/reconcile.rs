@@ -724,7 +724,16 @@ impl Reconciler {
         }
         let empty = BTreeMap::new();
         let data = cm.as_ref().map(|cm| cm.data.as_ref().unwrap_or(&empty));
-        if let Some(notice) = self.config.observe(data) {
+        // Read at the first look only: is anything assigned already (see pool_state)?
+        let assigned = self.config.first_look()
+            && (!self.caches.assignments.is_empty()
+                || self
+                    .caches
+                    .services
+                    .snapshot()
+                    .iter()
+                    .any(|s| s.view.is_some() && s.ingress_ips().next().is_some()));
+        if let Some(notice) = self.config.observe(data, assigned) {
             self.ctx
                 .metrics
                 .set_config(self.config.valid(), self.config.stale());
@@ -744,6 +753,27 @@ impl Reconciler {
                     %name,
                     "pool ConfigMap missing: no pools, every Service stays pending"
                 );
+            }
+            ConfigNotice::MissingWithAssignments => {
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    "pool ConfigMap missing at start while IPs are assigned: it was deleted; nothing is planned and no IP is released until it exists again"
+                );
+                let note = format!(
+                    "pool ConfigMap {namespace}/{name} is missing while IPs are assigned: \
+                     nothing is planned and no IP is released until it exists again. A \
+                     deleted ConfigMap is not an instruction: re-create it."
+                );
+                self.events
+                    .publish(
+                        &self.leader_lease_ref(),
+                        None,
+                        true,
+                        "ConfigMapMissing",
+                        note,
+                    )
+                    .await;
             }
             ConfigNotice::Deleted { pools } => {
                 let keeping = match pools {

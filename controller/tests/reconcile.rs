@@ -560,6 +560,9 @@ async fn a_service_that_stops_being_ours_is_released_and_cleaned() {
 const DELETED_WINDOW: Duration = Duration::from_secs(30);
 /// How long they must stay put after it is re-created: a change would come within a pass.
 const RECREATED_WINDOW: Duration = Duration::from_secs(5);
+/// How long a controller restarted while the ConfigMap is gone is watched: its first pass
+/// would release everything (well within this).
+const RESTART_WINDOW: Duration = Duration::from_secs(5);
 /// How often the Services are looked at meanwhile.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
@@ -575,7 +578,7 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
     let a = c.node("a").await;
     let b = c.node("b").await;
     let _agents = [c.fake_agent(&a), c.fake_agent(&b)];
-    let (_controller, metrics) = c.start_controller();
+    let (controller, metrics) = c.start_controller();
     c.create(lb_service("one")).await;
     c.create(lb_service("two")).await;
     // Each Service's IPs and node.
@@ -635,6 +638,23 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
         metric(&metrics, "aliaslb_config_stale ").as_deref(),
         Some("1")
     );
+    assert_eq!(
+        metric(&metrics, "aliaslb_config_valid ").as_deref(),
+        Some("0")
+    );
+
+    // A restart (or failover) while it is gone: the new term has seen no config, but IPs
+    // are assigned, so it plans nothing rather than running on "no pools".
+    drop(controller);
+    let (_controller, metrics) = c.start_controller();
+    stays_put(RESTART_WINDOW, "after a restart without the ConfigMap").await;
+    eventually(SETTLE, "ConfigMapMissing warning", async || {
+        c.events(&c.system, keys::CONTROLLER_LEASE)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ConfigMapMissing"))
+    })
+    .await;
     assert_eq!(
         metric(&metrics, "aliaslb_config_valid ").as_deref(),
         Some("0")
