@@ -664,20 +664,19 @@ impl Reconciler {
                 continue;
             };
             seen.insert(name);
-            let agent = match views::agent_report(lease) {
-                Ok(report) => {
+            let (agent, error) = views::agent_view(lease, clock.is_fresh(name, now));
+            match error {
+                None => {
                     if self.bad_reports.remove(name) {
                         tracing::info!(lease = name, "agent report readable again");
                     }
-                    (clock.is_fresh(name, now), report)
                 }
-                Err(error) => {
+                Some(error) => {
                     if self.bad_reports.insert(name.to_owned()) {
                         self.reject_report(lease, node, &error);
                     }
-                    (false, AgentReport::default())
                 }
-            };
+            }
             agents.insert(node.to_owned(), agent);
         }
         // Forget deleted Leases: a new one with a bad report is warned about again.

@@ -15,7 +15,7 @@ use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{FamilyPolicy, PortKey, ServiceKey, ServiceView};
 use aliaslb_core::range::Family;
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ReportError};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -182,7 +182,7 @@ pub fn agent_node(lease_name: &str) -> Option<&str> {
 
 /// The agent's report on its Lease, read within the bounds of [`AgentReport::from_json`]
 /// (an agent's node may be compromised); an absent annotation is an empty report.
-pub fn agent_report(lease: &Lease) -> Result<AgentReport, aliaslb_core::report::ReportError> {
+pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
     match lease
         .metadata
         .annotations
@@ -191,6 +191,17 @@ pub fn agent_report(lease: &Lease) -> Result<AgentReport, aliaslb_core::report::
     {
         Some(json) => AgentReport::from_json(json),
         None => Ok(AgentReport::default()),
+    }
+}
+
+/// What the planner takes from an agent's Lease: whether the agent is ready (`fresh`, from
+/// the [`AgentClock`]) and its report. A report that cannot be read counts for nothing:
+/// the agent is not ready (its node is not eligible) and holds nothing; the error comes
+/// back beside, for the caller to warn about.
+pub fn agent_view(lease: &Lease, fresh: bool) -> ((bool, AgentReport), Option<ReportError>) {
+    match agent_report(lease) {
+        Ok(report) => ((fresh, report), None),
+        Err(error) => ((false, AgentReport::default()), Some(error)),
     }
 }
 
@@ -685,6 +696,35 @@ mod tests {
         let mut unready = slice.clone();
         unready.endpoints.truncate(0);
         assert_eq!(slice_nodes(&unready), None);
+    }
+
+    #[test]
+    fn a_report_out_of_bounds_counts_as_no_agent() {
+        let with_report = |json: &str| {
+            let mut l = lease("aliaslb-agent-n1", "1", Some("n1"), Some(4));
+            l.metadata.annotations =
+                Some([(keys::ANNOTATION_AGENT_REPORT.to_owned(), json.to_owned())].into());
+            l
+        };
+        let valid = r#"{"version":1,"interfaces":[{"name":"eth0","subnets":["10.0.0.0/24"]}],"held":["10.0.0.5"]}"#;
+        let ((ready, report), error) = agent_view(&with_report(valid), true);
+        assert!(ready && error.is_none());
+        assert_eq!(report.held.len(), 1);
+        // No annotation: an empty report from a ready agent.
+        let ((ready, report), error) =
+            agent_view(&lease("aliaslb-agent-n1", "1", Some("n1"), None), true);
+        assert!(ready && error.is_none() && report == AgentReport::default());
+        for bad in [
+            valid.replace("eth0", "eth0/1"),
+            valid.replace("eth0", "a-name-of-16-byt"),
+            "{not json".to_owned(),
+            format!("{{\"x\":\"{}\"}}", "y".repeat(300_000)),
+        ] {
+            let ((ready, report), error) = agent_view(&with_report(&bad), true);
+            assert!(!ready, "{bad:.80}");
+            assert_eq!(report, AgentReport::default());
+            assert!(error.is_some());
+        }
     }
 
     #[test]
