@@ -158,6 +158,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             services: &services,
             nodes: &node_states,
             agents: &reports,
+            lingering: &Default::default(),
             local_endpoints: &BTreeMap::new(),
             respect_cordon: true,
             now: start + Duration::from_secs(u64::try_from(round).unwrap()),
