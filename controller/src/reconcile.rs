@@ -22,6 +22,8 @@
 //!   refuses as invalid (422) would be refused again: it is logged, counted
 //!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
 //!   or the Service, changes (see [`attempt_key`]).
+//! - The planner never allocates an address a Node lists in `status.addresses`
+//!   ([`views::node_addresses`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -467,7 +469,10 @@ impl Reconciler {
 
         let now = Instant::now();
         let (agents, reports) = self.agents(now);
-        let nodes = views::node_states(&self.caches.nodes.state(), &agents);
+        let node_objects = self.caches.nodes.state();
+        let nodes = views::node_states(&node_objects, &agents);
+        let node_addresses = views::node_addresses(node_objects.iter().map(|n| &**n));
+        drop(node_objects);
         let local_services: HashSet<&ServiceKey> = views
             .iter()
             .filter(|v| v.local_traffic)
@@ -500,6 +505,7 @@ impl Reconciler {
             nodes: &nodes,
             agents: &reports,
             lingering: &lingering,
+            node_addresses: &node_addresses,
             local_endpoints: &local,
             respect_cordon: self.ctx.config.respect_cordon,
             now,
