@@ -22,6 +22,10 @@
 //!   refuses as invalid (422) would be refused again: it is logged, counted
 //!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
 //!   or the Service, changes (see [`attempt_key`]).
+//! - The planner never allocates an address a Node lists in `status.addresses`
+//!   ([`views::node_addresses`]); when the pool entries covering one change, one Warning
+//!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
+//!   `Reconciler::node_address_notice`).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -31,7 +35,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
-use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServicePlan, reason};
+use aliaslb_core::plan::{
+    Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
+    node_address_clashes, reason,
+};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::{AgentReport, ReportError};
@@ -385,6 +392,8 @@ struct Reconciler {
     assign_memo: HashMap<String, (u64, [Option<String>; 2])>,
     /// When failed assignment writes are retried.
     assign_retry: Option<Instant>,
+    /// The pool entries covering an address a Node has, as last warned about.
+    node_clashes: Vec<NodeAddressClash>,
 }
 
 impl Reconciler {
@@ -412,6 +421,7 @@ impl Reconciler {
             imported: false,
             assign_memo: HashMap::new(),
             assign_retry: None,
+            node_clashes: Vec::new(),
         }
     }
 
@@ -467,7 +477,11 @@ impl Reconciler {
 
         let now = Instant::now();
         let (agents, reports) = self.agents(now);
-        let nodes = views::node_states(&self.caches.nodes.state(), &agents);
+        let node_objects = self.caches.nodes.state();
+        let nodes = views::node_states(&node_objects, &agents);
+        let node_addresses = views::node_addresses(node_objects.iter().map(|n| &**n));
+        drop(node_objects);
+        self.node_address_notice(&config, &node_addresses);
         let local_services: HashSet<&ServiceKey> = views
             .iter()
             .filter(|v| v.local_traffic)
@@ -500,6 +514,7 @@ impl Reconciler {
             nodes: &nodes,
             agents: &reports,
             lingering: &lingering,
+            node_addresses: &node_addresses,
             local_endpoints: &local,
             respect_cordon: self.ctx.config.respect_cordon,
             now,
@@ -861,6 +876,42 @@ impl Reconciler {
         self.events
             .publish(&cm.object_ref(&()), None, warning, reason, note)
             .await;
+    }
+
+    /// Warns when the pool entries covering an address a Node has change (not on every
+    /// pass): log and one Warning Event `NodeAddress` on the pool ConfigMap naming key, line
+    /// and node. Without a ConfigMap to put it on, waits until there is one.
+    fn node_address_notice(
+        &mut self,
+        config: &PoolConfig,
+        addresses: &BTreeMap<std::net::IpAddr, NodeAddress>,
+    ) {
+        let clashes = node_address_clashes(config, addresses);
+        if clashes == self.node_clashes {
+            return;
+        }
+        if clashes.is_empty() {
+            tracing::info!("no pool address is a Node's any more");
+            self.node_clashes = clashes;
+            return;
+        }
+        let Some(cm) = self.caches.configmap.state().into_iter().next() else {
+            return;
+        };
+        let list: Vec<String> = clashes.iter().map(ToString::to_string).collect();
+        tracing::warn!(
+            clashes = list.len(),
+            first = %list[0],
+            "the pool lists addresses that Nodes have: never allocated"
+        );
+        let them = if list.len() == 1 { "it" } else { "them" };
+        self.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
+            warning: true,
+            reason: reason::NODE_ADDRESS,
+            note: format!("{}; remove {them} from the pool", list.join("; ")),
+        });
+        self.node_clashes = clashes;
     }
 
     fn record_metrics(&mut self, output: &PlanOutput) {

@@ -1,11 +1,12 @@
 //! `aliaslb status`: the route table of every pool address (in use or free, large free
-//! runs collapsed to one row), the pending Services with their reason, and one row per
-//! agent Lease (when it was last renewed, the state of its host-port shield).
+//! runs collapsed to one row, an address a Node has marked `node-address`: the controller
+//! never allocates it), the pending Services with their reason, and one row per agent
+//! Lease (when it was last renewed, the state of its host-port shield).
 //!
 //! [`compute`], [`render_table`], [`service_info`] and [`agent_info`] are pure and
 //! unit-tested (the current time comes in as a parameter); [`fetch`] reads the cluster
-//! (read-only: Services, the pool ConfigMap, agent Leases) and the clock, and is the only
-//! I/O.
+//! (read-only: Services, Nodes, the pool ConfigMap, agent Leases) and the clock, and is the
+//! only I/O.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,12 +14,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use aliaslb_core::keys;
-use aliaslb_core::plan::ServiceKey;
+use aliaslb_core::plan::{NodeAddress, ServiceKey};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -93,9 +94,11 @@ pub struct Route {
     /// The Service's cluster IP.
     #[serde(rename = "clusterIP")]
     pub cluster_ip: Option<String>,
-    /// Node carrying it.
+    /// Node carrying it; for a `node-address` row without a Service, the Node that has it.
     pub node: Option<String>,
-    /// `announced`, `waiting-for-agent`, `no-node`, `conflict` or `free`.
+    /// `announced`, `waiting-for-agent`, `no-node`, `conflict`, `free`, or `node-address`:
+    /// a Node has this address (`status.addresses`), so it is never allocated (a Service
+    /// shown on it is being moved off).
     pub state: String,
 }
 
@@ -171,12 +174,16 @@ fn state(ip: IpAddr, users: &[&ServiceInfo], agents: &BTreeMap<String, AgentInfo
     }
 }
 
+/// State of an address a Node has.
+pub const NODE_ADDRESS: &str = "node-address";
+
 /// The route table, the pending list and the node table; `agents` maps node name -> its
-/// agent Lease.
+/// agent Lease, `node_addresses` the addresses Nodes have ([`views::node_addresses`]).
 pub fn compute(
     config: &PoolConfig,
     services: &[ServiceInfo],
     agents: &BTreeMap<String, AgentInfo>,
+    node_addresses: &BTreeMap<IpAddr, NodeAddress>,
 ) -> Report {
     let mut users: BTreeMap<IpAddr, Vec<&ServiceInfo>> = BTreeMap::new();
     for svc in services {
@@ -213,14 +220,40 @@ pub fn compute(
                     routes.extend((from..=to).map(|n| free(n, n, family)));
                 }
             };
-            for (ip, svcs) in users.range(range.first()..=range.last()) {
-                let n = to_u128(*ip);
+            // The rows that are not free: used by a Service, or a Node's.
+            let mut marked: Vec<IpAddr> = users
+                .range(range.first()..=range.last())
+                .map(|(ip, _)| *ip)
+                .chain(
+                    node_addresses
+                        .range(range.first()..=range.last())
+                        .map(|(ip, _)| *ip),
+                )
+                .collect();
+            marked.sort_unstable();
+            marked.dedup();
+            for ip in marked {
+                let n = to_u128(ip);
                 push_free(&mut routes, cursor, n.wrapping_sub(1));
-                let state = state(*ip, svcs, agents);
+                cursor = n + 1;
+                let Some(svcs) = users.get(&ip) else {
+                    let node = node_addresses.get(&ip).map(|a| a.node.clone());
+                    routes.push(Route {
+                        node,
+                        state: NODE_ADDRESS.to_owned(),
+                        ..free(n, n, family)
+                    });
+                    continue;
+                };
+                let state = if node_addresses.contains_key(&ip) {
+                    NODE_ADDRESS
+                } else {
+                    state(ip, svcs, agents)
+                };
                 for svc in svcs {
                     routes.push(Route {
-                        first: *ip,
-                        last: *ip,
+                        first: ip,
+                        last: ip,
                         addresses: 1,
                         in_use: true,
                         pool: pool_name.clone(),
@@ -231,7 +264,6 @@ pub fn compute(
                         state: state.to_owned(),
                     });
                 }
-                cursor = n + 1;
             }
             if cursor <= end {
                 push_free(&mut routes, cursor, end);
@@ -474,6 +506,11 @@ pub async fn fetch(
         .list(&ListParams::default().labels(keys::LABEL_ASSIGNMENTS))
         .await
         .map_err(api_err(format!("assignment ConfigMaps in {namespace}")))?;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("Nodes".to_owned()))?;
+    let node_addresses = views::node_addresses(&nodes.items);
     let observed = crate::assign::observed(&assignments.items);
     let now = Timestamp::now();
     let agents: BTreeMap<String, AgentInfo> = leases
@@ -491,7 +528,7 @@ pub async fn fetch(
                 crate::assign::trusted_node_of(&info.key, &info.ips, &trusted).map(str::to_owned);
         }
     }
-    Ok(compute(&config, &infos, &agents))
+    Ok(compute(&config, &infos, &agents, &node_addresses))
 }
 
 #[cfg(test)]
@@ -605,7 +642,7 @@ mod tests {
             a.renewed_ago = Some(Duration::from_secs(secs));
             a.report.shield = shield;
         }
-        let table = render_table(&compute(&config, &services, &agents));
+        let table = render_table(&compute(&config, &services, &agents, &BTreeMap::new()));
         let want = "\
 IP                           IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE    STATE
 192.168.55.10                yes     default    web      10.96.0.10  node-a  announced
@@ -638,7 +675,7 @@ node-b  9s ago   failing
             ("n6".to_owned(), agent(Some(48 * 3600), ShieldState::Active)),
             ("n7".to_owned(), agent(None, ShieldState::Unknown)),
         ]);
-        let table = render_table(&compute(&config, &[], &agents));
+        let table = render_table(&compute(&config, &[], &agents, &BTreeMap::new()));
         let want = "\
 IP        IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE  STATE
 10.0.0.1  no      a          -        -           -     free
@@ -654,7 +691,7 @@ n7          -         unknown
 ";
         assert_eq!(table, want, "got:\n{table}");
         // No agent Lease, no node section.
-        let table = render_table(&compute(&config, &[], &BTreeMap::new()));
+        let table = render_table(&compute(&config, &[], &BTreeMap::new(), &BTreeMap::new()));
         assert!(!table.contains("SHIELD"), "{table}");
     }
 
@@ -706,7 +743,7 @@ n7          -         unknown
     fn small_runs_stay_expanded_and_big_ones_collapse_around_users() {
         let config = config(&[("a", "10.0.0.1-10.0.0.10")]);
         let services = vec![svc("a", "x", &["10.0.0.3"])];
-        let report = compute(&config, &services, &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
         let rows: Vec<(String, u128, &str)> = report
             .routes
             .iter()
@@ -730,7 +767,7 @@ n7          -         unknown
             shared(on(svc("a", "x", &["10.0.0.1"]), "n"), "k"),
             shared(on(svc("a", "y", &["10.0.0.1"]), "n"), "k"),
         ];
-        let report = compute(&config, &services, &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
         assert_eq!(report.routes.len(), 3);
         assert!(
             report.routes[..2]
@@ -741,10 +778,62 @@ n7          -         unknown
     }
 
     #[test]
+    fn an_address_a_node_has_is_marked_in_table_and_json() {
+        let config = config(&[("default", "192.168.55.100-192.168.55.110\n2001:db8::/126")]);
+        let services = vec![
+            on(svc("default", "web", &["192.168.55.101"]), "alb-node-1"),
+            // Being moved off by the controller: still marked.
+            on(svc("default", "old", &["192.168.55.102"]), "alb-node-1"),
+        ];
+        let node_addresses = BTreeMap::from([
+            (
+                "192.168.55.102".parse().unwrap(),
+                NodeAddress::new("alb-node-2", "ExternalIP"),
+            ),
+            (
+                "192.168.55.103".parse().unwrap(),
+                NodeAddress::new("alb-node-3", "InternalIP"),
+            ),
+            (
+                "2001:db8::2".parse().unwrap(),
+                NodeAddress::new("alb-node-3", "InternalIP"),
+            ),
+            // Not in a pool: no row.
+            (
+                "10.0.0.9".parse().unwrap(),
+                NodeAddress::new("alb-node-4", "InternalIP"),
+            ),
+        ]);
+        let report = compute(&config, &services, &BTreeMap::new(), &node_addresses);
+        let table = render_table(&report);
+        let want = "\
+IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
+192.168.55.100                 no      default    -        -           -           free
+192.168.55.101                 yes     default    web      10.96.0.10  alb-node-1  waiting-for-agent
+192.168.55.102                 yes     default    old      10.96.0.10  alb-node-1  node-address
+192.168.55.103                 no      default    -        -           alb-node-3  node-address
+192.168.55.104-192.168.55.110  no      default    -        -           -           free (7)
+2001:db8::1                    no      default    -        -           -           free
+2001:db8::2                    no      default    -        -           alb-node-3  node-address
+2001:db8::3                    no      default    -        -           -           free
+";
+        assert_eq!(table, want, "got:\n{table}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["routes"][3],
+            serde_json::json!({
+                "first": "192.168.55.103", "last": "192.168.55.103", "addresses": 1,
+                "inUse": false, "pool": "default", "namespace": null, "service": null,
+                "clusterIP": null, "node": "alb-node-3", "state": "node-address"
+            })
+        );
+    }
+
+    #[test]
     fn two_unshared_users_are_a_conflict() {
         let config = config(&[("a", "10.0.0.1")]);
         let services = vec![svc("a", "x", &["10.0.0.1"]), svc("a", "y", &["10.0.0.1"])];
-        let report = compute(&config, &services, &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
         assert!(report.routes.iter().all(|r| r.state == "conflict"));
     }
 
@@ -758,6 +847,7 @@ n7          -         unknown
                 ("n".to_owned(), agent(Some(3), ShieldState::Active)),
                 ("old".to_owned(), agent(None, ShieldState::Unknown)),
             ]),
+            &BTreeMap::new(),
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(

@@ -1,5 +1,6 @@
 //! The reconcile loop against the real kube-apiserver (v1.20): allocation, exhaustion and
-//! hand-over, requests, sharing, restarts, bad config edits, agent loss, and no patch loop.
+//! hand-over, requests, sharing, restarts, bad config edits, agent loss, Node addresses, and
+//! no patch loop.
 //! Agents are faked by renewing their Leases from the test.
 
 mod support;
@@ -714,5 +715,153 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
         )
         .await;
     }
+    c.cleanup().await;
+}
+
+/// Events with `reason` regarding `name` in `namespace`, as (type, note).
+async fn notes(c: &Cluster, namespace: &str, name: &str, reason: &str) -> Vec<(String, String)> {
+    c.events(namespace, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_address_a_node_has_is_never_allocated() {
+    let _serial = serial().await;
+    let c = Cluster::new("nodeaddr").await;
+    c.set_pool(&[(c.ns.as_str(), "# the LAN\n10.71.0.1-10.71.0.3")])
+        .await;
+    let node = c.node("a").await;
+    c.set_node_addresses(
+        &node,
+        &[
+            ("InternalIP", "10.71.0.1"),
+            ("Hostname", &node),
+            ("ExternalIP", "2001:db8:71::1"),
+        ],
+    )
+    .await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.71.0.2"], SETTLE).await;
+    let want = format!(
+        "key {}, line 2: 10.71.0.1 is the InternalIP of node {node}: never allocated; remove it \
+         from the pool",
+        c.ns
+    );
+    eventually(SETTLE, "NodeAddress Warning on the ConfigMap", async || {
+        notes(&c, &c.system, keys::DEFAULT_POOL_CONFIGMAP, "NodeAddress").await
+            == [("Warning".to_owned(), want.clone())]
+    })
+    .await;
+
+    // `aliaslb status` marks it.
+    let out = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+        .args([
+            "status",
+            "--namespace",
+            &c.system,
+            "--agent-namespace",
+            &c.system,
+        ])
+        .env("KUBECONFIG", c.env.kubeconfig_path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("10.71.0.1 "))
+        .unwrap_or_else(|| panic!("no row for .1 in\n{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            "10.71.0.1",
+            "no",
+            c.ns.as_str(),
+            "-",
+            "-",
+            node.as_str(),
+            "node-address"
+        ],
+        "{table}"
+    );
+
+    // More passes neither allocate it nor repeat the Warning.
+    c.create(lb_service("second")).await;
+    c.wait_ips("second", &["10.71.0.3"], SETTLE).await;
+    c.create(lb_service("third")).await;
+    eventually(SETTLE, "third pending with PoolExhausted", async || {
+        c.condition("third", keys::CONDITION_IP_ALLOCATED)
+            .await
+            .is_some_and(|(s, reason, message)| {
+                s == "False"
+                    && reason == "PoolExhausted"
+                    && message.contains("10.71.0.1 is the InternalIP")
+            })
+    })
+    .await;
+    assert_eq!(
+        notes(&c, &c.system, keys::DEFAULT_POOL_CONFIGMAP, "NodeAddress")
+            .await
+            .len(),
+        1,
+        "on the edge only"
+    );
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_on_an_address_a_node_gets_is_moved_with_a_warning() {
+    let _serial = serial().await;
+    let c = Cluster::new("nodeaddrlater").await;
+    c.set_pool(&[(c.ns.as_str(), "10.72.0.1-10.72.0.2")]).await;
+    let node = c.node("a").await;
+    let other = c.node("b").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.72.0.1"], SETTLE).await;
+
+    // Node b gets web's address (its kubelet reports a new ExternalIP).
+    c.set_node_addresses(&other, &[("ExternalIP", "10.72.0.1")])
+        .await;
+    c.wait_ips("web", &["10.72.0.2"], SETTLE).await;
+    let want = format!(
+        "10.72.0.1 is the ExternalIP of node {other}: never allocated; assigning a new address"
+    );
+    eventually(SETTLE, "ClearAssignment Warning on web", async || {
+        notes(&c, &c.ns, "web", "ClearAssignment").await == [("Warning".to_owned(), want.clone())]
+    })
+    .await;
+    eventually(SETTLE, "NodeAddress Warning on the ConfigMap", async || {
+        notes(&c, &c.system, keys::DEFAULT_POOL_CONFIGMAP, "NodeAddress")
+            .await
+            .iter()
+            .any(|(type_, note)| {
+                type_ == "Warning"
+                    && note.starts_with(&format!(
+                        "key {}, line 1: 10.72.0.1 is the ExternalIP of node {other}",
+                        c.ns
+                    ))
+            })
+    })
+    .await;
+    eventually(SETTLE, "announced on the new address", async || {
+        c.condition("web", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
     c.cleanup().await;
 }

@@ -13,12 +13,14 @@
 //!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
 //!    left their namespace's pool;
-//! 3. on the first pass, imports observed assignments;
-//! 4. allocates, in (created, namespace, name) order ([`alloc`]); Services already holding
+//! 3. fences the addresses Nodes have ([`node_addresses`]), clearing any assignment that
+//!    holds one, and gives back to their pool those no Node has any more;
+//! 4. on the first pass, imports observed assignments;
+//! 5. allocates, in (created, namespace, name) order ([`alloc`]); Services already holding
 //!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
 //!    the pending Services are swept again so the oldest one still gets it this pass;
-//! 5. places every IP group on a node, break-before-make ([`nodes`]);
-//! 6. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
+//! 6. places every IP group on a node, break-before-make ([`nodes`]);
+//! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
 //!
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
 //! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
@@ -29,6 +31,19 @@
 //! still answer for it when the new one's takes it. A Service that is no longer ours is not
 //! in `services`: the IPs the API still shows on it come in as [`Inputs::lingering`].
 //!
+//! **Node addresses.** An address a Node has (an IP in its `status.addresses`, of any type:
+//! InternalIP, ExternalIP; either family) is never handed out, even when a pool lists it: the
+//! node elected for the Service would answer ARP or neighbour discovery for another node's
+//! own address. It comes in as [`Inputs::node_addresses`] and is kept in use in its pool's
+//! ledger for as long as a Node lists it, so neither the lowest free address nor a sticky
+//! one can be it, and a request for it fails with `NodeAddress`. A Service that holds one
+//! anyway (imported on the first pass, or the Node got the address later) loses it the way
+//! it loses an address removed from its pool: a `ClearAssignment` Warning naming the node,
+//! then the allocation step gives it another free address of its pool, or leaves it pending
+//! with `PoolExhausted`, the message naming the Node addresses the pool lists. Pool usage
+//! counts such an address neither in the pool nor in use. [`node_address_clashes`] lists
+//! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
+//!
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
 //!
@@ -38,6 +53,7 @@
 //! so the output is deterministic.
 
 mod alloc;
+mod node_addresses;
 mod nodes;
 mod sticky;
 
@@ -56,6 +72,7 @@ use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
 
+pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
 
 /// Longest condition message or Event message the planner emits, in bytes; longer ones
@@ -78,6 +95,9 @@ pub mod reason {
     pub const REQUESTED_IP_NOT_IN_POOL: &str = "RequestedIPNotInPool";
     /// A requested IP is used by another Service that it may not share with.
     pub const REQUESTED_IP_IN_USE: &str = "RequestedIPInUse";
+    /// A requested IP is an address a Node has (never allocated); also the Warning Event
+    /// on the pool ConfigMap listing the pool entries that cover one.
+    pub const NODE_ADDRESS: &str = "NodeAddress";
     /// The request annotation or field is malformed or contradicts the Service.
     pub const INVALID_REQUEST: &str = "InvalidRequest";
     /// Sharing an IP would put two Services on the same port and protocol.
@@ -108,7 +128,8 @@ pub mod reason {
     pub const NODE_MOVED: &str = "NodeMoved";
     /// Event: IPs were released.
     pub const RELEASED: &str = "Released";
-    /// Warning Event: an assignment was dropped (outside the pool, collision, pool edit).
+    /// Warning Event: an assignment was dropped (outside the pool, collision, pool edit,
+    /// a Node's address).
     pub const CLEAR_ASSIGNMENT: &str = "ClearAssignment";
 }
 
@@ -203,6 +224,9 @@ pub struct Inputs<'a> {
     /// IPs the API still shows on Services that are no longer ours (type or class
     /// changed): quarantined, not free.
     pub lingering: &'a BTreeSet<IpAddr>,
+    /// Every IP a Node lists in `status.addresses`, with the Node and the address type:
+    /// never allocated (see the module docs).
+    pub node_addresses: &'a BTreeMap<IpAddr, NodeAddress>,
     /// Service -> nodes with a ready local endpoint (for `externalTrafficPolicy: Local`).
     pub local_endpoints: &'a BTreeMap<ServiceKey, BTreeSet<String>>,
     /// Whether cordoned nodes are ineligible.
@@ -269,9 +293,10 @@ pub struct PoolUsage {
     pub pool: PoolKey,
     /// The family.
     pub family: Family,
-    /// Addresses of the family in the pool (saturating).
+    /// Addresses of the family in the pool (saturating), less those a Node has (never
+    /// allocated).
     pub total: u128,
-    /// Addresses handed out.
+    /// Addresses handed out (or quarantined).
     pub in_use: u128,
 }
 
@@ -302,6 +327,9 @@ pub struct Planner {
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
+    /// The addresses Nodes have, as of this pass: kept in use in the ledger of the pool
+    /// that lists them, for no Service ([`node_addresses`]).
+    node_addresses: BTreeMap<IpAddr, NodeAddress>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over
@@ -488,6 +516,7 @@ impl Planner {
             .collect();
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
+        self.fence_node_addresses(inputs.node_addresses, &mut sink);
         self.lift_quarantine();
         if !self.imported {
             self.import(&order, inputs.config, &mut sink);
@@ -533,11 +562,12 @@ impl Planner {
             for family in [Family::V4, Family::V6] {
                 let usage = ledger.usage(family);
                 if usage.total > 0 {
+                    let fenced = self.fenced(pool, family).count() as u128;
                     out.push(PoolUsage {
                         pool: pool.clone(),
                         family,
-                        total: usage.total,
-                        in_use: usage.in_use,
+                        total: usage.total.saturating_sub(fenced),
+                        in_use: usage.in_use.saturating_sub(fenced),
                     });
                 }
             }
@@ -625,38 +655,45 @@ impl Planner {
                 }
                 continue;
             }
-            let Some(used) = self.ips.remove(&ip) else {
-                continue;
-            };
-            if self.visible.contains(&ip) {
-                // Another pool may hold it now (a namespace left the fallback): not before
-                // the API stops showing it on its old Service.
-                self.quarantined.insert(ip);
-                self.reserve(ip);
-            }
-            if let Some(group) = self.groups.get_mut(&used.group) {
-                group.ips.remove(&Family::of(ip));
-            }
-            for user in used.users.keys() {
-                if let Some(entry) = self.entries.get_mut(user) {
-                    entry.ips.remove(&Family::of(ip));
-                    sink.event(
-                        user,
-                        true,
-                        reason::CLEAR_ASSIGNMENT,
-                        format!(
-                            "{ip} was removed from the pool of namespace {namespace}; \
-                             assigning a new address"
-                        ),
-                    );
-                    if entry.ips.is_empty() {
-                        let group = entry.group.clone();
-                        self.set_member(&group, user, false);
-                    }
+            let why = format!("was removed from the pool of namespace {namespace}");
+            self.clear_ip(ip, &why, sink);
+        }
+        self.config = Some(config.clone());
+    }
+
+    /// Takes `ip` from every Service using it, each told with a `ClearAssignment` Warning
+    /// (`{ip} {why}; assigning a new address`); the allocation step gives them another
+    /// address. Does not free it: while the API still shows it, it is quarantined.
+    fn clear_ip(&mut self, ip: IpAddr, why: &str, sink: &mut Sink) {
+        let Some(used) = self.ips.remove(&ip) else {
+            return;
+        };
+        if self.visible.contains(&ip) {
+            // Another pool may hold it now (a namespace left the fallback): not before
+            // the API stops showing it on its old Service.
+            self.quarantined.insert(ip);
+            self.reserve(ip);
+        }
+        if let Some(group) = self.groups.get_mut(&used.group) {
+            group.ips.remove(&Family::of(ip));
+        }
+        for user in used.users.keys() {
+            if let Some(entry) = self.entries.get_mut(user) {
+                entry.ips.remove(&Family::of(ip));
+                // Not as asked any more, whatever else changed: decided again this pass.
+                entry.settled = None;
+                sink.event(
+                    user,
+                    true,
+                    reason::CLEAR_ASSIGNMENT,
+                    format!("{ip} {why}; assigning a new address"),
+                );
+                if entry.ips.is_empty() {
+                    let group = entry.group.clone();
+                    self.set_member(&group, user, false);
                 }
             }
         }
-        self.config = Some(config.clone());
     }
 
     /// Quarantine: an IP taken from a Service goes back to its pool only once the API no
@@ -676,6 +713,9 @@ impl Planner {
             self.quarantined.remove(&ip);
             if self.ips.contains_key(&ip) {
                 continue; // re-imported or re-assigned meanwhile: in use for real
+            }
+            if self.node_addresses.contains_key(&ip) {
+                continue; // a Node has it: stays fenced
             }
             if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
                 && ledger.release(ip)

@@ -6,7 +6,9 @@ mod plan_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use aliaslb_core::plan::{MAX_MESSAGE, Planner, STICKY_FOR, reason};
+use aliaslb_core::plan::{
+    MAX_MESSAGE, NodeAddress, Planner, STICKY_FOR, node_address_clashes, reason,
+};
 use aliaslb_core::pool::PoolKey;
 use aliaslb_core::range::Family;
 use plan_support::*;
@@ -1140,4 +1142,248 @@ fn an_ip_the_api_still_shows_waits_after_a_requested_move() {
     world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.3")];
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "c"), ["10.0.0.1"]);
+}
+
+#[test]
+fn an_address_a_node_has_is_never_allocated() {
+    let mut world = World::new(
+        config(&[
+            DEFAULT_3,
+            ("six", "2001:db8::1-2001:db8::2"),
+            ("other", "10.0.1.1-10.0.1.2"),
+        ]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+            svc("default", "c").created(3),
+            svc("default", "asks").created(4).requesting("10.0.0.1"),
+            svc("six", "v6").created(5).families(&[Family::V6], false),
+        ],
+    );
+    world.node_has("n3", "10.0.0.1");
+    world
+        .node_addresses
+        .insert(ip("2001:db8::1"), NodeAddress::new("n4", "ExternalIP"));
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.2"], "not the lowest");
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"]);
+    assert_eq!(ips(&out, "six", "v6"), ["2001:db8::2"], "IPv6 too");
+    let c = plan_of(&out, "default", "c");
+    assert!(c.ips.is_empty());
+    assert_eq!(c.allocated.reason, reason::POOL_EXHAUSTED);
+    assert_eq!(
+        c.allocated.message,
+        "all 3 addresses of pool default are in use; 1 of them is a Node's address, never \
+         allocated (10.0.0.1 is the InternalIP of node n3)"
+    );
+    let asks = plan_of(&out, "default", "asks");
+    assert!(asks.ips.is_empty());
+    assert_eq!(asks.allocated.reason, reason::NODE_ADDRESS);
+    assert_eq!(
+        asks.allocated.message,
+        "10.0.0.1 is the InternalIP of node n3: never allocated; request another address of \
+         the pool"
+    );
+    let usage: BTreeMap<_, _> = planner
+        .usage()
+        .into_iter()
+        .map(|u| ((u.pool, u.family), (u.total, u.in_use)))
+        .collect();
+    assert_eq!(
+        usage[&(PoolKey::Namespace("default".into()), Family::V4)],
+        (2, 2),
+        "the Node's address counts neither in the pool nor in use"
+    );
+    assert_eq!(
+        usage[&(PoolKey::Namespace("six".into()), Family::V6)],
+        (1, 1)
+    );
+    assert_eq!(
+        usage[&(PoolKey::Namespace("other".into()), Family::V4)],
+        (2, 0)
+    );
+    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
+
+    // Still fenced after a pool edit (the ledgers are rebuilt).
+    world.config = config(&[
+        ("default", "10.0.0.1-10.0.0.4"),
+        ("six", "2001:db8::1-2001:db8::2"),
+        ("other", "10.0.1.1-10.0.1.2"),
+    ]);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["10.0.0.4"]);
+    assert!(ips(&out, "default", "asks").is_empty());
+
+    // The Node lets go of it: the oldest waiting Service gets it in the same pass.
+    world.node_drops("10.0.0.1");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "asks"), ["10.0.0.1"]);
+    assert_eq!(planner.pending(), 0);
+    assert_eq!(planner.usage()[0].in_use, 4);
+}
+
+#[test]
+fn a_sticky_address_a_node_got_meanwhile_is_not_reused() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+        ],
+    );
+    let mut planner = Planner::new();
+    world.plan(&mut planner);
+    world.remove("default", "b");
+    world.plan(&mut planner);
+    world.node_has("n", "10.0.0.2");
+    world
+        .services
+        .push(svc("default", "b").created(10).uid("b-2"));
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"]);
+}
+
+#[test]
+fn a_service_holding_an_address_a_node_gets_is_moved() {
+    let mut world = World::new(
+        config(&[("default", "10.0.0.1-10.0.0.4")]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "web")
+                .created(2)
+                .sharing("k")
+                .port(80, "TCP"),
+            svc("default", "tls")
+                .created(3)
+                .sharing("k")
+                .port(443, "TCP"),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"]);
+    assert_eq!(ips(&out, "default", "tls"), ["10.0.0.2"]);
+    for name in ["a", "web", "tls"] {
+        world.service_mut("default", name).observed_ips =
+            plan_of(&out, "default", name).ips.clone();
+    }
+
+    world.node_has("n3", "10.0.0.1");
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        ips(&out, "default", "a"),
+        ["10.0.0.3"],
+        "another free address"
+    );
+    let cleared = events_for(&out, "default", "a", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1, "{:?}", out.events);
+    assert!(cleared[0].warning);
+    assert_eq!(
+        cleared[0].message,
+        "10.0.0.1 is the InternalIP of node n3: never allocated; assigning a new address"
+    );
+    assert_eq!(
+        events_for(&out, "default", "a", reason::IP_ALLOCATED).len(),
+        1
+    );
+    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.3")];
+    let again = world.plan(&mut planner);
+    assert!(
+        events(&again, reason::CLEAR_ASSIGNMENT).is_empty()
+            && events(&again, reason::IP_ALLOCATED).is_empty(),
+        "once, on the edge: {:?}",
+        again.events
+    );
+
+    // A sharing group moves as one; then there is no other address: pending.
+    world.node_has("n4", "10.0.0.2");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.4"]);
+    assert_eq!(ips(&out, "default", "tls"), ["10.0.0.4"]);
+    assert_eq!(events(&out, reason::CLEAR_ASSIGNMENT).len(), 2);
+    for name in ["web", "tls"] {
+        world.service_mut("default", name).observed_ips = vec![ip("10.0.0.4")];
+    }
+    world.node_has("n5", "10.0.0.3");
+    let out = world.plan(&mut planner);
+    let a = plan_of(&out, "default", "a");
+    assert!(a.ips.is_empty(), "{:?}", a.ips);
+    assert_eq!(a.allocated.reason, reason::POOL_EXHAUSTED);
+    assert_eq!(
+        a.allocated.message,
+        "all 4 addresses of pool default are in use; 3 of them are Node addresses, never \
+         allocated (10.0.0.1 is the InternalIP of node n3, 10.0.0.2 is the InternalIP of node \
+         n4, 10.0.0.3 is the InternalIP of node n5)"
+    );
+    assert_eq!(
+        events_for(&out, "default", "a", reason::ALLOCATION_FAILED).len(),
+        1
+    );
+    assert!(a.node.is_none());
+}
+
+#[test]
+fn an_imported_node_address_is_cleared_and_reallocated() {
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            svc("default", "a")
+                .created(1)
+                .observed("10.0.0.1", Some("a")),
+            svc("default", "b")
+                .created(2)
+                .observed("10.0.0.3", Some("b")),
+        ],
+    );
+    world.node_has("alb-node-3", "10.0.0.1");
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.2"]);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"], "imported as is");
+    let cleared = events_for(&out, "default", "a", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1, "{:?}", out.events);
+    assert_eq!(
+        cleared[0].message,
+        "10.0.0.1 is the InternalIP of node alb-node-3: never allocated; assigning a new address"
+    );
+    assert!(events_for(&out, "default", "b", reason::CLEAR_ASSIGNMENT).is_empty());
+
+    // The same on a restart with no other address: pending, not on the Node's address.
+    world.node_has("alb-node-2", "10.0.0.2");
+    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.1")];
+    let out = world.plan(&mut Planner::new());
+    let a = plan_of(&out, "default", "a");
+    assert!(a.ips.is_empty());
+    assert_eq!(a.allocated.reason, reason::POOL_EXHAUSTED);
+}
+
+#[test]
+fn node_address_clashes_name_key_and_line() {
+    let pools = config(&[
+        ("default", "10.0.0.5\n10.0.0.1-10.0.0.3"),
+        ("staging", "10.0.1.0/30\n2001:db8::/64"),
+    ]);
+    let addresses = BTreeMap::from([
+        (ip("10.0.0.2"), NodeAddress::new("n1", "InternalIP")),
+        // The network address of the /30 is not in the pool.
+        (ip("10.0.1.0"), NodeAddress::new("n2", "InternalIP")),
+        (ip("10.0.1.1"), NodeAddress::new("n2", "ExternalIP")),
+        (ip("2001:db8::7"), NodeAddress::new("n3", "InternalIP")),
+        (ip("10.9.9.9"), NodeAddress::new("n4", "InternalIP")),
+    ]);
+    let clashes: Vec<String> = node_address_clashes(&pools, &addresses)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        clashes,
+        [
+            "key default, line 2: 10.0.0.2 is the InternalIP of node n1: never allocated",
+            "key staging, line 1: 10.0.1.1 is the ExternalIP of node n2: never allocated",
+            "key staging, line 2: 2001:db8::7 is the InternalIP of node n3: never allocated",
+        ]
+    );
+    assert!(node_address_clashes(&pools, &BTreeMap::new()).is_empty());
 }

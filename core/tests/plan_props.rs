@@ -1,10 +1,12 @@
 //! Property test of the planner over random sequences of Service adds (including
-//! re-creation under a new uid), removes, pool edits and controller restarts.
+//! re-creation under a new uid), removes, pool edits, Nodes getting or losing a pool
+//! address and controller restarts.
 //!
 //! After every pass:
 //! - no IP is planned for two Services unless they are of one namespace, share a sharing
 //!   key and use different ports;
 //! - every IP lies inside its namespace's pool (own key, else fallback);
+//! - no IP planned is an address a Node has;
 //! - a plain Service (single-stack IPv4, no request, no sharing key) is pending only when
 //!   its pool really has no free IPv4 address, and then says PoolExhausted (or NoPool /
 //!   NoAddressOfFamily when there is no pool or no IPv4 in it);
@@ -76,6 +78,8 @@ enum Op {
     },
     Remove(usize),
     Config(ConfigSpec),
+    /// A Node gets (`true`) or loses address `10.0.{pool}.{host}`.
+    NodeAddress(u8, u8, bool),
     Restart,
 }
 
@@ -113,6 +117,8 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         3 => any::<prop::sample::Index>().prop_map(|i| Op::Remove(i.index(1000))),
         1 => config_spec().prop_map(Op::Config),
+        1 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, any::<bool>())
+            .prop_map(|(pool, host, on)| Op::NodeAddress(pool, host, on)),
         1 => Just(Op::Restart),
     ]
 }
@@ -158,6 +164,12 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
             prop_assert!(
                 pool.is_some_and(|(_, p)| p.contains(*ip)),
                 "{} outside the pool of {}",
+                ip,
+                k
+            );
+            prop_assert!(
+                !world.node_addresses.contains_key(ip),
+                "{} is a Node's address and planned for {}",
                 ip,
                 k
             );
@@ -224,15 +236,20 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
         prop_assert!(shown.contains(ip), "{} quarantined but shown nowhere", ip);
         prop_assert!(!users.contains_key(ip), "{} quarantined and planned", ip);
     }
-    // Usage matches the distinct IPs planned plus those quarantined, per pool.
+    // Usage matches the distinct IPs planned plus those quarantined, per pool; a Node's
+    // address counts neither in the pool nor in use.
+    let fenced = |ip: &&IpAddr| world.node_addresses.contains_key(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
+        let of_pool = |ip: &&IpAddr| Family::of(**ip) == usage.family && pool.contains(**ip);
         let planned = users
             .keys()
-            .chain(quarantined.iter())
-            .filter(|ip| Family::of(**ip) == usage.family && pool.contains(**ip))
+            .chain(quarantined.iter().filter(|ip| !fenced(ip)))
+            .filter(of_pool)
             .count();
         prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
+        let nodes = world.node_addresses.keys().filter(of_pool).count() as u128;
+        prop_assert_eq!(usage.total, pool.size(usage.family) - nodes);
     }
     // Plain Services are pending only when their pool has no room.
     for (k, plan) in &out.services {
@@ -260,8 +277,10 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 let used = users
                     .keys()
                     .chain(quarantined.iter())
+                    .chain(world.node_addresses.keys())
                     .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
-                    .count() as u128;
+                    .collect::<BTreeSet<_>>()
+                    .len() as u128;
                 prop_assert_eq!(
                     used,
                     pool.size(Family::V4),
@@ -298,6 +317,14 @@ proptest! {
                     }
                 }
                 Op::Config(spec) => world.config = spec.build(),
+                Op::NodeAddress(pool, host, on) => {
+                    let address = format!("10.0.{pool}.{host}");
+                    if *on {
+                        world.node_has(&format!("node-{pool}-{host}"), &address);
+                    } else {
+                        world.node_drops(&address);
+                    }
+                }
                 Op::Restart => planner = Planner::new(),
             }
             let out = world.plan(&mut planner);

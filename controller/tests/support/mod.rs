@@ -145,6 +145,23 @@ impl Cluster {
         name
     }
 
+    /// Sets the `status.addresses` of Node `node` (a full name) to `(type, address)` pairs,
+    /// through the status subresource, as the kubelet would.
+    pub async fn set_node_addresses(&self, node: &str, addresses: &[(&str, &str)]) {
+        let addresses: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|(type_, address)| json!({"type": type_, "address": address}))
+            .collect();
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"addresses": addresses}})),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Starts a fake agent for `node`: renews its Lease every [`AGENT_RENEW`] and reports
     /// holding every IP of its node's assignment object (what a real agent acts on).
     /// Dropping it stops renewing (hard loss).

@@ -88,6 +88,9 @@ impl Planner {
         if !pool.contains(ip) {
             return Err(not_in_pool(ip, ns, pool_key, pool));
         }
+        if let Some(why) = self.node_address(ip) {
+            return Err(why);
+        }
         let group_id = GroupId::of(view);
         match self.ips.get(&ip) {
             Some(used) if used.group != group_id => {
@@ -296,6 +299,12 @@ impl Planner {
                 not_in_pool(ip, ns, pool_key, pool),
             ));
         }
+        if let Some(why) = self.node_address(ip) {
+            return Err(Failure::new(
+                reason::NODE_ADDRESS,
+                format!("{why}; request another address of the pool"),
+            ));
+        }
         if let Some(used) = self.ips.get(&ip) {
             if used.group == *group_id && matches!(group_id, GroupId::Shared { .. }) {
                 self.check_join(ip, view, pool_key, Some(pool))?;
@@ -371,8 +380,9 @@ impl Planner {
             return Err(Failure::new(
                 reason::POOL_EXHAUSTED,
                 format!(
-                    "all {} {what}addresses of pool {pool_key} are in use",
-                    usage.total
+                    "all {} {what}addresses of pool {pool_key} are in use{}",
+                    usage.total,
+                    self.fenced_note(pool_key, family)
                 ),
             ));
         }

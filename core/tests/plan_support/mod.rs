@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::election::NodeState;
 use aliaslb_core::plan::{
-    FamilyPolicy, Inputs, PlanEvent, PlanOutput, Planner, PortKey, ServiceKey, ServicePlan,
-    ServiceView,
+    FamilyPolicy, Inputs, NodeAddress, PlanEvent, PlanOutput, Planner, PortKey, ServiceKey,
+    ServicePlan, ServiceView,
 };
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_core::range::Family;
@@ -133,6 +133,8 @@ pub struct World {
     pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
     /// IPs the API shows on Services that are no longer ours.
     pub lingering: BTreeSet<IpAddr>,
+    /// Addresses Nodes have (never allocated).
+    pub node_addresses: BTreeMap<IpAddr, NodeAddress>,
     pub respect_cordon: bool,
     pub now: Instant,
 }
@@ -147,6 +149,7 @@ impl World {
             agents: BTreeMap::new(),
             local: BTreeMap::new(),
             lingering: BTreeSet::new(),
+            node_addresses: BTreeMap::new(),
             respect_cordon: true,
             now: Instant::now(),
         }
@@ -160,6 +163,7 @@ impl World {
             nodes: &self.nodes,
             agents: &self.agents,
             lingering: &self.lingering,
+            node_addresses: &self.node_addresses,
             local_endpoints: &self.local,
             respect_cordon: self.respect_cordon,
             now: self.now,
@@ -213,6 +217,17 @@ impl World {
                 ip: ip(ip_s),
                 reason: reason.to_owned(),
             });
+    }
+
+    /// Node `node` has `ip_s` as its InternalIP.
+    pub fn node_has(&mut self, node: &str, ip_s: &str) {
+        self.node_addresses
+            .insert(ip(ip_s), NodeAddress::new(node, "InternalIP"));
+    }
+
+    /// No Node has `ip_s` any more.
+    pub fn node_drops(&mut self, ip_s: &str) {
+        self.node_addresses.remove(&ip(ip_s));
     }
 
     pub fn advance(&mut self, d: Duration) {
