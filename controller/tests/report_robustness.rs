@@ -159,6 +159,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             nodes: &node_states,
             agents: &reports,
             lingering: &Default::default(),
+            node_addresses: &BTreeMap::new(),
             local_endpoints: &BTreeMap::new(),
             respect_cordon: true,
             now: start + Duration::from_secs(u64::try_from(round).unwrap()),
