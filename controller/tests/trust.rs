@@ -8,6 +8,9 @@
 //!   namespace, the only thing agents act on) never follow it, and the controller takes the
 //!   annotations back within [`TAKE_BACK`]. The tenant cannot read or write where those
 //!   objects and the agents' Leases live, nor write its Service's status.
+//! - An IP leaves a Service, its agent included, before it is given to another: a Service
+//!   switched to `ClusterIP` while another waits on the same one-address pool; the waiting
+//!   Service gets the address only once the old holder's agent stops reporting it.
 //!
 //! Every version of the assignment objects is recorded by a watch ([`Trusted`]), so a
 //! write that was undone again at once still fails the test. The tenant writes the
@@ -872,6 +875,100 @@ async fn a_tenant_cannot_reach_the_trusted_objects_nor_its_status() {
         wrong.is_empty(),
         "the tenant was not refused (403) on: {}",
         wrong.join(", ")
+    );
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ip_leaves_its_service_and_agent_before_it_is_reused() {
+    let _serial = serial().await;
+    let c = Cluster::new("reuse").await;
+    c.set_pool(&[(c.ns.as_str(), "10.86.0.1")]).await;
+    let n1 = c.node("n1").await;
+    const KEEP: Duration = Duration::from_secs(3);
+    let (_agent, holdings) = c.slow_agent(&n1, KEEP);
+    let (_controller, _metrics) = c.start_controller();
+
+    c.create(lb_service("a")).await;
+    c.wait_ips("a", &["10.86.0.1"], SETTLE).await;
+    announced(&c, "a", "Announced").await;
+    let ip: IpAddr = "10.86.0.1".parse().unwrap();
+    assert!(holdings.reports(ip));
+    c.create(lb_service("b")).await;
+    eventually(SETTLE, "b pending with PoolExhausted", async || {
+        c.condition("b", keys::CONDITION_IP_ALLOCATED)
+            .await
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "PoolExhausted")
+    })
+    .await;
+
+    // A stops being a LoadBalancer. Changing only the type is enough: since 1.20 the API
+    // server drops the node ports the type no longer needs itself.
+    let switched = Instant::now();
+    let a = Api::<Service>::namespaced(c.client.clone(), &c.ns)
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    let spec = a.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert!(
+        spec.ports.unwrap().iter().all(|p| p.node_port.is_none()),
+        "node port kept"
+    );
+
+    // B's status, the whole time: it may show the IP only once n1's agent stopped
+    // reporting it (`released_at` is taken before the Lease write that says so).
+    let end = switched + KEEP + SETTLE;
+    let got = loop {
+        let b = support::ingress(&c.get("b").await);
+        let seen = Instant::now();
+        if b.contains(&ip) {
+            match holdings.released_at(ip) {
+                Some(released) if released < seen => break seen,
+                _ => panic!(
+                    "b got {ip} {:?} after a left the LoadBalancer type, while n1's agent \
+                     still reported holding it (its assignment stopped listing it {:?} after \
+                     the switch)",
+                    seen - switched,
+                    holdings.unlisted_at(ip).map(|t| t - switched),
+                ),
+            }
+        }
+        assert!(
+            Instant::now() < end,
+            "b never got {ip}: {:?}",
+            c.get("b").await.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let unlisted = holdings
+        .unlisted_at(ip)
+        .expect("n1's assignment dropped the IP");
+    let released = holdings.released_at(ip).unwrap();
+    eprintln!(
+        "after the switch: n1's assignment dropped {ip} at {:?}, its agent let go at {:?}, \
+         b got it at {:?}",
+        unlisted - switched,
+        released - switched,
+        got - switched,
+    );
+    assert!(
+        released - unlisted >= KEEP - Duration::from_millis(600),
+        "the agent did not hold on: {:?}",
+        released - unlisted
+    );
+    assert!(
+        got - released < Duration::from_secs(3),
+        "b got the freed IP only {:?} after the agent let go",
+        got - released
+    );
+    assert!(
+        support::ingress(&c.get("a").await).is_empty(),
+        "a still shows {ip}"
     );
     c.cleanup().await;
 }
