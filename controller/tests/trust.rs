@@ -931,10 +931,15 @@ async fn an_ip_leaves_its_service_and_agent_before_it_is_reused() {
                 Some(released) if released < seen => break seen,
                 _ => panic!(
                     "b got {ip} {:?} after a left the LoadBalancer type, while n1's agent \
-                     still reported holding it (its assignment stopped listing it {:?} after \
-                     the switch)",
+                     still reported holding it ({})",
                     seen - switched,
-                    holdings.unlisted_at(ip).map(|t| t - switched),
+                    match holdings.unlisted_at(ip) {
+                        Some(t) => format!(
+                            "its assignment dropped it {:?} after the switch",
+                            t - switched
+                        ),
+                        None => "its agent had not even seen its assignment drop it yet".to_owned(),
+                    },
                 ),
             }
         }
