@@ -112,30 +112,31 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), Reconcil
     Ok(())
 }
 
-/// Follows leadership edges: a [`Reconciler`] while leading, none otherwise.
+/// Follows leadership edges: a [`Reconciler`] while leading, none otherwise. The
+/// reconciler's task is aborted with this future: aborting [`run`] stops the loop.
 async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
     let mut edges = ctx.leader.watch();
-    let mut running: Option<JoinHandle<()>> = None;
+    let mut running: Option<AbortOnDrop> = None;
     loop {
         let leading = *edges.borrow_and_update();
         ctx.metrics.set_leader(leading);
         match (leading, running.take()) {
             (true, None) => {
                 let reconciler = Reconciler::new(ctx.clone(), caches.clone(), ip_mode);
-                running = Some(tokio::spawn(reconciler.run()));
+                running = Some(AbortOnDrop(tokio::spawn(reconciler.run())));
             }
             (true, Some(task)) => running = Some(task),
             (false, Some(task)) => {
                 tracing::info!("not leading: reconcile loop stopped");
-                task.abort();
+                drop(task);
             }
             (false, None) => {}
         }
         if edges.changed().await.is_err() {
             // Leadership can no longer change (a fixed one, or election ended after its
             // last edge): keep the current state; every write still checks the fence.
-            if let Some(task) = running.take() {
-                let _ = task.await;
+            if let Some(mut task) = running.take() {
+                let _ = (&mut task.0).await;
             }
             return;
         }
@@ -347,7 +348,8 @@ fn receiver_stream<T>(rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
     })
 }
 
-/// Aborts a task when dropped (the Event worker ends with its term's reconciler).
+/// Aborts a task when dropped (the Event worker ends with its term's reconciler, the
+/// reconciler with [`supervise`]).
 struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {

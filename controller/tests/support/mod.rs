@@ -382,3 +382,104 @@ pub fn metric(metrics: &Metrics, line_prefix: &str) -> Option<String> {
         .find(|l| l.starts_with(line_prefix))
         .map(|l| l[line_prefix.len()..].trim().to_owned())
 }
+
+/// What a [`Cluster::slow_agent`] did, on the test's monotonic clock: for each IP, when
+/// its node's assignment first stopped listing it while the agent still reported it, and
+/// when the agent's report first left it out (taken just before the Lease write that
+/// says so: no one can have read that report earlier).
+#[derive(Debug, Default)]
+pub struct Holdings {
+    state: std::sync::Mutex<HoldState>,
+}
+
+#[derive(Debug, Default)]
+struct HoldState {
+    /// When each IP was last listed by the assignment (kept while it is still reported).
+    listed: BTreeMap<IpAddr, Instant>,
+    /// What the last report said the agent holds.
+    reported: std::collections::BTreeSet<IpAddr>,
+    unlisted_at: BTreeMap<IpAddr, Instant>,
+    released_at: BTreeMap<IpAddr, Instant>,
+}
+
+impl Holdings {
+    /// When `ip` first left the assignment while the agent still reported holding it.
+    pub fn unlisted_at(&self, ip: IpAddr) -> Option<Instant> {
+        self.lock().unlisted_at.get(&ip).copied()
+    }
+
+    /// When the agent's report first left `ip` out after having listed it.
+    pub fn released_at(&self, ip: IpAddr) -> Option<Instant> {
+        self.lock().released_at.get(&ip).copied()
+    }
+
+    /// Whether the agent's last report lists `ip`.
+    pub fn reports(&self, ip: IpAddr) -> bool {
+        self.lock().reported.contains(&ip)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HoldState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The IPs to report now, given what the assignment lists.
+    fn report(
+        &self,
+        assigned: std::collections::BTreeSet<IpAddr>,
+        keep: Duration,
+    ) -> std::collections::BTreeSet<IpAddr> {
+        let now = Instant::now();
+        let mut s = self.lock();
+        for ip in &assigned {
+            s.listed.insert(*ip, now);
+        }
+        s.listed.retain(|_, last| now.duration_since(*last) < keep);
+        let held: std::collections::BTreeSet<IpAddr> = s.listed.keys().copied().collect();
+        let previous = std::mem::take(&mut s.reported);
+        for ip in &previous {
+            if !assigned.contains(ip) && held.contains(ip) {
+                s.unlisted_at.entry(*ip).or_insert(now);
+            }
+            if !held.contains(ip) {
+                s.released_at.entry(*ip).or_insert(now);
+            }
+        }
+        s.reported = held.clone();
+        held
+    }
+}
+
+impl Cluster {
+    /// Like [`Cluster::fake_agent`], but an IP its node's assignment stops listing is still
+    /// reported as held for `keep` (a real agent slow to take an alias down: a hung netlink
+    /// call, a node under load). Returns what it reported and when.
+    pub fn slow_agent(&self, node: &str, keep: Duration) -> (Task, Arc<Holdings>) {
+        let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
+        let assignment = keys::assignment_configmap(node);
+        let holdings = Arc::new(Holdings::default());
+        let state = holdings.clone();
+        let task = self.agent_writing(node, move || {
+            let assignments = assignments.clone();
+            let assignment = assignment.clone();
+            let state = state.clone();
+            async move {
+                let assigned = match assignments.get_opt(&assignment).await {
+                    Ok(cm) => cm
+                        .and_then(|cm| cm.data)
+                        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
+                        .and_then(|text| NodeAssignments::parse(&text).ok())
+                        .map(|a| a.ips.into_keys().collect())
+                        .unwrap_or_default(),
+                    Err(_) => Default::default(),
+                };
+                AgentReport {
+                    version: REPORT_VERSION,
+                    held: state.report(assigned, keep),
+                    ..AgentReport::default()
+                }
+                .to_json()
+            }
+        });
+        (task, holdings)
+    }
+}
