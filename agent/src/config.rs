@@ -35,8 +35,9 @@ pub struct Flags {
     #[arg(long, env = "ALIASLB_AGENT_NAMESPACE", default_value = keys::DEFAULT_AGENT_NAMESPACE)]
     pub agent_namespace: String,
 
-    /// Put every alias on this interface (default: the Service's `aliaslb.io/interface`
-    /// annotation, else the interface whose subnet holds the IP, else the default route's).
+    /// Put every alias on this interface (default: the interface the controller's
+    /// assignment names, from the pool's `interface` option, else the interface whose subnet
+    /// holds the IP, else the default route's).
     #[arg(long, env = "ALIASLB_INTERFACE")]
     pub interface: Option<String>,
 

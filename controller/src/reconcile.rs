@@ -4,8 +4,8 @@
 //!
 //! - The first pass of a term imports the current nodes from our own assignment objects
 //!   ([`crate::assign`]), never from the Services' `aliaslb.io/node` annotation, which a
-//!   tenant can write. Only when no assignment object exists at all (the first start after
-//!   an upgrade from a version without them) does it fall back to the annotation, once.
+//!   tenant can write (not even when no assignment object exists yet, as after an upgrade
+//!   from a version without them: then the nodes are elected afresh, once).
 //!
 //! - [`run`] is the whole controller minus leader election and HTTP: it starts the caches
 //!   (in every replica), marks the process ready once they synced, and runs a
@@ -1198,18 +1198,15 @@ impl Reconciler {
 }
 
 /// Sets each Service's observed node from our own assignment objects (see the module
-/// docs); with no object at all, the annotation read into the view stays.
+/// docs), never from the annotation: a Service none of them lists has no node to keep.
 fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
     observed: &BTreeMap<String, String>,
 ) {
-    if observed.is_empty() {
-        if views.iter().any(|v| v.observed_node.is_some()) {
-            tracing::warn!(
-                "no node assignment object yet: importing nodes from the Services' annotations, once (first start after an upgrade)"
-            );
-        }
-        return;
+    if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
+        tracing::warn!(
+            "no node assignment object yet: Services with an aliaslb.io/node annotation get their node elected afresh (the annotation is a view anyone with edit on the Service can write)"
+        );
     }
     let trusted = assign::trusted_nodes(observed);
     for view in views.iter_mut() {

@@ -978,16 +978,14 @@ async fn an_ip_leaves_its_service_and_agent_before_it_is_reused() {
     c.cleanup().await;
 }
 
-/// Known weakness, kept as a reproducer: a leadership term that starts while no assignment
-/// object exists at all (not only the first start after the upgrade that introduced them:
-/// also any restart or failover before any IP was ever placed on a node, such as a fresh
-/// install whose agents are not up yet) imports the nodes from the tenant-writable
-/// `aliaslb.io/node` annotations. A tenant that sets them between two terms chooses which
-/// eligible node carries its IPs (an ineligible one is still left, and the interface is
-/// never taken from the annotation). Here both Services land on the tenant's node, where
-/// the controller's own least-loaded election puts one on each.
+/// A leadership term that starts while no assignment object exists at all (a restart or
+/// failover before any IP was ever placed on a node, such as a fresh install whose agents
+/// are not up yet; or the first start after the upgrade that introduced them) does not
+/// import the nodes from the tenant-writable `aliaslb.io/node` annotations: a tenant that
+/// sets them between two terms does not choose the node. Both Services on the tenant's node
+/// is what trusting the annotation gave; the controller's least-loaded election puts one on
+/// each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known weakness: a term starting without any assignment object trusts aliaslb.io/node"]
 async fn a_tenant_cannot_steer_across_a_restart_before_any_assignment() {
     let _serial = serial().await;
     let c = Cluster::new("steer-fresh").await;
