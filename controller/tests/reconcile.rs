@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
@@ -43,23 +42,7 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
     );
 
     // `aliaslb status` shows the route table.
-    let out = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
-        .args([
-            "status",
-            "--namespace",
-            &c.system,
-            "--agent-namespace",
-            &c.system,
-        ])
-        .env("KUBECONFIG", c.env.kubeconfig_path())
-        .output()
-        .unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = c.status_table();
     let row = table
         .lines()
         .find(|l| l.starts_with("192.168.55.10 "))
@@ -761,23 +744,7 @@ async fn a_pool_address_a_node_has_is_never_allocated() {
     .await;
 
     // `aliaslb status` marks it.
-    let out = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
-        .args([
-            "status",
-            "--namespace",
-            &c.system,
-            "--agent-namespace",
-            &c.system,
-        ])
-        .env("KUBECONFIG", c.env.kubeconfig_path())
-        .output()
-        .unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = c.status_table();
     let row = table
         .lines()
         .find(|l| l.starts_with("10.71.0.1 "))

@@ -172,15 +172,7 @@ impl Cluster {
             let assignments = assignments.clone();
             let assignment = assignment.clone();
             async move {
-                let held = match assignments.get_opt(&assignment).await {
-                    Ok(cm) => cm
-                        .and_then(|cm| cm.data)
-                        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
-                        .and_then(|text| NodeAssignments::parse(&text).ok())
-                        .map(|a| a.ips.into_keys().collect())
-                        .unwrap_or_default(),
-                    Err(_) => Default::default(),
-                };
+                let held = assigned_ips(&assignments, &assignment).await;
                 AgentReport {
                     version: REPORT_VERSION,
                     held,
@@ -234,6 +226,22 @@ impl Cluster {
                 tokio::time::sleep(AGENT_RENEW).await;
             }
         }))
+    }
+
+    /// `aliaslb status` over this test's namespaces (the real CLI binary): its table.
+    pub fn status_table(&self) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+            .args(["status", "--namespace", &self.system])
+            .args(["--agent-namespace", &self.system])
+            .env("KUBECONFIG", self.env.kubeconfig_path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aliaslb status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
     }
 
     /// Creates a LoadBalancer Service from `builder`.
@@ -449,6 +457,20 @@ impl Holdings {
     }
 }
 
+/// The IPs of the assignment object `name` (none when it is missing or unreadable), as an
+/// agent reads it.
+async fn assigned_ips(api: &Api<ConfigMap>, name: &str) -> std::collections::BTreeSet<IpAddr> {
+    match api.get_opt(name).await {
+        Ok(cm) => cm
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
+            .and_then(|text| NodeAssignments::parse(&text).ok())
+            .map(|a| a.ips.into_keys().collect())
+            .unwrap_or_default(),
+        Err(_) => Default::default(),
+    }
+}
+
 impl Cluster {
     /// Like [`Cluster::fake_agent`], but an IP its node's assignment stops listing is still
     /// reported as held for `keep` (a real agent slow to take an alias down: a hung netlink
@@ -463,15 +485,7 @@ impl Cluster {
             let assignment = assignment.clone();
             let state = state.clone();
             async move {
-                let assigned = match assignments.get_opt(&assignment).await {
-                    Ok(cm) => cm
-                        .and_then(|cm| cm.data)
-                        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
-                        .and_then(|text| NodeAssignments::parse(&text).ok())
-                        .map(|a| a.ips.into_keys().collect())
-                        .unwrap_or_default(),
-                    Err(_) => Default::default(),
-                };
+                let assigned = assigned_ips(&assignments, &assignment).await;
                 AgentReport {
                     version: REPORT_VERSION,
                     held: state.report(assigned, keep),
