@@ -25,7 +25,9 @@
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
 //! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
 //! API still shows it on that Service, or while any agent still reports holding it, is not
-//! handed to anyone else until a pass sees neither. The writes of one pass run
+//! handed to anyone else until a pass sees neither. Only fresh agents count: a stale one's
+//! aliases have outlived their kernel lifetime, and the Lease of a node that died without
+//! a SIGTERM would otherwise keep its IPs out of their pool for ever. The writes of one pass run
 //! concurrently, so without this the new holder's status could land before the old holder's
 //! clear and the API would show one IP on two Services; and the old holder's node could
 //! still answer for it when the new one's takes it. A Service that is no longer ours is not
@@ -512,7 +514,7 @@ impl Planner {
             .iter()
             .flat_map(|v| v.observed_ips.iter().copied())
             .chain(inputs.lingering.iter().copied())
-            .chain(inputs.agents.values().flat_map(|r| r.held.iter().copied()))
+            .chain(fresh_held(inputs))
             .collect();
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
@@ -792,4 +794,14 @@ fn join(ips: &[IpAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The IPs the fresh agents report holding (see the quarantine in the module docs).
+fn fresh_held<'a>(inputs: &'a Inputs<'_>) -> impl Iterator<Item = IpAddr> + 'a {
+    inputs
+        .nodes
+        .iter()
+        .filter(|n| n.agent_ready)
+        .filter_map(|n| inputs.agents.get(&n.name))
+        .flat_map(|r| r.held.iter().copied())
 }

@@ -1387,3 +1387,30 @@ fn node_address_clashes_name_key_and_line() {
     );
     assert!(node_address_clashes(&pools, &BTreeMap::new()).is_empty());
 }
+
+#[test]
+fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
+    let mut world = classic();
+    let mut planner = Planner::new();
+    world.plan(&mut planner);
+    let d_pending = |out: &aliaslb_core::plan::PlanOutput| ips(out, "default", "d").is_empty();
+
+    // b stops being ours (type changed): the API still shows its IP on it.
+    world.remove("default", "b");
+    world.lingering.insert(ip("10.0.0.2"));
+    world.holds("a", "10.0.0.2");
+    assert!(
+        d_pending(&world.plan(&mut planner)),
+        "the API still shows it on b"
+    );
+    // b's status was cleared, but node a's agent still holds the alias.
+    world.lingering.clear();
+    assert!(
+        d_pending(&world.plan(&mut planner)),
+        "a fresh agent still holds it"
+    );
+    // The agent went stale (its node died without a SIGTERM): its alias has expired in the
+    // kernel, and its Lease must not keep the IP out of the pool for ever.
+    world.node_mut("a").agent_ready = false;
+    assert_eq!(ips(&world.plan(&mut planner), "default", "d"), ["10.0.0.2"]);
+}
