@@ -215,15 +215,11 @@ impl NodeAssignments {
     }
 }
 
-/// Linux interface names: 1-15 bytes, no `/`, `:` or whitespace (`dev_valid_name`; `:`
-/// separates IPv4 labels).
+/// Linux interface names, by the one rule the pool options and the agent reports use too
+/// ([`crate::report::interface_name_error`]): a pool option the controller accepts is never
+/// a line the agent refuses.
 fn valid_interface(name: &str) -> bool {
-    (1..=15).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
+    crate::report::interface_name_error(name).is_none()
 }
 
 fn parse_port(s: &str) -> Option<OpenPort> {

@@ -241,6 +241,14 @@ fn check_interface(name: &str) -> Result<(), String> {
                 .to_owned(),
         );
     }
+    // The same rule as the agent's (`crate::report::interface_name_error`): an option
+    // accepted here is never a line the agent refuses.
+    if name.chars().any(char::is_control) {
+        return Err(
+            "is not a valid interface name: it may not contain control characters".to_owned(),
+        );
+    }
+    debug_assert!(crate::report::interface_name_error(name).is_none());
     Ok(())
 }
 
