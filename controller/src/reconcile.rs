@@ -392,8 +392,11 @@ struct Reconciler {
     /// The node assignments written and not yet seen in the cache: digest of the text and
     /// the versions before and after our write.
     assign_memo: HashMap<String, (u64, [Option<String>; 2])>,
-    /// When failed assignment writes are retried.
-    assign_retry: Option<Instant>,
+    /// Assignment writes the API server refused (digest of the text, version of the object):
+    /// not made again until one of them changes.
+    assign_refused: HashMap<String, (u64, Option<String>)>,
+    /// When failed assignment writes are retried, per node.
+    assign_retry: HashMap<String, Instant>,
     /// The pool entries covering an address a Node has, as last warned about.
     node_clashes: Vec<NodeAddressClash>,
 }
@@ -422,7 +425,8 @@ impl Reconciler {
             bad_reports: HashSet::new(),
             imported: false,
             assign_memo: HashMap::new(),
-            assign_retry: None,
+            assign_retry: HashMap::new(),
+            assign_refused: HashMap::new(),
             node_clashes: Vec::new(),
         }
     }
@@ -569,7 +573,7 @@ impl Reconciler {
         lease_expiry
             .into_iter()
             .chain(retry)
-            .chain(self.assign_retry)
+            .chain(self.assign_retry.values().copied())
             .min()
     }
 
@@ -581,10 +585,7 @@ impl Reconciler {
         observed: BTreeMap<String, String>,
         now: Instant,
     ) {
-        if self.assign_retry.is_some_and(|at| at > now) {
-            return;
-        }
-        self.assign_retry = None;
+        self.assign_retry.retain(|_, at| *at > now);
         let versions: HashMap<String, Option<String>> = self
             .caches
             .assignments
@@ -601,10 +602,21 @@ impl Reconciler {
             let text = desired.get(node).map(|a| a.render()).unwrap_or_default();
             if observed.get(node) == Some(&text) {
                 self.assign_memo.remove(node);
+                self.assign_refused.remove(node);
+                continue;
+            }
+            if self.assign_retry.contains_key(node) {
+                continue;
+            }
+            let refused = (digest(&text), versions.get(node).cloned().flatten());
+            if self.assign_refused.get(node) == Some(&refused) {
                 continue;
             }
             let version = versions.get(node).cloned().flatten();
-            if let Some((written, seen)) = self.assign_memo.get(node)
+            // The same text was just written (or refused) over this version: the cache has
+            // not caught up yet. A missing object (no version) is always written.
+            if version.is_some()
+                && let Some((written, seen)) = self.assign_memo.get(node)
                 && *written == digest(&text)
                 && seen.contains(&version)
             {
@@ -633,6 +645,7 @@ impl Reconciler {
         for (node, text, before, result) in done {
             match result {
                 Ok(written) => {
+                    self.assign_refused.remove(&node);
                     tracing::info!(node, ips = text.lines().count(), "node assignment written");
                     self.assign_memo.insert(
                         node,
@@ -643,7 +656,12 @@ impl Reconciler {
                     self.ctx.metrics.inc_reconcile_error(error.category());
                     if error.is_transient() {
                         tracing::warn!(node, error = %error, "node assignment write failed; retrying");
-                        self.assign_retry = Some(now + BASE_BACKOFF);
+                        self.assign_retry.insert(node, now + BASE_BACKOFF);
+                    } else if error.category() != "not_leader" {
+                        // Refused (e.g. 422: over the object size limit; 403: RBAC): not made
+                        // again until the text or the object changes.
+                        tracing::error!(node, error = %error, "node assignment write refused: this node's agent does not see the change");
+                        self.assign_refused.insert(node, (digest(&text), before));
                     }
                 }
             }
