@@ -5,7 +5,8 @@
 #
 # Build: the official Rust image (Debian bookworm) has the C toolchain `ring` needs.
 # Runtime: Debian bookworm slim with Debian's `nftables` (the agent's host-port shield runs
-# `nft`; a distroless base has no way to ship it with its libraries), user nonroot (65532). The
+# `nft`; a distroless base has no way to ship it with its libraries) and `netbase` (the
+# /etc/protocols that nft reads protocol names such as `tcp` from), user nonroot (65532). The
 # agent's DaemonSet overrides the user to root: netlink, nftables and raw sockets need it.
 
 FROM rust:1.95-bookworm AS build
@@ -21,7 +22,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends nftables \
+    && apt-get install -y --no-install-recommends nftables netbase \
     && rm -rf /var/lib/apt/lists/* \
     && nft --version
 COPY --from=build /out/aliaslb-controller /usr/local/bin/aliaslb-controller

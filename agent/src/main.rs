@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
         node = %node_name,
         %namespace,
         %agent_namespace,
-        interface = interface.as_deref().unwrap_or("(per Service, subnet or default route)"),
+        interface = interface.as_deref().unwrap_or("(from the assignment, subnet or default route)"),
         ?lease_duration,
         ?renew_interval,
         ?alias_lifetime,
@@ -185,9 +185,15 @@ async fn main() -> anyhow::Result<()> {
             error!(error = %e, "could not remove an alias (the kernel drops it when its lifetime ends)");
         }
         info!(removed = report.removed.len(), "aliases removed");
-        // Only now: removing the table first would open the aliases' host ports.
+        // Only now, and only when every alias is gone: removing the table first would open
+        // the aliases' host ports. Left in place, the next agent replaces it.
         let mut clean = report.errors.is_empty();
-        if shielded {
+        if shielded && !clean {
+            warn!(
+                "some aliases could not be removed: the host-port shield table stays until they expire"
+            );
+        }
+        if shielded && clean {
             match aliases.remove_shield().await {
                 Ok(()) => info!("host-port shield table removed"),
                 Err(e) => {
@@ -293,7 +299,7 @@ impl Node {
                     if changed.is_err() {
                         // The watch task ended (it only does on a panic): keep serving
                         // and refreshing what we hold.
-                        error!("the Service watch stopped; the aliases held stay as they are");
+                        error!("the assignment watch stopped; the aliases held stay as they are");
                         watching = false;
                         continue;
                     }

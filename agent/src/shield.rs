@@ -332,9 +332,16 @@ impl<S: ShieldBackend> Shield<S> {
     /// Start-up check: the ruleset is accepted by `nft` and the kernel, without committing.
     /// The error names what is missing.
     pub async fn check(&self) -> Result<(), ShieldError> {
-        self.backend
-            .check(&table_script(&Contents::new(), false))
-            .await
+        // With one element per set, so that what a real sync writes is checked too (protocol
+        // names such as `tcp` resolve through /etc/protocols on some nft builds).
+        let mut sample = Contents::new();
+        let port = [OpenPort {
+            protocol: Protocol::Tcp,
+            port: 80,
+        }];
+        sample.open(IpAddr::from([192, 0, 2, 1]), port);
+        sample.open("2001:db8::1".parse().expect("a literal IPv6 address"), port);
+        self.backend.check(&table_script(&sample, false)).await
     }
 
     /// The backend.
