@@ -100,7 +100,7 @@ pub enum InterfaceError {
     /// No subnet holds the IP and there is no default route of its family.
     #[error(
         "no interface for {ip}: no connected subnet holds it and there is no {family} default route; \
-         set --interface or the Service's interface annotation"
+         set --interface or the pool's interface option"
     )]
     NoCandidate {
         /// The IP.

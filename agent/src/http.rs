@@ -3,7 +3,7 @@
 //!
 //! `/healthz` answers 200 while the alias loop keeps turning (it beats [`Health`] at every
 //! renewal tick), so a hung loop — whose aliases the kernel is about to expire — gets the
-//! pod restarted. `/readyz` answers 200 once the first reconcile on a complete Service list
+//! pod restarted. `/readyz` answers 200 once the first reconcile on a complete read of its assignment
 //! is done.
 
 use std::sync::Arc;
@@ -49,7 +49,7 @@ impl Health {
         self.0.start.elapsed().saturating_sub(last) < self.0.stall_after
     }
 
-    /// Mark the agent ready (first reconcile on a complete Service list done).
+    /// Mark the agent ready (first reconcile on a complete read of its assignment done).
     pub fn set_ready(&self) {
         self.0.ready.store(true, Ordering::Release);
     }
@@ -82,7 +82,7 @@ impl Probes for AgentProbes {
         if self.health.is_ready() {
             Ok(())
         } else {
-            Err("Service list not synced yet".to_owned())
+            Err("assignment not read yet".to_owned())
         }
     }
 
@@ -105,10 +105,7 @@ mod tests {
         };
 
         assert_eq!(probes.healthz(), Ok(()));
-        assert_eq!(
-            probes.readyz(),
-            Err("Service list not synced yet".to_owned())
-        );
+        assert_eq!(probes.readyz(), Err("assignment not read yet".to_owned()));
         probes.health.set_ready();
         assert_eq!(probes.readyz(), Ok(()));
         let body = probes.metrics().unwrap();

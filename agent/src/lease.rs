@@ -1,5 +1,5 @@
-//! The agent's heartbeat: its own Lease `aliaslb-agent-<node>` in the controller
-//! namespace, renewed every renew interval and rewritten at once whenever the report
+//! The agent's heartbeat: its own Lease `aliaslb-agent-<node>` in the agents' namespace
+//! (`--agent-namespace`), renewed every renew interval and rewritten at once whenever the report
 //! (interfaces, held IPs, conflicts) changes. Does API I/O (that one Lease only).
 //!
 //! [`lease_for`] builds the object (pure); [`Heartbeat`] writes and deletes it, each call
@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 /// Where and how the Lease is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseConfig {
-    /// Namespace of the Lease (the controller's).
+    /// Namespace of the Lease (the agents', apart from the controller's).
     pub namespace: String,
     /// This node's name: the Lease's holder identity.
     pub node_name: String,

@@ -37,7 +37,7 @@ async fn setup(tag: &str, tweak: impl FnOnce(&mut AgentArgs)) -> Setup {
     tweak(&mut args);
     let agent = Agent::start(&node, &args);
     let cluster = Cluster::new(&client, &namespace);
-    // Ready = first reconcile on a complete Service list done; the Lease follows at once.
+    // Ready = first reconcile on a complete read of its assignment done; the Lease follows at once.
     eventually(
         Duration::from_secs(20),
         "the agent's first Lease",

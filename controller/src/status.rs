@@ -521,12 +521,10 @@ pub async fn fetch(
     let mut infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
     // The node agents act on is the one in the controller's assignments (the annotation is
     // a view anyone with `edit` on the Service can write).
-    if !observed.is_empty() {
-        let trusted = crate::assign::trusted_nodes(&observed);
-        for info in &mut infos {
-            info.node =
-                crate::assign::trusted_node_of(&info.key, &info.ips, &trusted).map(str::to_owned);
-        }
+    let trusted = crate::assign::trusted_nodes(&observed);
+    for info in &mut infos {
+        info.node =
+            crate::assign::trusted_node_of(&info.key, &info.ips, &trusted).map(str::to_owned);
     }
     Ok(compute(&config, &infos, &agents, &node_addresses))
 }
