@@ -139,6 +139,31 @@ impl Relay {
         }
     }
 
+    /// Simulates a silent cut of the API path: every TCP packet to or from the relay's
+    /// port inside the namespace is dropped (no RST, no FIN), established connections
+    /// included; new connections hang in SYN_SENT. Undone by [`Relay::heal`].
+    pub fn cut_silently(&self) {
+        self.iptables("-I");
+    }
+
+    /// Ends [`Relay::cut_silently`]: the same connections carry packets again.
+    pub fn heal(&self) {
+        self.iptables("-D");
+    }
+
+    fn iptables(&self, op: &str) {
+        let ns = self.ns_path.rsplit('/').next().unwrap();
+        let port = self.port.to_string();
+        for (chain, dir) in [("INPUT", "--dport"), ("INPUT", "--sport")] {
+            let status = Command::new("ip")
+                .args(["netns", "exec", ns, "iptables", op, chain])
+                .args(["-p", "tcp", dir, &port, "-j", "DROP"])
+                .status()
+                .expect("running iptables");
+            assert!(status.success(), "iptables {op} {chain} {dir} {port}");
+        }
+    }
+
     /// Ends the outage.
     pub fn restart(&mut self) {
         assert!(self.acceptor.is_none(), "relay already running");
