@@ -10,11 +10,14 @@
 //! agent never drops aliases before it has read its assignment. A missing object means
 //! nothing is assigned; an unreadable one keeps the last good set (it is a bug or an edit
 //! by hand, not an instruction).
-
-use std::time::Duration;
+//!
+//! A silently dead API connection is noticed by the client's TCP keepalives, and retries
+//! are at most 2 s apart, so a change made during an outage applies within about 3 s of
+//! the API path healing: see [`aliaslb_ops::api`].
 
 use aliaslb_core::assignment::{AssignmentError, NodeAssignments};
 use aliaslb_core::keys;
+use aliaslb_ops::api::WatchBackoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher;
@@ -23,12 +26,6 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::aliases::DesiredSet;
-
-/// Fastest watch retry after an error.
-const BACKOFF_MIN: Duration = Duration::from_millis(250);
-/// Slowest watch retry: kept short, so an agent picks up changes made during an API
-/// outage within seconds of the API coming back (one agent per node, one watch each).
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// The desired set an assignment object asks for (`None`: the object does not exist).
 pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, AssignmentError> {
@@ -109,34 +106,8 @@ impl Assignment {
     }
 }
 
-/// Doubling retry delay between [`BACKOFF_MIN`] and [`BACKOFF_MAX`], reset by the first
-/// event that proves the API answered.
-///
-/// Not kube's `StreamBackoff`: it resets on every `Ok` item, and the watcher yields
-/// `Event::Init` *before* its list request, so during an outage the delay never grew.
-#[derive(Debug, Clone)]
-struct WatchBackoff {
-    next: Duration,
-}
-
-impl WatchBackoff {
-    fn new() -> Self {
-        WatchBackoff { next: BACKOFF_MIN }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (now * 2).min(BACKOFF_MAX);
-        now
-    }
-
-    fn reset(&mut self) {
-        self.next = BACKOFF_MIN;
-    }
-}
-
-/// Watches this node's assignment object in `namespace` (forever, retrying on errors)
-/// and publishes the desired set on `tx` after the initial list and after every change.
+/// Watches this node's assignment object in `namespace` (forever, retrying on errors
+/// after a [`WatchBackoff`] delay) and publishes the desired set on `tx` after the initial list and after every change.
 pub async fn watch_assignments(
     client: Client,
     namespace: String,
@@ -294,16 +265,5 @@ mod tests {
         );
         assert!(a.apply(watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(DesiredSet::new()));
-    }
-
-    #[test]
-    fn backoff_doubles_caps_and_resets() {
-        let mut b = WatchBackoff::new();
-        let got: Vec<_> = (0..7).map(|_| b.next_delay()).collect();
-        assert_eq!(got[0], BACKOFF_MIN);
-        assert_eq!(got[1], BACKOFF_MIN * 2);
-        assert_eq!(got[6], BACKOFF_MAX);
-        b.reset();
-        assert_eq!(b.next_delay(), BACKOFF_MIN);
     }
 }

@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
-    let client = kube::Client::try_default()
+    let client = aliaslb_ops::api::client()
         .await
         .context("creating the Kubernetes client (KUBECONFIG or in-cluster config)")?;
     let metrics = Arc::new(Metrics::new());

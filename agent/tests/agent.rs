@@ -543,3 +543,63 @@ async fn a_link_without_carrier_is_not_reported_and_its_aliases_are_not_held() {
     )
     .await;
 }
+
+/// Issue 12 item 4: a watch whose connection is cut silently (packets dropped, no RST or
+/// FIN) must notice, and the agent act on a change made during the cut, within 5 s of the
+/// path healing: both a removed assignment and a new one. The change is made early in a
+/// 15 s cut, so without a liveness check the apiserver side's retransmission of the
+/// event comes back long after the heal (exponential backoff).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("silentcut", |_| {}).await;
+    let c = s.cluster.clone();
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.110"])
+        .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "the alias", async || {
+        alias(node, "10.0.0.110")
+    })
+    .await;
+
+    // A removed assignment, then a new one, each made 1 s into a 15 s cut.
+    s.relay.cut_silently();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.assign("web", Some("node-b"), None, &["10.0.0.110"]).await;
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    s.relay.heal();
+    let healed = Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "the alias released after the heal",
+        async || alias(node, "10.0.0.110").is_none().then_some(()),
+    )
+    .await;
+    let removed = healed.elapsed();
+    eprintln!("heal -> removed assignment applied in {removed:?}");
+
+    s.relay.cut_silently();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.111"])
+        .await;
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    s.relay.heal();
+    let healed = Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "the alias added after the heal",
+        async || alias(node, "10.0.0.111"),
+    )
+    .await;
+    let added = healed.elapsed();
+    eprintln!("heal -> new assignment applied in {added:?}");
+
+    assert!(
+        removed <= Duration::from_secs(5) && added <= Duration::from_secs(5),
+        "after the heal: removed in {removed:?}, added in {added:?} (want <= 5 s)\n{}",
+        s.agent.log_text()
+    );
+}

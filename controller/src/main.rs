@@ -38,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
         "aliaslb-controller starting"
     );
 
-    let client = kube::Client::try_default()
+    let client = aliaslb_ops::api::client()
         .await
         .context("creating the Kubernetes client (KUBECONFIG or in-cluster config)")?;
 

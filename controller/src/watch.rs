@@ -12,10 +12,16 @@
 //! objects: at 10,000 Services they were most of the controller's memory. The other
 //! objects enter their caches without their `managedFields` and `kubectl apply`'s
 //! last-applied copy (see `trim`): nothing reads them.
+//!
+//! Every watch is retried after a [`WatchBackoff`] delay (at most 2 s), and the client
+//! from [`aliaslb_ops::api::client`] notices a silently dead connection within seconds
+//! (TCP keepalives), so a change made while the API path was cut reaches the caches
+//! within about 3 s of the heal: see [`aliaslb_ops::api`].
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use aliaslb_ops::api::WatchBackoff;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
@@ -270,7 +276,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher::watcher(api, config).default_backoff().modify(trim);
+    let stream = watcher::watcher(api, config).modify(trim);
     let stream = reflector::reflector(writer, stream);
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
@@ -290,12 +296,14 @@ where
     T: Send + Sync + 'static,
 {
     let (reader, mut writer) = store::records(keep);
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(api, watcher::Config::default());
     let on_event = move |event: &Event<K>| writer.apply(event);
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
 }
 
+/// Feeds every event of `stream` to `on_event` and bumps `tx`, forever. After an error
+/// waits a [`WatchBackoff`] delay before polling again (the watcher retries when polled).
 async fn drive<K>(
     kind: &'static str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
@@ -303,13 +311,18 @@ async fn drive<K>(
     mut on_event: impl FnMut(&Event<K>),
 ) {
     futures::pin_mut!(stream);
+    let mut backoff = WatchBackoff::new();
     let mut failing = false;
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
-                if failing {
-                    tracing::info!(kind, "watch recovered");
-                    failing = false;
+                // `Init` comes before the list request: it proves nothing about the API.
+                if !matches!(event, Event::Init) {
+                    backoff.reset();
+                    if failing {
+                        tracing::info!(kind, "watch recovered");
+                        failing = false;
+                    }
                 }
                 on_event(&event);
                 // `Init` starts a relist: nothing changed yet.
@@ -318,10 +331,14 @@ async fn drive<K>(
                 }
             }
             Err(error) => {
-                if !failing {
-                    tracing::warn!(kind, error = %error, "watch failed; retrying with backoff");
+                let delay = backoff.next_delay();
+                if failing {
+                    tracing::debug!(kind, error = %error, ?delay, "watch still failing");
+                } else {
+                    tracing::warn!(kind, error = %error, ?delay, "watch failed; retrying with backoff");
+                    failing = true;
                 }
-                failing = true;
+                tokio::time::sleep(delay).await;
             }
         }
     }

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::sched::{CloneFlags, setns};
 
+pub mod relay;
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Whether kernel tests can run. Not root: under `CI=true` this panics (CI must run them),
