@@ -133,6 +133,8 @@ async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
             (false, Some(task)) => {
                 tracing::info!("not leading: reconcile loop stopped");
                 drop(task);
+                // Only the leader judges the agents.
+                ctx.metrics.set_agents_unobservable(false);
             }
             (false, None) => {}
         }

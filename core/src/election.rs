@@ -745,4 +745,35 @@ mod tests {
             prop_assert_eq!(elect(&again.input(), &shuffled, &l), Ok(winner));
         }
     }
+    /// An unconfirmed agent (not seen renewing, but not known gone) keeps its node for
+    /// the IPs it carries; it is never elected for IPs it does not carry.
+    #[test]
+    fn an_unconfirmed_agent_keeps_but_is_never_elected_anew() {
+        let mut unconfirmed = node("a").not_ready();
+        unconfirmed.agent_unconfirmed = true;
+        let nodes = [unconfirmed, node("b")];
+        let no_selector = BTreeMap::new();
+        let ips = [ip("10.0.0.1")];
+        let input = |current| ElectionInput {
+            ips: &ips,
+            current,
+            node_selector: &no_selector,
+            local_endpoint_nodes: None,
+            respect_cordon: true,
+        };
+        // a carries no load: it would win, were it fresh.
+        let load = BTreeMap::from([("b".to_owned(), 5)]);
+        let table = [(Some("a"), Ok("a")), (None, Ok("b")), (Some("b"), Ok("b"))];
+        for (current, want) in table {
+            let got = elect(&input(current), &nodes, &load);
+            assert_eq!(got.as_deref().map_err(|_| ()), want, "current {current:?}");
+        }
+        // Alone, it is no candidate: the reason is its agent.
+        let alone = elect(&input(None), &nodes[..1], &load).unwrap_err();
+        assert_eq!(alone.agent_not_ready, 1);
+        // Unconfirmed does not override an operator's decision.
+        let mut cordoned = nodes[0].clone();
+        cordoned.unschedulable = true;
+        assert!(elect(&input(Some("a")), &[cordoned], &load).is_err());
+    }
 }
