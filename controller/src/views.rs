@@ -18,16 +18,22 @@
 //!    Warning Event `AgentsUnobservable` on the leader Lease, gauge
 //!    `aliaslb_agents_unobservable` 1.
 //! 2. **Normal** otherwise. An agent seen renewed within its lease duration is
-//!    [`Freshness::Fresh`]. One that was not is [`Freshness::Unconfirmed`] while the
-//!    controller has watched for less than that lease duration since it could see: since
-//!    the leadership term started, or since the last blindness ended (agents renew at
-//!    their own pace: the first renewal seen after a pause says nothing of the others).
-//!    After that it is [`Freshness::Lost`], and so is an agent whose Lease names no holder
-//!    (graceful shutdown) or whose Lease is gone.
+//!    [`Freshness::Fresh`]. One that was not is [`Freshness::Lost`] once the controller has
+//!    both *watched* it for a whole lease duration, counted from its last renewal seen or
+//!    from when the controller started to see (the leadership term's start, or the end of
+//!    the last blindness: agents renew at their own pace, so the first renewal seen after
+//!    a pause says nothing of the others), and *seen* meanwhile: some agent Lease changed
+//!    at least half a lease duration after that start. Agents renew at least three times
+//!    per lease, so had the controller been seeing, a live agent's own renewal would have
+//!    come before that change. Until both hold the agent is [`Freshness::Unconfirmed`]:
+//!    when every renewal stops at once (an API pause), the Leases still expire one after
+//!    the other over a renew interval, and the first to expire is not a node loss. An
+//!    agent whose Lease names no holder (graceful shutdown) or is gone is lost at once.
 //!
 //! An unconfirmed agent's node keeps what it carries but is not elected for new IPs. A
 //! lost agent's node is a hard loss: its IPs move at once. So the loss of some nodes
-//! still fails over within one lease duration of their last renewal, while a controller
+//! still fails over within one lease duration of their last renewal (the other agents'
+//! renewals are the proof of sight), while a controller
 //! that cannot see any agent changes nothing until it sees them again; a cluster whose
 //! every node really died keeps its assignments, which no node could take anyway.
 //!
@@ -409,16 +415,31 @@ impl Observer {
             self.blind = blind;
             if blind { Sight::Blind } else { Sight::Normal }
         });
+        // The latest change of any agent Lease seen: the last moment the controller saw.
+        let last_seen = clock.seen.values().map(|s| s.at).max();
+        let since = self.since;
         let agents = clock
             .seen
             .iter()
             .map(|(name, s)| {
                 let freshness = if fresh(s) {
                     Freshness::Fresh
-                } else if s.held && (blind || now < self.since + s.duration) {
+                } else if !s.held {
+                    Freshness::Lost
+                } else if blind {
                     Freshness::Unconfirmed
                 } else {
-                    Freshness::Lost
+                    // Watched for a whole lease since it was last seen (or since the
+                    // controller sees), and seeing meanwhile: another renewal came at
+                    // least half a lease after its last one.
+                    let from = s.at.max(since);
+                    let watched = now >= from + s.duration;
+                    let seeing = last_seen.is_some_and(|l| l >= from + s.duration / 2);
+                    if watched && seeing {
+                        Freshness::Lost
+                    } else {
+                        Freshness::Unconfirmed
+                    }
                 };
                 (name.clone(), freshness)
             })
@@ -427,7 +448,7 @@ impl Observer {
             .seen
             .values()
             .filter(|s| s.held && !blind)
-            .map(|s| self.since + s.duration)
+            .map(|s| s.at.max(since) + s.duration)
             .filter(|at| *at > now);
         let next_change = clock.next_expiry(now).into_iter().chain(grace_ends).min();
         Judgement {
@@ -960,6 +981,22 @@ mod tests {
                         None,
                         &[F, F],
                     ),
+                ],
+            ),
+            (
+                "every renewal stops at once, the Leases expire in turn: the first is no loss",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                    // b's last renewal, a quarter lease after a's.
+                    (1, &[(B, "2", "b")], Sight::Normal, None, &[F, F]),
+                    (4, &[], Sight::Normal, None, &[U, F]),
+                    (5, &[], Sight::Blind, Some(Sight::Blind), &[U, U]),
                 ],
             ),
             (

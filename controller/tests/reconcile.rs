@@ -441,8 +441,12 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
         warnings[0].1
     );
 
-    // Both back (their renewals arrive at their own pace): nothing moves, late is placed.
-    agents = [Some(c.fake_agent(&a)), Some(c.fake_agent(&b))];
+    // Both back, b a second after a (agents renew at their own pace): b is not lost when
+    // a's renewal ends the blindness, nothing moves, late is placed.
+    agents[0] = Some(c.fake_agent(&a));
+    tokio::time::sleep(support::AGENT_LEASE / 2).await;
+    assert_eq!(placement().await, before, "a back, b not yet");
+    agents[1] = Some(c.fake_agent(&b));
     eventually(SETTLE, "agents observable again", async || {
         unobservable().as_deref() == Some("0")
     })
