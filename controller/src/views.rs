@@ -33,9 +33,10 @@
 //! An unconfirmed agent's node keeps what it carries but is not elected for new IPs. A
 //! lost agent's node is a hard loss: its IPs move at once. So the loss of some nodes
 //! still fails over within one lease duration of their last renewal (the other agents'
-//! renewals are the proof of sight), while a controller
-//! that cannot see any agent changes nothing until it sees them again; a cluster whose
-//! every node really died keeps its assignments, which no node could take anyway.
+//! renewals are the proof of sight), while a controller that cannot see any agent changes
+//! nothing until it sees them again. The price: a cluster whose every node really died
+//! keeps its assignments (no node could take them anyway), and a node lost just before
+//! a leadership change or the end of a blindness is replaced one lease duration later.
 //!
 //! Also owns the answer to "is this Service ours?" ([`is_ours`]) and what we wrote on a
 //! Service ([`has_our_marks`]), so that a Service that stops being ours is cleaned up.

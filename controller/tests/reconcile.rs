@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -357,6 +358,17 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     let a = c.node("a").await;
     let b = c.node("b").await;
     let mut agents = [Some(c.fake_agent(&a)), Some(c.fake_agent(&b))];
+    // Both Leases exist before the controller starts: the Services spread over both.
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
+    eventually(SETTLE, "both agent Leases written", async || {
+        let mut both = true;
+        for node in [&a, &b] {
+            let name = keys::agent_lease_name(node);
+            both &= leases.get_opt(&name).await.is_ok_and(|l| l.is_some());
+        }
+        both
+    })
+    .await;
     let (_controller, metrics) = c.start_controller();
     let names = ["one", "two", "three", "four"];
     for name in names {
