@@ -59,6 +59,7 @@ pub struct Metrics {
     config_valid: Gauge,
     config_stale: Gauge,
     leader: Gauge,
+    agents_unobservable: Gauge,
 }
 
 impl Default for Metrics {
@@ -134,6 +135,12 @@ impl Metrics {
             "1 when this replica is the leader and may write, else 0",
             leader.clone(),
         );
+        let agents_unobservable = Gauge::default();
+        registry.register(
+            "agents_unobservable",
+            "1 while the leader sees no agent Lease renewed within its lease duration and takes it that it cannot see the agents, not that every node is lost: every node keeps what it carries, no node is elected; else 0",
+            agents_unobservable.clone(),
+        );
         Metrics {
             registry,
             pool_size,
@@ -147,6 +154,7 @@ impl Metrics {
             config_valid,
             config_stale,
             leader,
+            agents_unobservable,
         }
     }
 
@@ -222,6 +230,11 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Record whether the leader cannot see any agent renewing (blind).
+    pub fn set_agents_unobservable(&self, blind: bool) {
+        self.agents_unobservable.set(i64::from(blind));
+    }
+
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         aliaslb_ops::metrics::encode(&self.registry)
@@ -245,6 +258,7 @@ mod tests {
         m.observe_reconcile(Duration::from_millis(3));
         m.set_config(true, false);
         m.set_leader(true);
+        m.set_agents_unobservable(true);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
@@ -259,6 +273,7 @@ mod tests {
             "aliaslb_config_valid 1",
             "aliaslb_config_stale 0",
             "aliaslb_leader 1",
+            "aliaslb_agents_unobservable 1",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

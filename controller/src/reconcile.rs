@@ -58,7 +58,7 @@ use crate::context::Context;
 use crate::http::Readiness;
 use crate::pool_state::{ConfigState, Notice as ConfigNotice};
 use crate::record::{self, ServiceRecord, digest};
-use crate::views;
+use crate::views::{self, Freshness, Observer, Sight};
 use crate::watch::{Caches, WatchError};
 
 /// How long the loop waits after the first change before a pass, to coalesce bursts.
@@ -77,6 +77,10 @@ const MAX_NOTE: usize = 1000;
 const EVENT_QUEUE: usize = 65_536;
 /// Reason of the Warning Event on an agent Lease whose report was rejected.
 pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
+/// Warning Event on the leader Lease: no agent is seen renewing, so the controller keeps
+/// every node assignment and elects no node until it sees them again
+/// ([`views`] module docs).
+pub const AGENTS_UNOBSERVABLE: &str = aliaslb_core::plan::reason::AGENTS_UNOBSERVABLE;
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
 
@@ -129,6 +133,8 @@ async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
             (false, Some(task)) => {
                 tracing::info!("not leading: reconcile loop stopped");
                 drop(task);
+                // Only the leader judges the agents.
+                ctx.metrics.set_agents_unobservable(false);
             }
             (false, None) => {}
         }
@@ -358,6 +364,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Node name -> (freshness, report) of its agent.
+type AgentViews = BTreeMap<String, (Freshness, AgentReport)>;
+
 /// The loop of one leadership term.
 struct Reconciler {
     ctx: Arc<Context>,
@@ -399,11 +408,16 @@ struct Reconciler {
     assign_retry: HashMap<String, Instant>,
     /// The pool entries covering an address a Node has, as last warned about.
     node_clashes: Vec<NodeAddressClash>,
+    /// The term's sight of the agents: blind or not, and since when it sees.
+    observer: Observer,
+    /// When the agents' freshness changes next without an event.
+    agents_change: Option<Instant>,
 }
 
 impl Reconciler {
     fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool) -> Self {
         let events = Events { ctx: ctx.clone() };
+        ctx.metrics.set_agents_unobservable(false);
         let (queue, rx) = mpsc::channel(EVENT_QUEUE);
         let worker = AbortOnDrop(tokio::spawn(events.clone().worker(rx)));
         Reconciler {
@@ -428,6 +442,8 @@ impl Reconciler {
             assign_retry: HashMap::new(),
             assign_refused: HashMap::new(),
             node_clashes: Vec::new(),
+            observer: Observer::new(Instant::now()),
+            agents_change: None,
         }
     }
 
@@ -482,7 +498,7 @@ impl Reconciler {
         }
 
         let now = Instant::now();
-        let (agents, reports) = self.agents(now);
+        let (agents, reports, sight) = self.agents(now);
         let node_objects = self.caches.nodes.state();
         let nodes = views::node_states(&node_objects, &agents);
         let node_addresses = views::node_addresses(node_objects.iter().map(|n| &**n));
@@ -523,6 +539,7 @@ impl Reconciler {
             node_addresses: &node_addresses,
             local_endpoints: &local,
             respect_cordon: self.ctx.config.respect_cordon,
+            agents_unobservable: sight == Sight::Blind,
             now,
         });
         self.record_metrics(&output);
@@ -563,12 +580,7 @@ impl Reconciler {
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
 
-        let lease_expiry = self
-            .caches
-            .agents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_expiry(now);
+        let lease_expiry = self.agents_change;
         let retry = self.backoff.values().map(|b| b.next).min();
         lease_expiry
             .into_iter()
@@ -675,19 +687,27 @@ impl Reconciler {
     /// its node is not eligible, and as holding nothing. That is warned about once when it
     /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
     /// `aliaslb_agent_reports_rejected_total`), not on every pass.
-    fn agents(
-        &mut self,
-        now: Instant,
-    ) -> (
-        BTreeMap<String, (bool, AgentReport)>,
-        BTreeMap<String, AgentReport>,
-    ) {
-        let clock = self
-            .caches
-            .agents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+    ///
+    /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
+    /// controller is blind rather than every node dead ([`views`] module docs); that is
+    /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
+    /// Lease, gauge `aliaslb_agents_unobservable`).
+    fn agents(&mut self, now: Instant) -> (AgentViews, BTreeMap<String, AgentReport>, Sight) {
+        let judgement = {
+            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            self.observer.judge(&clock, now)
+        };
+        self.agents_change = judgement.next_change;
+        match judgement.edge {
+            Some(Sight::Blind) => self.blind_notice(&judgement.agents),
+            Some(Sight::Normal) => {
+                tracing::info!(
+                    "agent Leases seen renewing again: election resumes; every agent gets a lease duration to be seen before its node counts as lost"
+                );
+                self.ctx.metrics.set_agents_unobservable(false);
+            }
+            None => {}
+        }
         let mut agents = BTreeMap::new();
         let mut seen = HashSet::new();
         let leases = self.caches.leases.state();
@@ -699,7 +719,12 @@ impl Reconciler {
                 continue;
             };
             seen.insert(name);
-            let (agent, error) = views::agent_view(lease, clock.is_fresh(name, now));
+            let freshness = judgement
+                .agents
+                .get(name)
+                .copied()
+                .unwrap_or(Freshness::Lost);
+            let (agent, error) = views::agent_view(lease, freshness);
             match error {
                 None => {
                     if self.bad_reports.remove(name) {
@@ -722,7 +747,34 @@ impl Reconciler {
             .iter()
             .map(|(node, (_, report))| (node.clone(), report.clone()))
             .collect();
-        (agents, reports)
+        (agents, reports, judgement.sight)
+    }
+
+    /// The warning for the controller going blind: log, gauge, one Warning Event on the
+    /// leader Lease (as for a deleted ConfigMap: see [`Reconciler::leader_lease_ref`]).
+    fn blind_notice(&self, agents: &BTreeMap<String, Freshness>) {
+        let held = agents
+            .values()
+            .filter(|f| **f == Freshness::Unconfirmed)
+            .count();
+        let lease = self.ctx.config.agent_lease_duration;
+        tracing::warn!(
+            agents = held,
+            "no agent Lease seen renewed within its lease duration: the controller cannot see the agents (kube-apiserver or watch interrupted?) rather than every node being lost; keeping every node assignment and electing no node until it sees them again"
+        );
+        self.ctx.metrics.set_agents_unobservable(true);
+        self.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(self.leader_lease_ref())),
+            warning: true,
+            reason: AGENTS_UNOBSERVABLE,
+            note: format!(
+                "none of the {held} agent Leases was seen renewed within its lease duration \
+                 (default {lease:?}): the controller takes it that it cannot see the agents, \
+                 not that every node is lost. Every node keeps what it carries and no node is \
+                 elected until a renewal is seen again. Check the kube-apiserver and the \
+                 controller's connection to it."
+            ),
+        });
     }
 
     /// The warning for a report that just became unusable: log, metric, Event on the Lease.

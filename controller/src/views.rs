@@ -2,6 +2,42 @@
 //! reports, local endpoints), and the agent freshness clock. Pure: no I/O; time comes in
 //! as [`Instant`]s on the controller's own monotonic clock.
 //!
+//! **API blindness is not node loss.** An agent Lease that stops changing means either
+//! that its node is gone or that the controller cannot see the change (kube-apiserver
+//! paused or overloaded, the controller's watch cut). One Lease going stale while others
+//! renew is a node loss. Every Lease going stale at once is, far more likely, the
+//! controller going blind: the rule is kube-controller-manager's node-lifecycle "full
+//! disruption". [`Observer`] turns the per-Lease freshness of the [`AgentClock`] into the
+//! [`Freshness`] of each agent and the [`Sight`] of the controller:
+//!
+//! 1. **Blind** when at least one agent Lease names a holder and none of them was seen
+//!    renewed within its lease duration. Every held agent is then [`Freshness::Unconfirmed`]:
+//!    the controller keeps every node assignment as it is (no move, no node taken from a
+//!    Service because of staleness) and elects no node for a Service without one (it
+//!    stays pending with the reason `AgentsUnobservable`). The edge is said once: log,
+//!    Warning Event `AgentsUnobservable` on the leader Lease, gauge
+//!    `aliaslb_agents_unobservable` 1.
+//! 2. **Normal** otherwise. An agent seen renewed within its lease duration is
+//!    [`Freshness::Fresh`]. One that was not is [`Freshness::Lost`] once the controller has
+//!    both *watched* it for a whole lease duration, counted from its last renewal seen or
+//!    from when the controller started to see (the leadership term's start, or the end of
+//!    the last blindness: agents renew at their own pace, so the first renewal seen after
+//!    a pause says nothing of the others), and *seen* meanwhile: some agent Lease changed
+//!    at least half a lease duration after that start. Agents renew at least three times
+//!    per lease, so had the controller been seeing, a live agent's own renewal would have
+//!    come before that change. Until both hold the agent is [`Freshness::Unconfirmed`]:
+//!    when every renewal stops at once (an API pause), the Leases still expire one after
+//!    the other over a renew interval, and the first to expire is not a node loss. An
+//!    agent whose Lease names no holder (graceful shutdown) or is gone is lost at once.
+//!
+//! An unconfirmed agent's node keeps what it carries but is not elected for new IPs. A
+//! lost agent's node is a hard loss: its IPs move at once. So the loss of some nodes
+//! still fails over within one lease duration of their last renewal (the other agents'
+//! renewals are the proof of sight), while a controller that cannot see any agent changes
+//! nothing until it sees them again. The price: a cluster whose every node really died
+//! keeps its assignments (no node could take them anyway), and a node lost just before
+//! a leadership change or the end of a blindness is replaced one lease duration later.
+//!
 //! Also owns the answer to "is this Service ours?" ([`is_ours`]) and what we wrote on a
 //! Service ([`has_our_marks`]), so that a Service that stops being ours is cleaned up.
 
@@ -194,14 +230,17 @@ pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
     }
 }
 
-/// What the planner takes from an agent's Lease: whether the agent is ready (`fresh`, from
-/// the [`AgentClock`]) and its report. A report that cannot be read counts for nothing:
-/// the agent is not ready (its node is not eligible) and holds nothing; the error comes
-/// back beside, for the caller to warn about.
-pub fn agent_view(lease: &Lease, fresh: bool) -> ((bool, AgentReport), Option<ReportError>) {
+/// What the planner takes from an agent's Lease: how fresh the agent is (from the
+/// [`Observer`]) and its report. A report that cannot be read counts for nothing: the
+/// agent is lost (its node is not eligible) and holds nothing; the error comes back
+/// beside, for the caller to warn about.
+pub fn agent_view(
+    lease: &Lease,
+    fresh: Freshness,
+) -> ((Freshness, AgentReport), Option<ReportError>) {
     match agent_report(lease) {
         Ok(report) => ((fresh, report), None),
-        Err(error) => ((false, AgentReport::default()), Some(error)),
+        Err(error) => ((Freshness::Lost, AgentReport::default()), Some(error)),
     }
 }
 
@@ -310,10 +349,122 @@ impl AgentClock {
     }
 }
 
-/// Nodes as the planner sees them: `agents` maps node name -> (fresh, report).
+/// How the controller takes one agent (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Seen renewed within its lease duration: its node is eligible.
+    Fresh,
+    /// Not seen renewed, but the controller cannot tell it is gone: blind, or watching for
+    /// less than a lease duration. Its node keeps what it carries, is not elected anew.
+    Unconfirmed,
+    /// Gone: stale over a full lease duration of sight, released, or deleted.
+    Lost,
+}
+
+/// Whether the controller can see the agents at all (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sight {
+    /// Some agent is seen renewing, or none names a holder.
+    Normal,
+    /// Agents name holders, and none was seen renewing within its lease duration.
+    Blind,
+}
+
+/// What [`Observer::judge`] says at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgement {
+    /// The controller's sight.
+    pub sight: Sight,
+    /// `Some(new sight)` when it changed with this judgement: said once, on the edge.
+    pub edge: Option<Sight>,
+    /// Each agent Lease the clock knows, by Lease name.
+    pub agents: BTreeMap<String, Freshness>,
+    /// When the judgement changes next without any event, if it does: a fresh Lease
+    /// expiring, or an unconfirmed agent's grace ending.
+    pub next_change: Option<Instant>,
+}
+
+/// The sight of one leadership term: when it started to see, and whether it is blind.
+/// Pure: time comes in.
+#[derive(Debug, Clone)]
+pub struct Observer {
+    /// Since when the controller has seen agents without interruption: the term's start,
+    /// or the end of the last blindness.
+    since: Instant,
+    blind: bool,
+}
+
+impl Observer {
+    /// The observer of a term starting at `start`.
+    pub fn new(start: Instant) -> Self {
+        Observer {
+            since: start,
+            blind: false,
+        }
+    }
+
+    /// Judges every agent the clock knows at `now` (never earlier than the last call).
+    pub fn judge(&mut self, clock: &AgentClock, now: Instant) -> Judgement {
+        let fresh = |s: &Seen| s.held && now < s.at + s.duration;
+        let any_held = clock.seen.values().any(|s| s.held);
+        let blind = any_held && !clock.seen.values().any(fresh);
+        let edge = (blind != self.blind).then(|| {
+            if !blind {
+                // Seeing again: every agent gets a lease duration to be seen.
+                self.since = now;
+            }
+            self.blind = blind;
+            if blind { Sight::Blind } else { Sight::Normal }
+        });
+        // The latest change of any agent Lease seen: the last moment the controller saw.
+        let last_seen = clock.seen.values().map(|s| s.at).max();
+        let since = self.since;
+        let agents = clock
+            .seen
+            .iter()
+            .map(|(name, s)| {
+                let freshness = if fresh(s) {
+                    Freshness::Fresh
+                } else if !s.held {
+                    Freshness::Lost
+                } else if blind {
+                    Freshness::Unconfirmed
+                } else {
+                    // Watched for a whole lease since it was last seen (or since the
+                    // controller sees), and seeing meanwhile: another renewal came at
+                    // least half a lease after its last one.
+                    let from = s.at.max(since);
+                    let watched = now >= from + s.duration;
+                    let seeing = last_seen.is_some_and(|l| l >= from + s.duration / 2);
+                    if watched && seeing {
+                        Freshness::Lost
+                    } else {
+                        Freshness::Unconfirmed
+                    }
+                };
+                (name.clone(), freshness)
+            })
+            .collect();
+        let grace_ends = clock
+            .seen
+            .values()
+            .filter(|s| s.held && !blind)
+            .map(|s| s.at.max(since) + s.duration)
+            .filter(|at| *at > now);
+        let next_change = clock.next_expiry(now).into_iter().chain(grace_ends).min();
+        Judgement {
+            sight: if blind { Sight::Blind } else { Sight::Normal },
+            edge,
+            agents,
+            next_change,
+        }
+    }
+}
+
+/// Nodes as the planner sees them: `agents` maps node name -> (freshness, report).
 pub fn node_states(
     nodes: &[std::sync::Arc<Node>],
-    agents: &BTreeMap<String, (bool, AgentReport)>,
+    agents: &BTreeMap<String, (Freshness, AgentReport)>,
 ) -> Vec<NodeState> {
     let mut out: Vec<NodeState> = nodes
         .iter()
@@ -327,7 +478,8 @@ pub fn node_states(
                     .as_ref()
                     .and_then(|s| s.unschedulable)
                     .unwrap_or(false),
-                agent_ready: agent.is_some_and(|(fresh, _)| *fresh),
+                agent_ready: agent.is_some_and(|(f, _)| *f == Freshness::Fresh),
+                agent_unconfirmed: agent.is_some_and(|(f, _)| *f == Freshness::Unconfirmed),
                 subnets: agent
                     .map(|(_, r)| r.subnets().copied().collect())
                     .unwrap_or_default(),
@@ -720,6 +872,217 @@ mod tests {
         assert_eq!(clock.next_expiry(t0 + 3 * s), None);
     }
 
+    /// The observer over time: at each step, (seconds since t0, Leases renewed then as
+    /// (name, resourceVersion, holder), the sight wanted, the edge wanted, and the
+    /// freshness wanted per Lease: F fresh, U unconfirmed, L lost, in name order).
+    #[test]
+    fn blindness_is_not_node_loss() {
+        use Freshness::{Fresh as F, Lost as L, Unconfirmed as U};
+        type Step = (
+            u64,
+            &'static [(&'static str, &'static str, &'static str)],
+            Sight,
+            Option<Sight>,
+            &'static [Freshness],
+        );
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        const A: &str = "aliaslb-agent-a";
+        const B: &str = "aliaslb-agent-b";
+        const C: &str = "aliaslb-agent-c";
+        // Lease duration 4 s; the term starts at 0 with the clock warm.
+        let table: &[(&str, &[Step])] = &[
+            (
+                "one of three stops: lost after its lease, the others serve",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b"), (C, "1", "c")],
+                        Sight::Normal,
+                        None,
+                        &[F, F, F],
+                    ),
+                    (
+                        3,
+                        &[(A, "2", "a"), (B, "2", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F, F],
+                    ),
+                    (
+                        5,
+                        &[(A, "3", "a"), (B, "3", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F, L],
+                    ),
+                ],
+            ),
+            (
+                "two of three stop: lost as well",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b"), (C, "1", "c")],
+                        Sight::Normal,
+                        None,
+                        &[F, F, F],
+                    ),
+                    (3, &[(A, "2", "a")], Sight::Normal, None, &[F, F, F]),
+                    (5, &[(A, "3", "a")], Sight::Normal, None, &[F, L, L]),
+                ],
+            ),
+            (
+                "all stop at once: blind, kept, said once; sight back: a lease of grace",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                    (4, &[], Sight::Blind, Some(Sight::Blind), &[U, U]),
+                    (30, &[], Sight::Blind, None, &[U, U]),
+                    // a's renewal arrives first: b renews at its own pace.
+                    (
+                        31,
+                        &[(A, "2", "a")],
+                        Sight::Normal,
+                        Some(Sight::Normal),
+                        &[F, U],
+                    ),
+                    (34, &[(A, "3", "a")], Sight::Normal, None, &[F, U]),
+                    (35, &[(A, "4", "a")], Sight::Normal, None, &[F, L]),
+                ],
+            ),
+            (
+                "sight back and every agent renews: nothing lost",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                    (5, &[], Sight::Blind, Some(Sight::Blind), &[U, U]),
+                    (
+                        6,
+                        &[(B, "2", "b")],
+                        Sight::Normal,
+                        Some(Sight::Normal),
+                        &[U, F],
+                    ),
+                    (7, &[(A, "2", "a")], Sight::Normal, None, &[F, F]),
+                    (
+                        20,
+                        &[(A, "3", "a"), (B, "3", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                ],
+            ),
+            (
+                "every renewal stops at once, the Leases expire in turn: the first is no loss",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                    // b's last renewal, a quarter lease after a's.
+                    (1, &[(B, "2", "b")], Sight::Normal, None, &[F, F]),
+                    (4, &[], Sight::Normal, None, &[U, F]),
+                    (5, &[], Sight::Blind, Some(Sight::Blind), &[U, U]),
+                ],
+            ),
+            (
+                "released Leases are lost, never blindness",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "b")],
+                        Sight::Normal,
+                        None,
+                        &[F, F],
+                    ),
+                    (
+                        1,
+                        &[(A, "2", ""), (B, "2", "")],
+                        Sight::Normal,
+                        None,
+                        &[L, L],
+                    ),
+                    (9, &[], Sight::Normal, None, &[L, L]),
+                ],
+            ),
+            (
+                "one held, one released, the held one stops: blind",
+                &[
+                    (
+                        0,
+                        &[(A, "1", "a"), (B, "1", "")],
+                        Sight::Normal,
+                        None,
+                        &[F, L],
+                    ),
+                    (4, &[], Sight::Blind, Some(Sight::Blind), &[U, L]),
+                ],
+            ),
+        ];
+        for (what, steps) in table {
+            let mut clock = AgentClock::new(Duration::from_secs(4));
+            let mut observer = Observer::new(t0);
+            for (i, (secs, renewed, sight, edge, want)) in steps.iter().enumerate() {
+                for (name, rv, holder) in *renewed {
+                    clock.observe(&lease(name, rv, Some(holder), Some(4)), at(*secs));
+                }
+                let got = observer.judge(&clock, at(*secs));
+                let freshness: Vec<Freshness> = got.agents.values().copied().collect();
+                assert_eq!(
+                    (got.sight, got.edge, freshness.as_slice()),
+                    (*sight, *edge, *want),
+                    "{what}, step {i} (t={secs}s)"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_term_gives_every_agent_a_lease_to_be_seen() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        // Seen by the cache long before the term: a renewing, b silent since.
+        clock.observe(&lease("aliaslb-agent-a", "1", Some("a"), Some(4)), t0);
+        clock.observe(&lease("aliaslb-agent-b", "1", Some("b"), Some(4)), t0);
+        clock.observe(
+            &lease("aliaslb-agent-a", "2", Some("a"), Some(4)),
+            t0 + 60 * s,
+        );
+        let mut observer = Observer::new(t0 + 60 * s);
+        let got = observer.judge(&clock, t0 + 61 * s);
+        assert_eq!(got.sight, Sight::Normal);
+        assert_eq!(got.agents["aliaslb-agent-b"], Freshness::Unconfirmed);
+        // The loop wakes when the grace ends (a's expiry is at the same moment).
+        assert_eq!(got.next_change, Some(t0 + 64 * s));
+        clock.observe(
+            &lease("aliaslb-agent-a", "3", Some("a"), Some(4)),
+            t0 + 62 * s,
+        );
+        let got = observer.judge(&clock, t0 + 64 * s);
+        assert_eq!(got.sight, Sight::Normal);
+        assert_eq!(got.agents["aliaslb-agent-b"], Freshness::Lost);
+        // Both silent now: blind.
+        let got = observer.judge(&clock, t0 + 66 * s);
+        assert_eq!((got.sight, got.edge), (Sight::Blind, Some(Sight::Blind)));
+        assert_eq!(got.next_change, None);
+    }
+
     #[test]
     fn endpoints_give_ready_nodes() {
         let slice = EndpointSlice {
@@ -804,21 +1167,23 @@ mod tests {
             l
         };
         let valid = r#"{"version":1,"interfaces":[{"name":"eth0","subnets":["10.0.0.0/24"]}],"held":["10.0.0.5"]}"#;
-        let ((ready, report), error) = agent_view(&with_report(valid), true);
-        assert!(ready && error.is_none());
+        let ((ready, report), error) = agent_view(&with_report(valid), Freshness::Fresh);
+        assert!(ready == Freshness::Fresh && error.is_none());
         assert_eq!(report.held.len(), 1);
         // No annotation: an empty report from a ready agent.
-        let ((ready, report), error) =
-            agent_view(&lease("aliaslb-agent-n1", "1", Some("n1"), None), true);
-        assert!(ready && error.is_none() && report == AgentReport::default());
+        let ((ready, report), error) = agent_view(
+            &lease("aliaslb-agent-n1", "1", Some("n1"), None),
+            Freshness::Fresh,
+        );
+        assert!(ready == Freshness::Fresh && error.is_none() && report == AgentReport::default());
         for bad in [
             valid.replace("eth0", "eth0/1"),
             valid.replace("eth0", "a-name-of-16-byt"),
             "{not json".to_owned(),
             format!("{{\"x\":\"{}\"}}", "y".repeat(300_000)),
         ] {
-            let ((ready, report), error) = agent_view(&with_report(&bad), true);
-            assert!(!ready, "{bad:.80}");
+            let ((ready, report), error) = agent_view(&with_report(&bad), Freshness::Fresh);
+            assert_eq!(ready, Freshness::Lost, "{bad:.80}");
             assert_eq!(report, AgentReport::default());
             assert!(error.is_some());
         }

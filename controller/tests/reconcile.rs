@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -321,6 +322,168 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
             .is_some_and(|(s, _, _)| s == "True")
     })
     .await;
+    c.cleanup().await;
+}
+
+/// How often the Services are looked at while the agents are silent.
+const BLIND_LOOK_EVERY: Duration = Duration::from_millis(200);
+
+/// kube-apiserver paused, every node healthy: every agent Lease goes stale at once. The
+/// controller takes it that it cannot see the agents, not that every node died: nothing
+/// moves or loses its node, it says so (gauge, one Warning on the leader Lease), and a
+/// Service created meanwhile waits. Sight back: nothing moves. One agent stopping is
+/// still a node loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
+    let _serial = serial().await;
+    let c = Cluster::new("blind").await;
+    c.set_pool(&[(c.ns.as_str(), "10.68.0.1-10.68.0.8")]).await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    let mut agents = [Some(c.fake_agent(&a)), Some(c.fake_agent(&b))];
+    // Both Leases exist before the controller starts: the Services spread over both.
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
+    eventually(SETTLE, "both agent Leases written", async || {
+        let mut both = true;
+        for node in [&a, &b] {
+            let name = keys::agent_lease_name(node);
+            both &= leases.get_opt(&name).await.is_ok_and(|l| l.is_some());
+        }
+        both
+    })
+    .await;
+    let (_controller, metrics) = c.start_controller();
+    let names = ["one", "two", "three", "four"];
+    for name in names {
+        c.create(lb_service(name)).await;
+    }
+    let placement = async || -> Vec<(Vec<String>, Option<String>)> {
+        let mut out = Vec::new();
+        for name in names {
+            let svc = c.get(name).await;
+            let ips = support::ingress(&svc)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let node = support::annotation(&svc, keys::ANNOTATION_NODE).map(str::to_owned);
+            out.push((ips, node));
+        }
+        out
+    };
+    eventually(SETTLE, "every Service placed and announced", async || {
+        let mut announced = true;
+        for name in names {
+            announced &= c
+                .condition(name, keys::CONDITION_ANNOUNCED)
+                .await
+                .is_some_and(|(s, _, _)| s == "True");
+        }
+        announced
+            && placement()
+                .await
+                .iter()
+                .all(|(ips, node)| ips.len() == 1 && node.is_some())
+    })
+    .await;
+    let before = placement().await;
+    for node in [&a, &b] {
+        assert!(
+            before.iter().any(|(_, n)| n.as_ref() == Some(node)),
+            "both nodes carry a Service: {before:?}"
+        );
+    }
+    let unobservable = || metric(&metrics, "aliaslb_agents_unobservable ");
+    assert_eq!(unobservable().as_deref(), Some("0"));
+    let stays_put = async |window: Duration, what: &str| {
+        let end = Instant::now() + window;
+        while Instant::now() < end {
+            tokio::time::sleep(BLIND_LOOK_EVERY).await;
+            assert_eq!(placement().await, before, "{what}: a Service moved");
+        }
+    };
+
+    // Both agents stop at once: for 3 lease durations, nothing moves.
+    for agent in &mut agents {
+        agent.take();
+    }
+    let silent = Instant::now();
+    stays_put(3 * support::AGENT_LEASE, "every agent silent").await;
+    assert_eq!(
+        unobservable().as_deref(),
+        Some("1"),
+        "after {:?} of silence",
+        silent.elapsed()
+    );
+    c.create(lb_service("late")).await;
+    eventually(SETTLE, "late pending with AgentsUnobservable", async || {
+        c.condition("late", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "AgentsUnobservable")
+    })
+    .await;
+    assert_eq!(
+        support::annotation(&c.get("late").await, keys::ANNOTATION_NODE),
+        None,
+        "no node is elected while blind"
+    );
+    stays_put(support::AGENT_LEASE, "every agent silent, late created").await;
+    let warnings = notes(&c, &c.system, keys::CONTROLLER_LEASE, "AgentsUnobservable").await;
+    assert_eq!(warnings.len(), 1, "one Warning on the edge: {warnings:?}");
+    assert_eq!(warnings[0].0, "Warning");
+    assert!(
+        warnings[0].1.contains("none of the 2 agent Leases"),
+        "{}",
+        warnings[0].1
+    );
+
+    // Both back, b a second after a (agents renew at their own pace): b is not lost when
+    // a's renewal ends the blindness, nothing moves, late is placed.
+    agents[0] = Some(c.fake_agent(&a));
+    tokio::time::sleep(support::AGENT_LEASE / 2).await;
+    assert_eq!(placement().await, before, "a back, b not yet");
+    agents[1] = Some(c.fake_agent(&b));
+    eventually(SETTLE, "agents observable again", async || {
+        unobservable().as_deref() == Some("0")
+    })
+    .await;
+    stays_put(2 * support::AGENT_LEASE, "agents back").await;
+    eventually(SETTLE, "late placed once the agents are seen", async || {
+        support::annotation(&c.get("late").await, keys::ANNOTATION_NODE).is_some()
+    })
+    .await;
+    assert_eq!(
+        notes(&c, &c.system, keys::CONTROLLER_LEASE, "AgentsUnobservable")
+            .await
+            .len(),
+        1
+    );
+
+    // One agent stops: its node is lost, its Services move to the other as before.
+    let started = Instant::now();
+    agents[0].take();
+    eventually(
+        Duration::from_secs(6),
+        "a's Services moved to b",
+        async || {
+            placement()
+                .await
+                .iter()
+                .all(|(ips, node)| ips.len() == 1 && node.as_deref() == Some(b.as_str()))
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    eprintln!("one of two agents stopped: its Services moved after {took:?}");
+    assert!(
+        took < support::AGENT_LEASE + Duration::from_secs(1),
+        "took {took:?}"
+    );
+    let after = placement().await;
+    for ((ips, _), (was, _)) in after.iter().zip(&before) {
+        assert_eq!(ips, was, "the IPs stay, the node changes");
+    }
+    assert_eq!(unobservable().as_deref(), Some("0"));
+    drop(agents);
     c.cleanup().await;
 }
 

@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aliaslb_controller::views;
+use aliaslb_controller::views::{self, Freshness};
 use aliaslb_core::keys;
 use aliaslb_core::plan::{Inputs, MAX_MESSAGE, Planner, ServiceView};
 use aliaslb_core::pool::PoolConfig;
@@ -134,14 +134,14 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
         let mut agents = BTreeMap::new();
         for (name, annotation) in names.iter().zip(pass) {
             let lease = lease(name, annotation.clone());
-            let ((ready, report), error) = views::agent_view(&lease, true);
+            let ((ready, report), error) = views::agent_view(&lease, Freshness::Fresh);
             if let Some(error) = &error {
                 // Not read: counts for nothing.
-                prop_assert!(!ready);
+                prop_assert_eq!(ready, Freshness::Lost);
                 prop_assert_eq!(&report, &AgentReport::default());
                 prop_assert!(!error.to_string().is_empty());
             } else {
-                prop_assert!(ready);
+                prop_assert_eq!(ready, Freshness::Fresh);
                 for c in &report.conflicts {
                     prop_assert!(c.reason.len() <= MAX_REASON);
                 }
@@ -162,6 +162,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             node_addresses: &BTreeMap::new(),
             local_endpoints: &BTreeMap::new(),
             respect_cordon: true,
+            agents_unobservable: false,
             now: start + Duration::from_secs(u64::try_from(round).unwrap()),
         });
         for (key, plan) in &output.services {
@@ -175,7 +176,10 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             }
             // A node whose report was not read is never elected.
             if let Some(node) = &plan.node {
-                prop_assert!(agents[node].0, "{key} on {node}, whose agent is not ready");
+                prop_assert!(
+                    agents[node].0 == Freshness::Fresh,
+                    "{key} on {node}, whose agent is not ready"
+                );
             }
         }
         for event in &output.events {

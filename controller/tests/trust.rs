@@ -666,6 +666,9 @@ async fn a_tenant_cannot_steer_a_service_without_eligible_node() {
     // A node that never had an agent.
     let n2 = c.node("n2").await;
     let agent = c.fake_agent(&n1);
+    // An agent on no Node keeps the controller seeing: without it, the only agent
+    // stopping would be blindness (every assignment kept), not the loss of n1.
+    let _witness = c.fake_agent(&format!("{}-witness", c.ns));
     let trusted = Trusted::start(&c).await;
     let (_controller, _metrics) = c.start_controller();
     create_as(&tenant, lb_service("web")).await;

@@ -4,7 +4,9 @@
 //! clock, EndpointSlices) into plain [`NodeState`]s and calls [`elect`]. The rules are the
 //! ones in DESIGN.md "Node election":
 //!
-//! 1. a node is eligible when its agent is fresh, it is not labelled
+//! 1. a node is eligible when its agent is fresh (or, for the node currently carrying the
+//!    IPs only, unconfirmed: not seen renewing, but the controller cannot tell it is gone,
+//!    see [`NodeState::agent_unconfirmed`]), it is not labelled
 //!    [`LABEL_EXCLUDE_FROM_LB`], not cordoned (unless cordons are ignored), matches the pool's
 //!    node selector, and, for `externalTrafficPolicy: Local`, has a ready local endpoint;
 //! 2. subnet-aware: if any eligible node has an interface subnet holding the IPs, only the
@@ -36,6 +38,11 @@ pub struct NodeState {
     /// The node's agent Lease renewal was seen within the lease duration, measured on the
     /// controller's own monotonic clock.
     pub agent_ready: bool,
+    /// The agent is not ready, but the controller cannot tell it is gone: it cannot see
+    /// any agent, or has watched for less than a lease duration (new leadership term, or
+    /// just after such blindness). The node stays eligible as the current holder (rule 3)
+    /// and is not elected for IPs it does not carry.
+    pub agent_unconfirmed: bool,
     /// Subnets of the node's interfaces, as reported by its agent.
     pub subnets: Vec<IpNet>,
 }
@@ -161,7 +168,8 @@ pub fn ineligibility(input: &ElectionInput<'_>, node: &NodeState) -> Option<Inel
     {
         return Some(Ineligible::NoLocalEndpoint);
     }
-    if !node.agent_ready {
+    let kept = node.agent_unconfirmed && input.current == Some(node.name.as_str());
+    if !node.agent_ready && !kept {
         return Some(Ineligible::AgentNotReady);
     }
     None
@@ -736,5 +744,36 @@ mod tests {
             let again = c.clone().current(&winner);
             prop_assert_eq!(elect(&again.input(), &shuffled, &l), Ok(winner));
         }
+    }
+    /// An unconfirmed agent (not seen renewing, but not known gone) keeps its node for
+    /// the IPs it carries; it is never elected for IPs it does not carry.
+    #[test]
+    fn an_unconfirmed_agent_keeps_but_is_never_elected_anew() {
+        let mut unconfirmed = node("a").not_ready();
+        unconfirmed.agent_unconfirmed = true;
+        let nodes = [unconfirmed, node("b")];
+        let no_selector = BTreeMap::new();
+        let ips = [ip("10.0.0.1")];
+        let input = |current| ElectionInput {
+            ips: &ips,
+            current,
+            node_selector: &no_selector,
+            local_endpoint_nodes: None,
+            respect_cordon: true,
+        };
+        // a carries no load: it would win, were it fresh.
+        let load = BTreeMap::from([("b".to_owned(), 5)]);
+        let table = [(Some("a"), Ok("a")), (None, Ok("b")), (Some("b"), Ok("b"))];
+        for (current, want) in table {
+            let got = elect(&input(current), &nodes, &load);
+            assert_eq!(got.as_deref().map_err(|_| ()), want, "current {current:?}");
+        }
+        // Alone, it is no candidate: the reason is its agent.
+        let alone = elect(&input(None), &nodes[..1], &load).unwrap_err();
+        assert_eq!(alone.agent_not_ready, 1);
+        // Unconfirmed does not override an operator's decision.
+        let mut cordoned = nodes[0].clone();
+        cordoned.unschedulable = true;
+        assert!(elect(&input(Some("a")), &[cordoned], &load).is_err());
     }
 }

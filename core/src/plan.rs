@@ -116,6 +116,9 @@ pub mod reason {
     pub const WAITING_FOR_AGENT: &str = "WaitingForAgent";
     /// Announced False (and Warning Event): no node may carry the IPs.
     pub const NO_ELIGIBLE_NODE: &str = "NoEligibleNode";
+    /// Announced False (and Warning Event): no agent is seen renewing (the controller
+    /// cannot see the agents); every node keeps what it carries, none is elected.
+    pub const AGENTS_UNOBSERVABLE: &str = "AgentsUnobservable";
     /// Announced False: graceful move, waiting for the old node to release the IPs.
     pub const MOVING: &str = "Moving";
     /// Announced False (and Warning Event): the agent reports a foreign owner of an IP.
@@ -233,6 +236,10 @@ pub struct Inputs<'a> {
     pub local_endpoints: &'a BTreeMap<ServiceKey, BTreeSet<String>>,
     /// Whether cordoned nodes are ineligible.
     pub respect_cordon: bool,
+    /// No agent is seen renewing while some agent exists: the controller is blind, not
+    /// every node dead. The node step then keeps every assignment and elects no node
+    /// ([`reason::AGENTS_UNOBSERVABLE`]).
+    pub agents_unobservable: bool,
     /// The controller's monotonic clock, for sticky re-creation.
     pub now: Instant,
 }

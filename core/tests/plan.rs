@@ -775,6 +775,85 @@ fn hard_loss_moves_at_once() {
     );
 }
 
+/// Blind (no agent seen renewing): every node kept, a new Service waits with
+/// `AgentsUnobservable` (said once); sight back: it is elected, nothing moved.
+#[test]
+fn blindness_keeps_every_node_and_elects_none() {
+    let (mut world, mut planner, n) = placed();
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.services.push(svc("default", "new").created(2));
+    for node in &mut world.nodes {
+        node.agent_ready = false;
+        node.agent_unconfirmed = true;
+    }
+    world.agents_unobservable = true;
+    // Even a cordon waits for sight.
+    world.node_mut(&n).unschedulable = true;
+    for pass in 0..2 {
+        let out = world.plan(&mut planner);
+        let web = plan_of(&out, "default", "web");
+        assert_eq!(web.node.as_deref(), Some(n.as_str()), "pass {pass}");
+        assert_eq!(web.announced.reason, reason::ANNOUNCED);
+        let new = plan_of(&out, "default", "new");
+        assert_eq!(new.node, None);
+        assert_eq!(new.ips, [ip("10.0.0.2")], "allocation goes on");
+        assert_eq!(new.announced.reason, reason::AGENTS_UNOBSERVABLE);
+        assert!(events(&out, reason::NODE_MOVED).is_empty());
+        let warned = events(&out, reason::AGENTS_UNOBSERVABLE).len();
+        assert_eq!(warned, usize::from(pass == 0), "once, on the edge");
+    }
+    world.node_mut(&n).unschedulable = false;
+    for node in &mut world.nodes {
+        node.agent_ready = true;
+        node.agent_unconfirmed = false;
+    }
+    world.agents_unobservable = false;
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").node.as_deref(),
+        Some(n.as_str())
+    );
+    assert_eq!(
+        plan_of(&out, "default", "new").node.as_deref(),
+        Some(other(&n)),
+        "elected once the agents are seen"
+    );
+}
+
+/// Unconfirmed (not seen renewing, grace of a new term or after blindness): the node
+/// keeps what it carries but is not elected for anything new; lost, it is a hard loss.
+#[test]
+fn an_unconfirmed_agent_keeps_but_gets_nothing_new() {
+    let (mut world, mut planner, n) = placed();
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.services.push(svc("default", "new").created(2));
+    world.services.push(svc("default", "third").created(3));
+    world.node_mut(&n).agent_ready = false;
+    world.node_mut(&n).agent_unconfirmed = true;
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").node.as_deref(),
+        Some(n.as_str())
+    );
+    assert!(events(&out, reason::NODE_MOVED).is_empty());
+    for name in ["new", "third"] {
+        assert_eq!(
+            plan_of(&out, "default", name).node.as_deref(),
+            Some(other(&n)),
+            "{name}: not on the unconfirmed node, though it carries less"
+        );
+    }
+    world.node_mut(&n).agent_unconfirmed = false;
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").node.as_deref(),
+        Some(other(&n)),
+        "lost: moved at once"
+    );
+}
+
 #[test]
 fn no_eligible_node_is_reported_once() {
     let (mut world, mut planner, _) = placed();

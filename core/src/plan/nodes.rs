@@ -11,6 +11,11 @@
 //!    left gracefully (desired node `None` until its agent lets go); a node whose agent is
 //!    not ready is a hard loss and the group is re-elected at once;
 //! 4. otherwise the least-loaded eligible node is elected (load = groups per node).
+//!
+//! While [`Inputs::agents_unobservable`] (no agent seen renewing at all: the controller
+//! is blind, not every node dead), the step changes nothing: each group keeps its node
+//! or its move in progress, and a group without a node stays pending with the reason
+//! `AgentsUnobservable`. Cordons and selector changes wait for sight too.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -26,6 +31,12 @@ use crate::keys::LABEL_EXCLUDE_FROM_LB;
 use crate::report::{AgentReport, Conflict};
 use crate::text;
 
+/// Why a group without a node gets none while the agents are unobservable.
+const UNOBSERVABLE: &str = "no node elected: no agent Lease was seen renewed within its \
+     lease duration, so the controller cannot see the agents (kube-apiserver or its watch \
+     interrupted?); every node keeps what it carries and no node is elected until it sees \
+     them again";
+
 /// An Event for every member of a group: (warning, reason, message).
 type Note = (bool, &'static str, String);
 
@@ -36,8 +47,12 @@ struct World<'a> {
 }
 
 impl World<'_> {
+    /// Whether the agent on `node` counts as there for what the node already carries:
+    /// fresh, or unconfirmed (see [`NodeState::agent_unconfirmed`]).
     fn ready(&self, node: &str) -> bool {
-        self.by_name.get(node).is_some_and(|n| n.agent_ready)
+        self.by_name
+            .get(node)
+            .is_some_and(|n| n.agent_ready || n.agent_unconfirmed)
     }
 
     fn holds_any(&self, node: &str, ips: &[IpAddr]) -> bool {
@@ -204,6 +219,18 @@ fn step(
     load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
+    if world.inputs.agents_unobservable {
+        // Blind: nothing the controller sees of the agents is news. Keep every node and
+        // move in progress; elect nothing.
+        if group.node.is_none() && group.moving_from.is_none() {
+            let message = UNOBSERVABLE.to_owned();
+            if group.no_node.as_ref() != Some(&message) {
+                notes.push((true, reason::AGENTS_UNOBSERVABLE, message.clone()));
+                group.no_node = Some(message);
+            }
+        }
+        return notes;
+    }
     if let Some(old) = &group.moving_from {
         if world.ready(old) && world.holds_any(old, input.ips) {
             return notes;
@@ -348,7 +375,12 @@ fn announced(
             .no_node
             .clone()
             .unwrap_or_else(|| "no node elected yet".to_owned());
-        return (condition(false, reason::NO_ELIGIBLE_NODE, message), None);
+        let why = if inputs.agents_unobservable {
+            reason::AGENTS_UNOBSERVABLE
+        } else {
+            reason::NO_ELIGIBLE_NODE
+        };
+        return (condition(false, why, message), None);
     };
     let report = inputs.agents.get(node);
     if let Some(c) = conflict_on(report, ips) {

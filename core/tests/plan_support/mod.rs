@@ -136,6 +136,8 @@ pub struct World {
     /// Addresses Nodes have (never allocated).
     pub node_addresses: BTreeMap<IpAddr, NodeAddress>,
     pub respect_cordon: bool,
+    /// The controller sees no agent renewing (blind).
+    pub agents_unobservable: bool,
     pub now: Instant,
 }
 
@@ -151,6 +153,7 @@ impl World {
             lingering: BTreeSet::new(),
             node_addresses: BTreeMap::new(),
             respect_cordon: true,
+            agents_unobservable: false,
             now: Instant::now(),
         }
     }
@@ -166,6 +169,7 @@ impl World {
             node_addresses: &self.node_addresses,
             local_endpoints: &self.local,
             respect_cordon: self.respect_cordon,
+            agents_unobservable: self.agents_unobservable,
             now: self.now,
         })
     }
