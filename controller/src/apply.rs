@@ -13,7 +13,7 @@
 //! field off, it is left out of both the body and the comparison: no patch loop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::{ConditionPlan, ServicePlan};
@@ -199,7 +199,9 @@ pub enum ApplyError {
         source: kube::Error,
     },
     /// No answer within [`WRITE_TIMEOUT`].
-    #[error("{what} of {object} timed out after {WRITE_TIMEOUT:?}")]
+    #[error(
+        "{what} of {object} timed out (at most {WRITE_TIMEOUT:?}, and never past the leader's write deadline)"
+    )]
     Timeout {
         /// Which write.
         what: &'static str,
@@ -286,7 +288,7 @@ impl Writer {
         svc: &ServiceRecord,
         node: Option<&str>,
         interface: Option<&str>,
-        fence: impl Fn() -> bool,
+        fence: impl Fn() -> Option<Instant>,
     ) -> Result<ServiceRecord, ApplyError> {
         let body = annotations_body(svc, node, interface);
         let updated = call(api, svc, "annotations", false, &body, &fence).await?;
@@ -311,7 +313,7 @@ impl Writer {
         api: &Api<Service>,
         svc: &ServiceRecord,
         plan: &ServicePlan,
-        fence: impl Fn() -> bool,
+        fence: impl Fn() -> Option<Instant>,
     ) -> Result<ServiceRecord, ApplyError> {
         let ip_mode = self.ip_mode();
         let body = status_body(svc, plan, ip_mode, Timestamp::now());
@@ -342,7 +344,7 @@ impl Writer {
         &self,
         api: &Api<Service>,
         svc: &ServiceRecord,
-        fence: impl Fn() -> bool,
+        fence: impl Fn() -> Option<Instant>,
     ) -> Result<ServiceRecord, ApplyError> {
         let body = empty_body(svc);
         call(api, svc, "status cleanup", true, &body, &fence).await?;
@@ -356,7 +358,7 @@ async fn merge(
     svc: &ServiceRecord,
     what: &'static str,
     body: &Value,
-    fence: &impl Fn() -> bool,
+    fence: &impl Fn() -> Option<Instant>,
 ) -> Result<ServiceRecord, ApplyError> {
     let params = PatchParams {
         field_manager: Some(keys::CONTROLLER_FIELD_MANAGER.to_owned()),
@@ -379,7 +381,7 @@ async fn call(
     what: &'static str,
     status: bool,
     body: &Value,
-    fence: &impl Fn() -> bool,
+    fence: &impl Fn() -> Option<Instant>,
 ) -> Result<ServiceRecord, ApplyError> {
     let name = &*svc.key.name;
     let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
@@ -398,17 +400,19 @@ async fn call(
 }
 
 /// Runs one write `request` of `object` behind the leader fence (checked right before
-/// it is sent) and within [`WRITE_TIMEOUT`].
+/// it is sent: `fence` gives the write's deadline while this replica leads, see
+/// `crate::leader`), within [`WRITE_TIMEOUT`] and never past that deadline.
 pub async fn guarded<T>(
     what: &'static str,
     object: String,
-    fence: &impl Fn() -> bool,
+    fence: &impl Fn() -> Option<Instant>,
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, ApplyError> {
-    if !fence() {
+    let Some(until) = fence() else {
         return Err(ApplyError::NotLeader { what, object });
-    }
-    match tokio::time::timeout(WRITE_TIMEOUT, request).await {
+    };
+    let budget = WRITE_TIMEOUT.min(until.saturating_duration_since(Instant::now()));
+    match tokio::time::timeout(budget, request).await {
         Ok(Ok(written)) => Ok(written),
         Ok(Err(source)) => Err(ApplyError::Api {
             what,
@@ -422,6 +426,31 @@ pub async fn guarded<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_is_cut_at_the_leaders_write_deadline() {
+        let until = Instant::now() + Duration::from_millis(100);
+        let started = Instant::now();
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<(), kube::Error>(())
+        };
+        let got = guarded("status", "Service a/web".into(), &|| Some(until), slow).await;
+        assert!(matches!(got, Err(ApplyError::Timeout { .. })), "{got:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "cut at the deadline, not after WRITE_TIMEOUT: {:?}",
+            started.elapsed()
+        );
+        let refused = guarded("status", "Service a/web".into(), &|| None, async {
+            Ok::<(), kube::Error>(())
+        })
+        .await;
+        assert!(
+            matches!(refused, Err(ApplyError::NotLeader { .. })),
+            "{refused:?}"
+        );
+    }
     use aliaslb_core::plan::reason;
     use k8s_openapi::api::core::v1::ServiceStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

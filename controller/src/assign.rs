@@ -122,7 +122,7 @@ pub async fn apply(
     namespace: &str,
     node: &str,
     text: &str,
-    fence: impl Fn() -> bool,
+    fence: impl Fn() -> Option<std::time::Instant>,
 ) -> Result<ConfigMap, ApplyError> {
     let name = keys::assignment_configmap(node);
     let body = json!({

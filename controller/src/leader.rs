@@ -18,6 +18,23 @@
 //! [`Leadership::is_leader`] before each write (it checks the local deadline itself, so it
 //! is right even while the loop is blocked on a slow API call) and watch
 //! [`Leadership::watch`] to start and stop their work on the edges.
+//!
+//! **A deposed leader's writes cannot land after its successor starts.** Checking the fence
+//! before a write is not enough: a write sent just before the deadline could still be in
+//! flight when the successor takes over. So every write is also bounded in time by
+//! [`Leadership::write_deadline`]. With `s` the start of the leader's last successful
+//! renewal, `D` the renew deadline and `L` the lease duration:
+//! - the leader writes only while `now < s + D` (the fence);
+//! - a follower takes over no earlier than `s + L` (it saw the renewal after `s`, and waits
+//!   `L` on its own clock from then);
+//! - so a write that passed the fence must be over by `s + L`. It is given until
+//!   `s + D + (L - D) / 2`, half the slack, leaving the other half for clock-rate drift
+//!   between the two machines. With the defaults (L = 15 s, D = 10 s), a write that
+//!   starts at `s + 9.9 s` is cut at `s + 12.5 s`, 2.5 s before any successor can start.
+//!
+//! A write cut on the client side may still have reached the API server; what the bound
+//! guarantees is that the deposed leader has given up on it before the successor writes,
+//! and the successor, which reads the objects afresh, writes over it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -193,6 +210,9 @@ pub fn decide(
 pub struct Leadership {
     rx: watch::Receiver<bool>,
     fence: Arc<Mutex<Option<Instant>>>,
+    /// How long after the fence deadline a write may still run: half the lease's slack
+    /// (see the module docs).
+    grace: Duration,
 }
 
 impl Leadership {
@@ -201,6 +221,13 @@ impl Leadership {
     pub fn is_leader(&self) -> bool {
         let deadline = *self.fence.lock().unwrap_or_else(|e| e.into_inner());
         deadline.is_some_and(|d| Instant::now() < d)
+    }
+
+    /// The fencing check with its time bound: `Some(until when a write started now may
+    /// still run)` while this replica leads (see the module docs), `None` when it does not.
+    pub fn write_deadline(&self) -> Option<Instant> {
+        let deadline = (*self.fence.lock().unwrap_or_else(|e| e.into_inner()))?;
+        (Instant::now() < deadline).then(|| deadline + self.grace)
     }
 
     /// Leadership edges: `true` when this replica became leader, `false` when it stopped.
@@ -217,6 +244,7 @@ impl Leadership {
         Leadership {
             rx,
             fence: Arc::new(Mutex::new(deadline)),
+            grace: Duration::from_secs(3600),
         }
     }
 }
@@ -265,6 +293,7 @@ impl ElectorHandle {
 pub fn start(client: Client, config: LeaderConfig) -> (Leadership, ElectorHandle) {
     let (tx, rx) = watch::channel(false);
     let fence = Arc::new(Mutex::new(None));
+    let timings = config.timings;
     let elector = Elector {
         api: Api::namespaced(client, &config.namespace),
         config,
@@ -276,7 +305,14 @@ pub fn start(client: Client, config: LeaderConfig) -> (Leadership, ElectorHandle
     };
     let (stop, stopped) = oneshot::channel();
     let task = tokio::spawn(elector.run(stopped));
-    (Leadership { rx, fence }, ElectorHandle { stop, task })
+    (
+        Leadership {
+            rx,
+            fence,
+            grace: (timings.lease_duration - timings.renew_deadline) / 2,
+        },
+        ElectorHandle { stop, task },
+    )
 }
 
 /// The I/O loop's state.
@@ -553,6 +589,39 @@ mod tests {
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn a_write_may_run_half_the_slack_past_the_fence_and_never_without_it() {
+        let (_tx, rx) = watch::channel(true);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let leading = Leadership {
+            rx: rx.clone(),
+            fence: Arc::new(Mutex::new(Some(deadline))),
+            grace: (LEASE - Duration::from_secs(10)) / 2,
+        };
+        assert_eq!(
+            leading.write_deadline(),
+            Some(deadline + Duration::from_millis(2500)),
+            "s + D + (L - D) / 2, before any successor at s + L"
+        );
+        let expired = Leadership {
+            rx: rx.clone(),
+            fence: Arc::new(Mutex::new(Some(Instant::now() - Duration::from_millis(1)))),
+            grace: Duration::from_secs(2),
+        };
+        assert_eq!(
+            expired.write_deadline(),
+            None,
+            "past the fence: no write at all"
+        );
+        assert!(!expired.is_leader());
+        let follower = Leadership {
+            rx,
+            fence: Arc::new(Mutex::new(None)),
+            grace: Duration::from_secs(2),
+        };
+        assert_eq!(follower.write_deadline(), None);
+    }
 
     fn held_by(holder: &str, seen_at: Instant) -> Observed {
         Observed {

@@ -647,7 +647,8 @@ impl Reconciler {
                 let api = &api;
                 async move {
                     let result =
-                        assign::apply(api, namespace, &node, &text, || leader.is_leader()).await;
+                        assign::apply(api, namespace, &node, &text, || leader.write_deadline())
+                            .await;
                     (node, text, before, result)
                 }
             })
@@ -1094,7 +1095,7 @@ impl Reconciler {
             } => {
                 let key = svc.key.clone();
                 let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
-                let fence = || self.ctx.leader.is_leader();
+                let fence = || self.ctx.leader.write_deadline();
                 let mut written = Vec::new();
                 let result = async {
                     // Status first: the IP is what users wait for. Its body repeats the
@@ -1159,7 +1160,7 @@ impl Reconciler {
                 let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
                 let result = self
                     .writer
-                    .clear(&api, &svc, || self.ctx.leader.is_leader())
+                    .clear(&api, &svc, || self.ctx.leader.write_deadline())
                     .await
                     .map(|s| s.resource_version.into_iter().collect());
                 if result.is_ok() {
