@@ -26,11 +26,11 @@
 
 #[path = "../tests/agent_support/mod.rs"]
 mod agent_support;
+mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::Command;
@@ -42,6 +42,7 @@ use aliaslb_agent::announce::{AnnounceConfig, Announcer};
 use aliaslb_agent::backend::{AddressBackend, Lifetime};
 use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_testenv::TestEnv;
+use stats::{env_number, list, median, ms, timed};
 use support::{NetNs, require_root};
 use tokio::runtime::Runtime;
 use tokio::time::MissedTickBehavior;
@@ -174,12 +175,6 @@ fn held(rt: &Runtime, backend: &NetlinkBackend) -> usize {
         .iter()
         .filter(|a| a.owned && want.contains(&a.ip))
         .count()
-}
-
-fn timed<T>(rt: &Runtime, fut: impl Future<Output = T>) -> (Duration, T) {
-    let start = Instant::now();
-    let out = rt.block_on(fut);
-    (start.elapsed(), out)
 }
 
 /// Section 1: add and remove 1,000 aliases, ours vs `ip -batch`.
@@ -493,31 +488,4 @@ fn status_field(pid: &str, name: &str) -> String {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
         .unwrap_or_else(|| format!("({name} missing)"))
-}
-
-fn median(xs: &[Duration]) -> Duration {
-    assert!(!xs.is_empty(), "no samples");
-    let mut v = xs.to_vec();
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn list(xs: &[Duration]) -> String {
-    xs.iter()
-        .map(|d| format!("{:.1}", ms(*d)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
 }

@@ -28,11 +28,10 @@
 //! between the namespaces. Each section runs on a thread of its own that `setns`es into the
 //! namespace it works on (the `nft` processes it spawns and the sockets it opens inherit it).
 
+mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::fs::File;
-use std::future::Future;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
@@ -45,7 +44,7 @@ use aliaslb_agent::shield::{
     Contents, OpenPort, Protocol, Shield, ShieldBackend as _, delete_script, table_script,
     update_script,
 };
-use nix::sched::{CloneFlags, setns};
+use stats::{env_number, list, median, ms, timed};
 use support::{NetNs, require_root};
 
 /// IPs in the big table.
@@ -104,14 +103,6 @@ fn on_thread(f: impl FnOnce() + Send + 'static) {
     std::thread::spawn(f).join().expect("bench thread panicked");
 }
 
-/// Moves the calling thread into `ns`: the `nft` processes it spawns from now on, and the
-/// sockets it opens, are in `ns`.
-fn enter(ns: &NetNs) {
-    let path = format!("/var/run/netns/{}", ns.name());
-    let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-    setns(&file, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {path}: {e}"));
-}
-
 /// A current-thread runtime on the calling thread: `NftBackend` spawns `nft` from it.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -140,7 +131,7 @@ fn held(n: u32) -> Contents {
 /// The number of elements of `set` in our table, from `nft -j list set` in the calling
 /// thread's namespace.
 fn set_len(set: &str) -> usize {
-    let out = command_stdout("nft", &["-j", "list", "set", "inet", "aliaslb", set]);
+    let out = support::run_cmd("nft", &["-j", "list", "set", "inet", "aliaslb", set]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("nft -j output is JSON");
     v["nftables"]
         .as_array()
@@ -170,12 +161,6 @@ fn assert_holds(ips: usize, ports: usize) {
     );
 }
 
-fn timed<T>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = T>) -> (Duration, T) {
-    let start = Instant::now();
-    let out = rt.block_on(fut);
-    (start.elapsed(), out)
-}
-
 /// `nft -f <file>` in the calling thread's namespace, timed with its process start (what
 /// the floor costs an operator).
 fn nft_file(file: &std::path::Path) -> Duration {
@@ -197,7 +182,7 @@ fn nft_file(file: &std::path::Path) -> Duration {
 /// Section 1: the whole table, ours vs `nft -f <file>` vs the spawn floor.
 fn install(reps: u64) {
     let ns = NetNs::new("shinst");
-    enter(&ns);
+    ns.enter();
     let rt = runtime();
     let contents = held(N);
     let (ips, ports) = (N as usize, N as usize * PORTS.len());
@@ -299,7 +284,7 @@ fn change(changes: u64) {
         .iter()
         .zip(&bases)
         .map(|(ns, base)| {
-            enter(ns);
+            ns.enter();
             let mut shield = Shield::new(NftBackend::default());
             assert!(rt.block_on(shield.sync(base)).expect("install"));
             shield
@@ -315,7 +300,7 @@ fn change(changes: u64) {
             let i = (j + c as usize) % k;
             let n = SIZES[i] as usize;
             let (ips, ports) = (n, n * PORTS.len());
-            enter(&spaces[i]);
+            spaces[i].enter();
             let ip = IpAddr::V4(Ipv4Addr::from(add_base + c as u32));
             let mut target = bases[i].clone();
             target.open(ip, [tcp(PORTS[0])]);
@@ -469,7 +454,7 @@ fn path(rounds: u64, conns: u64) {
     ]);
     client.sysctl("net.ipv4.ip_local_port_range", "1024 65535");
     let rt = runtime();
-    enter(&server);
+    server.enter();
     // kube-proxy's stand-in: LB IP:80 -> the node's own IP:8080, at dstnat (after the
     // shield's prerouting chain at mangle, as with the real kube-proxy).
     let kube_proxy = format!(
@@ -495,11 +480,11 @@ fn path(rounds: u64, conns: u64) {
     let set_shield =
         |shield: &mut Shield<_>, on| switch(&rt, shield, &contents, &server, &client, on);
     let dropped = |shield: &Shield<NftBackend>| {
-        enter(&server);
+        server.enter();
         let d = rt
             .block_on(shield.dropped())
             .expect("the shield's counters");
-        enter(&client);
+        client.enter();
         d
     };
 
@@ -623,7 +608,7 @@ fn switch(
     client: &NetNs,
     on: bool,
 ) {
-    enter(server);
+    server.enter();
     rt.block_on(shield.remove()).expect("shield removal");
     if on {
         assert!(rt.block_on(shield.sync(contents)).expect("shield install"));
@@ -631,29 +616,16 @@ fn switch(
     } else {
         assert!(!table_exists());
     }
-    enter(client);
+    client.enter();
 }
 
 /// The first line of `cmd args` (for the header).
 fn command_line(cmd: &str, args: &[&str]) -> String {
-    command_stdout(cmd, args)
+    support::run_cmd(cmd, args)
         .lines()
         .next()
         .unwrap_or_default()
         .to_string()
-}
-
-fn command_stdout(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn stat_row(what: &str, xs: &[Duration]) {
@@ -662,13 +634,6 @@ fn stat_row(what: &str, xs: &[Duration]) {
         ms(median(xs)),
         ms(pct(xs, 0.95))
     );
-}
-
-fn median(xs: &[Duration]) -> Duration {
-    assert!(!xs.is_empty(), "no samples");
-    let mut v = xs.to_vec();
-    v.sort();
-    v[v.len() / 2]
 }
 
 /// The nearest-rank percentile `p` (0 < p <= 1).
@@ -683,24 +648,4 @@ fn pct(xs: &[Duration], p: f64) -> Duration {
 /// The ratio of the medians.
 fn ratio(a: &[Duration], b: &[Duration]) -> f64 {
     median(a).as_secs_f64() / median(b).as_secs_f64()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn list(xs: &[Duration]) -> String {
-    xs.iter()
-        .map(|d| format!("{:.1}", ms(*d)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
 }

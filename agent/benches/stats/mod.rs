@@ -1,0 +1,45 @@
+//! Timing and statistics helpers both kernel benchmarks (`floor`, `shield`) share. No I/O
+//! but reading the environment.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The median (upper middle) of `xs`.
+pub fn median(xs: &[Duration]) -> Duration {
+    assert!(!xs.is_empty(), "no samples");
+    let mut v = xs.to_vec();
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// `d` in milliseconds.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `xs` in milliseconds, one decimal, space separated.
+pub fn list(xs: &[Duration]) -> String {
+    xs.iter()
+        .map(|d| format!("{:.1}", ms(*d)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The whole number in the environment variable `name`, else `default`.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+/// Runs `fut` to completion on `rt`; returns how long it took and its output.
+pub fn timed<T>(rt: &tokio::runtime::Runtime, fut: impl Future<Output = T>) -> (Duration, T) {
+    let start = Instant::now();
+    let out = rt.block_on(fut);
+    (start.elapsed(), out)
+}
