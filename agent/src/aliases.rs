@@ -20,17 +20,22 @@ use crate::announce::Announcer;
 use crate::backend::{AddressBackend, BackendError, Lifetime};
 use crate::host::{Alias, HostState, InterfaceError, choose_interface};
 use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
+use aliaslb_core::mac::Mac;
 use aliaslb_core::report::ShieldState;
 
 /// How many kernel writes one reconcile keeps in flight.
 const CONCURRENT_WRITES: usize = 64;
 
 /// The IPs this node should carry, each with the interface the assignment names, if any,
-/// and the ports its Services open on it (for the host-port shield).
+/// and the ports its Services open on it (for the host-port shield); which of them are
+/// first claims, to probe on the LAN before taking them; and the MACs of the cluster's
+/// nodes, to tell a handover from a foreign host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DesiredSet {
     entries: BTreeMap<IpAddr, Option<String>>,
     ports: BTreeMap<IpAddr, BTreeSet<OpenPort>>,
+    probe: BTreeSet<IpAddr>,
+    node_macs: BTreeMap<Mac, String>,
 }
 
 impl DesiredSet {
@@ -77,13 +82,34 @@ impl DesiredSet {
     pub fn ports(&self, ip: IpAddr) -> impl Iterator<Item = OpenPort> + '_ {
         self.ports.get(&ip).into_iter().flatten().copied()
     }
+
+    /// Marks `ip` a first claim: probe the LAN before taking it.
+    pub fn mark_probe(&mut self, ip: IpAddr) {
+        self.probe.insert(ip);
+    }
+
+    /// Whether `ip` is a first claim (probe before taking it); a takeover from a known
+    /// holder is not.
+    pub fn needs_probe(&self, ip: IpAddr) -> bool {
+        self.probe.contains(&ip)
+    }
+
+    /// Records that `mac` is an interface of node `node`.
+    pub fn add_node_mac(&mut self, mac: Mac, node: &str) {
+        self.node_macs.insert(mac, node.to_owned());
+    }
+
+    /// The node `mac` belongs to, if it is one of the cluster's.
+    pub fn node_of_mac(&self, mac: Mac) -> Option<&str> {
+        self.node_macs.get(&mac).map(String::as_str)
+    }
 }
 
 impl FromIterator<(IpAddr, Option<String>)> for DesiredSet {
     fn from_iter<T: IntoIterator<Item = (IpAddr, Option<String>)>>(iter: T) -> Self {
         DesiredSet {
             entries: iter.into_iter().collect(),
-            ports: BTreeMap::new(),
+            ..DesiredSet::default()
         }
     }
 }

@@ -29,15 +29,20 @@ use crate::aliases::DesiredSet;
 
 /// The desired set an assignment object asks for (`None`: the object does not exist).
 pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, AssignmentError> {
-    let text = object
-        .and_then(|cm| cm.data.as_ref())
-        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
-        .map_or("", String::as_str);
-    let assignments = NodeAssignments::parse(text)?;
+    let data = object.and_then(|cm| cm.data.as_ref());
+    let key = |k: &str| data.and_then(|d| d.get(k)).map_or("", String::as_str);
+    let mut assignments = NodeAssignments::parse(key(keys::ASSIGNMENTS_KEY))?;
+    assignments.parse_node_macs(key(keys::NODE_MACS_KEY))?;
     let mut set = DesiredSet::new();
     for (ip, a) in assignments.ips {
         set.insert(ip, a.interface);
         set.open(ip, a.ports);
+        if a.probe {
+            set.mark_probe(ip);
+        }
+    }
+    for (mac, node) in &assignments.node_macs {
+        set.add_node_mac(*mac, node);
     }
     Ok(set)
 }
@@ -164,6 +169,7 @@ pub async fn watch_assignments(
 mod tests {
     use super::*;
     use crate::shield::{OpenPort, Protocol};
+    use aliaslb_core::mac::Mac;
     use std::net::IpAddr;
 
     fn ip(s: &str) -> IpAddr {
@@ -205,11 +211,32 @@ mod tests {
             ],
         );
         assert_eq!(d, want);
+        assert!(!d.needs_probe(ip("fd00::1")));
         assert_eq!(desired_from(None).unwrap(), DesiredSet::new());
         assert_eq!(
             desired_from(Some(&ConfigMap::default())).unwrap(),
             DesiredSet::new()
         );
+    }
+
+    #[test]
+    fn first_claims_and_node_macs_are_read() {
+        let mut cm = object("10.0.0.1 - - a/b probe\n10.0.0.2 - - a/c\n");
+        cm.data.as_mut().unwrap().insert(
+            keys::NODE_MACS_KEY.to_owned(),
+            "02:00:00:00:00:01 n1\n02:00:00:00:00:02 n2\n".to_owned(),
+        );
+        let d = desired_from(Some(&cm)).unwrap();
+        assert!(d.needs_probe(ip("10.0.0.1")));
+        assert!(!d.needs_probe(ip("10.0.0.2")));
+        assert_eq!(d.node_of_mac(Mac([2, 0, 0, 0, 0, 2])), Some("n2"));
+        assert_eq!(d.node_of_mac(Mac([2, 0, 0, 0, 0, 3])), None);
+        cm.data.as_mut().unwrap().insert(
+            keys::NODE_MACS_KEY.to_owned(),
+            "02:00:00:00:00:01\n".to_owned(),
+        );
+        let e = desired_from(Some(&cm)).unwrap_err();
+        assert!(e.to_string().contains("node-macs"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use aliaslb_core::mac::Mac;
 use aliaslb_core::range::Family;
 use aliaslb_core::report::InterfaceReport;
 use ipnet::IpNet;
@@ -173,6 +174,7 @@ pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
             subnets.sort();
             subnets.dedup();
             (!subnets.is_empty()).then(|| InterfaceReport {
+                mac: link.mac.map(Mac),
                 name: link.name.clone(),
                 subnets,
             })
@@ -299,10 +301,12 @@ mod tests {
             got,
             vec![
                 InterfaceReport {
+                    mac: Some(Mac([2, 0, 0, 0, 0, 2])),
                     name: "eth0".into(),
                     subnets: vec!["192.168.1.0/24".parse().unwrap()],
                 },
                 InterfaceReport {
+                    mac: Some(Mac([2, 0, 0, 0, 0, 3])),
                     name: "eth1".into(),
                     subnets: vec![
                         "10.0.0.0/16".parse().unwrap(),

@@ -28,6 +28,7 @@ pub mod backend;
 pub mod config;
 pub mod host;
 pub mod http;
+pub mod lan;
 pub mod lease;
 pub mod metrics;
 pub mod netlink;

@@ -443,6 +443,8 @@ impl Node {
                 .aliases
                 .conflicts()
                 .map(|c| Conflict {
+                    mac: None,
+                    interface: None,
                     ip: c.ip,
                     reason: format!("already configured on {} by another owner", c.ifname),
                 })

@@ -10,17 +10,26 @@
 //!
 //! ```text
 //! 192.168.55.10 eth1 tcp:80,udp:53 default/web
-//! 2001:db8::10 - - default/dns
+//! 2001:db8::10 - - default/dns probe
 //! ```
 //!
 //! IP, interface (`-`: the agent chooses), the Service ports open on the IP for the
-//! host-port shield (`-`: none), and the Services it is for (comma separated, for people
-//! reading the object). A line format rather than JSON: at ~45 bytes an IP, one node can
+//! host-port shield (`-`: none), the Services it is for (comma separated, for people
+//! reading the object), and an optional last word `probe`: a first claim (no node of the
+//! cluster held the IP when it was placed here), which the agent probes on the LAN (RFC
+//! 5227 / RFC 4862) before taking it. A takeover from a known holder has no `probe`: it
+//! must not wait.
+//!
+//! The key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every node's
+//! interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
+//! another node claiming an IP (a handover) from a foreign host (a conflict) by it. A line format rather than JSON: at ~45 bytes an IP, one node can
 //! carry ~20,000 IPs within the 1 MiB object limit. Pure: render and parse only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
+
+use crate::mac::{Mac, MacError};
 
 /// A transport protocol a Service port can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,6 +97,8 @@ pub struct AssignedIp {
     pub ports: BTreeSet<OpenPort>,
     /// The Services it is for (`namespace/name`).
     pub services: BTreeSet<String>,
+    /// A first claim: probe the LAN before taking it.
+    pub probe: bool,
 }
 
 /// Everything one node must carry.
@@ -95,6 +106,8 @@ pub struct AssignedIp {
 pub struct NodeAssignments {
     /// The IPs, in address order.
     pub ips: BTreeMap<IpAddr, AssignedIp>,
+    /// The MACs of every node's interfaces, with the node's name.
+    pub node_macs: BTreeMap<Mac, String>,
 }
 
 /// A line of an assignment that cannot be read.
@@ -156,9 +169,44 @@ impl NodeAssignments {
             } else {
                 a.services.iter().cloned().collect::<Vec<_>>().join(",")
             };
-            let _ = writeln!(out, "{ip} {interface} {ports} {services}");
+            let probe = if a.probe { " probe" } else { "" };
+            let _ = writeln!(out, "{ip} {interface} {ports} {services}{probe}");
         }
         out
+    }
+
+    /// The [`crate::keys::NODE_MACS_KEY`] value: one `MAC NODE` line per MAC, in order.
+    pub fn render_node_macs(&self) -> String {
+        let mut out = String::new();
+        for (mac, node) in &self.node_macs {
+            let _ = writeln!(out, "{mac} {node}");
+        }
+        out
+    }
+
+    /// Reads the [`crate::keys::NODE_MACS_KEY`] value into [`Self::node_macs`].
+    pub fn parse_node_macs(&mut self, text: &str) -> Result<(), AssignmentError> {
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |message: String| AssignmentError {
+                line: n + 1,
+                message: format!("{}: {message}", crate::keys::NODE_MACS_KEY),
+                text: line.chars().take(200).collect(),
+            };
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            let [mac, node] = fields[..] else {
+                return Err(err(format!(
+                    "expected 2 fields (mac node), found {}",
+                    fields.len()
+                )));
+            };
+            let mac: Mac = mac.parse().map_err(|e: MacError| err(e.to_string()))?;
+            self.node_macs.insert(mac, node.to_owned());
+        }
+        Ok(())
     }
 
     /// Reads a ConfigMap value. Blank lines are skipped; a malformed line is an error (the
@@ -177,11 +225,21 @@ impl NodeAssignments {
                 text: line.chars().take(200).collect(),
             };
             let fields: Vec<&str> = line.split_ascii_whitespace().collect();
-            let [ip, interface, ports, services] = fields[..] else {
-                return Err(err(format!(
-                    "expected 4 fields (ip interface ports services), found {}",
-                    fields.len()
-                )));
+            let (ip, interface, ports, services, probe) = match fields[..] {
+                [ip, interface, ports, services] => (ip, interface, ports, services, false),
+                [ip, interface, ports, services, "probe"] => (ip, interface, ports, services, true),
+                [.., last] if fields.len() == 5 => {
+                    return Err(err(format!(
+                        "expected `probe` as the fifth field, found {last}"
+                    )));
+                }
+                _ => {
+                    return Err(err(format!(
+                        "expected 4 fields (ip interface ports services) and an optional \
+                         `probe`, found {}",
+                        fields.len()
+                    )));
+                }
             };
             let ip: IpAddr = ip
                 .parse()
@@ -193,6 +251,7 @@ impl NodeAssignments {
             };
             let mut assigned = AssignedIp {
                 interface,
+                probe,
                 ..AssignedIp::default()
             };
             if ports != "-" {
@@ -258,13 +317,38 @@ mod tests {
             "default/web-tls",
         );
         a.assign(ip("2001:db8::10"), None, [], "default/dns");
+        a.ips.get_mut(&ip("2001:db8::10")).unwrap().probe = true;
         let text = a.render();
         assert_eq!(
             text,
             "192.168.55.10 eth1 tcp:80,tcp:443,udp:53 default/web,default/web-tls\n\
-             2001:db8::10 - - default/dns\n"
+             2001:db8::10 - - default/dns probe\n"
         );
         assert_eq!(NodeAssignments::parse(&text).unwrap(), a);
+        a.node_macs.insert(
+            Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74]),
+            "alb-node-1".into(),
+        );
+        a.node_macs.insert(
+            Mac([0x46, 0xb0, 0x48, 0xe8, 0x2d, 0x96]),
+            "alb-node-2".into(),
+        );
+        let macs = a.render_node_macs();
+        assert_eq!(
+            macs,
+            "46:b0:48:e8:2d:96 alb-node-2\n82:1e:30:b2:c7:74 alb-node-1\n"
+        );
+        let mut back = NodeAssignments::parse(&text).unwrap();
+        back.parse_node_macs(&macs).unwrap();
+        assert_eq!(back, a);
+        let mut bad = NodeAssignments::new();
+        let e = bad
+            .parse_node_macs("46:b0:48:e8:2d:96 n1\n46:b0:48 n2")
+            .unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.to_string().contains("not a MAC address"), "{e}");
+        let e = bad.parse_node_macs("46:b0:48:e8:2d:96").unwrap_err();
+        assert!(e.to_string().contains("expected 2 fields"), "{e}");
         assert_eq!(NodeAssignments::parse("").unwrap(), NodeAssignments::new());
         assert_eq!(
             NodeAssignments::parse("\n  \n").unwrap(),
@@ -276,6 +360,8 @@ mod tests {
     fn bad_lines_are_errors_with_their_number() {
         let table = [
             ("10.0.0.1 eth0 tcp:80", 1, "expected 4 fields"),
+            ("10.0.0.1 eth0 tcp:80 a/b probe x", 1, "expected 4 fields"),
+            ("10.0.0.1 eth0 tcp:80 a/b prob", 1, "expected `probe`"),
             ("\n10.0.0.300 - - a/b", 2, "not an IP address"),
             ("10.0.0.1 eth0/x - a/b", 1, "not an interface name"),
             (

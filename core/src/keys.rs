@@ -52,6 +52,9 @@ pub const DEFAULT_AGENT_NAMESPACE: &str = "aliaslb-agents";
 pub const LABEL_ASSIGNMENTS: &str = "aliaslb.io/node-assignment";
 /// Data key of an assignment ConfigMap ([`crate::assignment`]).
 pub const ASSIGNMENTS_KEY: &str = "ips";
+/// Data key of an assignment ConfigMap listing every node's MACs
+/// ([`crate::assignment::NodeAssignments::render_node_macs`]).
+pub const NODE_MACS_KEY: &str = "node-macs";
 
 /// Name of the ConfigMap (in the controller's namespace) that holds what `node` must carry.
 pub fn assignment_configmap(node: &str) -> String {

@@ -8,6 +8,7 @@ pub mod annotations;
 pub mod assignment;
 pub mod election;
 pub mod keys;
+pub mod mac;
 pub mod plan;
 pub mod pool;
 pub mod range;

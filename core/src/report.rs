@@ -45,6 +45,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::mac::Mac;
 use crate::text;
 
 /// Current report format version.
@@ -128,6 +129,10 @@ pub struct InterfaceReport {
     /// Connected subnets of its own (non-alias) addresses, e.g. `192.168.55.3/24`.
     #[serde(default)]
     pub subnets: Vec<IpNet>,
+    /// Its Ethernet address, if it has one: the controller relays every node's MACs to
+    /// the agents, which tell another node's ARP/NDP claim from a foreign host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<Mac>,
 }
 
 /// An assigned IP the agent did not take.
@@ -138,6 +143,13 @@ pub struct Conflict {
     pub ip: IpAddr,
     /// Human-readable reason, e.g. "already configured on eth0 by another owner".
     pub reason: String,
+    /// For a conflict seen on the LAN (an ARP/NDP answer or claim from another host): the
+    /// MAC that answered. `None`: the address is configured on this node by another owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<Mac>,
+    /// The interface it was seen on, for a conflict seen on the LAN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
 }
 
 /// Why a report could not be read: the first bound it breaks (see the module docs).
@@ -190,6 +202,16 @@ pub enum ReportError {
         /// Conflicts listed.
         count: usize,
     },
+    /// A conflict names an interface Linux does not allow.
+    #[error("agent report: the conflict for {ip} names interface {name:?}, which {why}")]
+    ConflictInterface {
+        /// The conflict's IP.
+        ip: IpAddr,
+        /// The name, cut to a few bytes.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl ReportError {
@@ -200,7 +222,9 @@ impl ReportError {
             ReportError::TooLarge { .. } => "too_large",
             ReportError::Json(_) => "json",
             ReportError::TooManyInterfaces { .. } => "interfaces",
-            ReportError::InterfaceName { .. } => "interface_name",
+            ReportError::InterfaceName { .. } | ReportError::ConflictInterface { .. } => {
+                "interface_name"
+            }
             ReportError::TooManySubnets { .. } => "subnets",
             ReportError::TooManyHeld { .. } => "held",
             ReportError::TooManyConflicts { .. } => "conflicts",
@@ -293,6 +317,17 @@ impl AgentReport {
         }
         for conflict in &mut self.conflicts {
             bound_reason(&mut conflict.reason);
+            if let Some((name, why)) = conflict
+                .interface
+                .as_ref()
+                .and_then(|n| interface_name_error(n).map(|why| (n, why)))
+            {
+                return Err(ReportError::ConflictInterface {
+                    ip: conflict.ip,
+                    name: text::bounded(name.clone(), QUOTED_NAME),
+                    why,
+                });
+            }
         }
         Ok(self)
     }
@@ -312,11 +347,14 @@ mod tests {
         let report = AgentReport {
             version: REPORT_VERSION,
             interfaces: vec![InterfaceReport {
+                mac: None,
                 name: "eth1".into(),
                 subnets: vec!["192.168.55.3/24".parse().unwrap()],
             }],
             held: ["192.168.55.10".parse().unwrap()].into(),
             conflicts: vec![Conflict {
+                mac: Some(Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74])),
+                interface: Some("eth1".into()),
                 ip: "192.168.55.11".parse().unwrap(),
                 reason: "already on eth1".into(),
             }],
@@ -324,6 +362,12 @@ mod tests {
         };
         let json = report.to_json();
         assert!(json.contains(r#""shield":"active""#), "{json}");
+        assert!(json.contains(r#""mac":"82:1e:30:b2:c7:74""#), "{json}");
+        let mut bad = report.clone();
+        bad.conflicts[0].interface = Some("eth1:alb".into());
+        let e = AgentReport::from_json(&bad.to_json()).unwrap_err();
+        assert_eq!(e.category(), "interface_name");
+        assert!(e.to_string().contains("192.168.55.11"), "{e}");
         assert_eq!(AgentReport::from_json(&json).unwrap(), report);
         let newer = json.replacen('{', r#"{"futureField":[1,2],"#, 1);
         assert_eq!(AgentReport::from_json(&newer).unwrap(), report);
@@ -361,6 +405,7 @@ mod tests {
         let mut report = AgentReport {
             version: REPORT_VERSION,
             interfaces: vec![InterfaceReport {
+                mac: None,
                 name: "eth0".into(),
                 subnets: vec!["10.0.0.0/24".parse().unwrap()],
             }],
@@ -372,6 +417,7 @@ mod tests {
 
     fn interface(name: &str, subnets: usize) -> InterfaceReport {
         InterfaceReport {
+            mac: None,
             name: name.into(),
             subnets: (0..subnets)
                 .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
@@ -381,6 +427,8 @@ mod tests {
 
     fn conflict(i: usize, reason: &str) -> Conflict {
         Conflict {
+            mac: None,
+            interface: None,
             ip: IpAddr::from([10, 1, (i / 256) as u8, (i % 256) as u8]),
             reason: reason.into(),
         }
@@ -542,6 +590,7 @@ mod tests {
         let e = report_with(|r| {
             r.interfaces.push(interface("eth1", 0));
             r.interfaces.push(InterfaceReport {
+                mac: None,
                 name: long.clone(),
                 subnets: Vec::new(),
             });

@@ -206,6 +206,7 @@ impl World {
             .or_default()
             .interfaces
             .push(InterfaceReport {
+                mac: None,
                 name: name.to_owned(),
                 subnets: vec![subnet.parse().unwrap()],
             });
@@ -218,6 +219,8 @@ impl World {
             .or_default()
             .conflicts
             .push(Conflict {
+                mac: None,
+                interface: None,
                 ip: ip(ip_s),
                 reason: reason.to_owned(),
             });

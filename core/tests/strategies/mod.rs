@@ -78,6 +78,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
         prop::collection::vec((any::<IpAddr>(), 0u8..=32), 0..3),
     )
         .prop_map(|(name, subnets)| InterfaceReport {
+            mac: None,
             name,
             subnets: subnets
                 .into_iter()
@@ -98,7 +99,12 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                 held,
                 conflicts: conflicts
                     .into_iter()
-                    .map(|(ip, reason)| Conflict { ip, reason })
+                    .map(|(ip, reason)| Conflict {
+                        ip,
+                        reason,
+                        mac: None,
+                        interface: None,
+                    })
                     .collect(),
                 shield,
             },
@@ -133,6 +139,7 @@ pub fn hostile_report(
     let interface =
         (name, prop::collection::vec((ips.clone(), 0u8..=32), 0..3)).prop_map(|(name, subnets)| {
             InterfaceReport {
+                mac: None,
                 name,
                 subnets: subnets
                     .into_iter()
@@ -154,7 +161,12 @@ pub fn hostile_report(
                 held,
                 conflicts: conflicts
                     .into_iter()
-                    .map(|(ip, reason)| Conflict { ip, reason })
+                    .map(|(ip, reason)| Conflict {
+                        ip,
+                        reason,
+                        mac: None,
+                        interface: None,
+                    })
                     .collect(),
                 shield,
             },
