@@ -9,7 +9,11 @@
 //!   Frames sent from the node's own MACs are never reported.
 //! - [`ProbeOutcome`]: the result of probing one IP before a first claim.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::mac::Mac;
@@ -83,4 +87,57 @@ impl ProbeConfig {
     pub fn window(&self) -> Duration {
         self.interval * self.count.saturating_sub(1) + self.wait
     }
+}
+
+/// A LAN operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LanError {
+    /// An AF_PACKET socket could not be opened on the interface (no `CAP_NET_RAW`?).
+    #[error("cannot open an AF_PACKET socket on interface {ifindex}: {source}")]
+    Socket {
+        /// The interface.
+        ifindex: u32,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A frame could not be sent or received.
+    #[error("cannot send or receive on interface {ifindex}: {source}")]
+    Io {
+        /// The interface.
+        ifindex: u32,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The result of [`LanPort::probe_many`].
+pub type ProbeResults = Result<BTreeMap<IpAddr, ProbeOutcome>, LanError>;
+
+/// A boxed future that owns what it needs (spawnable).
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The seam between the conflict guard and the LAN: the real one is AF_PACKET sockets,
+/// tests use a fake. Claims seen come out of the receiver handed over when the port is
+/// created (an `mpsc::UnboundedReceiver<Observed>`), not through this trait.
+pub trait LanPort: Send + Sync + 'static {
+    /// The interfaces to listen on, each with this node's MAC on it. Frames sent from any
+    /// of these MACs are never reported.
+    fn set_interfaces(&self, interfaces: &[(u32, Mac)]);
+    /// The IPs whose claims are reported (the IPs held); claims for others are dropped.
+    fn set_watched(&self, ips: &[IpAddr]);
+    /// Probes `ips` on interface `ifindex` from `mac` (ARP probe from 0.0.0.0 for IPv4, a
+    /// DAD neighbour solicitation from `::` for IPv6), all in one window of
+    /// [`ProbeConfig::window`]; every IP gets an outcome.
+    fn probe_many(
+        &self,
+        ifindex: u32,
+        mac: Mac,
+        ips: Vec<IpAddr>,
+        config: ProbeConfig,
+    ) -> BoxFuture<ProbeResults>;
+    /// Sends one announcement of `ip` at `mac` on `ifindex` (a gratuitous ARP or an
+    /// unsolicited NA): the RFC 5227 §2.4 (b) defence.
+    fn defend(&self, ifindex: u32, mac: Mac, ip: IpAddr) -> Result<(), LanError>;
 }
