@@ -186,6 +186,11 @@ fn a_simultaneous_probe_takes_the_ip() {
     std::thread::sleep(Duration::from_millis(50));
     l.peer_sends(arp_probe_frame(l.peer_mac, FREE4).to_vec());
     l.peer_sends(dad_ns_frame(l.peer_mac, v6(FREE6)));
+    // The node's own announcement of an IP it probes is no conflict.
+    let (ifindex, mac) = (l.node_if, l.node_mac);
+    l.node.run_sync(move || {
+        send_frame(ifindex, &garp_frame(mac.0, Ipv4Addr::new(10, 0, 0, 52))).unwrap();
+    });
     let results = probing.join().unwrap().expect("probe");
     let taken = ProbeOutcome::Taken { mac: l.peer_mac };
     assert_eq!(results[&IpAddr::from(FREE4)], taken);
@@ -193,7 +198,7 @@ fn a_simultaneous_probe_takes_the_ip() {
     assert_eq!(
         results[&quiet],
         ProbeOutcome::Free,
-        "nobody claimed this one"
+        "nobody else claimed this one"
     );
 }
 
@@ -366,4 +371,56 @@ fn the_kernel_filter_keeps_data_traffic_out_of_user_space() {
     // The first datagram resolves 10.0.0.2: a request in, a reply out, maybe again.
     assert!(seen < 10, "user space saw {seen} frames of 500 datagrams");
     eprintln!("500 UDP datagrams: {seen} frames reached user space");
+}
+
+#[test]
+fn a_socket_that_could_not_open_is_retried_and_one_that_failed_is_reopened() {
+    if !require_root() {
+        return;
+    }
+    let l = lan("lanre");
+    let rt = runtime();
+    // A second link made in the peer namespace, then moved to the node: its index is
+    // known before the node has it (a move keeps the index when it is free).
+    l.peer.veth("lan1", None, "eth2");
+    let (eth2, eth2_mac) = link(&l.peer, "eth2");
+    let (watch, mut rx) = LanWatch::start();
+    let interfaces = [(l.node_if, l.node_mac), (eth2, eth2_mac)];
+    let w = watch.clone();
+    l.node.run_sync(move || w.set_interfaces(&interfaces));
+    watch.set_watched(&[TAKEN4.into()]);
+    let garp = garp_frame(l.peer_mac.0, TAKEN4).to_vec();
+    l.peer_sends(garp.clone());
+    let claim = next_claim(&rt, &mut rx, Duration::from_secs(1)).expect("claim on eth1");
+    assert_eq!(claim.ifindex, l.node_if);
+
+    l.peer.ip(&["link", "set", "eth2", "netns", l.node.name()]);
+    l.node.ip(&["link", "set", "eth2", "up"]);
+    assert_eq!(link(&l.node, "eth2").0, eth2, "the move kept the index");
+    let w = watch.clone();
+    l.node.run_sync(move || w.set_interfaces(&interfaces));
+    let peer_lan1 = link(&l.peer, "lan1").0;
+    let frame = garp.clone();
+    l.peer
+        .run_sync(move || send_frame(peer_lan1, &frame).unwrap());
+    let claim = next_claim(&rt, &mut rx, Duration::from_secs(1)).expect("claim on eth2");
+    assert_eq!((claim.ifindex, claim.mac), (eth2, l.peer_mac));
+
+    // A link set down flags the socket with ENETDOWN; the thread reopens it and the watch
+    // works again once the link is back up.
+    l.node.ip(&["link", "set", "eth1", "down"]);
+    std::thread::sleep(Duration::from_millis(300));
+    l.node.ip(&["link", "set", "eth1", "up"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let recovered = loop {
+        l.peer_sends(garp.clone());
+        if let Some(claim) = next_claim(&rt, &mut rx, Duration::from_millis(100)) {
+            break Some(claim);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+    };
+    let claim = recovered.expect("claims on eth1 after the link came back");
+    assert_eq!(claim.ifindex, l.node_if);
 }

@@ -354,7 +354,7 @@ impl LanPort for LanWatch {
         let spawned = std::thread::Builder::new()
             .name(format!("lan-probe-{ifindex}"))
             .spawn(move || {
-                let _ = done.send(probe(ifindex, mac, &ips, config, &own));
+                probe(ifindex, mac, &ips, config, &own, done);
             });
         Box::pin(async move {
             spawned.map_err(|source| LanError::Io { ifindex, source })?;
@@ -386,23 +386,55 @@ fn probe_frame(mac: Mac, ip: IpAddr) -> Vec<u8> {
     }
 }
 
-/// Probes `ips` through one socket: `config.count` rounds `config.interval` apart, each
-/// IP's frame once per round while it is free, reading until the window ends (or every
-/// IP is taken). A claim (use or probe) of an IP from a MAC not in `own` takes it.
+/// Probes `ips` through one socket and hands the outcomes to `done`, before the socket
+/// is closed: a close waits for an RCU grace period (`synchronize_net` in
+/// `packet_release`): 15 ms of a 16 ms answer to a taken IP in the netns test.
 fn probe(
     ifindex: u32,
     mac: Mac,
     ips: &[IpAddr],
     config: ProbeConfig,
     own: &HashSet<Mac>,
-) -> ProbeResults {
-    let mut outcomes: BTreeMap<IpAddr, ProbeOutcome> =
+    done: oneshot::Sender<ProbeResults>,
+) {
+    let outcomes: BTreeMap<IpAddr, ProbeOutcome> =
         ips.iter().map(|ip| (*ip, ProbeOutcome::Free)).collect();
     if outcomes.is_empty() {
-        return Ok(outcomes);
+        let _ = done.send(Ok(outcomes));
+        return;
     }
-    let (mut tx, mut rx) =
-        open(ifindex, PROBE_READ_TIMEOUT).map_err(|source| LanError::Socket { ifindex, source })?;
+    let (mut tx, mut rx) = match open(ifindex, PROBE_READ_TIMEOUT) {
+        Ok(socket) => socket,
+        Err(source) => {
+            let _ = done.send(Err(LanError::Socket { ifindex, source }));
+            return;
+        }
+    };
+    let result = probe_on(
+        tx.as_mut(),
+        rx.as_mut(),
+        ifindex,
+        mac,
+        outcomes,
+        config,
+        own,
+    );
+    // Nobody waits any more if the future was dropped.
+    let _ = done.send(result);
+}
+
+/// The probe proper: `config.count` rounds `config.interval` apart, each IP's frame once
+/// per round while it is free, reading until the window ends (or every IP is taken). A
+/// claim (use or probe) of an IP from a MAC not in `own` takes it.
+fn probe_on(
+    tx: &mut dyn DataLinkSender,
+    rx: &mut dyn DataLinkReceiver,
+    ifindex: u32,
+    mac: Mac,
+    mut outcomes: BTreeMap<IpAddr, ProbeOutcome>,
+    config: ProbeConfig,
+    own: &HashSet<Mac>,
+) -> ProbeResults {
     let frames: Vec<(IpAddr, Vec<u8>)> = outcomes
         .keys()
         .map(|ip| (*ip, probe_frame(mac, *ip)))
@@ -417,7 +449,7 @@ fn probe(
             for (ip, frame) in &frames {
                 // RFC 5227 §2.1.1: a host stops probing an address once it is in conflict.
                 if outcomes.get(ip) == Some(&ProbeOutcome::Free) {
-                    announce::send_on(tx.as_mut(), ifindex, frame).map_err(|e| match e {
+                    announce::send_on(tx, ifindex, frame).map_err(|e| match e {
                         AnnounceError::Socket { source, .. }
                         | AnnounceError::Send { source, .. } => LanError::Io { ifindex, source },
                     })?;
