@@ -235,12 +235,35 @@ fn watch_case(tag: &str, ip: IpAddr, other: IpAddr, announce: fn(Mac, IpAddr) ->
         "not watched"
     );
 
-    // Our own announcement (the socket sees it going out) and our own defence.
+    // Our own defence reaches the peer (its kernel learns the IP at our MAC) and is not
+    // reported; nor is an announcement from another socket (the watch sees it go out).
     let (w, ifindex, mac) = (watch.clone(), l.node_if, l.node_mac);
-    l.node.run_sync(move || {
-        send_frame(ifindex, &announce(mac, ip)).unwrap();
+    let took = l.node.run_sync(move || {
+        let start = Instant::now();
         w.defend(ifindex, mac, ip).unwrap();
+        start.elapsed()
     });
+    eprintln!("{tag}: defend took {took:?}");
+    let family = if ip.is_ipv4() { "-4" } else { "-6" };
+    let learnt = || {
+        let neigh = l.peer.ip(&[
+            family,
+            "neigh",
+            "show",
+            "dev",
+            "lan0",
+            "to",
+            &ip.to_string(),
+        ]);
+        neigh.contains(&l.node_mac.to_string())
+    };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !learnt() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(learnt(), "the peer learnt {ip} at our MAC from the defence");
+    l.node
+        .run_sync(move || send_frame(ifindex, &announce(mac, ip)).unwrap());
     assert_eq!(
         next_claim(&rt, &mut rx, Duration::from_millis(200)),
         None,

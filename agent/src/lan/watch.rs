@@ -156,11 +156,23 @@ impl Shared {
     }
 }
 
-/// One watching thread.
-#[derive(Debug)]
+/// The sending half of a watching socket, replaced when the thread reopens the socket.
+type SharedSender = Arc<Mutex<Box<dyn DataLinkSender>>>;
+
+/// One watching thread, and its socket's sending half for defences.
 struct Reader {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    tx: SharedSender,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("stop", &self.stop)
+            .field("thread", &self.thread)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The state behind the clones of a [`LanWatch`].
@@ -219,20 +231,27 @@ impl LanWatch {
 
     /// Opens the socket for `ifindex` and starts its thread.
     fn start_reader(&self, ifindex: u32) -> io::Result<Reader> {
-        let (_tx, rx) = open(ifindex, READ_TIMEOUT)?;
+        let (tx, rx) = open(ifindex, READ_TIMEOUT)?;
+        let tx: SharedSender = Arc::new(Mutex::new(tx));
         let stop = Arc::new(AtomicBool::new(false));
-        let (shared, flag) = (self.inner.shared.clone(), stop.clone());
+        let (shared, flag, sender) = (self.inner.shared.clone(), stop.clone(), tx.clone());
         let thread = std::thread::Builder::new()
             .name(format!("lan-watch-{ifindex}"))
-            .spawn(move || watch_link(ifindex, rx, &flag, &shared))?;
-        Ok(Reader { stop, thread })
+            .spawn(move || watch_link(ifindex, rx, &sender, &flag, &shared))?;
+        Ok(Reader { stop, thread, tx })
     }
 }
 
 /// Reads claims off `ifindex` until `stop` is set or nobody listens. A socket that fails
 /// (e.g. the link went down: the kernel flags it with ENETDOWN, which pnet reports on
 /// every poll without ever reading it) is reopened, with a backoff.
-fn watch_link(ifindex: u32, mut rx: Box<dyn DataLinkReceiver>, stop: &AtomicBool, shared: &Shared) {
+fn watch_link(
+    ifindex: u32,
+    mut rx: Box<dyn DataLinkReceiver>,
+    tx: &Mutex<Box<dyn DataLinkSender>>,
+    stop: &AtomicBool,
+    shared: &Shared,
+) {
     let mut backoff = READ_TIMEOUT;
     while !stop.load(Ordering::Relaxed) {
         let error = match rx.next() {
@@ -257,8 +276,9 @@ fn watch_link(ifindex: u32, mut rx: Box<dyn DataLinkReceiver>, stop: &AtomicBool
                 return;
             }
             match open(ifindex, READ_TIMEOUT) {
-                Ok((_tx, new_rx)) => {
+                Ok((new_tx, new_rx)) => {
                     info!(ifindex, "LAN watch socket reopened");
+                    *lock(tx) = new_tx;
                     rx = new_rx;
                     break;
                 }
@@ -367,11 +387,19 @@ impl LanPort for LanWatch {
         })
     }
 
-    /// Sends one announcement now, on the calling thread (a socket opened and closed:
-    /// about a millisecond).
+    /// Sends one announcement now, on the calling thread, through the interface's
+    /// watching socket: microseconds. Without one it opens a socket for the frame, whose
+    /// close then waits for an RCU grace period (6-10 ms in the netns test) on the caller.
     fn defend(&self, ifindex: u32, mac: Mac, ip: IpAddr) -> Result<(), LanError> {
         let frame = announce::announcement_frame(mac.0, ip);
-        announce::send_frame(ifindex, &frame).map_err(|e| match e {
+        let watching = lock(&self.inner.readers)
+            .get(&ifindex)
+            .map(|reader| reader.tx.clone());
+        let sent = match watching {
+            Some(tx) => announce::send_on(lock(&tx).as_mut(), ifindex, &frame),
+            None => announce::send_frame(ifindex, &frame),
+        };
+        sent.map_err(|e| match e {
             AnnounceError::Socket { ifindex, source } => LanError::Socket { ifindex, source },
             AnnounceError::Send { ifindex, source } => LanError::Io { ifindex, source },
         })
