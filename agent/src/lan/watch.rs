@@ -6,16 +6,18 @@
 //! link, in and out, data traffic to the LB IPs included: read in user space, that is a
 //! wake-up and a copy per packet, and a receive queue that a busy link fills with data
 //! while the one ARP that matters is dropped. So each socket carries a classic BPF filter
-//! ([`CLAIM_FILTER`]) that the kernel runs per frame (tens of nanoseconds) and that keeps
-//! only ARP and ICMPv6 neighbour solicitations/advertisements: user space sees the ND/ARP
-//! rate of the link, not its packet rate. Every frame that passes is still checked by
+//! ([`CLAIM_FILTER`]) that the kernel runs per frame (at most 8 instructions) and that
+//! keeps only ARP and ICMPv6 neighbour solicitations/advertisements: user space sees the
+//! ND/ARP rate of the link, not its packet rate (500 UDP datagrams: 2-3 frames reached
+//! user space in the netns test, 359 without the filter). Every frame that passes is still checked by
 //! ethertype before parsing, then parsed, and dropped unless it claims a watched IP from
 //! a MAC not this node's.
 //!
 //! One receiving socket (and one thread, blocked in `poll` for at most [`READ_TIMEOUT`]
 //! so it notices a stop) per watched interface; a probe opens its own socket for its
-//! window; a defence goes through [`announce::send_frame`]. Sockets and threads are
-//! created in the calling thread's network namespace.
+//! window; a defence goes out through the interface's watching socket (or, if it has
+//! none, [`announce::send_frame`]). Sockets and threads are created in the calling
+//! thread's network namespace.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
