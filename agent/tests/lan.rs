@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_agent::announce::{garp_frame, send_frame, unsolicited_na_frame};
 use aliaslb_agent::lan::{
-    ClaimKind, LanPort, LanWatch, Observed, ProbeConfig, ProbeOutcome, arp_probe_frame,
+    ClaimKind, LanError, LanPort, LanWatch, Observed, ProbeConfig, ProbeOutcome, arp_probe_frame,
     dad_ns_frame,
 };
 use aliaslb_core::mac::Mac;
@@ -143,6 +143,26 @@ fn probe_ipv4_taken_by_the_peer_kernel_and_free() {
     assert_eq!(outcomes, [taken]);
     assert!(took < Duration::from_millis(100), "took {took:?}");
     eprintln!("probe of a taken IPv4 answered after {took:?}");
+
+    // Nothing to probe: an answer at once; an interface that is not there: an error.
+    let (w, node_if, mac) = (watch.clone(), l.node_if, l.node_mac);
+    let (empty, missing) = l.node.run(move || async move {
+        let config = ProbeConfig::default();
+        let empty = w.probe_many(node_if, mac, vec![], config).await;
+        let missing = w.probe_many(999_999, mac, vec![FREE4.into()], config).await;
+        (empty, missing)
+    });
+    assert!(empty.expect("no IP").is_empty());
+    assert!(
+        matches!(
+            missing,
+            Err(LanError::Socket {
+                ifindex: 999_999,
+                ..
+            })
+        ),
+        "{missing:?}"
+    );
 }
 
 #[test]
