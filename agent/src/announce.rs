@@ -181,7 +181,11 @@ const ENOBUFS: i32 = 105;
 
 /// Sends `frame` on an open socket; a frame dropped by a full queue is retried twice
 /// after 1 ms, the time for the queue to drain a little.
-fn send_on(tx: &mut dyn DataLinkSender, ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
+pub(crate) fn send_on(
+    tx: &mut dyn DataLinkSender,
+    ifindex: u32,
+    frame: &[u8],
+) -> Result<(), AnnounceError> {
     let mut attempt = 0;
     loop {
         match tx.send_to(frame, None).unwrap_or(Ok(())) {

@@ -8,6 +8,9 @@
 //!   for it as target, a DAD neighbour solicitation for it (source `::`, RFC 4862 §5.4.3).
 //!   Frames sent from the node's own MACs are never reported.
 //! - [`ProbeOutcome`]: the result of probing one IP before a first claim.
+//!
+//! Below the contract: [`frame`] builds the probe frames and parses claims (pure), and
+//! [`watch`] is the AF_PACKET implementation of [`LanPort`], [`LanWatch`] (I/O).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,6 +20,12 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::mac::Mac;
+
+pub mod frame;
+pub mod watch;
+
+pub use frame::{arp_probe_frame, dad_ns_frame, parse_claim};
+pub use watch::LanWatch;
 
 /// What the frame said about the IP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

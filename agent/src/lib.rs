@@ -8,6 +8,9 @@
 //!   marker, the change notifications.
 //! - `aliases`: [`aliases::AliasManager`], the reconcile loop state; pure `plan`.
 //! - `announce`: GARP / unsolicited NA frames and bursts.
+//! - `lan`: LAN conflict detection's I/O side: the [`lan::LanPort`] seam and its types,
+//!   ARP probe / DAD NS frames and the claim parser (pure), and [`lan::LanWatch`], the
+//!   AF_PACKET sockets that watch for claims, probe and defend.
 //! - `shield`: the host-port shield (an LB IP opens only its Services' ports): the
 //!   nftables table as data, its updates, and the [`shield::ShieldBackend`] seam. Pure but
 //!   for [`shield::Shield`], which drives the backend.
