@@ -467,8 +467,12 @@ impl Guard {
         }
         let config = self.config;
         match self.ips.get_mut(&ip) {
-            Some(Entry::Probing { .. }) => {
-                self.insert_foreign(ip, Foreign::new(who, How::Answered, &config, now), desired);
+            Some(Entry::Probing { started, .. }) => {
+                // The probe in flight still reports; its "free" does not clear this.
+                let started = *started;
+                let mut foreign = Foreign::new(who, How::Answered, &config, now);
+                foreign.probing = Some(started);
+                self.insert_foreign(ip, foreign, desired);
                 Verdict::Taken
             }
             Some(Entry::Foreign(f)) if f.probing.is_some() => {
@@ -652,5 +656,359 @@ impl crate::lan::LanPort for NoLan {
 
     fn defend(&self, _: u32, _: Mac, _: IpAddr) -> Result<(), crate::lan::LanError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE2: Mac = Mac([0x46, 0xb0, 0x48, 0xe8, 0x2d, 0x96]);
+    const STRANGER: Mac = Mac([0x02, 0xaa, 0, 0, 0, 1]);
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// Desired: `plain` (takeovers), `probed` (first claims), node-2's MAC known.
+    fn desired(plain: &[&str], probed: &[&str]) -> DesiredSet {
+        let mut d: DesiredSet = plain.iter().chain(probed).map(|s| (ip(s), None)).collect();
+        for s in probed {
+            d.mark_probe(ip(s));
+        }
+        d.add_node_mac(NODE2, "alb-node-2");
+        d
+    }
+
+    fn held(ips: &[&str]) -> BTreeSet<IpAddr> {
+        ips.iter().map(|s| ip(s)).collect()
+    }
+
+    fn who(mac: Mac, d: &DesiredSet) -> Sighting {
+        Sighting {
+            mac,
+            node: d.node_of_mac(mac).map(str::to_owned),
+            ifindex: 3,
+            ifname: "eth1".into(),
+        }
+    }
+
+    fn claim(at: Instant, s: &str, mac: Mac, kind: ClaimKind) -> Observed {
+        Observed {
+            ip: ip(s),
+            mac,
+            ifindex: 3,
+            kind,
+            at,
+        }
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn a_first_claim_waits_for_its_probe_and_a_takeover_never_probes() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &["10.0.0.2"]);
+        let none = held(&[]);
+        g.update(&d, &none, true, t);
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
+        let due = g.due_probes(&d, &none, t);
+        assert_eq!(
+            due,
+            vec![ProbeRequest {
+                ip: ip("10.0.0.2"),
+                ifindex: None
+            }]
+        );
+        assert!(g.is_probing(ip("10.0.0.2")));
+        assert!(g.due_probes(&d, &none, t).is_empty(), "one probe in flight");
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]), "still probing");
+        let change = g.probe_result(ip("10.0.0.2"), ProbeOutcome::Free, None, &d, t);
+        assert_eq!(change, ProbeChange::Cleared);
+        assert!(g.held_back(&d, &none).is_empty());
+        // Cleared stays cleared while desired, held or not.
+        g.update(&d, &none, true, t + secs(5));
+        assert!(g.held_back(&d, &none).is_empty());
+        assert!(g.due_probes(&d, &none, t + secs(5)).is_empty());
+        assert!(g.conflicts().is_empty());
+        // Undesired, then first-claimed again: probed again.
+        let gone = desired(&["10.0.0.1"], &[]);
+        g.update(&gone, &none, true, t + secs(6));
+        assert_eq!(g.due_probes(&d, &none, t + secs(7)).len(), 1);
+    }
+
+    #[test]
+    fn a_held_first_claim_is_not_probed() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["10.0.0.2"]);
+        let h = held(&["10.0.0.2"]);
+        g.update(&d, &h, true, t);
+        assert!(g.held_back(&d, &h).is_empty());
+        assert!(g.due_probes(&d, &h, t).is_empty());
+        // Deleted by someone else: put back without a probe.
+        assert!(g.held_back(&d, &held(&[])).is_empty());
+    }
+
+    #[test]
+    fn an_answered_probe_is_a_conflict_reprobed_with_backoff_until_free() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["10.0.0.2"]);
+        let none = held(&[]);
+        g.due_probes(&d, &none, t);
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        let change = g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        assert_eq!(change, ProbeChange::Conflict);
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
+        let c = g.conflicts();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].mac, Some(STRANGER));
+        assert_eq!(c[0].interface.as_deref(), Some("eth1"));
+        assert_eq!(
+            c[0].reason,
+            "answered ARP on eth1 from 02:aa:00:00:00:01 (not a node of this cluster)"
+        );
+        // Re-probes: 1 s, 2 s, 4 s ... capped at 60 s.
+        let mut at = t;
+        for wait in [1, 2, 4, 8, 16, 32, 60, 60] {
+            assert_eq!(g.next_wakeup(), Some(at + secs(wait)), "after {at:?}");
+            assert!(
+                g.due_probes(&d, &none, at + secs(wait) - Duration::from_millis(1))
+                    .is_empty()
+            );
+            at += secs(wait);
+            let due = g.due_probes(&d, &none, at);
+            assert_eq!(due[0].ifindex, Some(3), "re-probed where it was seen");
+            let change = g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, at);
+            assert_eq!(change, ProbeChange::StillTaken);
+            assert_eq!(g.conflicts().len(), 1);
+        }
+        at += secs(60);
+        assert_eq!(g.due_probes(&d, &none, at).len(), 1);
+        let change = g.probe_result(ip("10.0.0.2"), ProbeOutcome::Free, None, &d, at);
+        assert_eq!(change, ProbeChange::ConflictGone);
+        assert!(g.conflicts().is_empty());
+        assert!(g.held_back(&d, &none).is_empty(), "free and desired: taken");
+    }
+
+    #[test]
+    fn an_undesired_conflict_stays_reported_until_free_or_forgotten() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["10.0.0.2"]);
+        let none = held(&[]);
+        g.due_probes(&d, &none, t);
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        // The controller moved the Service away: the fence needs the report.
+        let moved = desired(&[], &[]);
+        g.update(&moved, &none, true, t + secs(1));
+        assert_eq!(g.conflicts().len(), 1);
+        assert_eq!(
+            g.due_probes(&moved, &none, t + secs(1)).len(),
+            1,
+            "re-probed anyway"
+        );
+        g.probe_result(ip("10.0.0.2"), taken, None, &moved, t + secs(1));
+        g.update(&moved, &none, true, t + secs(500));
+        assert_eq!(g.conflicts().len(), 1);
+        g.update(&moved, &none, true, t + secs(602));
+        assert!(
+            g.conflicts().is_empty(),
+            "forgotten ten minutes after last seen"
+        );
+        assert!(g.next_wakeup().is_none());
+    }
+
+    #[test]
+    fn a_node_claim_while_stale_yields_until_fresh_and_a_newer_desired_set() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        g.update(&d, &h, false, t);
+        let c = claim(t, "10.0.0.1", NODE2, ClaimKind::Uses);
+        let verdict = g.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        assert_eq!(
+            verdict,
+            Verdict::Yield {
+                node: "alb-node-2".into()
+            }
+        );
+        assert_eq!(
+            g.held_back(&d, &h),
+            held(&["10.0.0.1"]),
+            "held back at once"
+        );
+        let none = held(&[]);
+        let report = g.conflicts();
+        assert_eq!(
+            report[0].reason,
+            "claimed on eth1 by node alb-node-2 (46:b0:48:e8:2d:96) while this agent's Lease was stale: yielded"
+        );
+        assert_eq!(report[0].mac, Some(NODE2));
+        // Stale, even with a new desired set: still yielded.
+        g.desired_changed();
+        assert!(g.update(&d, &none, false, t + secs(1)).is_empty());
+        assert!(g.is_yielded(ip("10.0.0.1")));
+        // Fresh again, but no desired set since the yield... (a fresh guard state)
+        let mut g2 = Guard::default();
+        g2.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        assert!(g2.update(&d, &none, true, t + secs(2)).is_empty());
+        assert_eq!(g2.held_back(&d, &none), held(&["10.0.0.1"]));
+        // ... until one arrives.
+        g2.desired_changed();
+        assert_eq!(
+            g2.update(&d, &none, true, t + secs(3)),
+            vec![ip("10.0.0.1")]
+        );
+        assert!(g2.held_back(&d, &none).is_empty());
+        // The first guard: fresh now, and it had a newer set: over too.
+        assert_eq!(g.update(&d, &none, true, t + secs(4)), vec![ip("10.0.0.1")]);
+        // Moved away meanwhile: the yield simply ends with the IP.
+        let mut g3 = Guard::default();
+        g3.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        g3.update(&desired(&[], &[]), &none, false, t + secs(1));
+        assert!(!g3.is_yielded(ip("10.0.0.1")) && g3.conflicts().is_empty());
+    }
+
+    #[test]
+    fn a_node_claim_while_fresh_is_defended_once_per_interval_and_kept() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        let c = |at| claim(at, "10.0.0.1", NODE2, ClaimKind::Uses);
+        let node = || Verdict::Defend {
+            node: "alb-node-2".into(),
+        };
+        assert_eq!(g.observe(&c(t), who(NODE2, &d), &d, &h, true, t), node());
+        for ms in [1, 5_000, 9_999] {
+            let at = t + Duration::from_millis(ms);
+            assert_eq!(
+                g.observe(&c(at), who(NODE2, &d), &d, &h, true, at),
+                Verdict::Defended
+            );
+        }
+        assert_eq!(
+            g.observe(&c(t + secs(10)), who(NODE2, &d), &d, &h, true, t + secs(10)),
+            node()
+        );
+        assert!(g.held_back(&d, &h).is_empty(), "kept");
+        let report = g.conflicts();
+        assert_eq!(report.len(), 1);
+        assert!(
+            report[0]
+                .reason
+                .ends_with("while this agent's Lease was fresh: defended"),
+            "{}",
+            report[0].reason
+        );
+        // Quiet for a while: out of the report.
+        g.update(&d, &h, true, t + secs(39));
+        assert_eq!(g.conflicts().len(), 1);
+        g.update(&d, &h, true, t + secs(40));
+        assert!(g.conflicts().is_empty());
+    }
+
+    #[test]
+    fn a_foreign_claim_removes_at_once_and_probes_are_ignored_while_held() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        let probe = claim(t, "10.0.0.1", STRANGER, ClaimKind::Probes);
+        assert_eq!(
+            g.observe(&probe, who(STRANGER, &d), &d, &h, true, t),
+            Verdict::Ignore
+        );
+        let node_probe = claim(t, "10.0.0.1", NODE2, ClaimKind::Probes);
+        assert_eq!(
+            g.observe(&node_probe, who(NODE2, &d), &d, &h, false, t),
+            Verdict::Ignore
+        );
+        assert!(g.held_back(&d, &h).is_empty());
+        let uses = claim(t, "10.0.0.1", STRANGER, ClaimKind::Uses);
+        assert_eq!(
+            g.observe(&uses, who(STRANGER, &d), &d, &h, true, t),
+            Verdict::Remove
+        );
+        assert_eq!(g.held_back(&d, &h), held(&["10.0.0.1"]));
+        assert_eq!(
+            g.conflicts()[0].reason,
+            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster): removed"
+        );
+        let none = held(&[]);
+        assert!(
+            g.due_probes(&d, &none, t + Duration::from_millis(999))
+                .is_empty()
+        );
+        assert_eq!(g.due_probes(&d, &none, t + secs(1)).len(), 1);
+        g.probe_result(ip("10.0.0.1"), ProbeOutcome::Free, None, &d, t + secs(2));
+        assert!(g.held_back(&d, &none).is_empty(), "free again: re-taken");
+    }
+
+    #[test]
+    fn a_claim_during_a_probe_is_taken_and_the_quiet_probe_does_not_clear_it() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["fd00::2"]);
+        let none = held(&[]);
+        g.due_probes(&d, &none, t);
+        let c = claim(t, "fd00::2", STRANGER, ClaimKind::Probes);
+        let at = t + Duration::from_millis(100);
+        assert_eq!(
+            g.observe(&c, who(STRANGER, &d), &d, &none, true, at),
+            Verdict::Taken
+        );
+        let change = g.probe_result(ip("fd00::2"), ProbeOutcome::Free, None, &d, at);
+        assert_eq!(change, ProbeChange::StillTaken);
+        assert_eq!(g.held_back(&d, &none), held(&["fd00::2"]));
+        assert!(g.conflicts()[0].reason.starts_with("answered NDP on eth1"));
+    }
+
+    #[test]
+    fn a_failed_probe_keeps_the_first_claim_back_and_retries() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["10.0.0.2"]);
+        let none = held(&[]);
+        g.due_probes(&d, &none, t);
+        g.probe_failed(ip("10.0.0.2"), t);
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
+        assert!(g.conflicts().is_empty(), "not a conflict");
+        assert_eq!(g.next_wakeup(), Some(t + secs(1)));
+        assert_eq!(g.due_probes(&d, &none, t + secs(1)).len(), 1);
+        g.probe_failed(ip("10.0.0.2"), t + secs(1));
+        assert_eq!(g.next_wakeup(), Some(t + secs(3)), "doubled");
+    }
+
+    #[test]
+    fn the_conflict_table_is_bounded_forgetting_the_oldest_undesired_first() {
+        let t = Instant::now();
+        let mut g = Guard::new(GuardConfig {
+            max_conflicts: 2,
+            ..GuardConfig::default()
+        });
+        let all = desired(&[], &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        let none = held(&[]);
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        for (i, s) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
+            let at = t + secs(i as u64);
+            g.due_probes(&all, &none, at);
+            g.probe_result(ip(s), taken, None, &all, at);
+            g.probe_failed(ip("10.0.0.3"), at);
+        }
+        // 10.0.0.2 is no longer desired; 10.0.0.1 (older) still is.
+        let d = desired(&[], &["10.0.0.1", "10.0.0.3"]);
+        g.update(&d, &none, true, t + secs(2));
+        g.due_probes(&d, &none, t + secs(10));
+        g.probe_result(ip("10.0.0.3"), taken, None, &d, t + secs(10));
+        let ips: Vec<IpAddr> = g.conflicts().iter().map(|c| c.ip).collect();
+        assert_eq!(ips, vec![ip("10.0.0.1"), ip("10.0.0.3")]);
     }
 }
