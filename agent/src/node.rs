@@ -96,6 +96,17 @@ pub enum Cause {
     Guard,
 }
 
+/// What the loop does after claims were handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum After {
+    /// Nothing changed.
+    Nothing,
+    /// Only the report changed (a defence, a conflict of an IP held back anyway).
+    Publish,
+    /// An IP must go: reconcile now.
+    Reconcile,
+}
+
 /// How often the shield's drop counters are read for the metrics.
 const SHIELD_COUNTERS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -199,10 +210,14 @@ where
                     while let Ok(more) = inputs.observed.try_recv() {
                         claims.push(more);
                     }
-                    if !self.on_claims(&claims) {
-                        continue;
+                    match self.on_claims(&claims) {
+                        After::Nothing => continue,
+                        After::Publish => {
+                            self.publish();
+                            continue;
+                        }
+                        After::Reconcile => Cause::Lan,
                     }
-                    Cause::Lan
                 }
                 _ = renew.tick() => {
                     inputs.health.beat();
@@ -476,19 +491,24 @@ where
         }
     }
 
-    /// Hands claims seen on the LAN to the guard and does what it says; returns whether a
-    /// reconcile must follow at once.
-    fn on_claims(&mut self, claims: &[Observed]) -> bool {
+    /// Hands claims seen on the LAN to the guard and does what it says; returns what must
+    /// follow at once.
+    fn on_claims(&mut self, claims: &[Observed]) -> After {
         let held = self.held();
         let now = Instant::now();
         let fresh = self.authority.is_fresh(now);
-        let mut act = false;
+        let mut after = After::Nothing;
         for claim in claims {
             let who = self.sighting(claim.mac, claim.ifindex, None);
             let (ip, mac, ifname) = (claim.ip, claim.mac, who.ifname.clone());
             let verdict =
                 self.guard
                     .observe(claim, who, &self.desired, &held, fresh, now.into_std());
+            let needs = match &verdict {
+                Verdict::Ignore => After::Nothing,
+                Verdict::Defend { .. } | Verdict::Defended | Verdict::Taken => After::Publish,
+                Verdict::Yield { .. } | Verdict::Remove => After::Reconcile,
+            };
             match &verdict {
                 Verdict::Ignore => continue,
                 Verdict::Yield { node } => {
@@ -509,9 +529,9 @@ where
                     warn!(%ip, interface = %ifname, %mac, "another host claims an IP being probed: not taken")
                 }
             }
-            act = true;
+            after = after.max(needs);
         }
-        act
+        after
     }
 
     /// Sends one defence of held `ip` from its link's MAC.
@@ -557,6 +577,8 @@ where
                 .links
                 .iter()
                 .filter_map(|l| Some((l.index, Mac(l.mac?))))
+                // Loopback's all-zero address is no Ethernet interface.
+                .filter(|(_, mac)| mac.0 != [0; 6])
                 .collect();
             if interfaces != self.lan_interfaces {
                 self.lan.set_interfaces(&interfaces);
