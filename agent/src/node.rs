@@ -30,7 +30,7 @@ use crate::backend::{AddressBackend, BackendError};
 use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
-use crate::lan::{LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
+use crate::lan::{LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
 use crate::shield::ShieldBackend;
@@ -109,6 +109,10 @@ enum After {
 
 /// How often the shield's drop counters are read for the metrics.
 const SHIELD_COUNTERS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Time a probe may take beyond its window before it counts as failed (a LAN port that
+/// never answers must not hold a first claim back for ever: it is retried with backoff).
+const PROBE_GRACE: Duration = Duration::from_secs(2);
 
 /// A probe that finished: the interface, its name, the IPs, the result.
 type ProbeDone = (u32, String, Vec<IpAddr>, ProbeResults);
@@ -436,8 +440,21 @@ where
             let probe = self
                 .lan
                 .probe_many(ifindex, mac, ips.clone(), self.probe_config);
-            self.probes
-                .spawn(async move { (ifindex, ifname, ips, probe.await) });
+            let limit = self.probe_config.window() + PROBE_GRACE;
+            self.probes.spawn(async move {
+                let result = tokio::time::timeout(limit, probe)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(LanError::Io {
+                            ifindex,
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("the probe did not finish within {limit:?}"),
+                            ),
+                        })
+                    });
+                (ifindex, ifname, ips, result)
+            });
         }
     }
 

@@ -149,6 +149,8 @@ struct FakeLan {
     defences: Mutex<Vec<(u32, Mac, IpAddr, Instant)>>,
     watched: Mutex<Vec<IpAddr>>,
     interfaces: Mutex<Vec<(u32, Mac)>>,
+    /// Probes never finish.
+    stall: Arc<AtomicBool>,
 }
 
 impl LanPort for FakeLan {
@@ -172,7 +174,11 @@ impl LanPort for FakeLan {
             .unwrap()
             .push((ifindex, mac, ips.clone(), Instant::now()));
         let answers = self.answers.clone();
+        let stall = self.stall.load(Ordering::SeqCst);
         Box::pin(async move {
+            if stall {
+                std::future::pending::<()>().await;
+            }
             tokio::time::sleep(config.window()).await;
             let answers = answers.lock().unwrap();
             Ok(ips
@@ -595,6 +601,68 @@ async fn a_hung_kernel_stops_the_lease_renewals_until_it_answers_again() {
             gate(&h.kernel)
         })
         .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_never_finishes_keeps_the_first_claim_back_and_is_retried() {
+    local(async {
+        let h = Harness::start();
+        h.lan.stall.store(true, Ordering::SeqCst);
+        h.want(desired(&[], &["192.168.1.50"]));
+        // Window (400 ms) + 2 s grace: failed; retried after 1 s, then 2 s...
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(h.fake.ours().is_empty(), "no first claim without a probe");
+        assert!(
+            h.report().conflicts.is_empty(),
+            "a failed probe is no conflict"
+        );
+        assert_eq!(h.lan.probes.lock().unwrap().len(), 2);
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_probes_total{outcome="failed"} 2"#),
+            "{text}"
+        );
+        h.lan.stall.store(false, Ordering::SeqCst);
+        wait_for("the add", Duration::from_secs(10), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_report_lists_host_conflicts_and_lan_conflicts_together() {
+    local(async {
+        let h = Harness::start();
+        // 192.168.1.10 is the node's own address: a host conflict.
+        h.want(desired(&["192.168.1.10", "192.168.1.50"], &[]));
+        settle().await;
+        h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
+        settle().await;
+        let report = h.report();
+        let got: Vec<_> = report
+            .conflicts
+            .iter()
+            .map(|c| (c.ip, c.mac, c.interface.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ip("192.168.1.10"), None, None),
+                (ip("192.168.1.50"), Some(STRANGER), Some("eth0")),
+            ]
+        );
+        assert_eq!(
+            report.conflicts[0].reason,
+            "already configured on eth0 by another owner"
+        );
+        let text = h.metrics.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_lan_conflicts 1"), "{text}");
         h.stop().await;
     })
     .await;
