@@ -281,7 +281,8 @@ pub fn may_renew(
 /// What [`run`] shares with the rest of the agent.
 #[derive(Debug, Clone)]
 pub struct HeartbeatLinks {
-    /// Signalled when a write succeeds after failures (the loop reconciles at once).
+    /// Signalled when a write succeeds after failures or stale authority (the loop
+    /// reconciles at once).
     pub api_back: Arc<Notify>,
     /// Records every successful renewal.
     pub authority: Authority,
@@ -291,7 +292,7 @@ pub struct HeartbeatLinks {
 
 /// The heartbeat loop: waits for the first report, then writes the Lease every renew
 /// interval and at once on every report change. Signals `api_back` when a write succeeds
-/// after failures; records every success in `links.authority`. Writes nothing while the
+/// after failures (or after authority was stale); records every success in `links.authority`. Writes nothing while the
 /// alias loop's kernel rounds are too old ([`may_renew`]), logging once when it stops and
 /// once when it resumes. Returns when the report sender is dropped (shutdown), after
 /// finishing the write in flight, so a later [`Heartbeat::release`] cannot be overtaken by
@@ -343,11 +344,17 @@ pub async fn run(
             info!("kernel rounds complete again: renewing the Lease");
             gated = false;
         }
+        let was_stale = !authority.is_fresh(now);
         match heartbeat.renew(&report).await {
             Ok(()) => {
                 authority.record_renewal(now);
                 metrics.set_authority_fresh(true);
                 metrics.record_renewal(true);
+                if was_stale && reachable == Some(true) {
+                    // Stale without an API failure (renewals were gated): the loop may end
+                    // its yields now.
+                    api_back.notify_one();
+                }
                 match reachable {
                     None => {
                         info!(lease = %heartbeat.name, namespace = %heartbeat.config.namespace, "agent Lease written")

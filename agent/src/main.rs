@@ -1,7 +1,7 @@
 //! `aliaslb-agent`: parses flags, sets up logging, the API client, the metrics/health
-//! server, the watch of its assignment object and the Lease heartbeat, then runs the alias loop: reconcile
-//! on every desired-set change, netlink change, API return and periodic resync; refresh
-//! lifetimes at every renewal tick. With the host-port shield on (the default), checks
+//! server, the watch of its assignment object and the Lease heartbeat, then runs the alias
+//! loop (`aliaslb_agent::node`, over netlink with every request bounded, the shield and
+//! the LAN). With the host-port shield on (the default), checks
 //! nftables first and refuses to start without it. On SIGTERM/SIGINT removes its aliases,
 //! then the shield's table, deletes its Lease and exits 0, within `--shutdown-timeout`. A
 //! killed agent leaves its table in place (fail closed) while its aliases expire.
