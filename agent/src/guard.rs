@@ -540,14 +540,15 @@ impl Guard {
         out
     }
 
-    /// When the guard next has something to do (a re-probe, a conflict or a defence to
-    /// forget), if ever.
+    /// When the guard next has something to do (a re-probe, a defence to forget), if ever.
+    /// Never a past instant that the next reconcile does not move on (no spinning).
     pub fn next_wakeup(&self) -> Option<Instant> {
         let entries = self.ips.values().filter_map(|e| match e {
             Entry::Unprobed { next, .. } => Some(*next),
-            Entry::Foreign(f) if f.probing.is_none() => {
-                Some(f.next.min(f.seen + self.config.forget_after))
-            }
+            // Not the forget deadline: a conflict is re-probed at least every
+            // `max_backoff` and each result runs `update`; a desired conflict past that
+            // deadline (its probes failing) must not wake the loop in a spin.
+            Entry::Foreign(f) if f.probing.is_none() => Some(f.next),
             _ => None,
         });
         let defences = self
@@ -1010,5 +1011,27 @@ mod tests {
         g.probe_result(ip("10.0.0.3"), taken, None, &d, t + secs(10));
         let ips: Vec<IpAddr> = g.conflicts().iter().map(|c| c.ip).collect();
         assert_eq!(ips, vec![ip("10.0.0.1"), ip("10.0.0.3")]);
+    }
+
+    #[test]
+    fn a_desired_conflict_whose_probes_fail_never_wakes_the_loop_in_the_past() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&[], &["10.0.0.2"]);
+        let none = held(&[]);
+        g.due_probes(&d, &none, t);
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        g.probe_result(ip("10.0.0.2"), taken, None, &d, t);
+        let mut now = t;
+        while now < t + secs(1_200) {
+            g.update(&d, &none, true, now);
+            for p in g.due_probes(&d, &none, now) {
+                g.probe_failed(p.ip, now);
+            }
+            let wake = g.next_wakeup().unwrap();
+            assert!(wake > now, "wakes at {wake:?}, now {now:?}");
+            now = wake;
+        }
+        assert_eq!(g.conflicts().len(), 1, "still desired, still reported");
     }
 }
