@@ -707,6 +707,23 @@ mod tests {
     }
 
     #[test]
+    fn without_drops_the_ips_with_their_ports_and_probe_marks_only() {
+        let mut d = desired(&["10.0.0.1", "10.0.0.2"]);
+        let port = crate::shield::OpenPort {
+            protocol: crate::shield::Protocol::Tcp,
+            port: 80,
+        };
+        d.open(ip("10.0.0.2"), [port]);
+        d.mark_probe(ip("10.0.0.2"));
+        d.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
+        let less = d.without(&[ip("10.0.0.2")].into());
+        let mut want = desired(&["10.0.0.1"]);
+        want.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
+        assert_eq!(less, want);
+        assert_eq!(d.without(&BTreeSet::new()), d);
+    }
+
+    #[test]
     fn plan_reports_missing_interface() {
         let p = plan(&desired(&["10.0.0.50"]), &host(), Some("bond0"));
         assert!(p.add.is_empty());
