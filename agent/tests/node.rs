@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
+use aliaslb_agent::announce::{AnnounceConfig, Announcer};
 use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime, Timed};
 use aliaslb_agent::guard::GuardConfig;
 use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
@@ -210,14 +211,18 @@ struct Harness {
     authority: Authority,
     kernel: KernelRounds,
     metrics: Arc<Metrics>,
-    _changes_tx: mpsc::Sender<()>,
+    changes_tx: mpsc::Sender<()>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Harness {
     fn start() -> Harness {
-        let fake = Fake::new();
+        Harness::start_with(Fake::new(), None)
+    }
+
+    /// On `fake`, re-announcing through `announcer`.
+    fn start_with(fake: Arc<Fake>, announcer: Option<Announcer>) -> Harness {
         let lan = Arc::new(FakeLan::default());
         let (desired_tx, desired_rx) = watch::channel(None);
         let (observed_tx, observed) = mpsc::unbounded_channel();
@@ -236,7 +241,7 @@ impl Harness {
         let mut node = Node::new(
             aliases,
             NodeSetup {
-                announcer: None,
+                announcer,
                 metrics: metrics.clone(),
                 report_tx,
                 lan: lan.clone(),
@@ -274,7 +279,7 @@ impl Harness {
             authority,
             kernel,
             metrics,
-            _changes_tx: changes_tx,
+            changes_tx,
             stop: Some(stop),
             task,
         }
@@ -663,6 +668,58 @@ async fn the_report_lists_host_conflicts_and_lan_conflicts_together() {
         );
         let text = h.metrics.encode().unwrap();
         assert!(text.contains("aliaslb_agent_lan_conflicts 1"), "{text}");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
+    local(async {
+        // eth9 (10.9.0.1/24) has an index no interface of this host has: the announcer's
+        // frames fail to send and are counted, nothing reaches a real LAN.
+        let fake = Fake::new();
+        {
+            let mut host = fake.host.lock().unwrap();
+            host.links.push(Link {
+                index: 4242,
+                name: "eth9".into(),
+                mac: Some([2, 0, 0, 0, 0, 9]),
+                up: true,
+            });
+            host.addresses.push(HostAddress {
+                ip: ip("10.9.0.1"),
+                prefix_len: 24,
+                ifindex: 4242,
+                owned: false,
+                global: true,
+            });
+        }
+        let announcer = Announcer::new(AnnounceConfig {
+            repeats: 0,
+            interval: Duration::from_millis(100),
+        });
+        let frames = || announcer.frames_sent() + announcer.frames_failed();
+        let h = Harness::start_with(fake.clone(), Some(announcer.clone()));
+        let set_up = |up: bool| {
+            fake.host.lock().unwrap().links[1].up = up;
+        };
+        h.want(desired(&["10.9.0.50", "10.9.0.51"], &[]));
+        settle().await;
+        assert_eq!(fake.ours(), vec![ip("10.9.0.50"), ip("10.9.0.51")]);
+        // Carrier lost: seen at the next look; nothing announced.
+        set_up(false);
+        h.changes_tx.send(()).await.unwrap();
+        settle().await;
+        assert!(h.report().held.is_empty(), "no carrier: not held");
+        // Back, while 10.9.0.51 left this node's assignment.
+        set_up(true);
+        h.want(desired(&["10.9.0.50"], &[]));
+        h.changes_tx.send(()).await.unwrap();
+        wait_for("the announcement", Duration::from_secs(2), || frames() > 0).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(frames(), 1, "one burst of one frame: 10.9.0.50 only");
+        assert_eq!(fake.ours(), vec![ip("10.9.0.50")]);
         h.stop().await;
     })
     .await;
