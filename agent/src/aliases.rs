@@ -103,6 +103,17 @@ impl DesiredSet {
     pub fn node_of_mac(&self, mac: Mac) -> Option<&str> {
         self.node_macs.get(&mac).map(String::as_str)
     }
+
+    /// This set without `ips` (the conflict guard holds them back from the reconcile).
+    pub fn without(&self, ips: &BTreeSet<IpAddr>) -> DesiredSet {
+        let mut set = self.clone();
+        for ip in ips {
+            set.entries.remove(ip);
+            set.ports.remove(ip);
+            set.probe.remove(ip);
+        }
+        set
+    }
 }
 
 impl FromIterator<(IpAddr, Option<String>)> for DesiredSet {
@@ -296,6 +307,8 @@ pub struct AliasManager<B, S = NoShield> {
     owned: BTreeMap<IpAddr, Alias>,
     conflicts: BTreeSet<Conflict>,
     writes: WriteCounts,
+    /// The node as the last reconcile read it (`None` when that read failed).
+    host: Option<HostState>,
 }
 
 impl<B: AddressBackend> AliasManager<B> {
@@ -310,6 +323,7 @@ impl<B: AddressBackend> AliasManager<B> {
             owned: BTreeMap::new(),
             conflicts: BTreeSet::new(),
             writes: WriteCounts::default(),
+            host: None,
         }
     }
 }
@@ -332,6 +346,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             owned: self.owned,
             conflicts: self.conflicts,
             writes: self.writes,
+            host: self.host,
         }
     }
 
@@ -356,6 +371,18 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     /// The backend (e.g. to list interfaces with the same connection).
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The node's links and addresses as the last reconcile read them, before its writes
+    /// (`None` before the first reconcile and after one that could not read the node):
+    /// the loop's interface report and link states come from it, without a second dump.
+    pub fn last_snapshot(&self) -> Option<&HostState> {
+        self.host.as_ref()
+    }
+
+    /// `--interface`, if given.
+    pub fn interface_override(&self) -> Option<&str> {
+        self.config.interface_override.as_deref()
     }
 
     /// The aliases we hold, as of the last reconcile.
@@ -388,6 +415,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             Err(e) => {
                 warn!(error = %e, "reconcile: cannot read the node's addresses");
                 report.errors.push(ReconcileError::Snapshot(e));
+                self.host = None;
                 return report;
             }
         };
@@ -507,6 +535,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
                 }
             }
         }
+        self.host = Some(host);
         report
     }
 
@@ -675,6 +704,23 @@ mod tests {
         assert!(p.add.is_empty() && p.remove.is_empty());
         let empty = plan(&DesiredSet::new(), &h, None);
         assert_eq!(empty, Plan::default());
+    }
+
+    #[test]
+    fn without_drops_the_ips_with_their_ports_and_probe_marks_only() {
+        let mut d = desired(&["10.0.0.1", "10.0.0.2"]);
+        let port = crate::shield::OpenPort {
+            protocol: crate::shield::Protocol::Tcp,
+            port: 80,
+        };
+        d.open(ip("10.0.0.2"), [port]);
+        d.mark_probe(ip("10.0.0.2"));
+        d.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
+        let less = d.without(&[ip("10.0.0.2")].into());
+        let mut want = desired(&["10.0.0.1"]);
+        want.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
+        assert_eq!(less, want);
+        assert_eq!(d.without(&BTreeSet::new()), d);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! trait, so the loop runs against the real kernel (`netlink::NetlinkBackend`) and against
 //! a fault-injecting fake in tests.
 //!
-//! No I/O here: only the trait, its error type and the lifetime settings.
+//! No I/O here: only the trait, its error type, the lifetime settings and [`Timed`], which
+//! bounds every request of any backend (a netlink socket the kernel stops answering must
+//! not freeze the loop: the heartbeat then tells the truth, see `lease::may_renew`).
 
 use std::future::Future;
 use std::io;
@@ -27,6 +29,14 @@ pub enum BackendError {
         #[source]
         source: io::Error,
     },
+    /// The kernel did not answer within the request timeout.
+    #[error("{op}: no answer from the kernel within {timeout:?}")]
+    Timeout {
+        /// What was asked.
+        op: &'static str,
+        /// The timeout.
+        timeout: Duration,
+    },
     /// The kernel's answer could not be understood.
     #[error("unexpected netlink answer to {op}: {detail}")]
     Protocol {
@@ -49,7 +59,86 @@ impl BackendError {
             }
             BackendError::Kernel { .. } => "KernelError",
             BackendError::Protocol { .. } => "NetlinkProtocol",
+            BackendError::Timeout { .. } => "Timeout",
         }
+    }
+
+    /// The operation that failed (`connect` for a socket that could not be opened).
+    pub fn op(&self) -> &'static str {
+        match self {
+            BackendError::Connect(_) => "connect",
+            BackendError::Kernel { op, .. }
+            | BackendError::Protocol { op, .. }
+            | BackendError::Timeout { op, .. } => op,
+        }
+    }
+
+    /// Whether the kernel did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, BackendError::Timeout { .. })
+    }
+}
+
+/// Default bound on one kernel request: the kernel answers an address request in
+/// microseconds and a dump of 10,000 addresses in tens of milliseconds; two seconds without
+/// an answer is a stuck socket, not a slow kernel.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// An [`AddressBackend`] whose every request fails with [`BackendError::Timeout`] when
+/// `inner` does not answer within `timeout`.
+#[derive(Debug, Clone)]
+pub struct Timed<B> {
+    inner: B,
+    timeout: Duration,
+}
+
+impl<B> Timed<B> {
+    /// `inner` with every request bounded by `timeout`.
+    pub fn new(inner: B, timeout: Duration) -> Self {
+        Timed { inner, timeout }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+}
+
+/// `fut` bounded by `timeout`; a timeout is an error naming `op`.
+async fn bounded<T>(
+    op: &'static str,
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(BackendError::Timeout { op, timeout }),
+    }
+}
+
+impl<B: AddressBackend> AddressBackend for Timed<B> {
+    fn snapshot(&self) -> impl Future<Output = Result<HostState, BackendError>> + Send {
+        bounded("dump", self.timeout, self.inner.snapshot())
+    }
+
+    fn add(
+        &self,
+        alias: &Alias,
+        lifetime: Lifetime,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
+        bounded("add", self.timeout, self.inner.add(alias, lifetime))
+    }
+
+    fn delete(&self, alias: &Alias) -> impl Future<Output = Result<bool, BackendError>> + Send {
+        bounded("delete", self.timeout, self.inner.delete(alias))
+    }
+
+    fn refresh(
+        &self,
+        alias: &Alias,
+        lifetime: Lifetime,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        bounded("refresh", self.timeout, self.inner.refresh(alias, lifetime))
     }
 }
 
@@ -116,6 +205,47 @@ mod tests {
         assert!(
             e.to_string().starts_with("add 10.0.0.1/32 dev eth0: "),
             "{e}"
+        );
+    }
+
+    /// A backend that never answers.
+    struct Hung;
+
+    impl AddressBackend for Hung {
+        async fn snapshot(&self) -> Result<HostState, BackendError> {
+            std::future::pending().await
+        }
+        async fn add(&self, _: &Alias, _: Lifetime) -> Result<bool, BackendError> {
+            std::future::pending().await
+        }
+        async fn delete(&self, _: &Alias) -> Result<bool, BackendError> {
+            std::future::pending().await
+        }
+        async fn refresh(&self, _: &Alias, _: Lifetime) -> Result<(), BackendError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_without_answer_times_out_naming_its_operation() {
+        let timed = Timed::new(Hung, Duration::from_secs(2));
+        let alias = Alias {
+            ip: "10.0.0.1".parse().unwrap(),
+            ifindex: 2,
+            ifname: "eth0".into(),
+        };
+        let start = tokio::time::Instant::now();
+        let e = timed.snapshot().await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert!(e.is_timeout());
+        assert_eq!((e.op(), e.category()), ("dump", "Timeout"));
+        assert_eq!(e.to_string(), "dump: no answer from the kernel within 2s");
+        let life = Lifetime { seconds: 4 };
+        assert_eq!(timed.add(&alias, life).await.unwrap_err().op(), "add");
+        assert_eq!(timed.delete(&alias).await.unwrap_err().op(), "delete");
+        assert_eq!(
+            timed.refresh(&alias, life).await.unwrap_err().op(),
+            "refresh"
         );
     }
 }

@@ -6,8 +6,17 @@
 //! under a timeout; [`run`] is the loop, which also owns the "API reachable" edge: logged
 //! once per edge, counted in metrics, and signalled so the alias loop reconciles at once
 //! when the API comes back.
+//!
+//! Two small shared clocks tie the heartbeat to the rest of the agent:
+//! - [`Authority`]: when a renewal last succeeded. The conflict guard asks it whether this
+//!   agent still speaks for its IPs (a node whose Lease went stale may already have been
+//!   replaced, so it yields a contested IP instead of defending it).
+//! - [`KernelRounds`]: when the alias loop last completed a kernel round. The heartbeat
+//!   renews only while the aliases its report lists can still exist in the kernel
+//!   ([`may_renew`]): a hung netlink socket stops the renewals, so the controller moves the
+//!   IPs instead of trusting a report the kernel has already expired.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use aliaslb_core::keys;
@@ -18,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
@@ -168,20 +177,146 @@ impl Heartbeat {
     }
 }
 
+/// When the last renewal succeeded, shared between the heartbeat (which records it) and the
+/// conflict guard (which asks [`Authority::is_fresh`]). Monotonic clock (tokio's, so paused
+/// test time applies). Clones share the state.
+#[derive(Debug, Clone)]
+pub struct Authority {
+    lease_duration: Duration,
+    state: Arc<Mutex<AuthorityState>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AuthorityState {
+    start: Instant,
+    renewed: Option<Instant>,
+}
+
+impl Authority {
+    /// Authority under a lease of `lease_duration`, starting now with no renewal yet.
+    pub fn new(lease_duration: Duration) -> Self {
+        Authority {
+            lease_duration,
+            state: Arc::new(Mutex::new(AuthorityState {
+                start: Instant::now(),
+                renewed: None,
+            })),
+        }
+    }
+
+    /// Records a renewal that succeeded at `at`.
+    pub fn record_renewal(&self, at: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.renewed = Some(state.renewed.map_or(at, |r| r.max(at)));
+    }
+
+    /// Whether the Lease was renewed within the lease duration before `now`. Before the
+    /// first renewal: fresh for one lease duration from start (the previous Lease of this
+    /// node, if any, counts for that long), then stale.
+    pub fn is_fresh(&self, now: Instant) -> bool {
+        let state = *self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = state.renewed.unwrap_or(state.start);
+        now.saturating_duration_since(since) < self.lease_duration
+    }
+
+    /// When the last renewal succeeded, if one did.
+    pub fn last_renewal(&self) -> Option<Instant> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .renewed
+    }
+}
+
+/// When the alias loop last completed a kernel round (a reconcile or a lifetime refresh)
+/// that reached the kernel, shared between the loop (which records it) and the heartbeat
+/// (which gates its renewals on it with [`may_renew`]). Clones share the state.
+#[derive(Debug, Clone)]
+pub struct KernelRounds {
+    last_ok: Arc<Mutex<Instant>>,
+}
+
+impl Default for KernelRounds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KernelRounds {
+    /// Counted from now, as if a round had just completed (the first reconcile runs before
+    /// the first report exists).
+    pub fn new() -> Self {
+        KernelRounds {
+            last_ok: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+
+    /// Records a round that completed at `at`.
+    pub fn record_ok(&self, at: Instant) {
+        let mut last = self.last_ok.lock().unwrap_or_else(PoisonError::into_inner);
+        *last = (*last).max(at);
+    }
+
+    /// When the last good round completed.
+    pub fn last_ok(&self) -> Instant {
+        *self.last_ok.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether the heartbeat may renew at `now`, given the last good kernel round at `last_ok`:
+/// only while that round is within the lease duration minus one renew interval. An alias's
+/// lifetime is the lease duration from its last refresh; a refresh due one renew interval
+/// after `last_ok` that did not happen leaves the kernel expiring the aliases within
+/// the remaining time, so past this point the report's held IPs may no longer exist, and a
+/// renewal would tell the controller they do.
+pub fn may_renew(
+    last_ok: Instant,
+    now: Instant,
+    lease_duration: Duration,
+    renew_interval: Duration,
+) -> bool {
+    now.saturating_duration_since(last_ok) <= lease_duration.saturating_sub(renew_interval)
+}
+
+/// What [`run`] shares with the rest of the agent.
+#[derive(Debug, Clone)]
+pub struct HeartbeatLinks {
+    /// Signalled when a write succeeds after failures or stale authority (the loop
+    /// reconciles at once).
+    pub api_back: Arc<Notify>,
+    /// Records every successful renewal.
+    pub authority: Authority,
+    /// Gates the renewals on the alias loop's kernel rounds.
+    pub kernel: KernelRounds,
+}
+
 /// The heartbeat loop: waits for the first report, then writes the Lease every renew
 /// interval and at once on every report change. Signals `api_back` when a write succeeds
-/// after failures. Returns when the report sender is dropped (shutdown), after finishing
-/// the write in flight, so a later [`Heartbeat::release`] cannot be overtaken by it.
+/// after failures (or after authority was stale); records every success in `links.authority`. Writes nothing while the
+/// alias loop's kernel rounds are too old ([`may_renew`]), logging once when it stops and
+/// once when it resumes. Returns when the report sender is dropped (shutdown), after
+/// finishing the write in flight, so a later [`Heartbeat::release`] cannot be overtaken by
+/// it.
 pub async fn run(
     heartbeat: Heartbeat,
     mut reports: watch::Receiver<Option<AgentReport>>,
     metrics: Arc<Metrics>,
-    api_back: Arc<Notify>,
+    links: HeartbeatLinks,
 ) {
-    let mut tick = tokio::time::interval(heartbeat.config.renew_interval);
+    let HeartbeatLinks {
+        api_back,
+        authority,
+        kernel,
+    } = links;
+    let (lease_duration, renew_interval) = (
+        heartbeat.config.lease_duration,
+        heartbeat.config.renew_interval,
+    );
+    let mut tick = tokio::time::interval(renew_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // `None`: nothing written yet.
     let mut reachable: Option<bool> = None;
+    let mut gated = false;
     loop {
         tokio::select! {
             biased;
@@ -191,9 +326,35 @@ pub async fn run(
         let Some(report) = reports.borrow_and_update().clone() else {
             continue;
         };
+        let now = Instant::now();
+        metrics.set_authority_fresh(authority.is_fresh(now));
+        let last_round = kernel.last_ok();
+        if !may_renew(last_round, now, lease_duration, renew_interval) {
+            if !gated {
+                warn!(
+                    since_ms = now.saturating_duration_since(last_round).as_millis(),
+                    "the alias loop has not completed a kernel round for too long: the Lease is no longer renewed (its held IPs may have expired)"
+                );
+                gated = true;
+            }
+            metrics.record_renewal_gated();
+            continue;
+        }
+        if gated {
+            info!("kernel rounds complete again: renewing the Lease");
+            gated = false;
+        }
+        let was_stale = !authority.is_fresh(now);
         match heartbeat.renew(&report).await {
             Ok(()) => {
+                authority.record_renewal(now);
+                metrics.set_authority_fresh(true);
                 metrics.record_renewal(true);
+                if was_stale && reachable == Some(true) {
+                    // Stale without an API failure (renewals were gated): the loop may end
+                    // its yields now.
+                    api_back.notify_one();
+                }
                 match reachable {
                     None => {
                         info!(lease = %heartbeat.name, namespace = %heartbeat.config.namespace, "agent Lease written")
@@ -256,5 +417,49 @@ mod tests {
         assert_eq!(spec.acquire_time, Some(MicroTime(acquired)));
         assert_eq!(spec.renew_time, Some(MicroTime(now)));
         assert_eq!(config.call_timeout(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn renewals_stop_once_the_last_kernel_round_is_older_than_lease_minus_renew() {
+        let t = Instant::now();
+        let (lease, renew) = (Duration::from_secs(4), Duration::from_secs(1));
+        let at = |ms| t + Duration::from_millis(ms);
+        let cases = [
+            (0, true),
+            (2_999, true),
+            (3_000, true),
+            (3_001, false),
+            (60_000, false),
+        ];
+        for (ms, want) in cases {
+            assert_eq!(may_renew(t, at(ms), lease, renew), want, "{ms} ms");
+        }
+        // A renew interval as long as the lease: only a round this instant counts.
+        assert!(may_renew(t, t, lease, lease));
+        assert!(!may_renew(t, at(1), lease, lease));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn authority_is_fresh_for_a_lease_from_start_then_from_each_renewal() {
+        let lease = Duration::from_secs(4);
+        let authority = Authority::new(lease);
+        let start = Instant::now();
+        assert!(authority.is_fresh(start));
+        assert!(authority.is_fresh(start + Duration::from_millis(3_999)));
+        assert!(
+            !authority.is_fresh(start + lease),
+            "stale without a renewal"
+        );
+        let clone = authority.clone();
+        clone.record_renewal(start + Duration::from_secs(10));
+        assert_eq!(
+            authority.last_renewal(),
+            Some(start + Duration::from_secs(10))
+        );
+        assert!(authority.is_fresh(start + Duration::from_secs(13)));
+        assert!(!authority.is_fresh(start + Duration::from_secs(14)));
+        // An older renewal recorded late does not move it back.
+        clone.record_renewal(start + Duration::from_secs(5));
+        assert!(authority.is_fresh(start + Duration::from_secs(13)));
     }
 }

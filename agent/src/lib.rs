@@ -15,6 +15,9 @@
 //!   nftables table as data, its updates, and the [`shield::ShieldBackend`] seam. Pure but
 //!   for [`shield::Shield`], which drives the backend.
 //! - `nft`: the only module running `nft`: the real shield backend.
+//! - `lan`: the LAN seen through ARP/NDP: the [`lan::LanPort`] seam and its types.
+//! - `guard`: the conflict guard (probe first claims, yield, defend, report). Pure.
+//! - `node`: the run loop over all of the above, generic over the backends.
 //!
 //! Kubernetes side:
 //! - `assignments`: the watch of this node's assignment object (written only by the
@@ -29,6 +32,7 @@ pub mod announce;
 pub mod assignments;
 pub mod backend;
 pub mod config;
+pub mod guard;
 pub mod host;
 pub mod http;
 pub mod lan;
@@ -36,5 +40,6 @@ pub mod lease;
 pub mod metrics;
 pub mod netlink;
 pub mod nft;
+pub mod node;
 pub mod shield;
 pub mod telemetry;

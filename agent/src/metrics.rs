@@ -39,6 +39,24 @@ struct FamilyLabels {
     family: &'static str,
 }
 
+/// Labels of the probe counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    /// `free`, `taken` or `failed`.
+    outcome: &'static str,
+}
+
+/// What one LAN probe of an IP found, for [`Metrics::inc_probe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeMetric {
+    /// Nobody answered.
+    Free,
+    /// Another host answered.
+    Taken,
+    /// The probe could not be sent or listened for.
+    Failed,
+}
+
 /// The agent's metrics. Shared behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -52,8 +70,15 @@ pub struct Metrics {
     announcements: Counter,
     announcement_failures: Counter,
     netlink_errors: Family<OperationLabels, Counter>,
+    netlink_timeouts: Family<OperationLabels, Counter>,
     renew_failures: Counter,
+    renewals_gated: Counter,
     api_reachable: Gauge,
+    authority_fresh: Gauge,
+    lan_conflicts: Gauge,
+    yields: Counter,
+    defences: Counter,
+    probes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
     shield_active: Gauge,
     shield_ips: Gauge,
@@ -125,6 +150,48 @@ impl Metrics {
             "Failed kernel requests, by operation",
             netlink_errors.clone(),
         );
+        let netlink_timeouts = Family::<OperationLabels, Counter>::default();
+        registry.register(
+            "netlink_timeouts",
+            "Kernel requests that got no answer within the request timeout, by operation (also counted as errors)",
+            netlink_timeouts.clone(),
+        );
+        let renewals_gated = Counter::default();
+        registry.register(
+            "lease_renewals_gated",
+            "Lease renewals skipped because the alias loop's last kernel round is too old for the held aliases to still exist",
+            renewals_gated.clone(),
+        );
+        let authority_fresh = Gauge::default();
+        registry.register(
+            "authority_fresh",
+            "1 while this agent's Lease was renewed within the lease duration (it defends its IPs), 0 when stale (it yields them to another node)",
+            authority_fresh.clone(),
+        );
+        let lan_conflicts = Gauge::default();
+        registry.register(
+            "lan_conflicts",
+            "Addresses another host on the LAN answered for or claimed, as reported on the Lease",
+            lan_conflicts.clone(),
+        );
+        let yields = Counter::default();
+        registry.register(
+            "yields",
+            "Held addresses given up because another node claimed them while this agent's Lease was stale",
+            yields.clone(),
+        );
+        let defences = Counter::default();
+        registry.register(
+            "defences",
+            "Announcements sent to defend a held address another node claimed (at most one per 10 s per address)",
+            defences.clone(),
+        );
+        let probes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "probes",
+            "Addresses probed on the LAN before a first claim or a re-claim, by outcome",
+            probes.clone(),
+        );
         let renew_failures = Counter::default();
         registry.register(
             "lease_renew_failures",
@@ -179,8 +246,15 @@ impl Metrics {
             announcements,
             announcement_failures,
             netlink_errors,
+            netlink_timeouts,
             renew_failures,
+            renewals_gated,
             api_reachable,
+            authority_fresh,
+            lan_conflicts,
+            yields,
+            defences,
+            probes,
             reconcile_duration,
             shield_active,
             shield_ips,
@@ -236,6 +310,50 @@ impl Metrics {
                 operation: operation.to_owned(),
             })
             .inc();
+    }
+
+    /// Count one kernel request that timed out under its `operation`.
+    pub fn inc_netlink_timeout(&self, operation: &str) {
+        self.netlink_timeouts
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one renewal skipped because the kernel rounds are too old.
+    pub fn record_renewal_gated(&self) {
+        self.renewals_gated.inc();
+    }
+
+    /// Record whether this agent's authority is fresh.
+    pub fn set_authority_fresh(&self, fresh: bool) {
+        self.authority_fresh.set(i64::from(fresh));
+    }
+
+    /// Record the number of LAN conflicts reported.
+    pub fn set_lan_conflicts(&self, n: usize) {
+        self.lan_conflicts.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Count one yield.
+    pub fn inc_yield(&self) {
+        self.yields.inc();
+    }
+
+    /// Count one defence.
+    pub fn inc_defence(&self) {
+        self.defences.inc();
+    }
+
+    /// Count one probed address by outcome.
+    pub fn inc_probe(&self, outcome: ProbeMetric) {
+        let outcome = match outcome {
+            ProbeMetric::Free => "free",
+            ProbeMetric::Taken => "taken",
+            ProbeMetric::Failed => "failed",
+        };
+        self.probes.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Bring the announcement counters up to the announcer's totals since start.
@@ -307,6 +425,15 @@ mod tests {
         m.set_shield_dropped(Dropped { v4: 5, v6: 1 });
         // The table was replaced: its counters restarted.
         m.set_shield_dropped(Dropped { v4: 2, v6: 1 });
+        m.inc_netlink_timeout("dump");
+        m.record_renewal_gated();
+        m.set_authority_fresh(true);
+        m.set_lan_conflicts(3);
+        m.inc_yield();
+        m.inc_defence();
+        m.inc_defence();
+        m.inc_probe(ProbeMetric::Free);
+        m.inc_probe(ProbeMetric::Taken);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_agent_addresses{interface="eth1"} 2"#,
@@ -327,6 +454,14 @@ mod tests {
             "aliaslb_agent_shield_sync_errors_total 1",
             r#"aliaslb_agent_shield_dropped_packets_total{family="ipv4"} 7"#,
             r#"aliaslb_agent_shield_dropped_packets_total{family="ipv6"} 1"#,
+            r#"aliaslb_agent_netlink_timeouts_total{operation="dump"} 1"#,
+            "aliaslb_agent_lease_renewals_gated_total 1",
+            "aliaslb_agent_authority_fresh 1",
+            "aliaslb_agent_lan_conflicts 3",
+            "aliaslb_agent_yields_total 1",
+            "aliaslb_agent_defences_total 2",
+            r#"aliaslb_agent_probes_total{outcome="free"} 1"#,
+            r#"aliaslb_agent_probes_total{outcome="taken"} 1"#,
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -1,0 +1,769 @@
+//! The agent's run loop: reconcile on every desired-set change, netlink change, API return,
+//! LAN event and periodic resync; refresh lifetimes at every renewal tick; publish the
+//! report the heartbeat writes.
+//!
+//! Generic over the kernel ([`AddressBackend`]), the host-port shield ([`ShieldBackend`])
+//! and the LAN ([`LanPort`]), so tests drive it with fakes. The decisions about the LAN are
+//! the pure [`Guard`]'s; this module does what it asks: probes (spawned, their results come
+//! back into the loop), defences, and the reconcile that removes a yielded or foreign-owned
+//! IP in the same loop iteration as the claim that was seen.
+//!
+//! Every kernel round that reached the kernel is recorded in [`KernelRounds`]: the
+//! heartbeat stops renewing when they stop (`lease::may_renew`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aliaslb_core::mac::Mac;
+use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, MAX_CONFLICTS, REPORT_VERSION};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{debug, error, info, warn};
+
+use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport};
+use crate::announce::Announcer;
+use crate::backend::{AddressBackend, BackendError};
+use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
+use crate::host::{self, Alias, HostState, Link};
+use crate::http::Health;
+use crate::lan::{LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
+use crate::lease::{Authority, KernelRounds};
+use crate::metrics::{Metrics, ProbeMetric};
+use crate::shield::ShieldBackend;
+
+/// The inputs of the run loop.
+#[derive(Debug)]
+pub struct Loop {
+    /// The desired set (`None` until the assignment was read).
+    pub desired_rx: watch::Receiver<Option<DesiredSet>>,
+    /// "Something changed" ticks from the kernel.
+    pub changes: mpsc::Receiver<()>,
+    /// Claims seen on the LAN for the IPs held (and probed).
+    pub observed: mpsc::UnboundedReceiver<Observed>,
+    /// Signalled when the API is reachable again.
+    pub api_back: Arc<Notify>,
+    /// Beaten at every renewal tick; set ready after the first reconcile.
+    pub health: Health,
+    /// Lifetime refresh period.
+    pub renew_interval: Duration,
+    /// Full reconcile period.
+    pub resync_interval: Duration,
+}
+
+/// What the loop shares with the rest of the agent, and its LAN settings.
+#[derive(Debug)]
+pub struct NodeSetup<L> {
+    /// Announces aliases whose link came back up (`None`: no announcements, in tests).
+    pub announcer: Option<Announcer>,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Where the report goes (the heartbeat writes it).
+    pub report_tx: watch::Sender<Option<AgentReport>>,
+    /// The LAN.
+    pub lan: Arc<L>,
+    /// This agent's Lease authority.
+    pub authority: Authority,
+    /// Where completed kernel rounds are recorded.
+    pub kernel: KernelRounds,
+    /// The guard's timers.
+    pub guard: GuardConfig,
+    /// How first claims are probed.
+    pub probe: ProbeConfig,
+}
+
+/// Why a reconcile runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A new desired set.
+    Desired,
+    /// A kernel change.
+    Netlink,
+    /// The periodic resync.
+    Resync,
+    /// The API is reachable again.
+    ApiBack,
+    /// A transient failure, retried at a renewal tick.
+    Retry,
+    /// A claim seen on the LAN.
+    Lan,
+    /// A probe finished.
+    Probe,
+    /// A guard timer (a re-probe due, a conflict to forget).
+    Guard,
+}
+
+/// What the loop does after claims were handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum After {
+    /// Nothing changed.
+    Nothing,
+    /// Only the report changed (a defence, a conflict of an IP held back anyway).
+    Publish,
+    /// An IP must go: reconcile now.
+    Reconcile,
+}
+
+/// How often the shield's drop counters are read for the metrics.
+const SHIELD_COUNTERS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Time a probe may take beyond its window before it counts as failed (a LAN port that
+/// never answers must not hold a first claim back for ever: it is retried with backoff).
+const PROBE_GRACE: Duration = Duration::from_secs(2);
+
+/// A probe that finished: the interface, its name, the IPs, the result.
+type ProbeDone = (u32, String, Vec<IpAddr>, ProbeResults);
+
+/// The run loop's state.
+#[derive(Debug)]
+pub struct Node<B, S, L> {
+    aliases: AliasManager<B, S>,
+    announcer: Option<Announcer>,
+    metrics: Arc<Metrics>,
+    report_tx: watch::Sender<Option<AgentReport>>,
+    lan: Arc<L>,
+    authority: Authority,
+    kernel: KernelRounds,
+    guard: Guard,
+    probe_config: ProbeConfig,
+    probes: JoinSet<ProbeDone>,
+    /// The desired set as received, and as last given to the alias manager.
+    desired: DesiredSet,
+    effective: DesiredSet,
+    /// Up/down state of every link at the last look, to re-announce on a link coming up.
+    links_up: BTreeMap<u32, bool>,
+    interfaces: Vec<InterfaceReport>,
+    /// What the LAN port was last told.
+    lan_interfaces: Vec<(u32, Mac)>,
+    lan_watched: Vec<IpAddr>,
+}
+
+impl<B, S, L> Node<B, S, L>
+where
+    B: AddressBackend,
+    S: ShieldBackend,
+    L: LanPort,
+{
+    /// A loop over `aliases`.
+    pub fn new(aliases: AliasManager<B, S>, setup: NodeSetup<L>) -> Self {
+        Node {
+            aliases,
+            announcer: setup.announcer,
+            metrics: setup.metrics,
+            report_tx: setup.report_tx,
+            lan: setup.lan,
+            authority: setup.authority,
+            kernel: setup.kernel,
+            guard: Guard::new(setup.guard),
+            probe_config: setup.probe,
+            probes: JoinSet::new(),
+            desired: DesiredSet::new(),
+            effective: DesiredSet::new(),
+            links_up: BTreeMap::new(),
+            interfaces: Vec::new(),
+            lan_interfaces: Vec::new(),
+            lan_watched: Vec::new(),
+        }
+    }
+
+    /// The alias manager (for the shutdown path) and the report sender (dropping it stops
+    /// the heartbeat).
+    pub fn into_parts(self) -> (AliasManager<B, S>, watch::Sender<Option<AgentReport>>) {
+        (self.aliases, self.report_tx)
+    }
+
+    /// The alias manager.
+    pub fn aliases(&self) -> &AliasManager<B, S> {
+        &self.aliases
+    }
+
+    /// Runs until `stop` completes; returns its output (the signal's name).
+    pub async fn run(
+        &mut self,
+        mut inputs: Loop,
+        stop: impl Future<Output = &'static str>,
+    ) -> &'static str {
+        tokio::pin!(stop);
+        let mut renew = tokio::time::interval(inputs.renew_interval);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut resync = tokio::time::interval(inputs.resync_interval);
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        resync.reset();
+        let mut counters = tokio::time::interval(SHIELD_COUNTERS_INTERVAL);
+        counters.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let shielded = self.aliases.shield().is_some();
+        let mut synced = false;
+        let mut watching = true;
+        // Transient failures (kernel writes, dumps) are retried at the next renewal tick.
+        let mut retry = false;
+        loop {
+            let wake = self.guard.next_wakeup();
+            let wake_at = wake.map_or_else(
+                || Instant::now() + Duration::from_secs(3_600),
+                Instant::from_std,
+            );
+            let cause = tokio::select! {
+                biased;
+                signal = &mut stop => return signal,
+                // First: a claim for a held IP may mean yielding it, at once.
+                Some(claim) = inputs.observed.recv() => {
+                    let mut claims = vec![claim];
+                    while let Ok(more) = inputs.observed.try_recv() {
+                        claims.push(more);
+                    }
+                    match self.on_claims(&claims) {
+                        After::Nothing => continue,
+                        After::Publish => {
+                            self.publish();
+                            continue;
+                        }
+                        After::Reconcile => Cause::Lan,
+                    }
+                }
+                _ = renew.tick() => {
+                    inputs.health.beat();
+                    self.metrics.set_authority_fresh(self.authority.is_fresh(Instant::now()));
+                    self.refresh().await;
+                    if !(synced && retry) {
+                        continue;
+                    }
+                    Cause::Retry
+                }
+                changed = inputs.desired_rx.changed(), if watching => {
+                    if changed.is_err() {
+                        // The watch task ended (it only does on a panic): keep serving
+                        // and refreshing what we hold.
+                        error!("the assignment watch stopped; the aliases held stay as they are");
+                        watching = false;
+                        continue;
+                    }
+                    self.guard.desired_changed();
+                    Cause::Desired
+                }
+                Some(done) = self.probes.join_next(), if !self.probes.is_empty() => {
+                    match done {
+                        Ok(done) => self.on_probe(done),
+                        Err(e) => error!(error = %e, "a probe task failed"),
+                    }
+                    Cause::Probe
+                }
+                _ = counters.tick(), if shielded => {
+                    self.read_shield_counters().await;
+                    continue;
+                }
+                Some(()) = inputs.changes.recv() => Cause::Netlink,
+                _ = resync.tick() => Cause::Resync,
+                () = inputs.api_back.notified() => Cause::ApiBack,
+                () = tokio::time::sleep_until(wake_at), if wake.is_some() => Cause::Guard,
+            };
+            if inputs.desired_rx.has_changed().unwrap_or(false) {
+                self.guard.desired_changed();
+            }
+            let Some(desired) = inputs.desired_rx.borrow_and_update().clone() else {
+                continue;
+            };
+            self.desired = desired;
+            let first = !synced;
+            retry = self.reconcile(cause, first).await;
+            if first {
+                synced = true;
+                inputs.health.set_ready();
+                info!(
+                    desired = self.desired.len(),
+                    held = self.aliases.held_ips().len(),
+                    "first reconcile done"
+                );
+            }
+        }
+    }
+
+    /// Resets the lifetime of every alias held; a refresh without error is a kernel round.
+    async fn refresh(&mut self) {
+        let report = self.aliases.refresh_lifetimes().await;
+        for e in &report.errors {
+            self.count_error(e);
+        }
+        if report.errors.is_empty() {
+            self.kernel.record_ok(Instant::now());
+        }
+    }
+
+    /// Brings the shield's drop counters into the metrics.
+    async fn read_shield_counters(&self) {
+        let Some(shield) = self.aliases.shield() else {
+            return;
+        };
+        match shield.dropped().await {
+            Ok(dropped) => self.metrics.set_shield_dropped(dropped),
+            // The table is written at the first reconcile; until then there is none of ours.
+            Err(e) => debug!(error = %e, "cannot read the shield's counters"),
+        }
+    }
+
+    fn held(&self) -> BTreeSet<IpAddr> {
+        self.aliases.held_ips().into_iter().collect()
+    }
+
+    /// One reconcile of the desired set less what the guard holds back, then the probes it
+    /// asks for, the LAN port's lists, the report and the metrics; returns whether a
+    /// transient failure asks for a retry.
+    async fn reconcile(&mut self, cause: Cause, first: bool) -> bool {
+        let now = Instant::now();
+        let fresh = self.authority.is_fresh(now);
+        let held_before = self.held();
+        for ip in self
+            .guard
+            .update(&self.desired, &held_before, fresh, now.into_std())
+        {
+            info!(%ip, "yield over: the Lease is fresh and the assignment still lists the IP");
+        }
+        let back = self.guard.held_back(&self.desired, &held_before);
+        if !back.is_empty() {
+            debug!(
+                held_back = back.len(),
+                "desired IPs held back by the conflict guard"
+            );
+        }
+        self.effective = self.desired.without(&back);
+        let start = Instant::now();
+        let report = self.aliases.reconcile(&self.effective).await;
+        let took = start.elapsed();
+        let repaired = repairs(&held_before, &report);
+        if repaired > 0 {
+            info!(repaired, "aliases deleted by someone else were put back");
+        }
+        self.metrics
+            .record_reconcile(report.added.len(), report.removed.len(), repaired, took);
+        let mut retry = false;
+        for e in &report.errors {
+            self.count_error(e);
+            retry |= !matches!(e, ReconcileError::Interface { .. });
+        }
+        if reached_kernel(&report) {
+            self.kernel.record_ok(Instant::now());
+        }
+        retry |= !self.look_at_links();
+        self.start_probes();
+        self.tell_lan();
+        self.metrics
+            .set_held(self.aliases.owned().map(|a| a.ifname.as_str()));
+        self.metrics
+            .set_desired(self.desired.len(), report.conflicts.len());
+        if let Some(shield) = self.aliases.shield() {
+            self.metrics
+                .set_shield(shield.state(), shield.contents().len(), shield.errors());
+        }
+        self.publish();
+        if report.changed() || !report.errors.is_empty() || first {
+            info!(
+                ?cause,
+                added = report.added.len(),
+                removed = report.removed.len(),
+                adopted = report.adopted.len(),
+                conflicts = report.conflicts.len(),
+                held_back = back.len(),
+                errors = report.errors.len(),
+                took_ms = took.as_millis(),
+                "reconciled"
+            );
+        }
+        retry
+    }
+
+    /// Takes links and subnets for the report from the reconcile's own dump, and
+    /// re-announces the aliases of links that came back up (their neighbours may have
+    /// forgotten us), only for IPs still desired. Returns false when the node could not be
+    /// read.
+    fn look_at_links(&mut self) -> bool {
+        let Some(host) = self.aliases.last_snapshot() else {
+            return false;
+        };
+        self.interfaces = host::interfaces(host);
+        let again = reannouncements(
+            &self.links_up,
+            &host.links,
+            self.aliases.owned(),
+            &self.effective,
+        );
+        if let Some(announcer) = &self.announcer {
+            for (alias, mac) in &again {
+                info!(alias = %alias, "link came back up: re-announcing");
+                announcer.announce(alias, *mac);
+            }
+        }
+        self.links_up = host.links.iter().map(|l| (l.index, l.up)).collect();
+        true
+    }
+
+    /// Starts the probes the guard asks for, one `probe_many` per interface.
+    fn start_probes(&mut self) {
+        let held = self.held();
+        let due = self
+            .guard
+            .due_probes(&self.desired, &held, Instant::now().into_std());
+        if due.is_empty() {
+            return;
+        }
+        let Some(host) = self.aliases.last_snapshot() else {
+            for p in due {
+                self.guard.probe_failed(p.ip, Instant::now().into_std());
+            }
+            return;
+        };
+        let mut by_link: BTreeMap<u32, (String, Mac, Vec<IpAddr>)> = BTreeMap::new();
+        let mut unprobed = Vec::new();
+        for ProbeRequest { ip, ifindex } in due {
+            match probe_link(
+                host,
+                &self.desired,
+                self.aliases.interface_override(),
+                ip,
+                ifindex,
+            ) {
+                Some((link, mac)) => by_link
+                    .entry(link.index)
+                    .or_insert_with(|| (link.name.clone(), mac, Vec::new()))
+                    .2
+                    .push(ip),
+                None => unprobed.push(ip),
+            }
+        }
+        for ip in unprobed {
+            debug!(%ip, "no Ethernet interface to probe on: retried later");
+            self.guard.probe_failed(ip, Instant::now().into_std());
+        }
+        for (ifindex, (ifname, mac, ips)) in by_link {
+            debug!(interface = %ifname, ips = ips.len(), "probing before a first claim");
+            let probe = self
+                .lan
+                .probe_many(ifindex, mac, ips.clone(), self.probe_config);
+            let limit = self.probe_config.window() + PROBE_GRACE;
+            self.probes.spawn(async move {
+                let result = tokio::time::timeout(limit, probe)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(LanError::Io {
+                            ifindex,
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("the probe did not finish within {limit:?}"),
+                            ),
+                        })
+                    });
+                (ifindex, ifname, ips, result)
+            });
+        }
+    }
+
+    /// Hands a finished probe to the guard.
+    fn on_probe(&mut self, (ifindex, ifname, ips, result): ProbeDone) {
+        let now = Instant::now().into_std();
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                warn!(interface = %ifname, error = %e, ips = ips.len(), "cannot probe: first claims wait, retried with backoff");
+                for ip in ips {
+                    self.metrics.inc_probe(ProbeMetric::Failed);
+                    self.guard.probe_failed(ip, now);
+                }
+                return;
+            }
+        };
+        for ip in ips {
+            let Some(outcome) = outcomes.get(&ip).copied() else {
+                self.metrics.inc_probe(ProbeMetric::Failed);
+                self.guard.probe_failed(ip, now);
+                continue;
+            };
+            let who = match outcome {
+                ProbeOutcome::Free => {
+                    self.metrics.inc_probe(ProbeMetric::Free);
+                    None
+                }
+                ProbeOutcome::Taken { mac } => {
+                    self.metrics.inc_probe(ProbeMetric::Taken);
+                    Some(self.sighting(mac, ifindex, Some(&ifname)))
+                }
+            };
+            let mac = who.as_ref().map(|w| w.mac);
+            match self
+                .guard
+                .probe_result(ip, outcome, who, &self.desired, now)
+            {
+                ProbeChange::Conflict => {
+                    warn!(%ip, interface = %ifname, mac = ?mac.map(|m| m.to_string()), "address conflict: another host answered the probe; not taken")
+                }
+                ProbeChange::ConflictGone => {
+                    info!(%ip, interface = %ifname, "conflict over: nobody answers the probe any more")
+                }
+                ProbeChange::Cleared => debug!(%ip, interface = %ifname, "probe: free"),
+                ProbeChange::StillTaken => {
+                    debug!(%ip, interface = %ifname, "re-probe: still taken")
+                }
+                ProbeChange::Nothing => {}
+            }
+        }
+    }
+
+    /// Hands claims seen on the LAN to the guard and does what it says; returns what must
+    /// follow at once.
+    fn on_claims(&mut self, claims: &[Observed]) -> After {
+        let held = self.held();
+        let now = Instant::now();
+        let fresh = self.authority.is_fresh(now);
+        let mut after = After::Nothing;
+        for claim in claims {
+            let who = self.sighting(claim.mac, claim.ifindex, None);
+            let (ip, mac, ifname) = (claim.ip, claim.mac, who.ifname.clone());
+            let verdict =
+                self.guard
+                    .observe(claim, who, &self.desired, &held, fresh, now.into_std());
+            let needs = match &verdict {
+                Verdict::Ignore => After::Nothing,
+                Verdict::Defend { .. } | Verdict::Defended | Verdict::Taken => After::Publish,
+                Verdict::Yield { .. } | Verdict::Remove => After::Reconcile,
+            };
+            match &verdict {
+                Verdict::Ignore => continue,
+                Verdict::Yield { node } => {
+                    self.metrics.inc_yield();
+                    warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is stale: yielding it");
+                }
+                Verdict::Remove => {
+                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP: removing it");
+                }
+                Verdict::Defend { node } => {
+                    self.defend(ip);
+                    warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is fresh: defended");
+                }
+                Verdict::Defended => {
+                    debug!(%ip, %mac, "claimed again within the defence interval")
+                }
+                Verdict::Taken => {
+                    warn!(%ip, interface = %ifname, %mac, "another host claims an IP being probed: not taken")
+                }
+            }
+            after = after.max(needs);
+        }
+        after
+    }
+
+    /// Sends one defence of held `ip` from its link's MAC.
+    fn defend(&self, ip: IpAddr) {
+        let Some(alias) = self.aliases.owned().find(|a| a.ip == ip) else {
+            return;
+        };
+        let mac = self
+            .aliases
+            .last_snapshot()
+            .and_then(|h| h.links.iter().find(|l| l.index == alias.ifindex))
+            .and_then(|l| l.mac);
+        let Some(mac) = mac else {
+            debug!(alias = %alias, "link has no Ethernet address: no defence");
+            return;
+        };
+        match self.lan.defend(alias.ifindex, Mac(mac), ip) {
+            Ok(()) => self.metrics.inc_defence(),
+            Err(e) => warn!(alias = %alias, error = %e, "defence not sent"),
+        }
+    }
+
+    /// Who `mac` is, seen on `ifindex`.
+    fn sighting(&self, mac: Mac, ifindex: u32, ifname: Option<&str>) -> Sighting {
+        let ifname = ifname.map(str::to_owned).unwrap_or_else(|| {
+            self.aliases
+                .last_snapshot()
+                .and_then(|h| h.links.iter().find(|l| l.index == ifindex))
+                .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
+        });
+        Sighting {
+            mac,
+            node: self.desired.node_of_mac(mac).map(str::to_owned),
+            ifindex,
+            ifname,
+        }
+    }
+
+    /// Tells the LAN port the links (with our MACs) and the IPs held, when they changed.
+    fn tell_lan(&mut self) {
+        if let Some(host) = self.aliases.last_snapshot() {
+            let interfaces: Vec<(u32, Mac)> = host
+                .links
+                .iter()
+                .filter_map(|l| Some((l.index, Mac(l.mac?))))
+                // Loopback's all-zero address is no Ethernet interface.
+                .filter(|(_, mac)| mac.0 != [0; 6])
+                .collect();
+            if interfaces != self.lan_interfaces {
+                self.lan.set_interfaces(&interfaces);
+                self.lan_interfaces = interfaces;
+            }
+        }
+        let watched = self.aliases.held_ips();
+        if watched != self.lan_watched {
+            self.lan.set_watched(&watched);
+            self.lan_watched = watched;
+        }
+    }
+
+    /// Publishes the report; the heartbeat writes the Lease at once when it changed.
+    fn publish(&self) {
+        let lan = self.guard.conflicts();
+        self.metrics.set_lan_conflicts(lan.len());
+        let mut conflicts: Vec<Conflict> = self
+            .aliases
+            .conflicts()
+            .map(|c| Conflict {
+                mac: None,
+                interface: None,
+                ip: c.ip,
+                reason: format!("already configured on {} by another owner", c.ifname),
+            })
+            .collect();
+        conflicts.extend(lan);
+        conflicts.truncate(MAX_CONFLICTS);
+        let report = AgentReport {
+            version: REPORT_VERSION,
+            interfaces: self.interfaces.clone(),
+            // An alias on a link without carrier answers nobody: not held, so the
+            // controller's break-before-make can move its IP at once.
+            held: self
+                .aliases
+                .owned()
+                .filter(|a| self.links_up.get(&a.ifindex) != Some(&false))
+                .map(|a| a.ip)
+                .collect(),
+            conflicts,
+            shield: self.aliases.shield_state(),
+        };
+        self.report_tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&report);
+            if changed {
+                *current = Some(report);
+            }
+            changed
+        });
+    }
+
+    fn count_error(&self, e: &ReconcileError) {
+        match e {
+            ReconcileError::Snapshot(b) | ReconcileError::Write(b) => self.count_backend_error(b),
+            ReconcileError::Interface { .. } | ReconcileError::Shield(_) => {}
+        }
+    }
+
+    fn count_backend_error(&self, e: &BackendError) {
+        self.metrics.inc_netlink_error(e.op());
+        if e.is_timeout() {
+            self.metrics.inc_netlink_timeout(e.op());
+        }
+    }
+}
+
+/// Whether a reconcile reached the kernel: it read the node and no request went
+/// unanswered. A refused write is an answer (the report says what is held); a dump that
+/// failed or a request that timed out says nothing about what the kernel holds.
+fn reached_kernel(report: &ReconcileReport) -> bool {
+    !report.errors.iter().any(|e| match e {
+        ReconcileError::Snapshot(_) => true,
+        ReconcileError::Write(b) => b.is_timeout(),
+        ReconcileError::Interface { .. } | ReconcileError::Shield(_) => false,
+    })
+}
+
+/// The link and our MAC on it to probe `ip` on: where the conflict was seen (`hint`), else
+/// the interface the alias would go on. `None`: no such link, or it has no Ethernet address.
+fn probe_link<'a>(
+    host: &'a HostState,
+    desired: &DesiredSet,
+    interface_override: Option<&str>,
+    ip: IpAddr,
+    hint: Option<u32>,
+) -> Option<(&'a Link, Mac)> {
+    let link = match hint.and_then(|i| host.links.iter().find(|l| l.index == i)) {
+        Some(link) => link,
+        None => {
+            let assigned = desired
+                .iter()
+                .find(|(i, _)| *i == ip)
+                .and_then(|(_, name)| name);
+            host::choose_interface(host, ip, interface_override, assigned).ok()?
+        }
+    };
+    Some((link, Mac(link.mac?)))
+}
+
+/// The aliases to re-announce: those on links that were down at the last look and are up
+/// now, whose IP is still desired (an alias whose removal failed is not announced again).
+pub fn reannouncements<'a>(
+    links_before: &BTreeMap<u32, bool>,
+    links_now: &[Link],
+    owned: impl Iterator<Item = &'a Alias>,
+    desired: &DesiredSet,
+) -> Vec<(Alias, [u8; 6])> {
+    let came_up: BTreeMap<u32, [u8; 6]> = links_now
+        .iter()
+        .filter(|l| l.up && links_before.get(&l.index) == Some(&false))
+        .filter_map(|l| Some((l.index, l.mac?)))
+        .collect();
+    owned
+        .filter(|a| desired.contains(a.ip))
+        .filter_map(|a| Some((a.clone(), *came_up.get(&a.ifindex)?)))
+        .collect()
+}
+
+/// Aliases this reconcile put back that we held before and did not remove on purpose
+/// (someone else deleted them).
+pub fn repairs(held_before: &BTreeSet<IpAddr>, report: &ReconcileReport) -> usize {
+    let moved: BTreeSet<IpAddr> = report.removed.iter().map(|a| a.ip).collect();
+    report
+        .added
+        .iter()
+        .filter(|a| held_before.contains(&a.ip) && !moved.contains(&a.ip))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(index: u32, up: bool) -> Link {
+        Link {
+            index,
+            name: format!("eth{index}"),
+            mac: Some([2, 0, 0, 0, 0, index as u8]),
+            up,
+        }
+    }
+
+    fn alias(ip: &str, ifindex: u32) -> Alias {
+        Alias {
+            ip: ip.parse().unwrap(),
+            ifindex,
+            ifname: format!("eth{ifindex}"),
+        }
+    }
+
+    #[test]
+    fn a_link_regaining_carrier_reannounces_only_desired_ips_on_it() {
+        let before: BTreeMap<u32, bool> = [(2, false), (3, true), (4, false)].into();
+        let now = [link(2, true), link(3, true), link(4, false)];
+        let owned = [
+            alias("10.0.0.1", 2),
+            alias("10.0.0.2", 2),
+            alias("10.0.0.3", 3),
+            alias("10.0.0.4", 4),
+        ];
+        let desired: DesiredSet = ["10.0.0.1", "10.0.0.3", "10.0.0.4"]
+            .iter()
+            .map(|s| (s.parse().unwrap(), None))
+            .collect();
+        let again = reannouncements(&before, &now, owned.iter(), &desired);
+        assert_eq!(again, vec![(alias("10.0.0.1", 2), [2, 0, 0, 0, 0, 2])]);
+        // Nothing known before (the first look): nothing came up.
+        assert!(reannouncements(&BTreeMap::new(), &now, owned.iter(), &desired).is_empty());
+    }
+}

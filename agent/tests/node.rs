@@ -1,0 +1,726 @@
+//! The run loop against a fake kernel and a fake LAN, in paused time: probes gate first
+//! claims, a node's claim makes a stale agent yield within the loop iteration that saw it
+//! and a fresh one defend once per 10 s, a foreign claim removes the alias, and a hung
+//! kernel stops the Lease renewals.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
+use aliaslb_agent::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime, Timed};
+use aliaslb_agent::guard::GuardConfig;
+use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
+use aliaslb_agent::http::Health;
+use aliaslb_agent::lan::{
+    BoxFuture, ClaimKind, LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults,
+};
+use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
+use aliaslb_agent::metrics::Metrics;
+use aliaslb_agent::node::{Loop, Node, NodeSetup};
+use aliaslb_core::mac::Mac;
+use aliaslb_core::report::AgentReport;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+const NODE2: Mac = Mac([0x46, 0xb0, 0x48, 0xe8, 0x2d, 0x96]);
+const STRANGER: Mac = Mac([0x02, 0xaa, 0, 0, 0, 1]);
+const LEASE: Duration = Duration::from_secs(4);
+const RENEW: Duration = Duration::from_secs(1);
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A node with `eth0` (192.168.1.10/24, default route, MAC 02:00:00:00:00:02) whose
+/// address table is in memory; every operation is logged with the (paused) time; `hang`
+/// makes every operation wait for ever.
+#[derive(Debug, Default)]
+struct Fake {
+    host: Mutex<HostState>,
+    log: Mutex<Vec<(&'static str, Option<IpAddr>, Instant)>>,
+    hang: AtomicBool,
+}
+
+impl Fake {
+    fn new() -> Arc<Self> {
+        let fake = Fake::default();
+        *fake.host.lock().unwrap() = HostState {
+            links: vec![Link {
+                index: 2,
+                name: "eth0".into(),
+                mac: Some([2, 0, 0, 0, 0, 2]),
+                up: true,
+            }],
+            addresses: vec![HostAddress {
+                ip: ip("192.168.1.10"),
+                prefix_len: 24,
+                ifindex: 2,
+                owned: false,
+                global: true,
+            }],
+            default_v4: Some(2),
+            default_v6: None,
+        };
+        Arc::new(fake)
+    }
+
+    async fn op(&self, op: &'static str, target: Option<IpAddr>) {
+        self.log.lock().unwrap().push((op, target, Instant::now()));
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn ours(&self) -> Vec<IpAddr> {
+        let mut v: Vec<_> = self
+            .host
+            .lock()
+            .unwrap()
+            .addresses
+            .iter()
+            .filter(|a| a.owned)
+            .map(|a| a.ip)
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn log_len(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    fn log_since(&self, n: usize) -> Vec<(&'static str, Option<IpAddr>, Instant)> {
+        self.log.lock().unwrap()[n..].to_vec()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Kernel(Arc<Fake>);
+
+impl AddressBackend for Kernel {
+    async fn snapshot(&self) -> Result<HostState, BackendError> {
+        self.0.op("snapshot", None).await;
+        Ok(self.0.host.lock().unwrap().clone())
+    }
+
+    async fn add(&self, alias: &Alias, _: Lifetime) -> Result<bool, BackendError> {
+        self.0.op("add", Some(alias.ip)).await;
+        let mut host = self.0.host.lock().unwrap();
+        if host.addresses.iter().any(|a| a.ip == alias.ip) {
+            return Ok(false);
+        }
+        host.addresses.push(HostAddress {
+            ip: alias.ip,
+            prefix_len: alias.prefix_len(),
+            ifindex: alias.ifindex,
+            owned: true,
+            global: true,
+        });
+        Ok(true)
+    }
+
+    async fn delete(&self, alias: &Alias) -> Result<bool, BackendError> {
+        self.0.op("delete", Some(alias.ip)).await;
+        let mut host = self.0.host.lock().unwrap();
+        let before = host.addresses.len();
+        host.addresses
+            .retain(|a| !(a.ip == alias.ip && a.ifindex == alias.ifindex));
+        Ok(host.addresses.len() != before)
+    }
+
+    async fn refresh(&self, alias: &Alias, _: Lifetime) -> Result<(), BackendError> {
+        self.0.op("refresh", Some(alias.ip)).await;
+        Ok(())
+    }
+}
+
+/// A probe asked of the fake LAN: interface, our MAC, the IPs, when.
+type ProbeCall = (u32, Mac, Vec<IpAddr>, Instant);
+
+/// A LAN where the hosts in `answers` answer probes for their IPs; everything the loop asks
+/// of it is recorded.
+#[derive(Debug, Default)]
+struct FakeLan {
+    answers: Arc<Mutex<BTreeMap<IpAddr, Mac>>>,
+    probes: Mutex<Vec<ProbeCall>>,
+    defences: Mutex<Vec<(u32, Mac, IpAddr, Instant)>>,
+    watched: Mutex<Vec<IpAddr>>,
+    interfaces: Mutex<Vec<(u32, Mac)>>,
+    /// Probes never finish.
+    stall: Arc<AtomicBool>,
+}
+
+impl LanPort for FakeLan {
+    fn set_interfaces(&self, interfaces: &[(u32, Mac)]) {
+        *self.interfaces.lock().unwrap() = interfaces.to_vec();
+    }
+
+    fn set_watched(&self, ips: &[IpAddr]) {
+        *self.watched.lock().unwrap() = ips.to_vec();
+    }
+
+    fn probe_many(
+        &self,
+        ifindex: u32,
+        mac: Mac,
+        ips: Vec<IpAddr>,
+        config: ProbeConfig,
+    ) -> BoxFuture<ProbeResults> {
+        self.probes
+            .lock()
+            .unwrap()
+            .push((ifindex, mac, ips.clone(), Instant::now()));
+        let answers = self.answers.clone();
+        let stall = self.stall.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if stall {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(config.window()).await;
+            let answers = answers.lock().unwrap();
+            Ok(ips
+                .into_iter()
+                .map(|ip| match answers.get(&ip) {
+                    Some(mac) => (ip, ProbeOutcome::Taken { mac: *mac }),
+                    None => (ip, ProbeOutcome::Free),
+                })
+                .collect())
+        })
+    }
+
+    fn defend(&self, ifindex: u32, mac: Mac, ip: IpAddr) -> Result<(), LanError> {
+        self.defences
+            .lock()
+            .unwrap()
+            .push((ifindex, mac, ip, Instant::now()));
+        Ok(())
+    }
+}
+
+/// A running loop and every handle on it.
+struct Harness {
+    fake: Arc<Fake>,
+    lan: Arc<FakeLan>,
+    desired_tx: watch::Sender<Option<DesiredSet>>,
+    observed_tx: mpsc::UnboundedSender<Observed>,
+    report_rx: watch::Receiver<Option<AgentReport>>,
+    authority: Authority,
+    kernel: KernelRounds,
+    metrics: Arc<Metrics>,
+    changes_tx: mpsc::Sender<()>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Harness {
+    fn start() -> Harness {
+        Harness::start_with(Fake::new(), None)
+    }
+
+    /// On `fake`, re-announcing through `announcer`.
+    fn start_with(fake: Arc<Fake>, announcer: Option<Announcer>) -> Harness {
+        let lan = Arc::new(FakeLan::default());
+        let (desired_tx, desired_rx) = watch::channel(None);
+        let (observed_tx, observed) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = watch::channel(None);
+        let (changes_tx, changes) = mpsc::channel(1);
+        let authority = Authority::new(LEASE);
+        let kernel = KernelRounds::new();
+        let metrics = Arc::new(Metrics::new());
+        let aliases = AliasManager::new(
+            Timed::new(Kernel(fake.clone()), Duration::from_secs(2)),
+            AliasConfig {
+                interface_override: None,
+                lifetime: Lifetime::for_lease(LEASE),
+            },
+        );
+        let mut node = Node::new(
+            aliases,
+            NodeSetup {
+                announcer,
+                metrics: metrics.clone(),
+                report_tx,
+                lan: lan.clone(),
+                authority: authority.clone(),
+                kernel: kernel.clone(),
+                guard: GuardConfig::default(),
+                probe: ProbeConfig::default(),
+            },
+        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let inputs = Loop {
+            desired_rx,
+            changes,
+            observed,
+            api_back: Arc::new(Notify::new()),
+            health: Health::new(Duration::from_secs(60)),
+            renew_interval: RENEW,
+            resync_interval: Duration::from_secs(30),
+        };
+        // Not `tokio::spawn`: the reconcile's write streams are not `Send` for every
+        // lifetime (a compiler limit), so the loop runs on the test's thread.
+        let task = tokio::task::spawn_local(async move {
+            node.run(inputs, async move {
+                let _ = stopped.await;
+                "stop"
+            })
+            .await;
+        });
+        Harness {
+            fake,
+            lan,
+            desired_tx,
+            observed_tx,
+            report_rx,
+            authority,
+            kernel,
+            metrics,
+            changes_tx,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn want(&self, d: DesiredSet) {
+        self.desired_tx.send_replace(Some(d));
+    }
+
+    fn claim(&self, s: &str, mac: Mac, kind: ClaimKind) {
+        self.observed_tx
+            .send(Observed {
+                ip: ip(s),
+                mac,
+                ifindex: 2,
+                kind,
+                at: Instant::now().into_std(),
+            })
+            .unwrap();
+    }
+
+    fn report(&self) -> AgentReport {
+        self.report_rx.borrow().clone().unwrap_or_default()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+    }
+}
+
+/// `plain` IPs (takeovers) and `probed` ones (first claims); node-2's MAC known.
+fn desired(plain: &[&str], probed: &[&str]) -> DesiredSet {
+    let mut d: DesiredSet = plain.iter().chain(probed).map(|s| (ip(s), None)).collect();
+    for s in probed {
+        d.mark_probe(ip(s));
+    }
+    d.add_node_mac(NODE2, "alb-node-2");
+    d
+}
+
+/// Polls `cond` every 10 ms of (paused) time, for at most `limit`.
+async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `test` on a local task set (the loop is spawned on it).
+async fn local<F: std::future::Future>(test: F) -> F::Output {
+    tokio::task::LocalSet::new().run_until(test).await
+}
+
+/// Lets the loop run its pending work without time passing.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_claim_is_added_only_after_its_probe_finds_it_free() {
+    local(async {
+        let h = Harness::start();
+        let sent = Instant::now();
+        h.want(desired(&[], &["192.168.1.50"]));
+        wait_for("the probe", Duration::from_secs(1), || {
+            !h.lan.probes.lock().unwrap().is_empty()
+        })
+        .await;
+        assert!(h.fake.ours().is_empty(), "not added before the probe ends");
+        wait_for("the add", Duration::from_secs(2), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        assert!(
+            sent.elapsed() >= ProbeConfig::default().window(),
+            "added after {:?}",
+            sent.elapsed()
+        );
+        let probes = h.lan.probes.lock().unwrap().clone();
+        assert_eq!(probes.len(), 1, "{probes:?}");
+        assert_eq!(
+            (probes[0].0, probes[0].1, probes[0].2.clone()),
+            (2, Mac([2, 0, 0, 0, 0, 2]), vec![ip("192.168.1.50")])
+        );
+        assert_eq!(h.report().held, [ip("192.168.1.50")].into());
+        assert_eq!(*h.lan.watched.lock().unwrap(), vec![ip("192.168.1.50")]);
+        assert_eq!(
+            *h.lan.interfaces.lock().unwrap(),
+            vec![(2, Mac([2, 0, 0, 0, 0, 2]))]
+        );
+        // Held: never probed again.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(h.lan.probes.lock().unwrap().len(), 1);
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_probes_total{outcome="free"} 1"#),
+            "{text}"
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_takeover_is_added_at_once_without_a_probe() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(h.lan.probes.lock().unwrap().is_empty());
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answered_probe_is_never_added_is_reported_and_reprobed_until_free() {
+    local(async {
+        let h = Harness::start();
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.50"), STRANGER);
+        h.want(desired(&["192.168.1.60"], &["192.168.1.50"]));
+        wait_for("the conflict", Duration::from_secs(2), || {
+            !h.report().conflicts.is_empty()
+        })
+        .await;
+        let report = h.report();
+        let c = &report.conflicts[0];
+        assert_eq!(c.ip, ip("192.168.1.50"));
+        assert_eq!(c.mac, Some(STRANGER));
+        assert_eq!(c.interface.as_deref(), Some("eth0"));
+        assert_eq!(
+            c.reason,
+            "answered ARP on eth0 from 02:aa:00:00:00:01 (not a node of this cluster)"
+        );
+        assert_eq!(report.held, [ip("192.168.1.60")].into());
+        // Re-probed (after 1 s, then 2 s, 4 s...), never added while answered.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.60")]);
+        let probes = h.lan.probes.lock().unwrap().len();
+        assert!((3..=5).contains(&probes), "{probes} probes in ~10 s");
+        // The other host goes away: the next re-probe finds it free, and it is added.
+        h.lan.answers.lock().unwrap().clear();
+        wait_for("the re-take", Duration::from_secs(20), || {
+            h.fake.ours().len() == 2
+        })
+        .await;
+        wait_for("the report", Duration::from_secs(1), || {
+            h.report().conflicts.is_empty()
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_claim_while_stale_deletes_the_alias_before_the_next_renewal_tick() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        // No renewal ever succeeded: stale once a lease has passed.
+        tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+        assert!(!h.authority.is_fresh(Instant::now()));
+        let mark = h.fake.log_len();
+        let sent = Instant::now();
+        h.claim("192.168.1.50", NODE2, ClaimKind::Uses);
+        wait_for("the delete", Duration::from_secs(1), || h.fake.ours().is_empty()).await;
+        let log = h.fake.log_since(mark);
+        let delete = log
+            .iter()
+            .position(|(op, _, _)| *op == "delete")
+            .expect("a delete");
+        assert!(
+            log[..delete].iter().all(|(op, _, _)| *op != "refresh"),
+            "a refresh came first: {log:?}"
+        );
+        assert_eq!(log[delete].2, sent, "deleted in the same instant: {log:?}");
+        let report = h.report();
+        assert!(report.held.is_empty());
+        assert_eq!(report.conflicts.len(), 1);
+        assert_eq!(
+            report.conflicts[0].reason,
+            "claimed on eth0 by node alb-node-2 (46:b0:48:e8:2d:96) while this agent's Lease was stale: yielded"
+        );
+        // Stays yielded (nothing added, nothing refreshed) while stale, even with a new set.
+        h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.51")]);
+        assert!(
+            !h.fake
+                .log_since(mark)
+                .iter()
+                .any(|(op, ip, _)| *op != "delete" && *ip == Some("192.168.1.50".parse().unwrap())),
+            "touched again after the yield"
+        );
+        // Fresh again and a newer desired set still listing it: taken back.
+        h.authority.record_renewal(Instant::now());
+        h.want(desired(&["192.168.1.50"], &[]));
+        wait_for("the re-take", Duration::from_secs(1), || {
+            h.fake.ours() == vec![ip("192.168.1.50")]
+        })
+        .await;
+        let text = h.metrics.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_yields_total 1"), "{text}");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        let start = Instant::now();
+        // Claimed every second for 25 s while the Lease keeps being renewed.
+        for _ in 0..25 {
+            h.authority.record_renewal(Instant::now());
+            h.claim("192.168.1.50", NODE2, ClaimKind::Uses);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let defences = h.lan.defences.lock().unwrap().clone();
+        let at: Vec<u64> = defences.iter().map(|d| (d.3 - start).as_secs()).collect();
+        assert_eq!(at, vec![0, 10, 20], "{defences:?}");
+        assert!(
+            defences
+                .iter()
+                .all(|d| (d.0, d.1, d.2) == (2, Mac([2, 0, 0, 0, 0, 2]), ip("192.168.1.50")))
+        );
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
+        let report = h.report();
+        assert_eq!(report.held, [ip("192.168.1.50")].into());
+        assert!(
+            report.conflicts[0]
+                .reason
+                .ends_with("while this agent's Lease was fresh: defended"),
+            "{:?}",
+            report.conflicts
+        );
+        assert_eq!(report.conflicts[0].mac, Some(NODE2));
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_claim_removes_the_alias_at_once_and_is_reported() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.50"), STRANGER);
+        // Probes of a held IP are the kernel's to answer.
+        h.claim("192.168.1.50", STRANGER, ClaimKind::Probes);
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
+        settle().await;
+        assert!(h.fake.ours().is_empty());
+        let report = h.report();
+        assert_eq!(
+            report.conflicts[0].reason,
+            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster): removed"
+        );
+        assert_eq!(report.conflicts[0].interface.as_deref(), Some("eth0"));
+        // Re-probed with backoff: still answered, then gone: taken back.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(h.fake.ours().is_empty());
+        assert!(!h.lan.probes.lock().unwrap().is_empty());
+        h.lan.answers.lock().unwrap().clear();
+        wait_for("the re-take", Duration::from_secs(20), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_kernel_stops_the_lease_renewals_until_it_answers_again() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        let gate = |k: &KernelRounds| may_renew(k.last_ok(), Instant::now(), LEASE, RENEW);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(gate(&h.kernel), "refreshes keep the gate open");
+        h.fake.hang.store(true, Ordering::SeqCst);
+        let hung = Instant::now();
+        wait_for("the gate to close", Duration::from_secs(10), || {
+            !gate(&h.kernel)
+        })
+        .await;
+        let closed = hung.elapsed();
+        assert!(
+            closed <= LEASE - RENEW + RENEW + Duration::from_millis(20),
+            "closed after {closed:?}"
+        );
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_netlink_timeouts_total{operation="refresh"}"#),
+            "{text}"
+        );
+        h.fake.hang.store(false, Ordering::SeqCst);
+        wait_for("the gate to open", Duration::from_secs(3), || {
+            gate(&h.kernel)
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_never_finishes_keeps_the_first_claim_back_and_is_retried() {
+    local(async {
+        let h = Harness::start();
+        h.lan.stall.store(true, Ordering::SeqCst);
+        h.want(desired(&[], &["192.168.1.50"]));
+        // Window (400 ms) + 2 s grace: failed; retried after 1 s, then 2 s...
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(h.fake.ours().is_empty(), "no first claim without a probe");
+        assert!(
+            h.report().conflicts.is_empty(),
+            "a failed probe is no conflict"
+        );
+        assert_eq!(h.lan.probes.lock().unwrap().len(), 2);
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_probes_total{outcome="failed"} 2"#),
+            "{text}"
+        );
+        h.lan.stall.store(false, Ordering::SeqCst);
+        wait_for("the add", Duration::from_secs(10), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_report_lists_host_conflicts_and_lan_conflicts_together() {
+    local(async {
+        let h = Harness::start();
+        // 192.168.1.10 is the node's own address: a host conflict.
+        h.want(desired(&["192.168.1.10", "192.168.1.50"], &[]));
+        settle().await;
+        h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
+        settle().await;
+        let report = h.report();
+        let got: Vec<_> = report
+            .conflicts
+            .iter()
+            .map(|c| (c.ip, c.mac, c.interface.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ip("192.168.1.10"), None, None),
+                (ip("192.168.1.50"), Some(STRANGER), Some("eth0")),
+            ]
+        );
+        assert_eq!(
+            report.conflicts[0].reason,
+            "already configured on eth0 by another owner"
+        );
+        let text = h.metrics.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_lan_conflicts 1"), "{text}");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
+    local(async {
+        // eth9 (10.9.0.1/24) has an index no interface of this host has: the announcer's
+        // frames fail to send and are counted, nothing reaches a real LAN.
+        let fake = Fake::new();
+        {
+            let mut host = fake.host.lock().unwrap();
+            host.links.push(Link {
+                index: 4242,
+                name: "eth9".into(),
+                mac: Some([2, 0, 0, 0, 0, 9]),
+                up: true,
+            });
+            host.addresses.push(HostAddress {
+                ip: ip("10.9.0.1"),
+                prefix_len: 24,
+                ifindex: 4242,
+                owned: false,
+                global: true,
+            });
+        }
+        let announcer = Announcer::new(AnnounceConfig {
+            repeats: 0,
+            interval: Duration::from_millis(100),
+        });
+        let frames = || announcer.frames_sent() + announcer.frames_failed();
+        let h = Harness::start_with(fake.clone(), Some(announcer.clone()));
+        let set_up = |up: bool| {
+            fake.host.lock().unwrap().links[1].up = up;
+        };
+        h.want(desired(&["10.9.0.50", "10.9.0.51"], &[]));
+        settle().await;
+        assert_eq!(fake.ours(), vec![ip("10.9.0.50"), ip("10.9.0.51")]);
+        // Carrier lost: seen at the next look; nothing announced.
+        set_up(false);
+        h.changes_tx.send(()).await.unwrap();
+        settle().await;
+        assert!(h.report().held.is_empty(), "no carrier: not held");
+        // Back, while 10.9.0.51 left this node's assignment.
+        set_up(true);
+        h.want(desired(&["10.9.0.50"], &[]));
+        h.changes_tx.send(()).await.unwrap();
+        wait_for("the announcement", Duration::from_secs(2), || frames() > 0).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(frames(), 1, "one burst of one frame: 10.9.0.50 only");
+        assert_eq!(fake.ours(), vec![ip("10.9.0.50")]);
+        h.stop().await;
+    })
+    .await;
+}
