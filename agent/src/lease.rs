@@ -204,7 +204,12 @@ impl Authority {
         }
     }
 
-    /// Records a renewal that succeeded at `at`.
+    /// Records a renewal that succeeded, `at` being when its request was sent: before the
+    /// write landed, so before the controller can have seen it. This agent's authority
+    /// therefore ends no later than the controller's view of its Lease does: by the time
+    /// the controller has given an IP to another node (its Lease stale on the controller's
+    /// clock), the old holder is stale too and yields to the new holder's first
+    /// announcement (assuming the two monotonic clocks run at the same rate).
     pub fn record_renewal(&self, at: Instant) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.renewed = Some(state.renewed.map_or(at, |r| r.max(at)));

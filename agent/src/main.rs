@@ -13,8 +13,9 @@ use aliaslb_agent::aliases::{AliasConfig, AliasManager};
 use aliaslb_agent::announce::{AnnounceConfig, Announcer};
 use aliaslb_agent::backend::{Lifetime, REQUEST_TIMEOUT, Timed};
 use aliaslb_agent::config::{Flags, Settings};
-use aliaslb_agent::guard::{GuardConfig, NoLan};
+use aliaslb_agent::guard::GuardConfig;
 use aliaslb_agent::http::{AgentProbes, Health};
+use aliaslb_agent::lan::LanWatch;
 use aliaslb_agent::lan::ProbeConfig;
 use aliaslb_agent::lease::{self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig};
 use aliaslb_agent::metrics::Metrics;
@@ -27,7 +28,7 @@ use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tracing::{error, info, warn};
 
 #[tokio::main]
@@ -147,11 +148,10 @@ async fn main() -> anyhow::Result<()> {
     .with_shield(shield);
     metrics.track_announcer(announcer.clone());
     let changes = watch_changes().context("subscribing to netlink address and link changes")?;
-    // WIRING: the AF_PACKET LAN port (`aliaslb_agent::lan::LanWatch`, another branch) goes
-    // here with its receiver of claims; until then `NoLan` sees nothing and finds every
-    // probed IP free, and nothing sends on `observed_tx`.
-    let lan = Arc::new(NoLan);
-    let (_observed_tx, observed) = mpsc::unbounded_channel();
+    // The LAN: one AF_PACKET socket per interface watches claims for the held IPs, and
+    // first claims are probed through it.
+    let (lan, observed) = LanWatch::start();
+    let lan = Arc::new(lan);
     let mut node = Node::new(
         aliases,
         NodeSetup {
