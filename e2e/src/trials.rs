@@ -388,15 +388,15 @@ impl Overlap {
     }
 }
 
-/// How long `old` kept answering for `ip` on the LAN after another MAC first showed for it
-/// (an announcement or an answer): from that arrival to the first round after which `old`
-/// never answered again. `None` when no other MAC showed, or `old` still answered in the
-/// last round (it never yielded).
+/// How long `old` kept answering for `ip` on the LAN after another MAC first showed for it:
+/// from that MAC's clock start (its announcement, see [`LanRecord::yield_windows`]) to the
+/// first round after which `old` never answered again. `None` when no other MAC showed, or
+/// `old` still answered in the last round (it never yielded).
 pub fn lan_yield(record: &LanRecord, ip: Ipv4Addr, old: Mac) -> Option<Duration> {
-    let (arrived, _) = record
-        .arrivals(ip)
+    let (_, arrived, _) = record
+        .yield_windows(ip)
         .into_iter()
-        .find(|(_, mac)| *mac != old)?;
+        .find(|(_, _, mac)| *mac != old)?;
     let answered = |s: &crate::lan::LanSample| s.answers.get(&ip).is_some_and(|m| m.contains(&old));
     let last = record.samples.iter().rposition(answered);
     let yielded = match last {

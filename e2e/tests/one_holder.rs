@@ -1,7 +1,7 @@
 //! One IP, one holder (issue 12), judged on the LAN: the LAN sampler ([`aliaslb_e2e::lan`])
 //! asks from the client's namespace who answers ARP for each IP every 20 ms, and at most one
-//! MAC may answer, except within [`aliaslb_e2e::lan::YIELD_BOUND`] after a new holder first shows. Scenarios,
-//! on one lab, in this order:
+//! MAC may answer, except within [`aliaslb_e2e::lan::YIELD_BOUND`] (100 ms) after a new
+//! holder's first announcement. Scenarios, on one lab, in this order:
 //!
 //! - `pause-10`, `pause-30`: kube-apiserver SIGSTOPped for 10 s and 30 s: no move (the same
 //!   holder MAC answers all along) and no failed client request;
@@ -390,8 +390,8 @@ fn lease_renew_time(lab: &Lab, n: u8) -> Result<String, Error> {
 }
 
 /// API-only partition of the holder, both directions, LAN untouched: the IP moves to
-/// another node; at most one MAC answers except within [`aliaslb_e2e::lan::YIELD_BOUND`] after the new
-/// holder first shows; requests work after the move.
+/// another node; at most one MAC answers except within [`aliaslb_e2e::lan::YIELD_BOUND`]
+/// after the new holder's first announcement; requests work after the move.
 fn partition(lab: &Lab) -> Result<Outcome, Error> {
     let name = "partition";
     let (ip, old) = announced_service(lab, name)?;
