@@ -10,6 +10,21 @@
 //! cargo build -p aliaslb-agent -p aliaslb-controller --bins
 //! cargo run -p aliaslb-e2e --example failover_trials -- --trials 20
 //! ```
+//!
+//! Every trial also runs the LAN sampler ([`aliaslb_e2e::lan`]): the table counts the rounds
+//! in which two MACs answered for the IP beyond the 100 ms yield bound, the sampler's
+//! stalls, and how long the old holder kept answering after the new one (or a foreign
+//! host) first showed. The faults of issue 12 are not in the default set:
+//!
+//! ```sh
+//! cargo run -p aliaslb-e2e --example failover_trials -- --leases 4 --trials 10 \
+//!     --faults partition,api-pause,controller-partition,foreign --pause-seconds 10
+//! ```
+//!
+//! `partition` must move the IP (lease + 1 s) with the old holder yielding within 100 ms of
+//! the new one's announcement; `api-pause` and `controller-partition` must move nothing
+//! (their "IP did not move" column is the good outcome); `foreign` times the holder's yield
+//! to a foreign host that takes the IP (target 100 ms).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -19,6 +34,7 @@ use std::time::{Duration, Instant};
 use aliaslb_e2e::client::{self, RecoveryProbe};
 use aliaslb_e2e::fixtures::{lb_service, namespace};
 use aliaslb_e2e::lab::{Lab, NODES, node_name, wait_for};
+use aliaslb_e2e::lan::{LanSampler, LanViolation};
 use aliaslb_e2e::sampler::{SAMPLE_PERIOD, Sampler};
 use aliaslb_e2e::trials::{
     self, Fault, Launcher, Overlap, Summary, agent_lease, load_average, set_cordoned, set_excluded,
@@ -34,6 +50,8 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 const GRACEFUL_TIMEOUT: Duration = Duration::from_secs(3);
 /// A hard failover is given the lease duration plus this long.
 const HARD_GRACE: Duration = Duration::from_secs(4);
+/// How long a foreign-host trial watches the LAN for the holder to yield.
+const FOREIGN_WATCH: Duration = Duration::from_secs(3);
 
 /// Failover trials over the netns lab.
 #[derive(Debug, Parser)]
@@ -51,6 +69,10 @@ struct Args {
     /// at all (0: never), so a fault that is not handled does not eat the run.
     #[arg(long, default_value_t = 3)]
     give_up_after: u32,
+    /// How long `api-pause` stops the apiserver and `controller-partition` cuts the
+    /// controller, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pause_seconds: u64,
     /// Also write the Markdown table to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -65,6 +87,12 @@ struct Trial {
     /// The node that answered after the fault and how long it took; `None`: timed out.
     recovered: Option<(u8, Duration)>,
     overlap: Overlap,
+    /// LAN rounds in which two MACs answered for the IP beyond the yield bound.
+    lan_doubles: usize,
+    /// Stalls of the LAN sampler beyond the yield bound.
+    lan_stalls: usize,
+    /// How long the old holder kept answering after another MAC first showed.
+    lan_yield: Option<Duration>,
 }
 
 /// The trials of one fault under one lease duration.
@@ -175,7 +203,12 @@ fn restart_everything(lab: &Lab, launcher: &Launcher) -> Result<(), Error> {
 }
 
 fn run_series(lab: &Lab, launcher: &Launcher, fault: Fault, args: &Args) -> Result<Series, Error> {
-    let timeout = if fault.graceful() {
+    let pause = Duration::from_secs(args.pause_seconds);
+    let timeout = if fault == Fault::ForeignHost {
+        FOREIGN_WATCH
+    } else if fault.timed() {
+        pause + launcher.lease + HARD_GRACE
+    } else if fault.graceful() {
         GRACEFUL_TIMEOUT
     } else {
         launcher.lease + HARD_GRACE
@@ -202,12 +235,33 @@ fn run_series(lab: &Lab, launcher: &Launcher, fault: Fault, args: &Args) -> Resu
         }
         // Holders 1, 2, 3, 1, ...: never the previous trial's, whatever the fault did.
         let (ip, holder) = settle(lab, Some(NODES[(i as usize - 1) % NODES.len()]))?;
-        let (trial, evidence) = run_trial(lab, launcher, fault, ip, holder, timeout)?;
+        let (trial, evidence) = run_trial(lab, launcher, fault, ip, holder, timeout, pause)?;
+        let lan = format!(
+            "LAN: {} rounds with two MACs beyond the yield bound, {} stalls, old holder answered {} ms after another MAC showed",
+            trial.lan_doubles,
+            trial.lan_stalls,
+            trial.lan_yield.map_or("—".to_owned(), ms)
+        );
+        if !fault.moves() && fault != Fault::ForeignHost {
+            println!(
+                "[trials] {}s {} #{i}: {ip} on {}: {}; {lan}",
+                launcher.lease.as_secs(),
+                fault.key(),
+                node_name(holder),
+                match trial.recovered {
+                    None => "did not move (good)".to_owned(),
+                    Some((to, after)) =>
+                        format!("MOVED to {} after {} ms", node_name(to), ms(after)),
+                }
+            );
+            series.trials.push(trial);
+            continue;
+        }
         match trial.recovered {
             Some((to, after)) => {
                 timeouts_in_a_row = 0;
                 println!(
-                    "[trials] {}s {} #{i}: {ip} {} -> {} in {:.0} ms; on two nodes in {} samples (longest {:.0} ms)",
+                    "[trials] {}s {} #{i}: {ip} {} -> {} in {:.0} ms; on two nodes in {} samples (longest {:.0} ms); {lan}",
                     launcher.lease.as_secs(),
                     fault.key(),
                     node_name(holder),
@@ -220,10 +274,15 @@ fn run_series(lab: &Lab, launcher: &Launcher, fault: Fault, args: &Args) -> Resu
             None => {
                 timeouts_in_a_row += 1;
                 println!(
-                    "[trials] {}s {} #{i}: {ip} on {}: no answer through another node within {} ms; {}",
+                    "[trials] {}s {} #{i}: {ip} on {}: no {} within {} ms; {lan}; {}",
                     launcher.lease.as_secs(),
                     fault.key(),
                     node_name(holder),
+                    if fault == Fault::ForeignHost {
+                        "yield to the foreign host"
+                    } else {
+                        "answer through another node"
+                    },
                     timeout.as_millis(),
                     evidence.as_deref().unwrap_or_default()
                 );
@@ -302,7 +361,8 @@ fn move_to(lab: &Lab, want: u8) -> Result<(Ipv4Addr, u8), Error> {
     moved
 }
 
-/// One trial; the evidence is filled in when the IP did not move.
+/// One trial; the evidence is filled in when the IP did not move (or, for a foreign
+/// host, the holder did not yield).
 fn run_trial(
     lab: &Lab,
     launcher: &Launcher,
@@ -310,41 +370,71 @@ fn run_trial(
     ip: Ipv4Addr,
     old: u8,
     timeout: Duration,
+    pause: Duration,
 ) -> Result<(Trial, Option<String>), Error> {
+    let old_mac = lab.node_mac(old)?;
     let sampler = Sampler::start();
-    let probe = RecoveryProbe::start(ip, timeout, move |a| a.via_node().is_some_and(|n| n != old));
+    let lan = LanSampler::start([ip])?;
+    let probe = (fault != Fault::ForeignHost).then(|| {
+        RecoveryProbe::start(ip, timeout, move |a| a.via_node().is_some_and(|n| n != old))
+    });
     let fault_at = Instant::now();
-    inject(lab, fault, old)?;
+    inject(lab, fault, ip, old)?;
     let injection = fault_at.elapsed();
-    let recovered = match probe.wait(fault_at) {
-        Ok(r) => r.answer.via_node().map(|n| (n, r.after)),
-        Err(Error::Timeout { .. }) => None,
-        Err(e) => return Err(e),
+    if fault.timed() {
+        std::thread::sleep(pause.saturating_sub(injection));
+        undo_timed(lab, fault)?;
+    }
+    let recovered = match probe {
+        Some(probe) => match probe.wait(fault_at) {
+            Ok(r) => r.answer.via_node().map(|n| (n, r.after)),
+            Err(Error::Timeout { .. }) => None,
+            Err(e) => return Err(e),
+        },
+        None => {
+            std::thread::sleep(timeout);
+            None
+        }
     };
     // Sample on until the old node no longer has the IP (a killed or frozen agent's alias
     // lives until its lifetime, the lease duration, runs out), bounded.
-    let until = fault_at + launcher.lease + Duration::from_secs(2);
-    let gone = wait_for(
-        &format!("{ip} to leave {}", node_name(old)),
-        until.saturating_duration_since(Instant::now()),
-        || {
-            let held = aliases(old)?;
-            Ok(if held.contains(&ip) {
-                Err(format!("{held:?}"))
-            } else {
-                Ok(())
-            })
-        },
-    );
-    match gone {
-        Ok(()) | Err(Error::Timeout { .. }) => {}
-        Err(e) => return Err(e),
+    if fault.moves() {
+        let until = fault_at + launcher.lease + Duration::from_secs(2);
+        let gone = wait_for(
+            &format!("{ip} to leave {}", node_name(old)),
+            until.saturating_duration_since(Instant::now()),
+            || {
+                let held = aliases(old)?;
+                Ok(if held.contains(&ip) {
+                    Err(format!("{held:?}"))
+                } else {
+                    Ok(())
+                })
+            },
+        );
+        match gone {
+            Ok(()) | Err(Error::Timeout { .. }) => {}
+            Err(e) => return Err(e),
+        }
     }
     std::thread::sleep(SAMPLE_PERIOD * 2);
     let samples = sampler.finish()?;
-    let evidence = match recovered {
-        Some(_) => None,
-        None => Some(evidence(lab, ip, old)?),
+    let record = lan.finish()?;
+    let violations = record.violations();
+    let lan_doubles = violations
+        .iter()
+        .filter(|v| matches!(v, LanViolation::Double { .. }))
+        .count();
+    let lan_stalls = violations.len() - lan_doubles;
+    let lan_yield = trials::lan_yield(&record, ip, old_mac);
+    let recovered = if fault == Fault::ForeignHost {
+        lan_yield.map(|y| (old, y))
+    } else {
+        recovered
+    };
+    let evidence = match (recovered, fault.moves() || fault == Fault::ForeignHost) {
+        (None, true) => Some(evidence(lab, ip, old)?),
+        _ => None,
     };
     restore(lab, launcher, fault, old)?;
     Ok((
@@ -353,14 +443,30 @@ fn run_trial(
             injection,
             recovered,
             overlap: Overlap::of(&samples, ip),
+            lan_doubles,
+            lan_stalls,
+            lan_yield,
         },
         evidence,
     ))
 }
 
-fn inject(lab: &Lab, fault: Fault, n: u8) -> Result<(), Error> {
+/// Ends a timed fault (`api-pause`, `controller-partition`).
+fn undo_timed(lab: &Lab, fault: Fault) -> Result<(), Error> {
+    match fault {
+        Fault::ApiPause => lab.resume_apiserver(),
+        Fault::ControllerPartition => lab.heal_controller("controller-1"),
+        _ => Ok(()),
+    }
+}
+
+fn inject(lab: &Lab, fault: Fault, ip: Ipv4Addr, n: u8) -> Result<(), Error> {
     let agent = format!("agent-{n}");
     match fault {
+        Fault::ApiPartition => lab.partition_api(n),
+        Fault::ApiPause => lab.pause_apiserver(),
+        Fault::ControllerPartition => lab.partition_controller("controller-1"),
+        Fault::ForeignHost => lab.add_rogue(ip).map(drop),
         Fault::AgentKill => lab.kill(&agent),
         Fault::LinkDown => lab.unplug(n),
         Fault::AgentFreeze => trials::signal(lab, &agent, "STOP"),
@@ -373,6 +479,20 @@ fn inject(lab: &Lab, fault: Fault, n: u8) -> Result<(), Error> {
 /// Undoes `fault` on node `n` and waits until the node can take the IP again.
 fn restore(lab: &Lab, launcher: &Launcher, fault: Fault, n: u8) -> Result<(), Error> {
     let agent = format!("agent-{n}");
+    match fault {
+        Fault::ApiPause => {
+            return wait_for("the apiserver to answer", SETTLE_TIMEOUT, || {
+                Ok(match lab.kubectl(&["get", "--raw", "/readyz"]) {
+                    Ok(out) if out.trim() == "ok" => Ok(()),
+                    Ok(out) => Err(out),
+                    Err(e) => Err(e.to_string()),
+                })
+            });
+        }
+        Fault::ControllerPartition => return lab.wait_leader("controller-1", SETTLE_TIMEOUT),
+        Fault::ForeignHost => return lab.remove_rogue(),
+        _ => {}
+    }
     let stale = agent_lease(lab, n)?.map(|l| l.renew_time);
     match fault {
         Fault::AgentKill | Fault::AgentTerm => launcher.start_agent(lab, n)?,
@@ -387,6 +507,8 @@ fn restore(lab: &Lab, launcher: &Launcher, fault: Fault, n: u8) -> Result<(), Er
         Fault::LinkDown => lab.plug(n)?,
         Fault::Cordon => return set_cordoned(lab, n, false),
         Fault::ExcludeLabel => return set_excluded(lab, n, false),
+        Fault::ApiPartition => lab.heal_api(n)?,
+        Fault::ApiPause | Fault::ControllerPartition | Fault::ForeignHost => {}
     }
     // The agent is back once it renews its Lease with eth0 in its report.
     wait_for(
@@ -441,8 +563,15 @@ fn row(s: &Series) -> String {
         .filter_map(|t| t.recovered.map(|(_, after)| after))
         .collect();
     let timeouts = s.trials.len() - times.len();
-    let within = times.iter().filter(|&&t| t <= target).count();
+    // For the faults that must move nothing, a trial without a move is the good outcome.
+    let still = s.fault.timed();
+    let within = if still {
+        timeouts
+    } else {
+        times.iter().filter(|&&t| t <= target).count()
+    };
     let (p50, p99, max) = match Summary::of(&times) {
+        _ if still && times.is_empty() => ("—".to_owned(), "—".to_owned(), "—".to_owned()),
         Some(sum) if timeouts == 0 => (ms(sum.p50), ms(sum.p99), ms(sum.max)),
         // A timed-out trial is slower than any figure: it sets p99 and max.
         Some(sum) => (
@@ -464,6 +593,12 @@ fn row(s: &Series) -> String {
     let injections: Vec<Duration> = s.trials.iter().map(|t| t.injection).collect();
     let injection = Summary::of(&injections).map_or("—".to_owned(), |sum| ms(sum.p50));
     let with_overlap = s.trials.iter().filter(|t| t.overlap.samples > 0).count();
+    let lan_doubles: usize = s.trials.iter().map(|t| t.lan_doubles).sum();
+    let lan_stalls: usize = s.trials.iter().map(|t| t.lan_stalls).sum();
+    let yields: Vec<Duration> = s.trials.iter().filter_map(|t| t.lan_yield).collect();
+    let yields = Summary::of(&yields).map_or("—".to_owned(), |sum| {
+        format!("{} / {}", ms(sum.p50), ms(sum.max))
+    });
     let holders: Vec<String> = NODES
         .into_iter()
         .map(|n| s.trials.iter().filter(|t| t.from == n).count().to_string())
@@ -474,7 +609,7 @@ fn row(s: &Series) -> String {
         String::new()
     };
     format!(
-        "| {} | {} s | {}{skipped} | {} | {p50} | {p99} | {max} | {injection} | {} | {within}/{} | {} | {with_overlap} | {} | {} | {} |",
+        "| {} | {} s | {}{skipped} | {} | {p50} | {p99} | {max} | {injection} | {} | {within}/{} | {} | {with_overlap} | {} | {} | {lan_doubles} | {lan_stalls} | {yields} | {} |",
         s.fault.describe(),
         s.lease.as_secs(),
         s.trials.len(),
@@ -490,7 +625,7 @@ fn row(s: &Series) -> String {
 
 fn table(all: &[Series]) -> String {
     let mut out = String::from(
-        "| Fault | agent lease | trials | holder node 1/2/3 | p50 ms | p99 ms | max ms | fault command p50 ms | target ms | within target | IP did not move | trials with IP on 2 nodes | samples on 2 nodes | longest overlap ms | load (1-min avg, start -> end) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| Fault | agent lease | trials | holder node 1/2/3 | p50 ms | p99 ms | max ms | fault command p50 ms | target ms | within target | IP did not move | trials with IP on 2 nodes | samples on 2 nodes | longest overlap ms | LAN rounds with 2 MACs beyond 100 ms | LAN sampler stalls | old holder's yield p50 / max ms | load (1-min avg, start -> end) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in all {
         out.push_str(&row(s));

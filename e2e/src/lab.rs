@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::Error;
+use crate::lan::Mac;
 
 /// The lab's node numbers: node `N` is the namespace and Node `alb-node-N` at 192.168.55.10N.
 pub const NODES: [u8; 3] = [1, 2, 3];
@@ -200,6 +201,132 @@ impl ServiceView {
             self.node,
             conditions.join("; ")
         )
+    }
+}
+
+/// The namespace of the foreign host of [`Lab::add_rogue`] (`scripts/lab down` removes it).
+pub const ROGUE_NS: &str = "alb-rogue";
+/// The foreign host's own LAN address.
+pub const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 250);
+/// The nftables table of [`Lab::partition_api`] (the agent's own is `inet aliaslb`).
+pub const PARTITION_TABLE: &str = "aliaslb_e2e_partition";
+
+/// The apiserver's port (`ALIASLB_LAB_API_PORT`, as `scripts/lab` reads it).
+pub fn api_port() -> u16 {
+    std::env::var("ALIASLB_LAB_API_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(16443)
+}
+
+/// The port of controller `identity`'s relay: 16500 + the number ending the identity
+/// (`controller-2` -> 16502).
+pub fn controller_relay_port(identity: &str) -> Result<u16, Error> {
+    identity
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse::<u16>().ok())
+        .filter(|n| *n < 100)
+        .map(|n| 16500 + n)
+        .ok_or_else(|| {
+            Error::Environment(format!(
+                "controller identity {identity:?} does not end in a number below 100 (its relay port is 16500 + that number)"
+            ))
+        })
+}
+
+/// The MAC of `eth0` in namespace `ns`.
+pub fn ns_mac(ns: &str) -> Result<Mac, Error> {
+    let out = run(Command::new("ip").args(["-n", ns, "-j", "link", "show", "eth0"]))?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| Error::Output {
+        cmd: format!("ip -n {ns} -j link show eth0"),
+        why: format!("not JSON: {e}"),
+    })?;
+    v[0]["address"]
+        .as_str()
+        .ok_or_else(|| Error::Output {
+            cmd: format!("ip -n {ns} -j link show eth0"),
+            why: "no address".to_owned(),
+        })?
+        .parse()
+        .map_err(|why| Error::Output {
+            cmd: format!("ip -n {ns} -j link show eth0"),
+            why,
+        })
+}
+
+/// Node `n`'s API partition while alive: cut on creation, healed on drop (also on panic).
+#[derive(Debug)]
+pub struct ApiCut<'a> {
+    lab: &'a Lab,
+    node: u8,
+    healed: bool,
+}
+
+impl<'a> ApiCut<'a> {
+    /// Cuts node `n`'s API path ([`Lab::partition_api`]).
+    pub fn new(lab: &'a Lab, n: u8) -> Result<ApiCut<'a>, Error> {
+        lab.partition_api(n)?;
+        Ok(ApiCut {
+            lab,
+            node: n,
+            healed: false,
+        })
+    }
+
+    /// Heals it now.
+    pub fn heal(mut self) -> Result<(), Error> {
+        self.healed = true;
+        self.lab.heal_api(self.node)
+    }
+}
+
+impl Drop for ApiCut<'_> {
+    fn drop(&mut self) {
+        if self.healed {
+            return;
+        }
+        if let Err(e) = self.lab.heal_api(self.node) {
+            eprintln!(
+                "[e2e] healing node {}'s API partition failed: {e:?}",
+                self.node
+            );
+        }
+    }
+}
+
+/// kube-apiserver stopped while alive: SIGSTOP on creation, SIGCONT on drop (also on panic).
+#[derive(Debug)]
+pub struct ApiPause<'a> {
+    lab: &'a Lab,
+    resumed: bool,
+}
+
+impl<'a> ApiPause<'a> {
+    /// Stops kube-apiserver ([`Lab::pause_apiserver`]).
+    pub fn new(lab: &'a Lab) -> Result<ApiPause<'a>, Error> {
+        lab.pause_apiserver()?;
+        Ok(ApiPause {
+            lab,
+            resumed: false,
+        })
+    }
+
+    /// Resumes it now.
+    pub fn resume(mut self) -> Result<(), Error> {
+        self.resumed = true;
+        self.lab.resume_apiserver()
+    }
+}
+
+impl Drop for ApiPause<'_> {
+    fn drop(&mut self) {
+        if self.resumed {
+            return;
+        }
+        if let Err(e) = self.lab.resume_apiserver() {
+            eprintln!("[e2e] resuming kube-apiserver failed: {e:?}");
+        }
     }
 }
 
@@ -434,8 +561,13 @@ impl Lab {
     }
 
     /// [`Lab::start_controller`] with more flags for the controller.
+    ///
+    /// The replica reaches the apiserver through a relay of its own (`api-relay-IDENTITY`,
+    /// 127.0.0.1:[`controller_relay_port`]), as each node does, so that
+    /// [`Lab::partition_controller`] can cut its path alone.
     pub fn start_controller_with(&self, identity: &str, flags: &[&str]) -> Result<(), Error> {
-        let kubeconfig = format!("KUBECONFIG={}", self.controller_kubeconfig.display());
+        let kubeconfig = self.controller_relay(identity)?;
+        let kubeconfig = format!("KUBECONFIG={}", kubeconfig.display());
         let bin = self.bins.join("aliaslb-controller");
         let bin = bin.to_string_lossy();
         let mut cmd = vec![
@@ -504,6 +636,225 @@ impl Lab {
     /// Restores node `n`'s API access (`scripts/lab up` restarts the missing relay).
     pub fn restore_api(&self) -> Result<(), Error> {
         self.lab(&["up"]).map(drop)
+    }
+
+    /// Starts the relay of controller `identity` unless it runs, and writes its kubeconfig
+    /// (the controller ServiceAccount's, with the relay's port); returns the kubeconfig.
+    fn controller_relay(&self, identity: &str) -> Result<PathBuf, Error> {
+        let port = controller_relay_port(identity)?;
+        let relay = format!("api-relay-{identity}");
+        if !self.alive(&relay) {
+            self.spawn(
+                &relay,
+                "host",
+                &[
+                    "socat",
+                    &format!("TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"),
+                    &format!("TCP:127.0.0.1:{}", api_port()),
+                ],
+            )?;
+            wait_for(
+                &format!("{relay} to listen on {port}"),
+                Duration::from_secs(5),
+                || {
+                    Ok(match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e.to_string()),
+                    })
+                },
+            )?;
+        }
+        let text =
+            std::fs::read_to_string(&self.controller_kubeconfig).map_err(|source| Error::Io {
+                what: format!("reading {}", self.controller_kubeconfig.display()),
+                source,
+            })?;
+        let path = self.state.join(format!("kubeconfig-{identity}"));
+        let text = text.replace(
+            &format!("https://127.0.0.1:{}", api_port()),
+            &format!("https://127.0.0.1:{port}"),
+        );
+        std::fs::write(&path, text).map_err(|source| Error::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// Whether the lab process `name` runs (its pid file names a live, non-zombie process).
+    pub fn alive(&self, name: &str) -> bool {
+        let pid = std::fs::read_to_string(self.state.join(format!("pids/{name}.pid")))
+            .unwrap_or_default();
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        !pid.trim().is_empty() && !stat.is_empty() && stat.split_whitespace().nth(2) != Some("Z")
+    }
+
+    /// The pid of the lab process `name`.
+    pub fn pid(&self, name: &str) -> Result<u32, Error> {
+        let path = self.state.join(format!("pids/{name}.pid"));
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })?;
+        text.trim().parse().map_err(|e| Error::Output {
+            cmd: format!("cat {}", path.display()),
+            why: format!("not a pid: {e}"),
+        })
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process group of the lab process `name`
+    /// (`scripts/lab start` runs each in a session of its own: a relay's forked children
+    /// are in it).
+    pub fn signal_group(&self, name: &str, signal: &str) -> Result<(), Error> {
+        let pid = self.pid(name)?;
+        run(Command::new("kill").args([&format!("-{signal}"), "--", &format!("-{pid}")])).map(drop)
+    }
+
+    /// Cuts node `n`'s path to the apiserver only, in both directions and silently (no
+    /// reset, open connections hang): an nftables table of the harness's own in the node's
+    /// namespace drops every packet to or from the API port on 127.0.0.1 (where the node's
+    /// relay listens). The LAN is untouched: the agent keeps answering ARP. Undo with
+    /// [`Lab::heal_api`]; [`ApiCut`] does both.
+    pub fn partition_api(&self, n: u8) -> Result<(), Error> {
+        let port = api_port();
+        let rules = format!(
+            "table inet {PARTITION_TABLE} {{\n  chain output {{\n    type filter hook output priority -300; policy accept;\n    ip daddr 127.0.0.1 tcp dport {port} drop\n    ip saddr 127.0.0.1 tcp sport {port} drop\n  }}\n}}\n"
+        );
+        run_with_input(
+            Command::new("ip").args(["netns", "exec", &node_name(n), "nft", "-f", "-"]),
+            Some(&rules),
+        )
+        .map(drop)
+    }
+
+    /// Removes node `n`'s API partition (none is fine).
+    pub fn heal_api(&self, n: u8) -> Result<(), Error> {
+        let ns = node_name(n);
+        let listed = run(Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "tables"]))?;
+        if !listed.contains(PARTITION_TABLE) {
+            return Ok(());
+        }
+        run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &ns,
+            "nft",
+            "delete",
+            "table",
+            "inet",
+            PARTITION_TABLE,
+        ]))
+        .map(drop)
+    }
+
+    /// SIGSTOP of kube-apiserver: every client's requests hang (nothing is refused) until
+    /// [`Lab::resume_apiserver`]; [`ApiPause`] does both.
+    pub fn pause_apiserver(&self) -> Result<(), Error> {
+        self.signal_group("kube-apiserver", "STOP")
+    }
+
+    /// SIGCONT of kube-apiserver.
+    pub fn resume_apiserver(&self) -> Result<(), Error> {
+        self.signal_group("kube-apiserver", "CONT")
+    }
+
+    /// Cuts controller `identity`'s path to the apiserver silently: its relay (see
+    /// [`Lab::start_controller_with`]) is stopped with SIGSTOP, so its connections and new
+    /// connects hang, as behind a dropped route. Undo with [`Lab::heal_controller`].
+    pub fn partition_controller(&self, identity: &str) -> Result<(), Error> {
+        self.signal_group(&format!("api-relay-{identity}"), "STOP")
+    }
+
+    /// Lets controller `identity` reach the apiserver again.
+    pub fn heal_controller(&self, identity: &str) -> Result<(), Error> {
+        self.signal_group(&format!("api-relay-{identity}"), "CONT")
+    }
+
+    /// The MAC of node `n`'s LAN interface (`eth0`).
+    pub fn node_mac(&self, n: u8) -> Result<Mac, Error> {
+        ns_mac(&node_name(n))
+    }
+
+    /// The MAC of the client's LAN interface.
+    pub fn client_mac(&self) -> Result<Mac, Error> {
+        ns_mac(CLIENT_NS)
+    }
+
+    /// Names of the MACs on the LAN: the nodes (`alb-node-N`), the client and the rogue
+    /// host when it is there.
+    pub fn mac_names(&self) -> Result<BTreeMap<Mac, String>, Error> {
+        let mut names = BTreeMap::new();
+        for n in NODES {
+            names.insert(self.node_mac(n)?, node_name(n));
+        }
+        names.insert(self.client_mac()?, CLIENT_NS.to_owned());
+        if Path::new(&format!("/run/netns/{ROGUE_NS}")).exists() {
+            names.insert(ns_mac(ROGUE_NS)?, ROGUE_NS.to_owned());
+        }
+        Ok(names)
+    }
+
+    /// A foreign host on the LAN (namespace [`ROGUE_NS`], [`ROGUE_IP`], no aliaslb) that
+    /// configures `ip` and announces it with two gratuitous ARPs: its kernel then answers
+    /// ARP for `ip` (probes included). Returns its MAC. [`Lab::remove_rogue`] takes it
+    /// away; `scripts/lab down` does too.
+    pub fn add_rogue(&self, ip: Ipv4Addr) -> Result<Mac, Error> {
+        if !Path::new(&format!("/run/netns/{ROGUE_NS}")).exists() {
+            run(Command::new("ip").args(["netns", "add", ROGUE_NS]))?;
+            run(Command::new("ip").args([
+                "-n", "alb-lan", "link", "add", "rogue", "type", "veth", "peer", "name", "eth0",
+                "netns", ROGUE_NS,
+            ]))?;
+            run(Command::new("ip").args([
+                "-n", "alb-lan", "link", "set", "rogue", "master", "br0", "up",
+            ]))?;
+            run(Command::new("ip").args(["-n", ROGUE_NS, "link", "set", "lo", "up"]))?;
+            run(Command::new("ip").args([
+                "-n",
+                ROGUE_NS,
+                "addr",
+                "replace",
+                &format!("{ROGUE_IP}/24"),
+                "dev",
+                "eth0",
+            ]))?;
+            run(Command::new("ip").args(["-n", ROGUE_NS, "link", "set", "eth0", "up"]))?;
+        }
+        run(Command::new("ip").args([
+            "-n",
+            ROGUE_NS,
+            "addr",
+            "replace",
+            &format!("{ip}/32"),
+            "dev",
+            "eth0",
+        ]))?;
+        // `arping -U` exits 1 when nobody answers, which is the normal case for a GARP.
+        let _ = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            ROGUE_NS,
+            "arping",
+            "-q",
+            "-U",
+            "-c",
+            "2",
+            "-w",
+            "1",
+            "-I",
+            "eth0",
+            &ip.to_string(),
+        ]));
+        ns_mac(ROGUE_NS)
+    }
+
+    /// Removes the rogue host (none is fine).
+    pub fn remove_rogue(&self) -> Result<(), Error> {
+        if Path::new(&format!("/run/netns/{ROGUE_NS}")).exists() {
+            run(Command::new("ip").args(["netns", "del", ROGUE_NS]))?;
+        }
+        Ok(())
     }
 
     /// The holder of the controllers' leader Lease.

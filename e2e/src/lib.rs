@@ -1,13 +1,15 @@
 //! Harness of the end-to-end tests (tests only, see `tests/`): a guard around the netns lab
 //! of `scripts/lab` with the real `aliaslb-controller` and `aliaslb-agent` processes in it,
-//! a client that probes load-balancer IPs from the LAN, and a sampler of the aliases on
-//! every node. Everything here does I/O: processes, network namespaces, `kubectl`.
+//! a client that probes load-balancer IPs from the LAN, a sampler of the aliases on
+//! every node, and a LAN-side sampler of who answers ARP for each IP ([`lan`]). Everything
+//! here does I/O (processes, network namespaces, `kubectl`), except the verdicts.
 
 pub mod chaos;
 pub mod client;
 mod error;
 pub mod fixtures;
 pub mod lab;
+pub mod lan;
 pub mod sampler;
 pub mod trials;
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::lab::{AGENT_NAMESPACE, Lab, node_name, run};
+use crate::lan::{LanRecord, Mac};
 use crate::sampler::{SAMPLE_PERIOD, Samples};
 
 /// The node label that takes a node out of the load-balancer election.
@@ -36,17 +37,32 @@ pub enum Fault {
     Cordon,
     /// The holder gets the [`EXCLUDE_LABEL`] label.
     ExcludeLabel,
+    /// API-only partition of the holder, both directions, LAN untouched
+    /// ([`Lab::partition_api`]): agent alive and on the LAN, cut from the apiserver.
+    ApiPartition,
+    /// kube-apiserver SIGSTOPped for a while ([`Lab::pause_apiserver`]): nothing may move.
+    ApiPause,
+    /// The controller's API path cut for a while ([`Lab::partition_controller`]): nothing
+    /// may move.
+    ControllerPartition,
+    /// A foreign host on the LAN takes the IP ([`Lab::add_rogue`]): the holder must yield
+    /// within [`crate::lan::YIELD_BOUND`].
+    ForeignHost,
 }
 
 impl Fault {
     /// Every fault, hard ones first.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 10] = [
         Fault::AgentKill,
         Fault::LinkDown,
         Fault::AgentFreeze,
         Fault::AgentTerm,
         Fault::Cordon,
         Fault::ExcludeLabel,
+        Fault::ApiPartition,
+        Fault::ApiPause,
+        Fault::ControllerPartition,
+        Fault::ForeignHost,
     ];
 
     /// The short name used on the command line.
@@ -58,6 +74,10 @@ impl Fault {
             Fault::AgentTerm => "term",
             Fault::Cordon => "cordon",
             Fault::ExcludeLabel => "exclude",
+            Fault::ApiPartition => "partition",
+            Fault::ApiPause => "api-pause",
+            Fault::ControllerPartition => "controller-partition",
+            Fault::ForeignHost => "foreign",
         }
     }
 
@@ -81,7 +101,27 @@ impl Fault {
             Fault::AgentTerm => "graceful: agent SIGTERM",
             Fault::Cordon => "graceful: `kubectl cordon`",
             Fault::ExcludeLabel => "graceful: exclude-from-external-load-balancers label",
+            Fault::ApiPartition => "hard: API-only partition of the holder (LAN up)",
+            Fault::ApiPause => "no move: kube-apiserver paused (SIGSTOP)",
+            Fault::ControllerPartition => "no move: the controller's API path cut",
+            Fault::ForeignHost => "conflict: a foreign host takes the IP (time to yield)",
         }
+    }
+
+    /// Whether the IP has to move to another node: false for the faults that must change
+    /// nothing on the LAN (the API or the controller away) and for a foreign host (the
+    /// holder yields; the Service moves to another address, not the IP to another node).
+    pub fn moves(self) -> bool {
+        !matches!(
+            self,
+            Fault::ApiPause | Fault::ControllerPartition | Fault::ForeignHost
+        )
+    }
+
+    /// Whether the fault lasts a fixed time (`--pause-seconds`) and is undone by the trial
+    /// before its verdict.
+    pub fn timed(self) -> bool {
+        matches!(self, Fault::ApiPause | Fault::ControllerPartition)
     }
 
     /// Whether the move is a planned one (break-before-make, no lease to wait for).
@@ -91,8 +131,11 @@ impl Fault {
 
     /// The target the issue sets for this fault under agent lease `lease`: 0.5 s for a
     /// graceful move, the lease duration + 1 s for a hard one.
+    /// A foreign host: the yield bound.
     pub fn target(self, lease: Duration) -> Duration {
-        if self.graceful() {
+        if self == Fault::ForeignHost {
+            crate::lan::YIELD_BOUND
+        } else if self.graceful() {
             Duration::from_millis(500)
         } else {
             lease + Duration::from_secs(1)
@@ -345,6 +388,24 @@ impl Overlap {
     }
 }
 
+/// How long `old` kept answering for `ip` on the LAN after another MAC first showed for it:
+/// from that MAC's clock start (its announcement, see [`LanRecord::yield_windows`]) to the
+/// first round after which `old` never answered again. `None` when no other MAC showed, or
+/// `old` still answered in the last round (it never yielded).
+pub fn lan_yield(record: &LanRecord, ip: Ipv4Addr, old: Mac) -> Option<Duration> {
+    let (_, arrived, _) = record
+        .yield_windows(ip)
+        .into_iter()
+        .find(|(_, _, mac)| *mac != old)?;
+    let answered = |s: &crate::lan::LanSample| s.answers.get(&ip).is_some_and(|m| m.contains(&old));
+    let last = record.samples.iter().rposition(answered);
+    let yielded = match last {
+        None => record.samples.iter().find(|s| s.at >= arrived)?,
+        Some(i) => record.samples.get(i + 1)?,
+    };
+    Some(yielded.at.saturating_duration_since(arrived))
+}
+
 /// `/proc/loadavg`'s first three fields, e.g. `6.24 6.54 6.02`.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -464,6 +525,64 @@ mod tests {
         }
         let e = Fault::from_key("reboot").unwrap_err();
         assert!(e.contains("\"reboot\"") && e.contains("kill, link"), "{e}");
+    }
+
+    #[test]
+    fn the_yield_runs_from_the_new_macs_arrival_to_the_old_ones_last_answer() {
+        use crate::lan::{Announcement, LanSample};
+        let t0 = Instant::now();
+        let (old, new) = (Mac([2, 0, 0, 0, 0, 1]), Mac([2, 0, 0, 0, 0, 2]));
+        let rounds = |holders: &[&[Mac]]| -> Vec<LanSample> {
+            holders
+                .iter()
+                .enumerate()
+                .map(|(i, macs)| LanSample {
+                    at: t0 + ms(20 * i as u64),
+                    answers: [(IP, macs.iter().copied().collect())].into(),
+                })
+                .collect()
+        };
+        // `new` announces at 30 ms; `old` answers last at 80 ms; the round after is 100 ms.
+        let record = LanRecord {
+            samples: rounds(&[
+                &[old],
+                &[old],
+                &[old, new],
+                &[old, new],
+                &[old, new],
+                &[new],
+                &[new],
+            ]),
+            announcements: vec![Announcement {
+                at: t0 + ms(30),
+                ip: IP,
+                mac: new,
+            }],
+        };
+        assert_eq!(lan_yield(&record, IP, old), Some(ms(70)));
+        // Never yielded.
+        let stuck = LanRecord {
+            samples: rounds(&[&[old], &[old, new], &[old, new]]),
+            announcements: Vec::new(),
+        };
+        assert_eq!(lan_yield(&stuck, IP, old), None);
+        // Nobody else showed.
+        let alone = LanRecord {
+            samples: rounds(&[&[old], &[old], &[]]),
+            announcements: Vec::new(),
+        };
+        assert_eq!(lan_yield(&alone, IP, old), None);
+    }
+
+    #[test]
+    fn only_the_api_and_controller_faults_and_the_foreign_host_keep_the_ip_in_place() {
+        let still: Vec<&str> = Fault::ALL
+            .into_iter()
+            .filter(|f| !f.moves())
+            .map(|f| f.key())
+            .collect();
+        assert_eq!(still, ["api-pause", "controller-partition", "foreign"]);
+        assert_eq!(Fault::ForeignHost.target(Duration::from_secs(4)), ms(100));
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The chaos run with invariants over the lab, with the real binaries (2 controller replicas,
-//! 3 agents): seeded random Service, pool, process and node actions for a bounded time,
-//! a checker sampling every 200 ms, then one summary line; every count must be 0.
+//! 3 agents): seeded random Service, pool, process and node actions (API-only partitions
+//! of a node or a controller, a foreign host taking a pool address, an apiserver restart
+//! and pause among them) for a bounded time, a checker sampling the cluster every 200 ms
+//! and the LAN sampler asking who answers ARP for every pool address every 20 ms (one MAC
+//! per IP, except within the 100 ms yield bound), then one summary line; every count must
+//! be 0.
 //!
 //! The short form (60 s of chaos, under 3 minutes with the lab) runs in `cargo test`;
 //! replay a seed or run long by hand (needs root):
