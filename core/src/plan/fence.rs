@@ -159,24 +159,23 @@ impl Planner {
     /// longer fenced go back to their pool. Runs after [`Planner::apply_config`]: a new
     /// config rebuilt the ledgers, so then every address is fenced again.
     pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
-        let mut current: BTreeMap<IpAddr, FenceCause> = inputs
-            .node_addresses
+        let nodes = inputs.node_addresses;
+        let lan: BTreeMap<IpAddr, LanConflict> = if inputs.agents_unobservable {
+            self.lan_conflicts()
+                .map(|(ip, c)| (ip, c.clone()))
+                .collect()
+        } else {
+            lan_conflicts(inputs.nodes, inputs.agents)
+        };
+        if !self.config_changed && self.fences_are(nodes, &lan) {
+            return;
+        }
+        let mut current: BTreeMap<IpAddr, FenceCause> = nodes
             .iter()
             .map(|(ip, address)| (*ip, FenceCause::Node(address.clone())))
             .collect();
-        if inputs.agents_unobservable {
-            for (ip, cause) in &self.fences {
-                if matches!(cause, FenceCause::Lan(_)) {
-                    current.entry(*ip).or_insert_with(|| cause.clone());
-                }
-            }
-        } else {
-            for (ip, lan) in lan_conflicts(inputs.nodes, inputs.agents) {
-                current.entry(ip).or_insert(FenceCause::Lan(lan));
-            }
-        }
-        if !self.config_changed && self.fences == current {
-            return;
+        for (ip, conflict) in lan {
+            current.entry(ip).or_insert(FenceCause::Lan(conflict));
         }
         let gone: Vec<IpAddr> = self
             .fences
@@ -205,6 +204,23 @@ impl Planner {
             self.reserve(*ip);
         }
         self.fences = current;
+    }
+
+    /// Whether the fences are `nodes`, then `lan` for the addresses no Node has: the
+    /// steady state, checked without building the map. O(fences x log n).
+    fn fences_are(
+        &self,
+        nodes: &BTreeMap<IpAddr, NodeAddress>,
+        lan: &BTreeMap<IpAddr, LanConflict>,
+    ) -> bool {
+        let merged = nodes.len() + lan.keys().filter(|ip| !nodes.contains_key(ip)).count();
+        self.fences.len() == merged
+            && self.fences.iter().all(|(ip, cause)| match cause {
+                FenceCause::Node(address) => nodes.get(ip) == Some(address),
+                FenceCause::Lan(conflict) => {
+                    !nodes.contains_key(ip) && lan.get(ip) == Some(conflict)
+                }
+            })
     }
 
     /// Why `ip` may not be handed out, if it is fenced.
