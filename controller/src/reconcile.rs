@@ -26,6 +26,11 @@
 //!   ([`views::node_addresses`]); when the pool entries covering one change, one Warning
 //!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
 //!   `Reconciler::node_address_notice`).
+//! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner's
+//!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
+//!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
+//!   mark first claims `probe` and list every agent's MACs under `node-macs`
+//!   ([`crate::assign`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
