@@ -350,3 +350,54 @@ fn an_address_held_by_some_agent_is_no_first_claim() {
     assert!(plan_of(&out, "default", "web").node.is_some());
     assert!(out.probe.is_empty(), "{:?}", out.probe);
 }
+
+#[test]
+fn a_replacement_address_of_a_placed_dual_stack_group_is_a_first_claim() {
+    let mut world = World::new(
+        config(&[("default", "10.0.0.1-10.0.0.2\n2001:db8::1-2001:db8::2")]),
+        vec![
+            svc("default", "web")
+                .created(1)
+                .families(&[Family::V4, Family::V6], false),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1", "2001:db8::1"]);
+    let n = plan_of(&out, "default", "web").node.clone().unwrap();
+    world.holds(&n, "10.0.0.1,2001:db8::1");
+    let out = world.plan(&mut planner);
+    assert!(out.probe.is_empty());
+
+    world.holds(&n, "2001:db8::1");
+    world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2", "2001:db8::1"]);
+    assert_eq!(
+        web.node.as_deref(),
+        Some(n.as_str()),
+        "the group keeps its node"
+    );
+    assert_eq!(
+        out.probe.iter().copied().collect::<Vec<_>>(),
+        [ip("10.0.0.2")],
+        "only the new address is probed; the held IPv6 one is not"
+    );
+}
+
+#[test]
+fn a_restart_does_not_import_a_conflicted_address() {
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.plan(&mut planner);
+    // The conflict is reported while no planner runs; the API still shows the address.
+    world.service_mut("default", "web").observed_ips = vec![ip("10.0.0.1")];
+    world.service_mut("default", "web").observed_node = Some(n.clone());
+    world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
+    planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"]);
+    let warned = events_for(&out, "default", "web", reason::ADDRESS_CONFLICT);
+    assert_eq!(warned.len(), 1, "{:?}", out.events);
+    assert!(warned[0].message.contains(FOREIGN), "{}", warned[0].message);
+}
