@@ -5,17 +5,34 @@
 //!
 //! Pure: [`desired`] (from the pass's plans), [`observed`] (from the cache of what we
 //! wrote), [`trusted_nodes`] (which node holds which Service's IP, for the import at the
-//! start of a leadership term). [`apply`] is the thin writer: one server-side apply per
-//! node whose text changed, behind the leader fence and the write timeout. A node whose
-//! last IP left keeps its object with an empty list: "nothing assigned" is said, not
-//! inferred from an absence.
+//! start of a leadership term), [`node_macs`] (every node's MACs, from the agent reports).
+//! [`apply`] is the thin writer: one server-side apply per node whose text changed, behind
+//! the leader fence and the write timeout. A node whose last IP left keeps its object with
+//! an empty list: "nothing assigned" is said, not inferred from an absence.
+//!
+//! **First claims.** A line ends in `probe` when the planner marks its IP a first claim
+//! ([`PlanOutput::probe`]): placed while no agent report lists it as held, in a group no
+//! node carried before. The flag is dropped once the node's agent reports holding the IP:
+//! one more write of that node's object per new address, so the text says what the agent
+//! still has to do, and an agent that restarts (or loses the alias) later re-adds an
+//! address it already owned without probing for it.
+//!
+//! **Node MACs.** Every object also lists, under [`keys::NODE_MACS_KEY`], the MAC of every
+//! interface of every agent report (fresh or stale: a node partitioned from the API still
+//! answers on the LAN) with its node's name, so an agent tells another node's ARP/NDP
+//! claim from a foreign host's. The list is the same in every object: a change of MACs (a
+//! node joins, leaves or changes a NIC) rewrites every node's object once, N writes of
+//! ~30 bytes x interfaces x N each; MACs change rarely, so that is cheap next to the IP
+//! changes the objects carry anyway.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
+use aliaslb_core::mac::Mac;
 use aliaslb_core::plan::{PlanOutput, ServiceKey, ServiceView};
+use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -25,6 +42,38 @@ use crate::apply::{ApplyError, guarded};
 
 /// Value of the [`keys::LABEL_ASSIGNMENTS`] label.
 pub const LABEL_VALUE: &str = "true";
+
+/// The data of one node's assignment object, as rendered: the IP lines
+/// ([`keys::ASSIGNMENTS_KEY`]) and every node's MACs ([`keys::NODE_MACS_KEY`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Texts {
+    /// The IP lines.
+    pub ips: String,
+    /// The `MAC NODE` lines.
+    pub node_macs: String,
+}
+
+impl Texts {
+    /// The rendered data of `assignments`.
+    pub fn of(assignments: &NodeAssignments) -> Self {
+        Texts {
+            ips: assignments.render(),
+            node_macs: assignments.render_node_macs(),
+        }
+    }
+}
+
+/// The MAC of every interface of every agent report, fresh or stale, with its node. A MAC
+/// two nodes report (which should not happen) is given to the first by name.
+pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, String> {
+    let mut out = BTreeMap::new();
+    for (node, report) in reports {
+        for mac in report.interfaces.iter().filter_map(|i| i.mac) {
+            out.entry(mac).or_insert_with(|| node.clone());
+        }
+    }
+    out
+}
 
 /// The node an assignment ConfigMap is for, from its name.
 pub fn node_of(name: &str) -> Option<&str> {
@@ -42,10 +91,12 @@ fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
 }
 
 /// What every node must carry according to `output`: each Service with a node gets its
-/// IPs there, with its ports and the pool's interface.
+/// IPs there, with its ports and the pool's interface, `probe` on the first claims; every
+/// node's object lists `macs`.
 pub fn desired(
     output: &PlanOutput,
     views: &HashMap<&ServiceKey, &ServiceView>,
+    macs: &BTreeMap<Mac, String>,
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
     for (key, plan) in &output.services {
@@ -55,7 +106,12 @@ pub fn desired(
             .map(|v| open_ports(v).collect())
             .unwrap_or_default();
         let service = key.to_string();
-        let assignments = nodes.entry(node.clone()).or_default();
+        let assignments = nodes
+            .entry(node.clone())
+            .or_insert_with(|| NodeAssignments {
+                node_macs: macs.clone(),
+                ..NodeAssignments::default()
+            });
         for ip in &plan.ips {
             assignments.assign(
                 *ip,
@@ -63,36 +119,44 @@ pub fn desired(
                 ports.iter().copied(),
                 &service,
             );
+            if output.probe.contains(ip)
+                && let Some(line) = assignments.ips.get_mut(ip)
+            {
+                line.probe = true;
+            }
         }
     }
     nodes
 }
 
-/// The text of every assignment object we wrote, by node.
-pub fn observed<'a>(objects: impl IntoIterator<Item = &'a ConfigMap>) -> BTreeMap<String, String> {
+/// The texts of every assignment object we wrote, by node.
+pub fn observed<'a>(objects: impl IntoIterator<Item = &'a ConfigMap>) -> BTreeMap<String, Texts> {
     objects
         .into_iter()
         .filter_map(|cm| {
             let node = node_of(cm.metadata.name.as_deref()?)?;
-            let text = cm
-                .data
-                .as_ref()
-                .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
-                .cloned()
-                .unwrap_or_default();
-            Some((node.to_owned(), text))
+            let key = |k: &str| {
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get(k))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let texts = Texts {
+                ips: key(keys::ASSIGNMENTS_KEY),
+                node_macs: key(keys::NODE_MACS_KEY),
+            };
+            Some((node.to_owned(), texts))
         })
         .collect()
 }
 
 /// For each IP our assignment objects give a node: that node and the Services it is
 /// carried for. Unreadable objects give nothing (the node is then elected afresh).
-pub fn trusted_nodes(
-    observed: &BTreeMap<String, String>,
-) -> HashMap<IpAddr, (String, Vec<String>)> {
+pub fn trusted_nodes(observed: &BTreeMap<String, Texts>) -> HashMap<IpAddr, (String, Vec<String>)> {
     let mut out = HashMap::new();
-    for (node, text) in observed {
-        let Ok(assignments) = NodeAssignments::parse(text) else {
+    for (node, texts) in observed {
+        let Ok(assignments) = NodeAssignments::parse(&texts.ips) else {
             tracing::warn!(node, "our assignment object for this node cannot be read");
             continue;
         };
@@ -116,12 +180,12 @@ pub fn trusted_node_of<'a>(
     })
 }
 
-/// Writes `text` as `node`'s assignment (creating the object if needed).
+/// Writes `texts` as `node`'s assignment (creating the object if needed).
 pub async fn apply(
     api: &Api<ConfigMap>,
     namespace: &str,
     node: &str,
-    text: &str,
+    texts: &Texts,
     fence: impl Fn() -> Option<std::time::Instant>,
 ) -> Result<ConfigMap, ApplyError> {
     let name = keys::assignment_configmap(node);
@@ -133,7 +197,10 @@ pub async fn apply(
             "namespace": namespace,
             "labels": {keys::LABEL_ASSIGNMENTS: LABEL_VALUE},
         },
-        "data": {keys::ASSIGNMENTS_KEY: text},
+        "data": {
+            keys::ASSIGNMENTS_KEY: texts.ips,
+            keys::NODE_MACS_KEY: texts.node_macs,
+        },
     });
     let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
     let object = format!("ConfigMap {namespace}/{name}");
@@ -211,7 +278,7 @@ mod tests {
         let web_view = view(&web, &[(80, "TCP"), (443, "TCP")], &[]);
         let dns_view = view(&dns, &[(53, "UDP"), (0, "TCP"), (53, "QUIC")], &[]);
         let views = HashMap::from([(&web, &web_view), (&dns, &dns_view)]);
-        let d = desired(&output, &views);
+        let d = desired(&output, &views, &BTreeMap::new());
         assert_eq!(
             d.keys().collect::<Vec<_>>(),
             vec!["n1"],
@@ -222,6 +289,61 @@ mod tests {
             "10.0.0.1 eth1 tcp:80,tcp:443,udp:53 default/dns,default/web\n\
              fd00::1 - udp:53 default/dns\n"
         );
+    }
+
+    #[test]
+    fn first_claims_say_probe_and_every_object_lists_every_nodes_macs() {
+        use aliaslb_core::report::InterfaceReport;
+        let web = ServiceKey::new("default", "web");
+        let dns = ServiceKey::new("default", "dns");
+        let mut output = PlanOutput::default();
+        output
+            .services
+            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), None));
+        output
+            .services
+            .insert(dns.clone(), plan(&["10.0.0.2"], Some("n2"), None));
+        output.probe.insert(ip("10.0.0.2"));
+        let interface = |name: &str, mac: Option<&str>| InterfaceReport {
+            name: name.to_owned(),
+            subnets: Vec::new(),
+            mac: mac.map(|m| m.parse().unwrap()),
+        };
+        let mut reports = BTreeMap::new();
+        let n1 = AgentReport {
+            interfaces: vec![
+                interface("eth0", Some("02:00:00:00:01:00")),
+                interface("eth1", Some("02:00:00:00:01:01")),
+                interface("lo", None),
+            ],
+            ..AgentReport::default()
+        };
+        let n3 = AgentReport {
+            interfaces: vec![
+                interface("eth1", Some("02:00:00:00:03:01")),
+                interface("eth9", Some("02:00:00:00:01:01")),
+            ],
+            ..AgentReport::default()
+        };
+        reports.insert("n1".to_owned(), n1);
+        reports.insert("n3".to_owned(), n3);
+        let macs = node_macs(&reports);
+        let views = HashMap::new();
+        let d = desired(&output, &views, &macs);
+        assert_eq!(d["n1"].render(), "10.0.0.1 - - default/web\n");
+        assert_eq!(
+            d["n2"].render(),
+            "10.0.0.2 - - default/dns probe\n",
+            "a first claim"
+        );
+        let listed = "02:00:00:00:01:00 n1\n02:00:00:00:01:01 n1\n02:00:00:00:03:01 n3\n";
+        for node in ["n1", "n2"] {
+            let texts = Texts::of(&d[node]);
+            assert_eq!(
+                texts.node_macs, listed,
+                "{node}: every node's MACs, the first name wins"
+            );
+        }
     }
 
     #[test]
@@ -241,6 +363,10 @@ mod tests {
         let mut other = ConfigMap::default();
         other.metadata.name = Some("aliaslb-pools".into());
         let seen = observed([&cm, &garbage, &other]);
+        assert_eq!(
+            seen["n1"].node_macs, "",
+            "an object without node MACs reads as none"
+        );
         assert_eq!(seen.keys().collect::<Vec<_>>(), vec!["n1", "n2"]);
         let trusted = trusted_nodes(&seen);
         let web = ServiceKey::new("default", "web");

@@ -60,6 +60,7 @@ pub struct Metrics {
     config_stale: Gauge,
     leader: Gauge,
     agents_unobservable: Gauge,
+    address_conflicts: Gauge,
 }
 
 impl Default for Metrics {
@@ -141,6 +142,12 @@ impl Metrics {
             "1 while the leader sees no agent Lease renewed within its lease duration and takes it that it cannot see the agents, not that every node is lost: every node keeps what it carries, no node is elected; else 0",
             agents_unobservable.clone(),
         );
+        let address_conflicts = Gauge::default();
+        registry.register(
+            "controller_address_conflicts",
+            "Pool addresses fenced because a fresh agent reports them answered on the LAN by a host outside the cluster (a foreign MAC): not allocated until no agent reports the conflict",
+            address_conflicts.clone(),
+        );
         Metrics {
             registry,
             pool_size,
@@ -155,6 +162,7 @@ impl Metrics {
             config_stale,
             leader,
             agents_unobservable,
+            address_conflicts,
         }
     }
 
@@ -235,6 +243,12 @@ impl Metrics {
         self.agents_unobservable.set(i64::from(blind));
     }
 
+    /// Set the number of addresses fenced by a LAN conflict.
+    pub fn set_address_conflicts(&self, fenced: usize) {
+        self.address_conflicts
+            .set(i64::try_from(fenced).unwrap_or(i64::MAX));
+    }
+
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         aliaslb_ops::metrics::encode(&self.registry)
@@ -259,6 +273,7 @@ mod tests {
         m.set_config(true, false);
         m.set_leader(true);
         m.set_agents_unobservable(true);
+        m.set_address_conflicts(2);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
@@ -274,6 +289,7 @@ mod tests {
             "aliaslb_config_stale 0",
             "aliaslb_leader 1",
             "aliaslb_agents_unobservable 1",
+            "aliaslb_controller_address_conflicts 2",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -26,6 +26,11 @@
 //!   ([`views::node_addresses`]); when the pool entries covering one change, one Warning
 //!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
 //!   `Reconciler::node_address_notice`).
+//! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner's
+//!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
+//!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
+//!   mark first claims `probe` and list every agent's MACs under `node-macs`
+//!   ([`crate::assign`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -34,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
     Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
@@ -547,9 +553,15 @@ impl Reconciler {
         // The agents act on the assignments: they go first.
         let views_by_key: HashMap<&ServiceKey, &aliaslb_core::plan::ServiceView> =
             views.iter().map(|v| (&v.key, &**v)).collect();
-        let desired_assignments = assign::desired(&output, &views_by_key);
+        let macs = assign::node_macs(&reports);
+        let desired_assignments = assign::desired(&output, &views_by_key, &macs);
         drop(views_by_key);
-        self.write_assignments(desired_assignments, observed_assignments, now)
+        let macs = NodeAssignments {
+            node_macs: macs,
+            ..NodeAssignments::default()
+        }
+        .render_node_macs();
+        self.write_assignments(desired_assignments, observed_assignments, &macs, now)
             .await;
 
         let jobs = self.jobs(&output, &by_key, strangers, now);
@@ -590,11 +602,13 @@ impl Reconciler {
     }
 
     /// Writes every node assignment whose text differs from what the cache shows (and
-    /// that we did not just write: the cache lags behind our writes).
+    /// that we did not just write: the cache lags behind our writes). A node with nothing
+    /// assigned gets an empty list and the node MACs `macs` (rendered).
     async fn write_assignments(
         &mut self,
-        desired: BTreeMap<String, aliaslb_core::assignment::NodeAssignments>,
-        observed: BTreeMap<String, String>,
+        desired: BTreeMap<String, NodeAssignments>,
+        observed: BTreeMap<String, assign::Texts>,
+        macs: &str,
         now: Instant,
     ) {
         self.assign_retry.retain(|_, at| *at > now);
@@ -611,7 +625,13 @@ impl Reconciler {
         let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
         let mut writes = Vec::new();
         for node in nodes {
-            let text = desired.get(node).map(|a| a.render()).unwrap_or_default();
+            let text = desired.get(node).map_or_else(
+                || assign::Texts {
+                    ips: String::new(),
+                    node_macs: macs.to_owned(),
+                },
+                assign::Texts::of,
+            );
             if observed.get(node) == Some(&text) {
                 self.assign_memo.remove(node);
                 self.assign_refused.remove(node);
@@ -659,7 +679,11 @@ impl Reconciler {
             match result {
                 Ok(written) => {
                     self.assign_refused.remove(&node);
-                    tracing::info!(node, ips = text.lines().count(), "node assignment written");
+                    tracing::info!(
+                        node,
+                        ips = text.ips.lines().count(),
+                        "node assignment written"
+                    );
                     self.assign_memo.insert(
                         node,
                         (digest(&text), [before, written.metadata.resource_version]),
@@ -1005,6 +1029,7 @@ impl Reconciler {
         }
         self.pools = current;
         metrics.set_pending(self.planner.pending());
+        metrics.set_address_conflicts(self.planner.lan_conflicts().count());
         for event in &output.events {
             if event.reason == reason::IP_ALLOCATED {
                 metrics.inc_allocations();
@@ -1272,7 +1297,7 @@ impl Reconciler {
 /// docs), never from the annotation: a Service none of them lists has no node to keep.
 fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
-    observed: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, assign::Texts>,
 ) {
     if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
         tracing::warn!(

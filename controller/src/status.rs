@@ -1,7 +1,9 @@
 //! `aliaslb status`: the route table of every pool address (in use or free, large free
 //! runs collapsed to one row, an address a Node has marked `node-address`: the controller
-//! never allocates it), the pending Services with their reason, and one row per agent
-//! Lease (when it was last renewed, the state of its host-port shield).
+//! never allocates it; one a fresh agent reports answered on the LAN by a foreign host
+//! marked `conflict` with the MAC: not allocated while reported), the pending Services with
+//! their reason, and one row per agent Lease (when it was last renewed, the state of its
+//! host-port shield).
 //!
 //! [`compute`], [`render_table`], [`service_info`] and [`agent_info`] are pure and
 //! unit-tested (the current time comes in as a parameter); [`fetch`] reads the cluster
@@ -13,8 +15,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
-use aliaslb_core::plan::{NodeAddress, ServiceKey};
+use aliaslb_core::plan::{LanConflict, NodeAddress, ServiceKey, lan_conflicts};
 use aliaslb_core::pool::{ConfigError, PoolConfig};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
@@ -26,6 +29,9 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::views;
+
+/// An agent Lease's duration when it does not say (the agents' default).
+const DEFAULT_AGENT_LEASE: Duration = Duration::from_secs(4);
 
 /// Free runs at least this long are shown as one row.
 pub const COLLAPSE_FROM: u128 = 4;
@@ -71,6 +77,9 @@ pub struct AgentInfo {
     /// How long before `aliaslb status` read it the Lease was renewed, comparing the
     /// agent's wall clock with ours (zero when the renewTime is ahead of our clock).
     pub renewed_ago: Option<Duration>,
+    /// Renewed within the Lease's duration (by these clocks): its conflicts count
+    /// ([`lan_conflicts`]).
+    pub fresh: bool,
 }
 
 /// One row of the route table: one address (or a collapsed free run) and its user.
@@ -98,8 +107,13 @@ pub struct Route {
     pub node: Option<String>,
     /// `announced`, `waiting-for-agent`, `no-node`, `conflict`, `free`, or `node-address`:
     /// a Node has this address (`status.addresses`), so it is never allocated (a Service
-    /// shown on it is being moved off).
+    /// shown on it is being moved off). `conflict` with [`Route::mac`]: a fresh agent
+    /// reports it answered on the LAN by that MAC, not a node's; it is not allocated while
+    /// reported, and `node` is the reporting node when no Service is shown on it.
     pub state: String,
+    /// The foreign MAC answering for the address on the LAN, if a fresh agent reports one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// A Service of ours without an address.
@@ -177,6 +191,27 @@ fn state(ip: IpAddr, users: &[&ServiceInfo], agents: &BTreeMap<String, AgentInfo
 /// State of an address a Node has.
 pub const NODE_ADDRESS: &str = "node-address";
 
+/// State of an address in conflict (with another owner, or answered on the LAN).
+pub const CONFLICT: &str = "conflict";
+
+/// The addresses the controller fences for a LAN conflict, by the rule it uses
+/// ([`lan_conflicts`]), with freshness judged from the Leases' renewTime.
+fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConflict> {
+    let nodes: Vec<NodeState> = agents
+        .iter()
+        .map(|(node, a)| NodeState {
+            name: node.clone(),
+            agent_ready: a.fresh,
+            ..NodeState::default()
+        })
+        .collect();
+    let reports: BTreeMap<String, AgentReport> = agents
+        .iter()
+        .map(|(node, a)| (node.clone(), a.report.clone()))
+        .collect();
+    lan_conflicts(&nodes, &reports)
+}
+
 /// The route table, the pending list and the node table; `agents` maps node name -> its
 /// agent Lease, `node_addresses` the addresses Nodes have ([`views::node_addresses`]).
 pub fn compute(
@@ -191,6 +226,7 @@ pub fn compute(
             users.entry(*ip).or_default().push(svc);
         }
     }
+    let lan = conflicts(agents);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -205,6 +241,7 @@ pub fn compute(
             cluster_ip: None,
             node: None,
             state: "free".to_owned(),
+            mac: None,
         };
         for range in &pool.ranges {
             let family = range.family();
@@ -229,6 +266,7 @@ pub fn compute(
                         .range(range.first()..=range.last())
                         .map(|(ip, _)| *ip),
                 )
+                .chain(lan.range(range.first()..=range.last()).map(|(ip, _)| *ip))
                 .collect();
             marked.sort_unstable();
             marked.dedup();
@@ -236,17 +274,25 @@ pub fn compute(
                 let n = to_u128(ip);
                 push_free(&mut routes, cursor, n.wrapping_sub(1));
                 cursor = n + 1;
+                let conflict = lan.get(&ip).filter(|_| !node_addresses.contains_key(&ip));
+                let mac = conflict.map(|c| c.mac.to_string());
                 let Some(svcs) = users.get(&ip) else {
-                    let node = node_addresses.get(&ip).map(|a| a.node.clone());
+                    let (node, state) = match node_addresses.get(&ip) {
+                        Some(a) => (Some(a.node.clone()), NODE_ADDRESS),
+                        None => (conflict.map(|c| c.node.clone()), CONFLICT),
+                    };
                     routes.push(Route {
                         node,
-                        state: NODE_ADDRESS.to_owned(),
+                        state: state.to_owned(),
+                        mac,
                         ..free(n, n, family)
                     });
                     continue;
                 };
                 let state = if node_addresses.contains_key(&ip) {
                     NODE_ADDRESS
+                } else if conflict.is_some() {
+                    CONFLICT
                 } else {
                     state(ip, svcs, agents)
                 };
@@ -262,6 +308,7 @@ pub fn compute(
                         cluster_ip: svc.cluster_ip.clone(),
                         node: svc.node.clone(),
                         state: state.to_owned(),
+                        mac: mac.clone(),
                     });
                 }
             }
@@ -328,10 +375,10 @@ pub fn render_table(report: &Report) -> String {
         } else {
             format!("{}-{}", r.first, r.last)
         };
-        let state = if r.addresses > 1 {
-            format!("{} ({})", r.state, r.addresses)
-        } else {
-            r.state.clone()
+        let state = match (&r.mac, r.addresses > 1) {
+            (Some(mac), _) => format!("{} {mac}", r.state),
+            (None, true) => format!("{} ({})", r.state, r.addresses),
+            (None, false) => r.state.clone(),
         };
         rows.push([
             ip,
@@ -444,13 +491,21 @@ pub fn agent_info(lease: &Lease, now: Timestamp) -> Option<(String, AgentInfo)> 
         .as_ref()
         .and_then(|s| s.renew_time.as_ref())
         .map(|t| t.0);
+    let duration = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(DEFAULT_AGENT_LEASE, Duration::from_secs);
+    let renewed_ago =
+        renewed.map(|t| Duration::try_from(now.duration_since(t)).unwrap_or(Duration::ZERO));
     Some((
         node.to_owned(),
         AgentInfo {
             report: views::agent_report(lease).unwrap_or_default(),
             renew_time: renewed.map(|t| t.to_string()),
-            renewed_ago: renewed
-                .map(|t| Duration::try_from(now.duration_since(t)).unwrap_or(Duration::ZERO)),
+            renewed_ago,
+            fresh: renewed_ago.is_some_and(|ago| ago <= duration),
         },
     ))
 }
@@ -592,6 +647,7 @@ mod tests {
             },
             renew_time: secs.map(|_| "2025-01-01T00:00:00Z".into()),
             renewed_ago: secs.map(Duration::from_secs),
+            fresh: secs.is_some_and(|s| s <= 4),
         }
     }
 
@@ -824,6 +880,50 @@ IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE     
                 "inUse": false, "pool": "default", "namespace": null, "service": null,
                 "clusterIP": null, "node": "alb-node-3", "state": "node-address"
             })
+        );
+    }
+
+    #[test]
+    fn an_address_answered_on_the_lan_shows_as_a_conflict_with_the_mac() {
+        use aliaslb_core::report::Conflict;
+        let config = config(&[("default", "192.168.55.200-192.168.55.203")]);
+        let lan = |ip: &str| Conflict {
+            ip: ip.parse().unwrap(),
+            reason: "answered".into(),
+            mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),
+            interface: Some("eth1".into()),
+        };
+        let mut fresh = agent(Some(1), ShieldState::Active);
+        fresh.report.conflicts = vec![lan("192.168.55.200"), lan("192.168.55.201")];
+        let mut stale = agent(Some(60), ShieldState::Active);
+        stale.report.conflicts = vec![lan("192.168.55.202")];
+        let agents = BTreeMap::from([
+            ("alb-node-2".to_owned(), fresh),
+            ("alb-node-3".to_owned(), stale),
+        ]);
+        // Still shown on a Service (the controller is moving it off).
+        let services = vec![on(svc("default", "web", &["192.168.55.201"]), "alb-node-1")];
+        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        let table = render_table(&report);
+        let want = "\
+IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
+192.168.55.200  no      default    -        -           alb-node-2  conflict 46:b0:48:e8:2d:96
+192.168.55.201  yes     default    web      10.96.0.10  alb-node-1  conflict 46:b0:48:e8:2d:96
+192.168.55.202  no      default    -        -           -           free
+192.168.55.203  no      default    -        -           -           free
+";
+        let table: String = table.split("\nNODE ").next().unwrap_or_default().to_owned();
+        assert_eq!(
+            table, want,
+            "a stale agent's conflict does not count; got:\n{table}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["routes"][0]["state"], "conflict");
+        assert_eq!(json["routes"][0]["mac"], "46:b0:48:e8:2d:96");
+        assert!(
+            json["routes"][2].get("mac").is_none(),
+            "{}",
+            json["routes"][2]
         );
     }
 

@@ -13,13 +13,15 @@
 //!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
 //!    left their namespace's pool;
-//! 3. fences the addresses Nodes have ([`node_addresses`]), clearing any assignment that
-//!    holds one, and gives back to their pool those no Node has any more;
+//! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
+//!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
+//!    one, and gives back to their pool those no longer fenced;
 //! 4. on the first pass, imports observed assignments;
 //! 5. allocates, in (created, namespace, name) order ([`alloc`]); Services already holding
 //!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
 //!    the pending Services are swept again so the oldest one still gets it this pass;
-//! 6. places every IP group on a node, break-before-make ([`nodes`]);
+//! 6. places every IP group on a node, break-before-make ([`nodes`]), and marks the first
+//!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
 //!
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
@@ -46,6 +48,31 @@
 //! counts such an address neither in the pool nor in use. [`node_address_clashes`] lists
 //! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
 //!
+//! **LAN conflicts.** Before a first claim the agent probes the LAN (RFC 5227 ARP probe,
+//! RFC 4862 DAD); an answer, or a foreign host claiming an address the agent holds, means
+//! another host owns it, and the agent reports a conflict with the MAC it saw. Such an
+//! address, reported by a *fresh* agent, held by no agent (fresh or stale) and answered by
+//! a MAC that is none of the agents' interfaces ([`lan_conflicts`]), is fenced exactly like
+//! a Node's address: kept in use in its pool's ledger for no Service, so lowest free,
+//! sticky and requested all find it taken, and a request for it fails with
+//! `AddressConflict`. A Service holding it loses it with an `AddressConflict` Warning naming
+//! the IP, the MAC, the interface and the reporting node, then gets another free address of
+//! its pool in the same pass, or stays pending with `AddressConflict` (not `PoolExhausted`),
+//! the message naming the conflicted addresses. The fence lifts once no fresh agent reports
+//! the conflict (the agent re-probes with backoff and drops it when nobody answers); while
+//! the agents are unobservable it stays as it was. A conflict for an address some agent
+//! holds (two nodes claim it) or with a node's MAC is not a fence: the assignment is kept,
+//! Announced False `AddressConflict`, and the agent not assigned the address drops it; a
+//! conflict without a MAC (the address is configured on the node by another owner) is not
+//! one either. Pool usage counts a fenced address neither in the pool nor in use.
+//!
+//! **First claims.** An IP placed on a node while no agent reports holding it, in a group
+//! no node carried before (a new allocation, or a group that was pending), is a first claim
+//! ([`PlanOutput::probe`]): the agent probes before taking it. A takeover (hard loss,
+//! graceful move, partition) has a known holder and is never one. The flag ends once the
+//! node's agent reports holding the IP, so a later restart of that agent re-adds it
+//! without waiting.
+//!
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
 //!
@@ -55,6 +82,7 @@
 //! so the output is deterministic.
 
 mod alloc;
+mod fence;
 mod node_addresses;
 mod nodes;
 mod sticky;
@@ -74,6 +102,7 @@ use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
 
+pub use fence::{FenceCause, LanConflict, lan_conflicts};
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
 
@@ -293,6 +322,11 @@ pub struct PlanOutput {
     /// Services gone from the inputs, with the IPs they held (an IP still used by another
     /// Service of its sharing group stays in use).
     pub released: Vec<(ServiceKey, Vec<IpAddr>)>,
+    /// The planned IPs that are first claims: placed on a node while no agent (fresh or
+    /// stale) reported holding them and no node carried their group before (a new
+    /// allocation, or a group that was pending), and not yet held by that node's agent.
+    /// Their assignment lines say `probe`; a takeover from a known holder never does.
+    pub probe: BTreeSet<IpAddr>,
 }
 
 /// Size and use of one family of one pool.
@@ -336,9 +370,10 @@ pub struct Planner {
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
-    /// The addresses Nodes have, as of this pass: kept in use in the ledger of the pool
-    /// that lists them, for no Service ([`node_addresses`]).
-    node_addresses: BTreeMap<IpAddr, NodeAddress>,
+    /// The fenced addresses (a Node's, or answered on the LAN by a foreign host), as of
+    /// this pass: kept in use in the ledger of the pool that lists them, for no Service
+    /// ([`fence`]).
+    fences: BTreeMap<IpAddr, FenceCause>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over
@@ -397,6 +432,9 @@ struct Group {
     moving_from: Option<String>,
     /// Last NoEligibleNode message reported, so it is reported once.
     no_node: Option<String>,
+    /// The IPs `node` was given, each with whether it is a first claim its agent must still
+    /// probe ([`PlanOutput::probe`]); empty without a node.
+    claims: Vec<(IpAddr, bool)>,
 }
 
 /// One IP in use.
@@ -525,7 +563,7 @@ impl Planner {
             .collect();
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
-        self.fence_node_addresses(inputs.node_addresses, &mut sink);
+        self.fence(inputs, &mut sink);
         self.lift_quarantine();
         if !self.imported {
             self.import(&order, inputs.config, &mut sink);
@@ -557,10 +595,18 @@ impl Planner {
             .iter()
             .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
             .collect();
+        let probe = self
+            .groups
+            .values()
+            .filter(|g| g.node.is_some())
+            .flat_map(|g| g.claims.iter().filter(|(_, probe)| *probe))
+            .map(|(ip, _)| *ip)
+            .collect();
         PlanOutput {
             services,
             events: sink.events,
             released: sink.released,
+            probe,
         }
     }
 
@@ -665,15 +711,16 @@ impl Planner {
                 continue;
             }
             let why = format!("was removed from the pool of namespace {namespace}");
-            self.clear_ip(ip, &why, sink);
+            self.clear_ip(ip, reason::CLEAR_ASSIGNMENT, &why, sink);
         }
         self.config = Some(config.clone());
     }
 
-    /// Takes `ip` from every Service using it, each told with a `ClearAssignment` Warning
-    /// (`{ip} {why}; assigning a new address`); the allocation step gives them another
+    /// Takes `ip` from every Service using it, each told with a Warning `reason`
+    /// (`ClearAssignment`, or `AddressConflict` for a LAN conflict:
+    /// `{ip} {why}; assigning a new address`); the allocation step gives them another
     /// address. Does not free it: while the API still shows it, it is quarantined.
-    fn clear_ip(&mut self, ip: IpAddr, why: &str, sink: &mut Sink) {
+    fn clear_ip(&mut self, ip: IpAddr, reason: &'static str, why: &str, sink: &mut Sink) {
         let Some(used) = self.ips.remove(&ip) else {
             return;
         };
@@ -694,7 +741,7 @@ impl Planner {
                 sink.event(
                     user,
                     true,
-                    reason::CLEAR_ASSIGNMENT,
+                    reason,
                     format!("{ip} {why}; assigning a new address"),
                 );
                 if entry.ips.is_empty() {
@@ -723,8 +770,8 @@ impl Planner {
             if self.ips.contains_key(&ip) {
                 continue; // re-imported or re-assigned meanwhile: in use for real
             }
-            if self.node_addresses.contains_key(&ip) {
-                continue; // a Node has it: stays fenced
+            if self.fences.contains_key(&ip) {
+                continue; // a Node has it, or a foreign host answers for it: stays fenced
             }
             if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
                 && ledger.release(ip)

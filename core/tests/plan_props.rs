@@ -1,15 +1,19 @@
 //! Property test of the planner over random sequences of Service adds (including
 //! re-creation under a new uid), removes, pool edits, Nodes getting or losing a pool
-//! address and controller restarts.
+//! address, a fresh agent reporting a pool address answered on the LAN by a foreign MAC (or
+//! dropping that report) and controller restarts.
 //!
 //! After every pass:
 //! - no IP is planned for two Services unless they are of one namespace, share a sharing
 //!   key and use different ports;
 //! - every IP lies inside its namespace's pool (own key, else fallback);
-//! - no IP planned is an address a Node has;
+//! - no IP planned is an address a Node has or one a fresh agent reports answered on the
+//!   LAN by a foreign host (fenced);
 //! - a plain Service (single-stack IPv4, no request, no sharing key) is pending only when
-//!   its pool really has no free IPv4 address, and then says PoolExhausted (or NoPool /
-//!   NoAddressOfFamily when there is no pool or no IPv4 in it);
+//!   its pool really has no free IPv4 address, and then says PoolExhausted, or
+//!   AddressConflict when a LAN conflict fences one of them (or NoPool / NoAddressOfFamily
+//!   when there is no pool or no IPv4 in it);
+//! - every IP marked `probe` is planned, on a node;
 //! - the planner's usage matches the distinct IPs planned;
 //! - a restart (fresh Planner importing the last output) changes no IP and no node.
 
@@ -80,6 +84,9 @@ enum Op {
     Config(ConfigSpec),
     /// A Node gets (`true`) or loses address `10.0.{pool}.{host}`.
     NodeAddress(u8, u8, bool),
+    /// The agent on node `a` reports (`true`) or stops reporting `10.0.{pool}.{host}`
+    /// answered on the LAN by a foreign MAC.
+    LanConflict(u8, u8, bool),
     Restart,
 }
 
@@ -119,6 +126,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => config_spec().prop_map(Op::Config),
         1 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, any::<bool>())
             .prop_map(|(pool, host, on)| Op::NodeAddress(pool, host, on)),
+        1 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, any::<bool>())
+            .prop_map(|(pool, host, on)| Op::LanConflict(pool, host, on)),
         1 => Just(Op::Restart),
     ]
 }
@@ -151,7 +160,29 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
     }
 }
 
+/// The addresses that may not be planned: a Node's, or reported in a LAN conflict by a
+/// fresh agent (no agent holds anything in this model, and no MAC is a node's).
+fn fences(world: &World) -> BTreeSet<IpAddr> {
+    let lan = world
+        .nodes
+        .iter()
+        .filter(|n| n.agent_ready)
+        .filter_map(|n| world.agents.get(&n.name))
+        .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip));
+    world.node_addresses.keys().copied().chain(lan).collect()
+}
+
+/// The addresses fenced by a LAN conflict only.
+fn lan_fences(world: &World) -> BTreeSet<IpAddr> {
+    fences(world)
+        .into_iter()
+        .filter(|ip| !world.node_addresses.contains_key(ip))
+        .collect()
+}
+
 fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestCaseError> {
+    let fenced_ips = fences(world);
+    let lan = lan_fences(world);
     let views: BTreeMap<&ServiceKey, &ServiceView> =
         world.services.iter().map(|s| (&s.key, s)).collect();
     prop_assert_eq!(out.services.len(), views.len());
@@ -168,13 +199,29 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 k
             );
             prop_assert!(
-                !world.node_addresses.contains_key(ip),
-                "{} is a Node's address and planned for {}",
+                !fenced_ips.contains(ip),
+                "{} is fenced (a Node's address or a LAN conflict) and planned for {}",
                 ip,
                 k
             );
         }
     }
+    for ip in &out.probe {
+        prop_assert!(
+            out.services
+                .values()
+                .any(|p| p.node.is_some() && p.ips.contains(ip)),
+            "{} marked probe but not placed",
+            ip
+        );
+    }
+    prop_assert_eq!(
+        planner
+            .lan_conflicts()
+            .map(|(ip, _)| ip)
+            .collect::<BTreeSet<_>>(),
+        lan.clone()
+    );
     for (ip, list) in &users {
         if list.len() < 2 {
             continue;
@@ -238,7 +285,7 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
     }
     // Usage matches the distinct IPs planned plus those quarantined, per pool; a Node's
     // address counts neither in the pool nor in use.
-    let fenced = |ip: &&IpAddr| world.node_addresses.contains_key(*ip);
+    let fenced = |ip: &&IpAddr| fenced_ips.contains(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
         let of_pool = |ip: &&IpAddr| Family::of(**ip) == usage.family && pool.contains(**ip);
@@ -248,7 +295,7 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
             .filter(of_pool)
             .count();
         prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
-        let nodes = world.node_addresses.keys().filter(of_pool).count() as u128;
+        let nodes = fenced_ips.iter().filter(of_pool).count() as u128;
         prop_assert_eq!(usage.total, pool.size(usage.family) - nodes);
     }
     // Plain Services are pending only when their pool has no room.
@@ -267,17 +314,17 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 prop_assert_eq!(why, reason::NO_ADDRESS_OF_FAMILY)
             }
             Some((pool_key, pool)) => {
-                prop_assert_eq!(
-                    why,
-                    reason::POOL_EXHAUSTED,
-                    "{}: {}",
-                    k,
-                    plan.allocated.message
-                );
+                let conflicted = lan.iter().any(|ip| ip.is_ipv4() && pool.contains(*ip));
+                let expected = if conflicted {
+                    reason::ADDRESS_CONFLICT
+                } else {
+                    reason::POOL_EXHAUSTED
+                };
+                prop_assert_eq!(why, expected, "{}: {}", k, plan.allocated.message);
                 let used = users
                     .keys()
                     .chain(quarantined.iter())
-                    .chain(world.node_addresses.keys())
+                    .chain(fenced_ips.iter())
                     .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
                     .collect::<BTreeSet<_>>()
                     .len() as u128;
@@ -323,6 +370,14 @@ proptest! {
                         world.node_has(&format!("node-{pool}-{host}"), &address);
                     } else {
                         world.node_drops(&address);
+                    }
+                }
+                Op::LanConflict(pool, host, on) => {
+                    let address = format!("10.0.{pool}.{host}");
+                    let report = world.agents.entry("a".to_owned()).or_default();
+                    report.conflicts.retain(|c| c.ip != ip(&address));
+                    if *on {
+                        world.lan_conflict("a", &address, "46:b0:48:e8:2d:96", "eth1");
                     }
                 }
                 Op::Restart => planner = Planner::new(),

@@ -497,3 +497,85 @@ impl Cluster {
         (task, holdings)
     }
 }
+
+/// What a [`Cluster::lan_agent`] reports, changed by the test as it goes.
+#[derive(Debug, Default)]
+pub struct LanScript {
+    /// Whether it holds the IPs its assignment lists (less those in `conflicts`); off, it
+    /// holds nothing (an agent still probing).
+    pub hold: bool,
+    /// Assigned IPs it reports answered on the LAN by a MAC, on `eth1`.
+    pub conflicts: BTreeMap<IpAddr, aliaslb_core::mac::Mac>,
+}
+
+impl Cluster {
+    /// A fake agent for `node` with one interface `eth1` of Ethernet address `mac`, whose
+    /// report follows `LanScript` (starts holding nothing, reporting no conflict).
+    pub fn lan_agent(&self, node: &str, mac: &str) -> (Task, Arc<std::sync::Mutex<LanScript>>) {
+        use aliaslb_core::report::{Conflict, InterfaceReport};
+        let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
+        let assignment = keys::assignment_configmap(node);
+        let script: Arc<std::sync::Mutex<LanScript>> = Arc::default();
+        let state = script.clone();
+        let mac: aliaslb_core::mac::Mac = mac.parse().unwrap();
+        let task = self.agent_writing(node, move || {
+            let assignments = assignments.clone();
+            let assignment = assignment.clone();
+            let state = state.clone();
+            async move {
+                let assigned = assigned_ips(&assignments, &assignment).await;
+                let s = state.lock().unwrap_or_else(|e| e.into_inner());
+                let held = if s.hold {
+                    assigned
+                        .into_iter()
+                        .filter(|ip| !s.conflicts.contains_key(ip))
+                        .collect()
+                } else {
+                    Default::default()
+                };
+                let conflicts = s
+                    .conflicts
+                    .iter()
+                    .map(|(ip, foreign)| Conflict {
+                        ip: *ip,
+                        reason: format!("{ip} answered an ARP probe from {foreign}"),
+                        mac: Some(*foreign),
+                        interface: Some("eth1".to_owned()),
+                    })
+                    .collect();
+                AgentReport {
+                    version: REPORT_VERSION,
+                    interfaces: vec![InterfaceReport {
+                        name: "eth1".to_owned(),
+                        subnets: Vec::new(),
+                        mac: Some(mac),
+                    }],
+                    held,
+                    conflicts,
+                    ..AgentReport::default()
+                }
+                .to_json()
+            }
+        });
+        (task, script)
+    }
+
+    /// The data of `node`'s assignment object (empty when it does not exist).
+    pub async fn assignment_data(&self, node: &str) -> BTreeMap<String, String> {
+        Api::<ConfigMap>::namespaced(self.client.clone(), &self.system)
+            .get_opt(&keys::assignment_configmap(node))
+            .await
+            .unwrap()
+            .and_then(|cm| cm.data)
+            .unwrap_or_default()
+    }
+
+    /// The line of `node`'s assignment object for `ip`, if it lists it.
+    pub async fn assignment_line(&self, node: &str, ip: &str) -> Option<String> {
+        let data = self.assignment_data(node).await;
+        data.get(keys::ASSIGNMENTS_KEY)?
+            .lines()
+            .find(|l| l.split(' ').next() == Some(ip))
+            .map(str::to_owned)
+    }
+}

@@ -42,6 +42,16 @@ impl Planner {
                 if !seen.insert(ip) {
                     continue;
                 }
+                if let Some(cause) = self.fence_of(ip) {
+                    let (why, text) = cause.cleared();
+                    sink.event(
+                        &view.key,
+                        true,
+                        why,
+                        format!("{ip} {text}; assigning a new address"),
+                    );
+                    continue;
+                }
                 if let Err(why) = self.import_one(view, ip, config) {
                     sink.event(
                         &view.key,
@@ -87,9 +97,6 @@ impl Planner {
         };
         if !pool.contains(ip) {
             return Err(not_in_pool(ip, ns, pool_key, pool));
-        }
-        if let Some(why) = self.node_address(ip) {
-            return Err(why);
         }
         let group_id = GroupId::of(view);
         match self.ips.get(&ip) {
@@ -299,10 +306,11 @@ impl Planner {
                 not_in_pool(ip, ns, pool_key, pool),
             ));
         }
-        if let Some(why) = self.node_address(ip) {
+        if let Some(cause) = self.fence_of(ip) {
+            let (why, message) = cause.refused(ip);
             return Err(Failure::new(
-                reason::NODE_ADDRESS,
-                format!("{why}; request another address of the pool"),
+                why,
+                format!("{message}; request another address of the pool"),
             ));
         }
         if let Some(used) = self.ips.get(&ip) {
@@ -377,12 +385,12 @@ impl Planner {
             } else {
                 format!("{family} ")
             };
+            let (why, note) = self.fenced_note(pool_key, family);
             return Err(Failure::new(
-                reason::POOL_EXHAUSTED,
+                why,
                 format!(
-                    "all {} {what}addresses of pool {pool_key} are in use{}",
-                    usage.total,
-                    self.fenced_note(pool_key, family)
+                    "all {} {what}addresses of pool {pool_key} are in use{note}",
+                    usage.total
                 ),
             ));
         }

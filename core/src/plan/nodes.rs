@@ -55,6 +55,11 @@ impl World<'_> {
             .is_some_and(|n| n.agent_ready || n.agent_unconfirmed)
     }
 
+    /// Whether any agent, fresh or stale, reports holding `ip`.
+    fn held_anywhere(&self, ip: IpAddr) -> bool {
+        self.inputs.agents.values().any(|r| r.held.contains(&ip))
+    }
+
     fn holds_any(&self, node: &str, ips: &[IpAddr]) -> bool {
         self.inputs
             .agents
@@ -135,6 +140,7 @@ impl Planner {
                     sink.event(member, warning, why, message.clone());
                 }
             }
+            update_claims(group, group_ips, &world);
         }
     }
 
@@ -231,6 +237,9 @@ fn step(
         }
         return notes;
     }
+    // A node carried the IPs before (or is letting go of them): whoever is elected now
+    // takes over from a known holder and must not wait for a probe.
+    let had_holder = group.node.is_some() || group.moving_from.is_some();
     if let Some(old) = &group.moving_from {
         if world.ready(old) && world.holds_any(old, input.ips) {
             return notes;
@@ -284,6 +293,11 @@ fn step(
             });
             group.node = Some(node);
             group.no_node = None;
+            group.claims = input
+                .ips
+                .iter()
+                .map(|ip| (*ip, !had_holder && !world.held_anywhere(*ip)))
+                .collect();
         }
         Err(none) => {
             if let Some((old, why)) = left {
@@ -297,6 +311,30 @@ fn step(
         }
     }
     notes
+}
+
+/// Keeps the group's first claims ([`Group::claims`]) in step with its node and IPs: none
+/// without a node; an IP the group gained while placed (a new family, or a replacement
+/// for a fenced address) is a first claim unless some agent holds it; a first claim ends
+/// once the node's agent reports holding the IP (the flag is dropped, one rewrite of
+/// that node's assignment, so an agent restarting later re-adds it at once).
+fn update_claims(group: &mut Group, ips: &[IpAddr], world: &World<'_>) {
+    let Some(node) = &group.node else {
+        group.claims.clear();
+        return;
+    };
+    group.claims.retain(|(ip, _)| ips.contains(ip));
+    for ip in ips {
+        if !group.claims.iter().any(|(claimed, _)| claimed == ip) {
+            group.claims.push((*ip, !world.held_anywhere(*ip)));
+        }
+    }
+    let report = world.inputs.agents.get(node);
+    for (ip, probe) in &mut group.claims {
+        if *probe && report.is_some_and(|r| r.held.contains(ip)) {
+            *probe = false;
+        }
+    }
 }
 
 /// Why the group leaves `node`, for the NodeMoved Event.

@@ -226,6 +226,40 @@ impl World {
             });
     }
 
+    /// The agent on `node` reports `ip_s` answered on the LAN by `mac` on `interface`.
+    pub fn lan_conflict(&mut self, node: &str, ip_s: &str, mac: &str, interface: &str) {
+        self.agents
+            .entry(node.to_owned())
+            .or_default()
+            .conflicts
+            .push(Conflict {
+                mac: Some(mac.parse().unwrap()),
+                interface: Some(interface.to_owned()),
+                ip: ip(ip_s),
+                reason: format!("answered by {mac}"),
+            });
+    }
+
+    /// The agent on `node` no longer reports any conflict.
+    pub fn no_conflicts(&mut self, node: &str) {
+        if let Some(report) = self.agents.get_mut(node) {
+            report.conflicts.clear();
+        }
+    }
+
+    /// The agent on `node` reports interface `name` with Ethernet address `mac`.
+    pub fn mac(&mut self, node: &str, name: &str, mac: &str) {
+        self.agents
+            .entry(node.to_owned())
+            .or_default()
+            .interfaces
+            .push(InterfaceReport {
+                mac: Some(mac.parse().unwrap()),
+                name: name.to_owned(),
+                subnets: Vec::new(),
+            });
+    }
+
     /// Node `node` has `ip_s` as its InternalIP.
     pub fn node_has(&mut self, node: &str, ip_s: &str) {
         self.node_addresses

@@ -1,0 +1,264 @@
+//! LAN conflicts and first claims against the real kube-apiserver (v1.20), with fake agents
+//! whose reports the test scripts ([`Cluster::lan_agent`]):
+//!
+//! - an agent reporting its assigned IP answered on the LAN by a foreign MAC: the Service
+//!   gets another IP of its pool, with a Warning Event `AddressConflict` naming the MAC;
+//!   the address shows as `conflict` with the MAC in `aliaslb status` and in the gauge
+//!   `aliaslb_controller_address_conflicts`; a Service created meanwhile with no other
+//!   address waits with `AddressConflict`; the report dropped, the address is allocatable
+//!   again;
+//! - with a one-address pool, the Service waits with `AddressConflict` until the report is
+//!   dropped, then gets its address back;
+//! - the first assignment line of a new Service says `probe` until the agent holds the IP;
+//!   after a hard loss (the agent's Lease expired) the new node's line does not;
+//! - every assignment object lists every agent's MACs under `node-macs`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use aliaslb_core::keys;
+use aliaslb_core::plan::reason;
+use support::{AGENT_LEASE, Cluster, eventually, lb_service, metric, serial};
+
+const SETTLE: Duration = Duration::from_secs(10);
+/// The foreign host answering on the LAN.
+const FOREIGN: &str = "46:b0:48:e8:2d:96";
+const MAC1: &str = "02:00:00:00:00:01";
+const MAC2: &str = "02:00:00:00:00:02";
+
+async fn announced(c: &Cluster, name: &str, reason: &str) {
+    eventually(SETTLE, &format!("{name} Announced {reason}"), async || {
+        c.condition(name, keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(_, r, _)| r == reason)
+    })
+    .await;
+}
+
+/// Waits until Service `name`'s IPAllocated condition has `reason`; returns its message.
+async fn allocated(c: &Cluster, name: &str, reason: &str) -> String {
+    let mut message = String::new();
+    eventually(
+        SETTLE,
+        &format!("{name} IPAllocated {reason}"),
+        async || match c.condition(name, keys::CONDITION_IP_ALLOCATED).await {
+            Some((_, r, m)) if r == reason => {
+                message = m;
+                true
+            }
+            _ => false,
+        },
+    )
+    .await;
+    message
+}
+
+/// The Warning Events `reason` on Service `name`, their notes.
+async fn warnings(c: &Cluster, name: &str, reason: &str) -> Vec<String> {
+    c.events(&c.ns, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// The node among `nodes` whose assignment object lists `ip`, once one does.
+async fn node_of(c: &Cluster, nodes: &[&String], ip: &str) -> String {
+    let mut found = String::new();
+    eventually(SETTLE, &format!("a node is assigned {ip}"), async || {
+        for node in nodes {
+            if c.assignment_line(node, ip).await.is_some() {
+                found = (*node).clone();
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    found
+}
+
+/// The `node-macs` of `node`'s assignment object.
+async fn node_macs(c: &Cluster, node: &str) -> String {
+    c.assignment_data(node)
+        .await
+        .get(keys::NODE_MACS_KEY)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lan_conflict_moves_the_service_and_first_claims_say_probe() {
+    let _serial = serial().await;
+    let c = Cluster::new("lan-conflict").await;
+    c.set_pool(&[(c.ns.as_str(), "10.89.0.1-10.89.0.2")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    let mut agents = BTreeMap::from([
+        (n1.clone(), c.lan_agent(&n1, MAC1)),
+        (n2.clone(), c.lan_agent(&n2, MAC2)),
+    ]);
+    let (_controller, metrics) = c.start_controller();
+    let nodes = [&n1, &n2];
+
+    // A first claim: `probe` until the agent holds the IP, then dropped.
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.89.0.1"], SETTLE).await;
+    let first = node_of(&c, &nodes, "10.89.0.1").await;
+    let line = c.assignment_line(&first, "10.89.0.1").await.unwrap();
+    assert!(line.ends_with(" probe"), "a first claim: {line:?}");
+    let macs = format!("{MAC1} {n1}\n{MAC2} {n2}\n");
+    eventually(SETTLE, "the node MACs listed", async || {
+        node_macs(&c, &first).await == macs
+    })
+    .await;
+    agents[&first].1.lock().unwrap().hold = true;
+    announced(&c, "web", "Announced").await;
+    eventually(SETTLE, "probe dropped once held", async || {
+        c.assignment_line(&first, "10.89.0.1")
+            .await
+            .is_some_and(|l| !l.ends_with(" probe"))
+    })
+    .await;
+
+    // The agent reports the address answered on the LAN by a foreign host: moved.
+    let conflicted: IpAddr = "10.89.0.1".parse().unwrap();
+    agents[&first]
+        .1
+        .lock()
+        .unwrap()
+        .conflicts
+        .insert(conflicted, FOREIGN.parse().unwrap());
+    c.wait_ips("web", &["10.89.0.2"], SETTLE).await;
+    let mut notes = Vec::new();
+    eventually(SETTLE, "a Warning AddressConflict on web", async || {
+        notes = warnings(&c, "web", reason::ADDRESS_CONFLICT).await;
+        !notes.is_empty()
+    })
+    .await;
+    assert_eq!(
+        notes,
+        [format!(
+            "10.89.0.1 is answered on the LAN by {FOREIGN} (seen by {first} on eth1), not a \
+             node of this cluster: released; assigning a new address"
+        )]
+    );
+    eventually(SETTLE, "the gauge counts the fenced address", async || {
+        metric(&metrics, "aliaslb_controller_address_conflicts ").as_deref() == Some("1")
+    })
+    .await;
+    let table = c.status_table();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("10.89.0.1 "))
+        .unwrap_or_else(|| panic!("no row for 10.89.0.1:\n{table}"));
+    assert!(
+        row.contains(&format!("conflict {FOREIGN}")) && row.contains(&first),
+        "{row}\n{table}"
+    );
+
+    // Nothing else free: a new Service waits with AddressConflict, naming the MAC.
+    c.create(lb_service("late")).await;
+    let message = allocated(&c, "late", reason::ADDRESS_CONFLICT).await;
+    assert!(
+        message.contains("10.89.0.1") && message.contains(FOREIGN),
+        "{message}"
+    );
+
+    // Nobody answers any more: the agent drops the report, the address is free again.
+    agents[&first].1.lock().unwrap().conflicts.clear();
+    c.wait_ips("late", &["10.89.0.1"], SETTLE).await;
+    eventually(SETTLE, "the gauge back to 0", async || {
+        metric(&metrics, "aliaslb_controller_address_conflicts ").as_deref() == Some("0")
+    })
+    .await;
+
+    // Hard loss of web's node: the new node takes over from a known holder, no probe.
+    let lost = node_of(&c, &nodes, "10.89.0.2").await;
+    eventually(SETTLE, "web's agent holds 10.89.0.2", async || {
+        agents[&lost].1.lock().unwrap().hold = true;
+        announced_now(&c, "web").await
+    })
+    .await;
+    let heir = if lost == n1 { n2.clone() } else { n1.clone() };
+    // The heir's agent holds nothing, so a line without `probe` is not one already held.
+    agents[&heir].1.lock().unwrap().hold = false;
+    drop(agents.remove(&lost));
+    eventually(
+        SETTLE + AGENT_LEASE,
+        "web's IP assigned to the heir",
+        async || c.assignment_line(&heir, "10.89.0.2").await.is_some(),
+    )
+    .await;
+    let line = c.assignment_line(&heir, "10.89.0.2").await.unwrap();
+    assert!(!line.ends_with(" probe"), "a takeover: {line:?}");
+    assert_eq!(
+        node_macs(&c, &heir).await,
+        macs,
+        "the lost node's MACs stay listed: it may still answer on the LAN"
+    );
+    c.cleanup().await;
+}
+
+/// Whether Service `name` is Announced now.
+async fn announced_now(c: &Cluster, name: &str) -> bool {
+    c.condition(name, keys::CONDITION_ANNOUNCED)
+        .await
+        .is_some_and(|(_, r, _)| r == "Announced")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_address_the_service_waits_for_the_conflict_to_lift() {
+    let _serial = serial().await;
+    let c = Cluster::new("lan-pending").await;
+    c.set_pool(&[(c.ns.as_str(), "10.89.1.1")]).await;
+    let n1 = c.node("n1").await;
+    let (_agent, script) = c.lan_agent(&n1, MAC1);
+    script.lock().unwrap().hold = true;
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.89.1.1"], SETTLE).await;
+    announced(&c, "web", "Announced").await;
+
+    script
+        .lock()
+        .unwrap()
+        .conflicts
+        .insert("10.89.1.1".parse().unwrap(), FOREIGN.parse().unwrap());
+    c.wait_ips("web", &[], SETTLE).await;
+    let message = allocated(&c, "web", reason::ADDRESS_CONFLICT).await;
+    assert_eq!(
+        message,
+        format!(
+            "all 1 addresses of pool {} are in use; 1 of them is answered on the LAN by a \
+             host outside the cluster, not allocated while an agent reports it (10.89.1.1 is \
+             answered on the LAN by {FOREIGN} (seen by {n1} on eth1))",
+            c.ns
+        )
+    );
+    eventually(
+        SETTLE,
+        "a Warning AddressConflict naming the MAC",
+        async || {
+            warnings(&c, "web", reason::ADDRESS_CONFLICT)
+                .await
+                .iter()
+                .any(|n| n.contains(FOREIGN))
+        },
+    )
+    .await;
+    assert!(
+        c.assignment_line(&n1, "10.89.1.1").await.is_none(),
+        "the agent is no longer assigned the address"
+    );
+
+    script.lock().unwrap().conflicts.clear();
+    c.wait_ips("web", &["10.89.1.1"], SETTLE).await;
+    allocated(&c, "web", reason::ALLOCATED).await;
+    announced(&c, "web", "Announced").await;
+    c.cleanup().await;
+}

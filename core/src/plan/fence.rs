@@ -1,0 +1,296 @@
+//! The fence of a pass: addresses that are never handed out while their cause lasts, an
+//! address a Node has or one a foreign host answers for on the LAN (see the module docs of
+//! [`crate::plan`]). Pure.
+//!
+//! The fence is kept in the ledgers: each fenced address is marked in use in the ledger of
+//! the pool listing it, for no Service, so every way of taking an address (lowest free,
+//! sticky, requested) finds it taken. Only the addresses that changed are looked at, or all
+//! of them after a new config (the ledgers were rebuilt): O(changes x log n) a pass, plus
+//! building the map of causes (O(Node addresses + reported conflicts)).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use super::{Inputs, NodeAddress, Planner, Sink, reason};
+use crate::election::NodeState;
+use crate::mac::Mac;
+use crate::pool::{Pool, PoolKey};
+use crate::range::Family;
+use crate::report::AgentReport;
+
+/// Fenced addresses named at most in one message; more are counted.
+const NAMED: usize = 3;
+
+/// A foreign host answering for an address on the LAN, as a fresh agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LanConflict {
+    /// The MAC that answered the agent's probe (or claimed the address).
+    pub mac: Mac,
+    /// The node whose agent saw it.
+    pub node: String,
+    /// The interface it was seen on, if the agent says.
+    pub interface: Option<String>,
+}
+
+impl fmt::Display for LanConflict {
+    /// `answered on the LAN by 46:b0:48:e8:2d:96 (seen by alb-node-2 on eth1)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "answered on the LAN by {} (seen by {}",
+            self.mac, self.node
+        )?;
+        if let Some(interface) = &self.interface {
+            write!(f, " on {interface}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Why an address is fenced: kept in use in its pool's ledger for no Service.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FenceCause {
+    /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
+    Node(NodeAddress),
+    /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
+    /// reports the conflict.
+    Lan(LanConflict),
+}
+
+impl FenceCause {
+    /// Reason and text (after the IP) of the Warning to a Service that held the address.
+    pub(super) fn cleared(&self) -> (&'static str, String) {
+        match self {
+            FenceCause::Node(address) => (
+                reason::CLEAR_ASSIGNMENT,
+                format!("is {address}: never allocated"),
+            ),
+            FenceCause::Lan(lan) => (
+                reason::ADDRESS_CONFLICT,
+                format!("is {lan}, not a node of this cluster: released"),
+            ),
+        }
+    }
+
+    /// Reason and message of the failure of a request for `ip`.
+    pub(super) fn refused(&self, ip: IpAddr) -> (&'static str, String) {
+        match self {
+            FenceCause::Node(address) => (
+                reason::NODE_ADDRESS,
+                format!("{ip} is {address}: never allocated"),
+            ),
+            FenceCause::Lan(lan) => (
+                reason::ADDRESS_CONFLICT,
+                format!("{ip} is {lan}, not a node of this cluster"),
+            ),
+        }
+    }
+}
+
+/// The LAN conflicts that fence an address: reported by a *fresh* agent with the MAC that
+/// answered, for an IP no agent (fresh or stale) reports holding, and a MAC that is not one
+/// of any agent's interfaces. Two nodes claiming one IP is not a fence: the assignment
+/// stands and the node that is not assigned the IP drops it. A stale agent's conflicts
+/// are as old as its Lease and are ignored. When several agents report one IP, the first
+/// node by name is named. O(agents x (interfaces + conflicts) x log n).
+pub fn lan_conflicts(
+    nodes: &[NodeState],
+    agents: &BTreeMap<String, AgentReport>,
+) -> BTreeMap<IpAddr, LanConflict> {
+    let mut out = BTreeMap::new();
+    let fresh: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| n.agent_ready)
+        .map(|n| n.name.as_str())
+        .collect();
+    if !agents
+        .iter()
+        .any(|(node, r)| fresh.contains(node.as_str()) && !r.conflicts.is_empty())
+    {
+        return out;
+    }
+    let held: BTreeSet<IpAddr> = agents
+        .values()
+        .flat_map(|r| r.held.iter().copied())
+        .collect();
+    let node_macs: BTreeSet<Mac> = agents
+        .values()
+        .flat_map(|r| r.interfaces.iter().filter_map(|i| i.mac))
+        .collect();
+    for (node, report) in agents {
+        if !fresh.contains(node.as_str()) {
+            continue;
+        }
+        for conflict in &report.conflicts {
+            let Some(mac) = conflict.mac else { continue };
+            if held.contains(&conflict.ip) || node_macs.contains(&mac) {
+                continue;
+            }
+            out.entry(conflict.ip).or_insert_with(|| LanConflict {
+                mac,
+                node: node.clone(),
+                interface: conflict.interface.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The fenced addresses of `fences` that lie in `pool`, of `family`. O(ranges x log n)
+/// plus the addresses found.
+fn in_pool<'m>(
+    fences: &'m BTreeMap<IpAddr, FenceCause>,
+    pool: &'m Pool,
+    family: Family,
+) -> impl Iterator<Item = (&'m IpAddr, &'m FenceCause)> + 'm {
+    pool.ranges
+        .iter()
+        .filter(move |r| r.family() == family)
+        .flat_map(move |r| fences.range(r.first()..=r.last()))
+}
+
+impl Planner {
+    /// Fences the addresses Nodes have and those fresh agents report answered on the LAN
+    /// by a foreign host ([`lan_conflicts`]; while the agents are unobservable, the LAN
+    /// fences of the last pass stay: blindness is no news). Each is kept in use in the
+    /// ledger of the pool listing it and taken from the Services holding it (a Warning
+    /// naming the cause, the path of an address removed from the pool); addresses no
+    /// longer fenced go back to their pool. Runs after [`Planner::apply_config`]: a new
+    /// config rebuilt the ledgers, so then every address is fenced again.
+    pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
+        let nodes = inputs.node_addresses;
+        let lan: BTreeMap<IpAddr, LanConflict> = if inputs.agents_unobservable {
+            self.lan_conflicts()
+                .map(|(ip, c)| (ip, c.clone()))
+                .collect()
+        } else {
+            lan_conflicts(inputs.nodes, inputs.agents)
+        };
+        if !self.config_changed && self.fences_are(nodes, &lan) {
+            return;
+        }
+        let mut current: BTreeMap<IpAddr, FenceCause> = nodes
+            .iter()
+            .map(|(ip, address)| (*ip, FenceCause::Node(address.clone())))
+            .collect();
+        for (ip, conflict) in lan {
+            current.entry(ip).or_insert(FenceCause::Lan(conflict));
+        }
+        let gone: Vec<IpAddr> = self
+            .fences
+            .keys()
+            .filter(|ip| !current.contains_key(ip))
+            .copied()
+            .collect();
+        for ip in gone {
+            if self.ips.contains_key(&ip) || self.quarantined.contains(&ip) {
+                continue;
+            }
+            if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+                && ledger.release(ip)
+            {
+                self.freed += 1;
+            }
+        }
+        for (ip, cause) in &current {
+            if !self.config_changed && self.fences.contains_key(ip) {
+                continue;
+            }
+            if self.ips.contains_key(ip) {
+                let (why, text) = cause.cleared();
+                self.clear_ip(*ip, why, &text, sink);
+            }
+            self.reserve(*ip);
+        }
+        self.fences = current;
+    }
+
+    /// Whether the fences are `nodes`, then `lan` for the addresses no Node has: the
+    /// steady state, checked without building the map. O(fences x log n).
+    fn fences_are(
+        &self,
+        nodes: &BTreeMap<IpAddr, NodeAddress>,
+        lan: &BTreeMap<IpAddr, LanConflict>,
+    ) -> bool {
+        let merged = nodes.len() + lan.keys().filter(|ip| !nodes.contains_key(ip)).count();
+        self.fences.len() == merged
+            && self.fences.iter().all(|(ip, cause)| match cause {
+                FenceCause::Node(address) => nodes.get(ip) == Some(address),
+                FenceCause::Lan(conflict) => {
+                    !nodes.contains_key(ip) && lan.get(ip) == Some(conflict)
+                }
+            })
+    }
+
+    /// Why `ip` may not be handed out, if it is fenced.
+    pub(super) fn fence_of(&self, ip: IpAddr) -> Option<&FenceCause> {
+        self.fences.get(&ip)
+    }
+
+    /// The addresses answered on the LAN by a foreign host, fenced as of the last pass.
+    pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
+        self.fences.iter().filter_map(|(ip, cause)| match cause {
+            FenceCause::Lan(lan) => Some((*ip, lan)),
+            FenceCause::Node(_) => None,
+        })
+    }
+
+    /// The fenced addresses of pool `key`, of `family` (in use for no Service).
+    pub(super) fn fenced(
+        &self,
+        key: &PoolKey,
+        family: Family,
+    ) -> impl Iterator<Item = (&IpAddr, &FenceCause)> + '_ {
+        self.config
+            .as_ref()
+            .and_then(|c| c.pool(key))
+            .into_iter()
+            .flat_map(move |pool| in_pool(&self.fences, pool, family))
+            .filter(|(ip, _)| !self.ips.contains_key(ip))
+    }
+
+    /// For a message of an exhausted pool: the reason (`AddressConflict` when one of the
+    /// pool's addresses of `family` is fenced by a LAN conflict, else `PoolExhausted`) and
+    /// which addresses are fenced (empty when none is): `; 1 of them is a Node's address,
+    /// never allocated (10.0.0.2 is the InternalIP of node n3)`.
+    pub(super) fn fenced_note(&self, key: &PoolKey, family: Family) -> (&'static str, String) {
+        let (mut nodes, mut lan) = (Vec::new(), Vec::new());
+        for (ip, cause) in self.fenced(key, family) {
+            match cause {
+                FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
+                FenceCause::Lan(conflict) => lan.push(format!("{ip} is {conflict}")),
+            }
+        }
+        let mut note = String::new();
+        if !nodes.is_empty() {
+            let count = match nodes.len() {
+                1 => "1 of them is a Node's address".to_owned(),
+                n => format!("{n} of them are Node addresses"),
+            };
+            note.push_str(&format!("; {count}, never allocated ({})", named(nodes)));
+        }
+        if lan.is_empty() {
+            return (reason::POOL_EXHAUSTED, note);
+        }
+        let count = match lan.len() {
+            1 => "1 of them is answered on the LAN by a host outside the cluster".to_owned(),
+            n => format!("{n} of them are answered on the LAN by hosts outside the cluster"),
+        };
+        note.push_str(&format!(
+            "; {count}, not allocated while an agent reports it ({})",
+            named(lan)
+        ));
+        (reason::ADDRESS_CONFLICT, note)
+    }
+}
+
+/// The first [`NAMED`] of `items`, the rest counted: `a, b, c, 2 more`.
+fn named(mut items: Vec<String>) -> String {
+    let more = items.len().saturating_sub(NAMED);
+    items.truncate(NAMED);
+    if more > 0 {
+        items.push(format!("{more} more"));
+    }
+    items.join(", ")
+}
