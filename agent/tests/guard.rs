@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
 use aliaslb_agent::announce::{announcement_frame, send_frame};
-use aliaslb_agent::lan::{ClaimKind, LanPort, LanWatch, Observed};
+use aliaslb_agent::lan::{ClaimKind, LanPort, LanWatch, Observed, arp_probe_frame, dad_ns_frame};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
@@ -205,6 +205,31 @@ fn peer_claims_and_listens(s: &Setup, addr: &str, listen: Duration) -> Vec<(Obse
     })
 }
 
+/// Whether the node answers for `addr` on the LAN: the peer probes it (ARP probe from
+/// 0.0.0.0, DAD NS from `::`: the frames a host about to take the IP sends) and listens
+/// 300 ms for an answer from the node's MAC (its kernel answers for an address it has).
+fn node_answers_probe(s: &Setup, addr: &str) -> bool {
+    let (ifindex, mac, node_mac, target) = (s.peer_ifindex, s.peer_mac, s.node_mac, ip(addr));
+    s.lan.run(move || async move {
+        let (watch, mut rx) = LanWatch::start();
+        watch.set_interfaces(&[(ifindex, mac)]);
+        watch.set_watched(&[target]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let frame = match target {
+            IpAddr::V4(v4) => arp_probe_frame(mac, v4).to_vec(),
+            IpAddr::V6(v6) => dad_ns_frame(mac, v6),
+        };
+        send_frame(ifindex, &frame).expect("sending the peer's probe");
+        let end = tokio::time::Instant::now() + Duration::from_millis(300);
+        while let Ok(Some(o)) = tokio::time::timeout_at(end, rx.recv()).await {
+            if o.mac == node_mac && o.kind == ClaimKind::Uses {
+                return true;
+            }
+        }
+        false
+    })
+}
+
 /// The agent's counter `name`, 0 when absent.
 fn metric(s: &Setup, name: &str) -> f64 {
     s.agent.metric(&s.node, name).unwrap_or(0.0)
@@ -368,6 +393,12 @@ async fn with_stale_authority_a_claim_by_another_node_is_yielded_at_once() {
     let written = Instant::now();
     until_present(&s.node, v4, true, written, Duration::from_secs(5));
     until_present(&s.node, v6, true, written, Duration::from_secs(5));
+    for addr in [v4, v6] {
+        assert!(
+            node_answers_probe(&s, addr),
+            "{addr}: the node does not answer for it"
+        );
+    }
 
     s.relay.stop();
     let cut = Instant::now();
@@ -393,6 +424,13 @@ async fn with_stale_authority_a_claim_by_another_node_is_yielded_at_once() {
         figures.push(gone);
     }
     assert_eq!(metric(&s, "aliaslb_agent_yields_total"), 2.0);
+    // Seen from the LAN: the node no longer answers for them (only the claimant would).
+    for addr in [v4, v6] {
+        assert!(
+            !node_answers_probe(&s, addr),
+            "{addr}: the node still answers after yielding"
+        );
+    }
     // Not put back while the API is cut (several renew ticks and lifetime refreshes).
     let hold_off = Instant::now();
     while hold_off.elapsed() < Duration::from_secs(2) {
@@ -411,8 +449,15 @@ async fn with_stale_authority_a_claim_by_another_node_is_yielded_at_once() {
     eprintln!(
         "API back (assignment unchanged, still listing both) -> taken back: IPv4 in {back4:?}, IPv6 in {back6:?}"
     );
+    // Taken back by the guard's rule (fresh Lease and a desired set read after the
+    // yield), and only after the Lease was renewed again.
     let log = s.agent.log_text();
-    assert!(log.contains("yield over"), "{log}");
+    let renewed = log.find("API server reachable again");
+    let over = log.find("yield over");
+    assert!(
+        renewed.is_some() && over.is_some() && renewed < over,
+        "want the renewal before the end of the yield:\n{log}"
+    );
     for (addr, gone) in [v4, v6].iter().zip(&figures) {
         assert!(
             *gone <= Duration::from_millis(100),
