@@ -449,6 +449,14 @@ async fn with_stale_authority_a_claim_by_another_node_is_yielded_at_once() {
     eprintln!(
         "API back (assignment unchanged, still listing both) -> taken back: IPv4 in {back4:?}, IPv6 in {back6:?}"
     );
+    let report = report_where(&s, "both held again", Duration::from_secs(3), |r| {
+        r.held.contains(&ip(v4)) && r.held.contains(&ip(v6))
+    })
+    .await;
+    eprintln!(
+        "report after the take-back: conflicts {:?}",
+        report.conflicts
+    );
     // Taken back by the guard's rule (fresh Lease and a desired set read after the
     // yield), and only after the Lease was renewed again.
     let log = s.agent.log_text();
