@@ -64,7 +64,10 @@ impl Assignment {
         Self::default()
     }
 
-    /// Applies one watch event; returns whether the desired set may have changed.
+    /// Applies one watch event; returns whether the desired set must be published: it may
+    /// have changed, or a complete list was read (news even when it reads the same: it is
+    /// a desired set read from the API at that moment, which is what ends a LAN yield, see
+    /// `guard`).
     pub fn apply(&mut self, event: watcher::Event<ConfigMap>) -> bool {
         match event {
             watcher::Event::Init => {
@@ -78,29 +81,31 @@ impl Assignment {
             watcher::Event::InitDone => {
                 self.current = self.listing.take().flatten();
                 self.synced = true;
-                self.read()
+                self.read().is_some()
             }
             watcher::Event::Apply(cm) => {
                 self.current = Some(cm);
-                self.read()
+                self.read().unwrap_or(false)
             }
             watcher::Event::Delete(_) => {
                 self.current = None;
-                self.read()
+                self.read().unwrap_or(false)
             }
         }
     }
 
-    fn read(&mut self) -> bool {
+    /// Reads the current object: whether the desired set changed, `None` when the object
+    /// cannot be read (the last good set stays).
+    fn read(&mut self) -> Option<bool> {
         match desired_from(self.current.as_ref()) {
             Ok(set) => {
                 let changed = self.good.as_ref() != Some(&set);
                 self.good = Some(set);
-                changed
+                Some(changed)
             }
             Err(error) => {
                 warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
-                false
+                None
             }
         }
     }
@@ -111,8 +116,9 @@ impl Assignment {
     }
 }
 
-/// Watches this node's assignment object in `namespace` (forever, retrying on errors
-/// after a [`WatchBackoff`] delay) and publishes the desired set on `tx` after the initial list and after every change.
+/// Watches this node's assignment object in `namespace` (forever; after an error, a
+/// [`WatchBackoff`] delay and a fresh list) and publishes the desired set on `tx` after
+/// every complete list and every change.
 pub async fn watch_assignments(
     client: Client,
     namespace: String,
@@ -121,45 +127,48 @@ pub async fn watch_assignments(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let name = keys::assignment_configmap(&node);
-    let stream = watcher(
-        api,
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    );
-    futures::pin_mut!(stream);
     let mut assignment = Assignment::new();
     let mut backoff = WatchBackoff::new();
     let mut failing = false;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => {
-                // `Init` comes before the list request: it proves nothing about the API.
-                if !matches!(event, watcher::Event::Init) {
-                    backoff.reset();
-                    if failing {
-                        info!("assignment watch works again");
-                        failing = false;
+    // A new watcher (a fresh list) after every error: kube's watcher resumes a failed
+    // watch from its resource version without listing, and a resumed watch that brings
+    // no event never says it is current, so after an outage the agent would have no
+    // desired set read after it (a LAN yield would never end while the assignment stays).
+    loop {
+        let stream = watcher(
+            api.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        );
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    // `Init` comes before the list request: it proves nothing about the API.
+                    if !matches!(event, watcher::Event::Init) {
+                        backoff.reset();
+                        if failing {
+                            info!("assignment watch works again");
+                            failing = false;
+                        }
+                    }
+                    if assignment.apply(event)
+                        && let Some(desired) = assignment.desired()
+                    {
+                        debug!(desired = desired.len(), "desired set read");
+                        tx.send_replace(Some(desired));
                     }
                 }
-                if assignment.apply(event)
-                    && let Some(desired) = assignment.desired()
-                {
-                    debug!(desired = desired.len(), "desired set updated");
-                    tx.send_if_modified(|current| {
-                        let changed = current.as_ref() != Some(&desired);
-                        *current = Some(desired);
-                        changed
-                    });
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    if failing {
+                        debug!(%error, ?delay, "assignment watch still failing");
+                    } else {
+                        warn!(%error, ?delay, configmap = %name, %namespace, "assignment watch failed; retrying with a fresh list (the aliases held stay)");
+                        failing = true;
+                    }
+                    tokio::time::sleep(delay).await;
+                    break;
                 }
-            }
-            Err(error) => {
-                let delay = backoff.next_delay();
-                if failing {
-                    debug!(%error, ?delay, "assignment watch still failing");
-                } else {
-                    warn!(%error, ?delay, configmap = %name, %namespace, "assignment watch failed; retrying (the aliases held stay)");
-                    failing = true;
-                }
-                tokio::time::sleep(delay).await;
             }
         }
     }
@@ -292,5 +301,8 @@ mod tests {
         );
         assert!(a.apply(watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(DesiredSet::new()));
+        // A relist reading the same set is published too: a set read after an outage.
+        a.apply(watcher::Event::Init);
+        assert!(a.apply(watcher::Event::InitDone), "same set, freshly read");
     }
 }
