@@ -209,6 +209,12 @@ pub struct RefreshReport {
     pub refreshed: usize,
     /// Refreshes that failed.
     pub errors: Vec<ReconcileError>,
+    /// Nothing was refreshed: the last complete refresh is a lifetime old or older (the
+    /// agent was frozen or starved), so the kernel may have expired the aliases, and a
+    /// refresh (an add that replaces) would silently re-create them, unannounced, while
+    /// another node may hold them now. Reconcile instead: it reads the node afresh and
+    /// adds what is missing the normal way, announced and under the LAN guard.
+    pub expired: bool,
 }
 
 /// Kernel writes issued since start, by kind (attempts, successful or not).
@@ -309,6 +315,9 @@ pub struct AliasManager<B, S = NoShield> {
     writes: WriteCounts,
     /// The node as the last reconcile read it (`None` when that read failed).
     host: Option<HostState>,
+    /// When a refresh last reset every lifetime (`None`: not yet, or a reconcile since
+    /// [`RefreshReport::expired`]).
+    refreshed_at: Option<tokio::time::Instant>,
 }
 
 impl<B: AddressBackend> AliasManager<B> {
@@ -324,6 +333,7 @@ impl<B: AddressBackend> AliasManager<B> {
             conflicts: BTreeSet::new(),
             writes: WriteCounts::default(),
             host: None,
+            refreshed_at: None,
         }
     }
 }
@@ -347,6 +357,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             conflicts: self.conflicts,
             writes: self.writes,
             host: self.host,
+            refreshed_at: self.refreshed_at,
         }
     }
 
@@ -544,6 +555,25 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     #[instrument(skip_all, fields(owned = self.owned.len()))]
     pub async fn refresh_lifetimes(&mut self) -> RefreshReport {
         let lifetime = self.config.lifetime;
+        let now = tokio::time::Instant::now();
+        let window = std::time::Duration::from_secs(lifetime.seconds.into());
+        if self
+            .refreshed_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= window)
+        {
+            warn!(
+                since_ms = now
+                    .saturating_duration_since(self.refreshed_at.unwrap_or(now))
+                    .as_millis(),
+                "the last lifetime refresh is a lifetime old (agent frozen or starved?): not \
+                 re-creating expired aliases blindly; reconciling from a fresh read instead"
+            );
+            self.refreshed_at = None;
+            return RefreshReport {
+                expired: true,
+                ..RefreshReport::default()
+            };
+        }
         self.writes.refreshes += self.owned.len() as u64;
         let backend = &self.backend;
         let results: Vec<_> = futures::stream::iter(self.owned.values())
@@ -560,6 +590,9 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
                     report.errors.push(e.into());
                 }
             }
+        }
+        if report.errors.is_empty() {
+            self.refreshed_at = Some(now);
         }
         report
     }

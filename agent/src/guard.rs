@@ -262,6 +262,25 @@ impl Guard {
         ended
     }
 
+    /// A held IP to verify on the LAN before holding it again: its link regained carrier
+    /// while this agent's authority is stale, so the controller may have given the IP to
+    /// another node meanwhile, and this node, off the LAN, missed that node's
+    /// announcement. Held back at once and probed now (a probe opens its own socket, so it
+    /// does not depend on the watch being back on the link); held again once nobody
+    /// answers, or a conflict naming the answering node's MAC. Keeps serving after a flap
+    /// during a full API outage (nobody answers), and is never a second holder after one
+    /// during a partition.
+    pub fn recheck(&mut self, ip: IpAddr, now: Instant) {
+        self.defended.remove(&ip);
+        self.ips.insert(
+            ip,
+            Entry::Unprobed {
+                backoff: self.config.first_backoff,
+                next: now,
+            },
+        );
+    }
+
     /// The desired IPs the alias manager must not hold now: first claims not cleared,
     /// IPs another host uses, IPs yielded, IPs whose probe could not run.
     pub fn held_back(&self, desired: &DesiredSet, held: &BTreeSet<IpAddr>) -> BTreeSet<IpAddr> {

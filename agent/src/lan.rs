@@ -129,7 +129,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The seam between the conflict guard and the LAN: the real one is AF_PACKET sockets,
 /// tests use a fake. Claims seen come out of the receiver handed over when the port is
-/// created (an `mpsc::UnboundedReceiver<Observed>`), not through this trait.
+/// created (a bounded `mpsc::Receiver<Observed>`), not through this trait.
 pub trait LanPort: Send + Sync + 'static {
     /// The interfaces to listen on, each with this node's MAC on it. Frames sent from any
     /// of these MACs are never reported.

@@ -188,19 +188,15 @@ pub struct Authority {
 
 #[derive(Debug, Clone, Copy)]
 struct AuthorityState {
-    start: Instant,
     renewed: Option<Instant>,
 }
 
 impl Authority {
-    /// Authority under a lease of `lease_duration`, starting now with no renewal yet.
+    /// Authority under a lease of `lease_duration`, with no renewal yet (stale).
     pub fn new(lease_duration: Duration) -> Self {
         Authority {
             lease_duration,
-            state: Arc::new(Mutex::new(AuthorityState {
-                start: Instant::now(),
-                renewed: None,
-            })),
+            state: Arc::new(Mutex::new(AuthorityState { renewed: None })),
         }
     }
 
@@ -215,13 +211,14 @@ impl Authority {
         state.renewed = Some(state.renewed.map_or(at, |r| r.max(at)));
     }
 
-    /// Whether the Lease was renewed within the lease duration before `now`. Before the
-    /// first renewal: fresh for one lease duration from start (the previous Lease of this
-    /// node, if any, counts for that long), then stale.
+    /// Whether the Lease was renewed within the lease duration before `now`. Stale before
+    /// the first renewal: a restarted agent cannot know how long its node has looked lost
+    /// to the controller, so until it has renewed it yields to another node's claim.
     pub fn is_fresh(&self, now: Instant) -> bool {
         let state = *self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let since = state.renewed.unwrap_or(state.start);
-        now.saturating_duration_since(since) < self.lease_duration
+        state
+            .renewed
+            .is_some_and(|at| now.saturating_duration_since(at) < self.lease_duration)
     }
 
     /// When the last renewal succeeded, if one did.
@@ -408,6 +405,7 @@ mod tests {
             held: ["10.0.0.50".parse().unwrap()].into(),
             conflicts: vec![],
             shield: aliaslb_core::report::ShieldState::Active,
+            macs: Vec::new(),
         };
         let acquired: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let now: Timestamp = "2026-01-01T00:00:05.25Z".parse().unwrap();
@@ -445,16 +443,14 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn authority_is_fresh_for_a_lease_from_start_then_from_each_renewal() {
+    async fn authority_is_stale_until_renewed_then_fresh_for_a_lease_after_each_renewal() {
         let lease = Duration::from_secs(4);
         let authority = Authority::new(lease);
         let start = Instant::now();
-        assert!(authority.is_fresh(start));
+        assert!(!authority.is_fresh(start), "stale before the first renewal");
+        authority.record_renewal(start);
         assert!(authority.is_fresh(start + Duration::from_millis(3_999)));
-        assert!(
-            !authority.is_fresh(start + lease),
-            "stale without a renewal"
-        );
+        assert!(!authority.is_fresh(start + lease), "stale a lease after it");
         let clone = authority.clone();
         clone.record_renewal(start + Duration::from_secs(10));
         assert_eq!(

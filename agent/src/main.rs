@@ -151,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
     // The LAN: one AF_PACKET socket per interface watches claims for the held IPs, and
     // first claims are probed through it.
     let (lan, observed) = LanWatch::start();
+    metrics.track_lan(lan.clone());
     let lan = Arc::new(lan);
     let mut node = Node::new(
         aliases,

@@ -15,6 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::announce::Announcer;
+use crate::lan::LanWatch;
 use crate::shield::Dropped;
 use aliaslb_core::report::ShieldState;
 
@@ -88,6 +89,9 @@ pub struct Metrics {
     shield_seen: [AtomicU64; 2],
     /// Read at every encode: its frames are sent by background tasks.
     announcer: OnceLock<Announcer>,
+    lan_claims_dropped: Counter,
+    /// Read at every encode: its threads count the claims they could not queue.
+    lan: OnceLock<LanWatch>,
 }
 
 impl Default for Metrics {
@@ -143,6 +147,12 @@ impl Metrics {
             "announcement_failures",
             "Announcement frames that could not be sent",
             announcement_failures.clone(),
+        );
+        let lan_claims_dropped = Counter::default();
+        registry.register(
+            "lan_claims_dropped",
+            "ARP/NDP claims seen on the LAN and dropped because the loop's queue was full (a host flooding the LAN)",
+            lan_claims_dropped.clone(),
         );
         let netlink_errors = Family::<OperationLabels, Counter>::default();
         registry.register(
@@ -262,7 +272,15 @@ impl Metrics {
             shield_dropped,
             shield_seen: [AtomicU64::new(0), AtomicU64::new(0)],
             announcer: OnceLock::new(),
+            lan_claims_dropped,
+            lan: OnceLock::new(),
         }
+    }
+
+    /// Report `lan`'s dropped claims at every [`encode`](Self::encode) (the first given is
+    /// kept).
+    pub fn track_lan(&self, lan: LanWatch) {
+        let _ = self.lan.set(lan);
     }
 
     /// Report `announcer`'s frame counts at every [`encode`](Self::encode) (the first
@@ -401,6 +419,11 @@ impl Metrics {
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         if let Some(a) = self.announcer.get() {
             self.set_announcements(a.frames_sent(), a.frames_failed());
+        }
+        if let Some(lan) = self.lan.get() {
+            let dropped = lan.claims_dropped();
+            self.lan_claims_dropped
+                .inc_by(dropped.saturating_sub(self.lan_claims_dropped.get()));
         }
         aliaslb_ops::metrics::encode(&self.registry)
     }

@@ -43,7 +43,7 @@ pub struct Loop {
     /// "Something changed" ticks from the kernel.
     pub changes: mpsc::Receiver<()>,
     /// Claims seen on the LAN for the IPs held (and probed).
-    pub observed: mpsc::UnboundedReceiver<Observed>,
+    pub observed: mpsc::Receiver<Observed>,
     /// Signalled when the API is reachable again.
     pub api_back: Arc<Notify>,
     /// Beaten at every renewal tick; set ready after the first reconcile.
@@ -226,11 +226,14 @@ where
                 _ = renew.tick() => {
                     inputs.health.beat();
                     self.metrics.set_authority_fresh(self.authority.is_fresh(Instant::now()));
-                    self.refresh().await;
-                    if !(synced && retry) {
+                    let expired = self.refresh().await;
+                    if synced && expired {
+                        Cause::Resync
+                    } else if synced && retry {
+                        Cause::Retry
+                    } else {
                         continue;
                     }
-                    Cause::Retry
                 }
                 changed = inputs.desired_rx.changed(), if watching => {
                     if changed.is_err() {
@@ -281,14 +284,17 @@ where
     }
 
     /// Resets the lifetime of every alias held; a refresh without error is a kernel round.
-    async fn refresh(&mut self) {
+    /// Returns whether the aliases may have expired meanwhile (see
+    /// [`crate::aliases::RefreshReport::expired`]): then a reconcile must run instead.
+    async fn refresh(&mut self) -> bool {
         let report = self.aliases.refresh_lifetimes().await;
         for e in &report.errors {
             self.count_error(e);
         }
-        if report.errors.is_empty() {
+        if report.errors.is_empty() && !report.expired {
             self.kernel.record_ok(Instant::now());
         }
+        report.expired
     }
 
     /// Brings the shield's drop counters into the metrics.
@@ -345,7 +351,17 @@ where
         if reached_kernel(&report) {
             self.kernel.record_ok(Instant::now());
         }
-        retry |= !self.look_at_links();
+        let (read, rechecked) = self.look_at_links(fresh);
+        retry |= !read;
+        if rechecked {
+            // Let go of them now, not at the next reconcile: the probes below decide.
+            let back = self.guard.held_back(&self.desired, &self.held());
+            self.effective = self.desired.without(&back);
+            let again = self.aliases.reconcile(&self.effective).await;
+            for e in &again.errors {
+                self.count_error(e);
+            }
+        }
         self.start_probes();
         self.tell_lan();
         self.metrics
@@ -375,11 +391,13 @@ where
 
     /// Takes links and subnets for the report from the reconcile's own dump, and
     /// re-announces the aliases of links that came back up (their neighbours may have
-    /// forgotten us), only for IPs still desired. Returns false when the node could not be
-    /// read.
-    fn look_at_links(&mut self) -> bool {
+    /// forgotten us), only for IPs still desired. With stale authority (`fresh` false) it
+    /// does not re-announce them but has the guard re-check them on the LAN first
+    /// ([`Guard::recheck`]). Returns whether the node could be read and whether any IP is
+    /// to be re-checked.
+    fn look_at_links(&mut self, fresh: bool) -> (bool, bool) {
         let Some(host) = self.aliases.last_snapshot() else {
-            return false;
+            return (false, false);
         };
         self.interfaces = host::interfaces(host);
         let again = reannouncements(
@@ -388,14 +406,22 @@ where
             self.aliases.owned(),
             &self.effective,
         );
-        if let Some(announcer) = &self.announcer {
+        let links_up = host.links.iter().map(|l| (l.index, l.up)).collect();
+        let rechecked = !fresh && !again.is_empty();
+        if rechecked {
+            let now = Instant::now().into_std();
+            for (alias, _) in &again {
+                warn!(alias = %alias, "link came back up while this agent's Lease is stale: re-checking the IP on the LAN before holding it again");
+                self.guard.recheck(alias.ip, now);
+            }
+        } else if let Some(announcer) = &self.announcer {
             for (alias, mac) in &again {
                 info!(alias = %alias, "link came back up: re-announcing");
                 announcer.announce(alias, *mac);
             }
         }
-        self.links_up = host.links.iter().map(|l| (l.index, l.up)).collect();
-        true
+        self.links_up = links_up;
+        (true, rechecked)
     }
 
     /// Starts the probes the guard asks for, one `probe_many` per interface.
@@ -587,7 +613,7 @@ where
         }
     }
 
-    /// Tells the LAN port the links (with our MACs) and the IPs held, when they changed.
+    /// Tells the LAN port the links (with our MACs), and the IPs held when they changed.
     fn tell_lan(&mut self) {
         if let Some(host) = self.aliases.last_snapshot() {
             let interfaces: Vec<(u32, Mac)> = host
@@ -597,10 +623,10 @@ where
                 // Loopback's all-zero address is no Ethernet interface.
                 .filter(|(_, mac)| mac.0 != [0; 6])
                 .collect();
-            if interfaces != self.lan_interfaces {
-                self.lan.set_interfaces(&interfaces);
-                self.lan_interfaces = interfaces;
-            }
+            // Every time, not only on a change: the port retries there the sockets it
+            // could not open (cheap when nothing changed).
+            self.lan.set_interfaces(&interfaces);
+            self.lan_interfaces = interfaces;
         }
         let watched = self.aliases.held_ips();
         if watched != self.lan_watched {
@@ -638,6 +664,15 @@ where
                 .collect(),
             conflicts,
             shield: self.aliases.shield_state(),
+            // Every Ethernet link's, with or without carrier or addresses of its own, so
+            // that no other agent takes this node for a foreign host.
+            macs: self
+                .lan_interfaces
+                .iter()
+                .map(|(_, mac)| *mac)
+                .collect::<BTreeSet<Mac>>()
+                .into_iter()
+                .collect(),
         };
         self.report_tx.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&report);

@@ -208,6 +208,31 @@ async fn refresh_counts_and_reports_failures() {
     assert_eq!(m.writes().adds, 2, "refreshes are counted apart from adds");
 }
 
+#[tokio::test(start_paused = true)]
+async fn after_a_lifetime_without_refresh_nothing_is_re_created_blindly() {
+    let fake = Fake::new();
+    let mut m = manager(&fake);
+    m.reconcile(&desired(&["10.0.0.1"])).await;
+    let r = m.refresh_lifetimes().await;
+    assert_eq!((r.refreshed, r.expired), (1, false));
+    // Within the lifetime (4 s): refreshed as usual.
+    tokio::time::advance(std::time::Duration::from_millis(3_900)).await;
+    let r = m.refresh_lifetimes().await;
+    assert_eq!((r.refreshed, r.expired), (1, false));
+    // Frozen for a whole lifetime: the kernel may have dropped the alias, and another node
+    // may hold the IP now; a refresh (an add that replaces) would re-create it unannounced.
+    tokio::time::advance(std::time::Duration::from_secs(4)).await;
+    let writes = m.writes().refreshes;
+    let r = m.refresh_lifetimes().await;
+    assert!(r.expired, "{r:?}");
+    assert_eq!(r.refreshed, 0);
+    assert_eq!(m.writes().refreshes, writes, "no kernel write");
+    // The loop reconciles then; the next refresh goes on as usual.
+    m.reconcile(&desired(&["10.0.0.1"])).await;
+    let r = m.refresh_lifetimes().await;
+    assert_eq!((r.refreshed, r.expired), (1, false));
+}
+
 #[tokio::test]
 async fn release_all_removes_every_alias_of_ours_and_nothing_else() {
     let fake = Fake::new();

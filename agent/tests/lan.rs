@@ -16,7 +16,7 @@ use aliaslb_agent::lan::{
 use aliaslb_core::mac::Mac;
 use pnet_datalink::Channel;
 use support::{NetNs, node_and_lan, require_root};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::Receiver;
 
 const TAKEN4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 50);
 const FREE4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 51);
@@ -66,7 +66,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 impl Lan {
     /// A watch on the node's eth1 (its sockets and threads in the node namespace).
-    fn watch(&self) -> (LanWatch, UnboundedReceiver<Observed>) {
+    fn watch(&self) -> (LanWatch, Receiver<Observed>) {
         let interfaces = [(self.node_if, self.node_mac)];
         self.node.run_sync(move || {
             let (watch, rx) = LanWatch::start();
@@ -105,7 +105,7 @@ impl Lan {
 /// The next claim within `within`, if any.
 fn next_claim(
     rt: &tokio::runtime::Runtime,
-    rx: &mut UnboundedReceiver<Observed>,
+    rx: &mut Receiver<Observed>,
     within: Duration,
 ) -> Option<Observed> {
     rt.block_on(async { tokio::time::timeout(within, rx.recv()).await.ok().flatten() })

@@ -206,7 +206,7 @@ struct Harness {
     fake: Arc<Fake>,
     lan: Arc<FakeLan>,
     desired_tx: watch::Sender<Option<DesiredSet>>,
-    observed_tx: mpsc::UnboundedSender<Observed>,
+    observed_tx: mpsc::Sender<Observed>,
     report_rx: watch::Receiver<Option<AgentReport>>,
     authority: Authority,
     kernel: KernelRounds,
@@ -225,7 +225,7 @@ impl Harness {
     fn start_with(fake: Arc<Fake>, announcer: Option<Announcer>) -> Harness {
         let lan = Arc::new(FakeLan::default());
         let (desired_tx, desired_rx) = watch::channel(None);
-        let (observed_tx, observed) = mpsc::unbounded_channel();
+        let (observed_tx, observed) = mpsc::channel(64);
         let (report_tx, report_rx) = watch::channel(None);
         let (changes_tx, changes) = mpsc::channel(1);
         let authority = Authority::new(LEASE);
@@ -291,7 +291,7 @@ impl Harness {
 
     fn claim(&self, s: &str, mac: Mac, kind: ClaimKind) {
         self.observed_tx
-            .send(Observed {
+            .try_send(Observed {
                 ip: ip(s),
                 mac,
                 ifindex: 2,
@@ -374,6 +374,7 @@ async fn a_first_claim_is_added_only_after_its_probe_finds_it_free() {
             *h.lan.interfaces.lock().unwrap(),
             vec![(2, Mac([2, 0, 0, 0, 0, 2]))]
         );
+        assert_eq!(h.report().macs, vec![Mac([2, 0, 0, 0, 0, 2])]);
         // Held: never probed again.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(h.lan.probes.lock().unwrap().len(), 1);
@@ -712,7 +713,8 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
         h.changes_tx.send(()).await.unwrap();
         settle().await;
         assert!(h.report().held.is_empty(), "no carrier: not held");
-        // Back, while 10.9.0.51 left this node's assignment.
+        // Back, while 10.9.0.51 left this node's assignment (the Lease fresh).
+        h.authority.record_renewal(Instant::now());
         set_up(true);
         h.want(desired(&["10.9.0.50"], &[]));
         h.changes_tx.send(()).await.unwrap();
@@ -720,6 +722,56 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(frames(), 1, "one burst of one frame: 10.9.0.50 only");
         assert_eq!(fake.ours(), vec![ip("10.9.0.50")]);
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_them_again() {
+    local(async {
+        let fake = Fake::new();
+        let h = Harness::start_with(fake.clone(), None);
+        let set_up = |up: bool| {
+            fake.host.lock().unwrap().links[0].up = up;
+        };
+        h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
+        settle().await;
+        assert_eq!(fake.ours().len(), 2);
+        set_up(false);
+        h.changes_tx.send(()).await.unwrap();
+        settle().await;
+        // Off the LAN for longer than a lease, the API path with it: stale. Meanwhile the
+        // controller gave 192.168.1.50 to node-2, which answers for it now.
+        tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+        assert!(!h.authority.is_fresh(Instant::now()));
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.50"), NODE2);
+        let probes_before = h.lan.probes.lock().unwrap().len();
+        set_up(true);
+        h.changes_tx.send(()).await.unwrap();
+        settle().await;
+        // Let go of both at once, and probed them (not re-announced from a stale view).
+        assert!(fake.ours().is_empty(), "{:?}", fake.ours());
+        wait_for("the probe", Duration::from_secs(1), || {
+            h.lan.probes.lock().unwrap().len() > probes_before
+        })
+        .await;
+        // Nobody answers for .51: held again; node-2 answers for .50: not taken, reported.
+        wait_for("the re-add", Duration::from_secs(2), || {
+            fake.ours() == vec![ip("192.168.1.51")]
+        })
+        .await;
+        let report = h.report();
+        assert_eq!(report.held, [ip("192.168.1.51")].into());
+        assert_eq!(report.conflicts.len(), 1, "{report:?}");
+        assert_eq!(report.conflicts[0].ip, ip("192.168.1.50"));
+        assert_eq!(report.conflicts[0].mac, Some(NODE2));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(fake.ours(), vec![ip("192.168.1.51")], "still not taken");
         h.stop().await;
     })
     .await;

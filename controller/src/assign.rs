@@ -68,7 +68,7 @@ impl Texts {
 pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, String> {
     let mut out = BTreeMap::new();
     for (node, report) in reports {
-        for mac in report.interfaces.iter().filter_map(|i| i.mac) {
+        for mac in report.macs() {
             out.entry(mac).or_insert_with(|| node.clone());
         }
     }

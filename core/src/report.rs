@@ -88,6 +88,11 @@ pub struct AgentReport {
     /// The host-port shield (the agent's nftables table) on this node.
     #[serde(default)]
     pub shield: ShieldState,
+    /// The MACs of every Ethernet link of the node, with or without carrier or addresses
+    /// of its own (an interface that only carries VIPs has none): the controller relays
+    /// them to every agent, which tells another node's claim from a foreign host's by them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub macs: Vec<Mac>,
 }
 
 /// State of an agent's host-port shield (its nftables table), as it reports it.
@@ -305,6 +310,11 @@ impl AgentReport {
                 });
             }
         }
+        if self.macs.len() > MAX_INTERFACES {
+            return Err(ReportError::TooManyInterfaces {
+                count: self.macs.len(),
+            });
+        }
         if self.held.len() > MAX_HELD {
             return Err(ReportError::TooManyHeld {
                 count: self.held.len(),
@@ -330,6 +340,14 @@ impl AgentReport {
             }
         }
         Ok(self)
+    }
+
+    /// Every MAC of the node: [`Self::macs`] and those of the interfaces listed.
+    pub fn macs(&self) -> impl Iterator<Item = Mac> + '_ {
+        self.macs
+            .iter()
+            .copied()
+            .chain(self.interfaces.iter().filter_map(|i| i.mac))
     }
 
     /// All subnets of all interfaces.
@@ -359,6 +377,7 @@ mod tests {
                 reason: "already on eth1".into(),
             }],
             shield: ShieldState::Active,
+            macs: Vec::new(),
         };
         let json = report.to_json();
         assert!(json.contains(r#""shield":"active""#), "{json}");

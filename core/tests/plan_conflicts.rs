@@ -236,6 +236,37 @@ fn a_conflict_over_an_address_an_agent_holds_or_with_a_node_mac_is_not_a_fence()
 }
 
 #[test]
+fn a_stale_holder_does_not_keep_a_foreign_owner_unfenced() {
+    // A node that died still lists the address in its last Lease: its alias has expired
+    // with its lifetime, so only the foreign host can be answering.
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.nodes.push(node("c"));
+    world.node_mut("c").agent_ready = false;
+    world.holds("c", "10.0.0.1");
+    world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "fenced");
+    assert_eq!(planner.lan_conflicts().count(), 1);
+}
+
+#[test]
+fn a_mac_of_a_link_without_addresses_is_still_a_nodes() {
+    // The other node reports the MAC only in `macs` (a link that only carries VIPs, or
+    // without carrier just now): not foreign.
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world
+        .agents
+        .entry(other(&n).to_owned())
+        .or_default()
+        .macs
+        .push("02:00:00:00:00:0b".parse().unwrap());
+    world.lan_conflict(&n, "10.0.0.1", "02:00:00:00:00:0b", "eth1");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    assert_eq!(planner.lan_conflicts().count(), 0);
+}
+
+#[test]
 fn a_stale_agents_conflict_is_ignored_and_blindness_keeps_the_fence() {
     let (mut world, mut planner, n) = placed(DEFAULT_3);
     let m = other(&n);

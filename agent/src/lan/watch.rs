@@ -127,6 +127,9 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Claims queued for the loop at most (a few hundred bytes each).
+pub const CLAIM_QUEUE: usize = 4096;
+
 /// What the watching threads share: who we are, what we watch, where claims go.
 #[derive(Debug)]
 struct Shared {
@@ -134,9 +137,10 @@ struct Shared {
     own: RwLock<HashSet<Mac>>,
     /// The IPs whose claims are reported.
     watched: RwLock<HashSet<IpAddr>>,
-    claims: mpsc::UnboundedSender<Observed>,
+    claims: mpsc::Sender<Observed>,
     frames_received: AtomicU64,
     claims_reported: AtomicU64,
+    claims_dropped: AtomicU64,
 }
 
 impl Shared {
@@ -203,14 +207,20 @@ pub struct LanWatch {
 
 impl LanWatch {
     /// A watch on no interface yet, and the receiver of the claims it will see.
-    pub fn start() -> (LanWatch, mpsc::UnboundedReceiver<Observed>) {
-        let (claims, rx) = mpsc::unbounded_channel();
+    ///
+    /// The channel is bounded ([`CLAIM_QUEUE`]): a host flooding ARP for a held IP fills
+    /// it, and what does not fit is dropped and counted ([`Self::claims_dropped`]) rather
+    /// than queued without bound while the loop is busy. The loop drains the queue at
+    /// every wake-up, and one claim of a node or a foreign host is all a verdict needs.
+    pub fn start() -> (LanWatch, mpsc::Receiver<Observed>) {
+        let (claims, rx) = mpsc::channel(CLAIM_QUEUE);
         let shared = Arc::new(Shared {
             own: RwLock::default(),
             watched: RwLock::default(),
             claims,
             frames_received: AtomicU64::new(0),
             claims_reported: AtomicU64::new(0),
+            claims_dropped: AtomicU64::new(0),
         });
         let inner = Arc::new(Inner {
             shared,
@@ -229,6 +239,11 @@ impl LanWatch {
     /// Claims sent on the channel since start.
     pub fn claims_reported(&self) -> u64 {
         self.inner.shared.claims_reported.load(Ordering::Relaxed)
+    }
+
+    /// Claims dropped since start because the channel was full.
+    pub fn claims_dropped(&self) -> u64 {
+        self.inner.shared.claims_dropped.load(Ordering::Relaxed)
     }
 
     /// Opens the socket for `ifindex` and starts its thread.
@@ -261,10 +276,15 @@ fn watch_link(
                 backoff = READ_TIMEOUT;
                 shared.frames_received.fetch_add(1, Ordering::Relaxed);
                 if let Some(claim) = shared.admit(frame, ifindex, Instant::now()) {
-                    if shared.claims.send(claim).is_err() {
-                        return;
+                    match shared.claims.try_send(claim) {
+                        Ok(()) => {
+                            shared.claims_reported.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            shared.claims_dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
                     }
-                    shared.claims_reported.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }

@@ -89,8 +89,8 @@ impl FenceCause {
 }
 
 /// The LAN conflicts that fence an address: reported by a *fresh* agent with the MAC that
-/// answered, for an IP no agent (fresh or stale) reports holding, and a MAC that is not one
-/// of any agent's interfaces. Two nodes claiming one IP is not a fence: the assignment
+/// answered, for an IP no fresh agent reports holding, and a MAC that is not one of any
+/// agent's (fresh or stale: [`AgentReport::macs`]). Two nodes claiming one IP is not a fence: the assignment
 /// stands and the node that is not assigned the IP drops it. A stale agent's conflicts
 /// are as old as its Lease and are ignored. When several agents report one IP, the first
 /// node by name is named. O(agents x (interfaces + conflicts) x log n).
@@ -110,14 +110,15 @@ pub fn lan_conflicts(
     {
         return out;
     }
+    // Only fresh holders: a stale agent's aliases have outlived their kernel lifetime, and
+    // the Lease of a node that died would otherwise keep a foreign owner unfenced for ever.
+    // Another node answering is told apart by its MAC, fresh or stale.
     let held: BTreeSet<IpAddr> = agents
-        .values()
-        .flat_map(|r| r.held.iter().copied())
+        .iter()
+        .filter(|(node, _)| fresh.contains(node.as_str()))
+        .flat_map(|(_, r)| r.held.iter().copied())
         .collect();
-    let node_macs: BTreeSet<Mac> = agents
-        .values()
-        .flat_map(|r| r.interfaces.iter().filter_map(|i| i.mac))
-        .collect();
+    let node_macs: BTreeSet<Mac> = agents.values().flat_map(AgentReport::macs).collect();
     for (node, report) in agents {
         if !fresh.contains(node.as_str()) {
             continue;

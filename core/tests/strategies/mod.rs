@@ -107,6 +107,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                     })
                     .collect(),
                 shield,
+                macs: Vec::new(),
             },
         )
 }
@@ -169,6 +170,7 @@ pub fn hostile_report(
                     })
                     .collect(),
                 shield,
+                macs: Vec::new(),
             },
         )
 }
