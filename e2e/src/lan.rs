@@ -339,6 +339,29 @@ pub struct LanSampler {
     thread: JoinHandle<Result<LanRecord, Error>>,
 }
 
+/// Runs the calling thread at nice -10, so that the lab's own processes (agents,
+/// controllers, kube-apiserver, etcd, kube-proxy, all at nice 0 on 2 cores) do not delay
+/// the sampler's rounds past the yield bound: a stall is reported as unjudged time, and a
+/// judge that loses its sight to CPU contention judges nothing. Linux applies a nice value
+/// per thread (setpriority on a thread id), which `renice` sets from outside with no
+/// unsafe code here; if it fails the sampler runs at the normal priority and says so.
+fn raise_own_priority() {
+    let tid = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let Some(tid) = tid else {
+        eprintln!("[lan] cannot find the sampler's thread id: running at normal priority");
+        return;
+    };
+    let raised = std::process::Command::new("renice")
+        .args(["-n", "-10", "-p", &tid])
+        .stdout(std::process::Stdio::null())
+        .status();
+    if !raised.is_ok_and(|s| s.success()) {
+        eprintln!("[lan] renice of the sampler thread {tid} failed: running at normal priority");
+    }
+}
+
 impl LanSampler {
     /// Starts sampling `ips` every [`LAN_PERIOD`] from the client's namespace; returns once
     /// the socket is open (an error opening it is returned here, not at the end).
@@ -349,6 +372,7 @@ impl LanSampler {
         let flag = stop.clone();
         let list = watched.clone();
         let thread = std::thread::spawn(move || {
+            raise_own_priority();
             let opened = open_client_socket();
             let (me, tx, rx) = match opened {
                 Ok(v) => {
