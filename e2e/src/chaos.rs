@@ -8,10 +8,15 @@
 //! settle and the invariant verdicts.
 //!
 //! One holder is judged on the LAN, the truth for a client: at most one MAC answers for an
-//! IP in every round, with the one exception of [`crate::lan::YIELD_BOUND`] after a new
-//! holder first shows; no fault excuses more (the aliases the nodes list are only
-//! reported, in a note). A stall of the LAN sampler beyond the bound is a violation of its
-//! own (`lan-stall`): what it did not see is not counted as clean.
+//! IP in every round, with two bounded exceptions: [`crate::lan::YIELD_BOUND`] after a new
+//! holder first shows, and [`ORPHAN_BOUND`] (the aliases' kernel lifetime) for the node of
+//! an agent SIGKILLed while its API path was cut: no process is left there to yield, and
+//! its last refreshes came after the last renewal the controller saw, so only the kernel
+//! ends them. No fault excuses more (the aliases the nodes list are only reported, in a
+//! note). A stall of the LAN sampler beyond the yield bound is a violation of its own
+//! (`lan-stall`), unless the same single holders answer on both sides and no announcement
+//! came in between (see `LanRecord::violations`): what it did not see is not counted as
+//! clean.
 //!
 //! The action sequence is a pure function of the seed ([`Planner`]): restarts are scheduled
 //! a number of actions later, not after a time, so the same seed replays the same sequence
@@ -672,9 +677,27 @@ pub struct Journal {
     /// Spans in which no controller may be leading (a replica SIGKILLed, the apiserver
     /// restarting), ends included [`CONTROL_TAKEOVER`].
     gaps: Vec<(Duration, Duration)>,
+    /// Agents SIGKILLed while their node's API path was cut: (node name, when). Their
+    /// aliases were refreshed after the last renewal the controller saw, so they outlive
+    /// the controller's deadline by up to the time between that renewal and the kill, and
+    /// no process is left to yield them: only the kernel lifetime ends them.
+    orphans: Vec<(String, Duration)>,
 }
 
+/// How long after the SIGKILL of a cut-off agent its node may still answer for its IPs:
+/// the aliases' kernel lifetime (less than the lease duration), plus the yield bound.
+/// The one window the LAN checker excuses besides the yield bound itself, and only for
+/// the killed node's MAC; bounded by the kernel, not by anything the agent does.
+pub const ORPHAN_BOUND: Duration = LEASE_DURATION.saturating_add(crate::lan::YIELD_BOUND);
+
 impl Journal {
+    /// Whether `node` may still answer at `t` as the orphan of a cut-off agent's SIGKILL.
+    fn orphaned(&self, node: &str, t: Duration) -> bool {
+        self.orphans
+            .iter()
+            .any(|(n, killed)| n == node && *killed <= t && t <= *killed + ORPHAN_BOUND)
+    }
+
     /// Whether the controller may still be reacting at `t` to something done at `done`:
     /// within [`REACTION_GRACE`], stretched by any control gap overlapping that time.
     fn unreacted(&self, done: Duration, t: Duration) -> bool {
@@ -910,10 +933,24 @@ fn alias_doubles(nodes: &BTreeMap<u8, BTreeSet<Ipv4Addr>>) -> BTreeSet<Ipv4Addr>
 
 /// The one-holder verdicts of the LAN sampler, as offences at offsets from `t0`: one
 /// subject per IP for doubles, one per stall.
-fn lan_offences(record: &LanRecord, t0: Instant, names: &BTreeMap<Mac, String>) -> Vec<Offence> {
+fn lan_offences(
+    record: &LanRecord,
+    t0: Instant,
+    names: &BTreeMap<Mac, String>,
+    journal: &Journal,
+) -> Vec<Offence> {
     record
         .violations()
         .into_iter()
+        .filter(|v| match v {
+            LanViolation::Double { at, macs, .. } => {
+                let t = at.saturating_duration_since(t0);
+                !macs
+                    .iter()
+                    .any(|m| names.get(m).is_some_and(|node| journal.orphaned(node, t)))
+            }
+            LanViolation::Stall { .. } => true,
+        })
         .map(|v| {
             let at = v.at().saturating_duration_since(t0);
             let (invariant, subject) = match &v {
@@ -1405,7 +1442,7 @@ pub fn run(lab: &Lab, settings: &Settings) -> Result<Report, Error> {
     let record = lan.finish()?;
     let final_offences = outcome?;
     let mut offences = judge_samples(&samples, &chaos.journal);
-    offences.extend(lan_offences(&record, t0, &chaos.mac_names));
+    offences.extend(lan_offences(&record, t0, &chaos.mac_names, &chaos.journal));
     offences.extend(final_offences);
     offences.extend(chaos.crashes.iter().cloned());
     for line in chaos.procs.panics() {
@@ -1492,6 +1529,8 @@ struct Chaos<'a> {
     mac_names: BTreeMap<Mac, String>,
     /// When each cut controller replica's partition started.
     controller_cuts: BTreeMap<u8, Duration>,
+    /// Nodes whose API path is cut now.
+    api_cut: BTreeSet<u8>,
 }
 
 impl<'a> Chaos<'a> {
@@ -1534,6 +1573,7 @@ impl<'a> Chaos<'a> {
             notes: Vec::new(),
             mac_names: lab.mac_names()?,
             controller_cuts: BTreeMap::new(),
+            api_cut: BTreeSet::new(),
         };
         chaos.perform(&Action::Pools(data, Some(initial)))?;
         chaos.perform(&Action::StartController(2))?;
@@ -1665,6 +1705,9 @@ impl<'a> Chaos<'a> {
             Action::KillAgent(n) => {
                 let name = format!("agent-{n}");
                 self.procs.up.remove(&name);
+                if self.api_cut.contains(n) {
+                    self.journal.orphans.push((node_name(*n), started));
+                }
                 self.lab.kill(&name)
             }
             Action::TermAgent(n) => {
@@ -1721,8 +1764,14 @@ impl<'a> Chaos<'a> {
                 self.journal.gaps.push((started, back + CONTROL_TAKEOVER));
                 result.and(ready)
             }
-            Action::PartitionNode(n) => self.lab.partition_api(*n),
-            Action::HealNode(n) => self.lab.heal_api(*n),
+            Action::PartitionNode(n) => {
+                self.api_cut.insert(*n);
+                self.lab.partition_api(*n)
+            }
+            Action::HealNode(n) => {
+                self.api_cut.remove(n);
+                self.lab.heal_api(*n)
+            }
             Action::PartitionController(i) => {
                 self.controller_cuts.insert(*i, started);
                 // If it leads, nobody acts until its Lease expires and the other takes over.
@@ -2062,6 +2111,47 @@ mod tests {
     }
 
     #[test]
+    fn only_a_cut_off_agents_sigkill_excuses_its_nodes_answers_for_the_alias_lifetime() {
+        use crate::lan::LanSample;
+        let t0 = Instant::now();
+        let (a, b) = (Mac([2, 0, 0, 0, 0, 1]), Mac([2, 0, 0, 0, 0, 2]));
+        let names: BTreeMap<Mac, String> =
+            [(a, "alb-node-1".to_owned()), (b, "alb-node-2".to_owned())].into();
+        // Both answering for the 500 ms up to `t` (beyond the yield bound after both
+        // first showed).
+        let double_at = |t: Duration| LanRecord {
+            samples: (0..=25)
+                .map(|i| LanSample {
+                    at: t0 + t - Duration::from_millis(500) + Duration::from_millis(20 * i),
+                    answers: [(lan(20), [a, b].into())].into(),
+                })
+                .collect(),
+            announcements: Vec::new(),
+        };
+        let journal = Journal {
+            orphans: vec![("alb-node-2".to_owned(), secs(10))],
+            ..Journal::default()
+        };
+        let count = |r: &LanRecord, j: &Journal| lan_offences(r, t0, &names, j).len();
+        assert_eq!(
+            count(&double_at(secs(11)), &journal),
+            0,
+            "within the lifetime"
+        );
+        assert!(count(&double_at(secs(15)), &journal) > 0, "past it");
+        assert!(count(&double_at(secs(10)), &journal) > 0, "before the kill");
+        assert!(
+            count(&double_at(secs(11)), &Journal::default()) > 0,
+            "no orphan"
+        );
+        let other = Journal {
+            orphans: vec![("alb-node-3".to_owned(), secs(10))],
+            ..Journal::default()
+        };
+        assert!(count(&double_at(secs(11)), &other) > 0, "another node's");
+    }
+
+    #[test]
     fn lan_doubles_count_per_ip_and_every_stall_counts() {
         use crate::lan::{LanSample, YIELD_BOUND};
         let t0 = Instant::now();
@@ -2082,7 +2172,7 @@ mod tests {
             samples,
             announcements: Vec::new(),
         };
-        let offences = lan_offences(&record, t0, &BTreeMap::new());
+        let offences = lan_offences(&record, t0, &BTreeMap::new(), &Journal::default());
         let report = Report {
             seed: 1,
             duration: secs(1),
