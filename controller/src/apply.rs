@@ -1,6 +1,6 @@
 //! Writes to Services: what differs between a [`ServicePlan`] and the observed object
 //! (pure: [`annotations_differ`], [`status_differs`], [`status_body`]) and the server-side
-//! apply calls that fix it ([`Writer`], does I/O).
+//! apply calls that fix it ([`ServiceWriter`], does I/O).
 //!
 //! Both writes use server-side apply with field manager `aliaslb-controller` and force, so
 //! a field we stop specifying (an annotation set to `None`, a Service that stopped being
@@ -8,7 +8,7 @@
 //!
 //! `ipMode`: servers older than 1.29 do not know the field; server-side apply then fails
 //! with HTTP 500 `field not declared in schema`, and a merge patch silently drops it. The
-//! [`Writer`] starts from the server version, falls back on that error, and also turns
+//! [`ServiceWriter`] starts from the server version, falls back on that error, and also turns
 //! the field off when the server returns an object without it (feature gate off). With the
 //! field off, it is left out of both the body and the comparison: no patch loop.
 
@@ -255,14 +255,14 @@ fn is_unknown_field(error: &kube::Error) -> bool {
 
 /// Performs the writes; shared by the concurrent write tasks of one pass.
 #[derive(Debug)]
-pub struct Writer {
+pub struct ServiceWriter {
     ip_mode: AtomicBool,
 }
 
-impl Writer {
+impl ServiceWriter {
     /// A writer; `ip_mode` from [`version_has_ip_mode`].
     pub fn new(ip_mode: bool) -> Self {
-        Writer {
+        ServiceWriter {
             ip_mode: AtomicBool::new(ip_mode),
         }
     }

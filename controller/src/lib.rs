@@ -11,7 +11,6 @@ pub mod metrics;
 pub mod pool_state;
 pub mod reconcile;
 pub mod record;
-pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod views;

@@ -45,7 +45,7 @@ use aliaslb_core::plan::{
     Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
     node_address_clashes, reason,
 };
-use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
@@ -58,7 +58,7 @@ use kube::{Api, Resource};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::apply::{self, ApplyError, Writer};
+use crate::apply::{self, ApplyError, ServiceWriter};
 use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
@@ -378,7 +378,7 @@ struct Reconciler {
     ctx: Arc<Context>,
     caches: Caches,
     planner: Planner,
-    writer: Writer,
+    writer: ServiceWriter,
     events: Events,
     /// Plan Events for the worker.
     queue: mpsc::Sender<Notice>,
@@ -430,7 +430,7 @@ impl Reconciler {
             ctx,
             caches,
             planner: Planner::new(),
-            writer: Writer::new(ip_mode),
+            writer: ServiceWriter::new(ip_mode),
             events,
             queue,
             _worker: worker,
@@ -1315,7 +1315,7 @@ fn import_trusted_nodes(
 }
 
 /// The Warning note for an invalid ConfigMap: every error with key and line.
-fn invalid_note(errors: &[ConfigError], stale: bool) -> String {
+fn invalid_note(errors: &[PoolConfigError], stale: bool) -> String {
     let keeping = if stale {
         "keeping the last valid config"
     } else {

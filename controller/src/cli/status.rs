@@ -18,7 +18,7 @@ use std::time::Duration;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{LanConflict, NodeAddress, ServiceKey, lan_conflicts};
-use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -528,7 +528,7 @@ pub enum StatusError {
         /// `namespace/name`.
         name: String,
         /// Every error.
-        errors: Vec<ConfigError>,
+        errors: Vec<PoolConfigError>,
     },
 }
 
