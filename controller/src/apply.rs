@@ -24,10 +24,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::record::{ObservedCondition, OurCondition, ServiceRecord};
-
-/// Value of `ipMode` for our addresses: the node owns the VIP (kube-proxy must not).
-pub const IP_MODE_VIP: &str = "VIP";
+use crate::observe::service::{ObservedCondition, OurCondition, ServiceRecord};
 
 /// How long one write may take.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,7 +120,7 @@ pub fn status_body(
         .iter()
         .map(|ip| {
             if ip_mode {
-                json!({"ip": ip.to_string(), "ipMode": IP_MODE_VIP})
+                json!({"ip": ip.to_string(), "ipMode": keys::IP_MODE_VIP})
             } else {
                 json!({"ip": ip.to_string()})
             }

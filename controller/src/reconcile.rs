@@ -23,7 +23,7 @@
 //!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
 //!   or the Service, changes (see [`attempt_key`]).
 //! - The planner never allocates an address a Node lists in `status.addresses`
-//!   ([`views::node_addresses`]); when the pool entries covering one change, one Warning
+//!   ([`nodes::node_addresses`]); when the pool entries covering one change, one Warning
 //!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
 //!   `Reconciler::node_address_notice`).
 //! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner's
@@ -62,9 +62,11 @@ use crate::apply::{self, ApplyError, ServiceWriter};
 use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
+use crate::observe::agents::{self, Freshness, Observer, Sight};
+use crate::observe::endpoints;
+use crate::observe::nodes;
+use crate::observe::service::{self, ServiceRecord, digest};
 use crate::pool_state::{ConfigState, Notice as ConfigNotice};
-use crate::record::{self, ServiceRecord, digest};
-use crate::views::{self, Freshness, Observer, Sight};
 use crate::watch::{Caches, WatchError};
 
 /// How long the loop waits after the first change before a pass, to coalesce bursts.
@@ -85,7 +87,7 @@ const EVENT_QUEUE: usize = 65_536;
 pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
 /// Warning Event on the leader Lease: no agent is seen renewing, so the controller keeps
 /// every node assignment and elects no node until it sees them again
-/// ([`views`] module docs).
+/// ([`agents`] module docs).
 pub const AGENTS_UNOBSERVABLE: &str = aliaslb_core::plan::reason::AGENTS_UNOBSERVABLE;
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
@@ -278,7 +280,7 @@ struct Notice {
 impl Notice {
     fn regarding(&self) -> ObjectReference {
         match &self.regarding {
-            Regarding::Service { key, uid } => record::object_ref(key, uid.as_deref()),
+            Regarding::Service { key, uid } => service::object_ref(key, uid.as_deref()),
             Regarding::Object(reference) => (**reference).clone(),
         }
     }
@@ -506,8 +508,8 @@ impl Reconciler {
         let now = Instant::now();
         let (agents, reports, sight) = self.agents(now);
         let node_objects = self.caches.nodes.state();
-        let nodes = views::node_states(&node_objects, &agents);
-        let node_addresses = views::node_addresses(node_objects.iter().map(|n| &**n));
+        let nodes = nodes::node_states(&node_objects, &agents);
+        let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
         drop(node_objects);
         self.node_address_notice(&config, &node_addresses);
         let local_services: HashSet<&ServiceKey> = views
@@ -519,7 +521,7 @@ impl Reconciler {
             BTreeMap::new()
         } else {
             let objects = self.caches.endpoints.snapshot();
-            views::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
+            endpoints::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
         };
         let observed_assignments = assign::observed(
             self.caches
@@ -714,7 +716,7 @@ impl Reconciler {
     /// `aliaslb_agent_reports_rejected_total`), not on every pass.
     ///
     /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
-    /// controller is blind rather than every node dead ([`views`] module docs); that is
+    /// controller is blind rather than every node dead ([`agents`] module docs); that is
     /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
     /// Lease, gauge `aliaslb_agents_unobservable`).
     fn agents(&mut self, now: Instant) -> (AgentViews, BTreeMap<String, AgentReport>, Sight) {
@@ -740,7 +742,7 @@ impl Reconciler {
             let Some(name) = lease.metadata.name.as_deref() else {
                 continue;
             };
-            let Some(node) = views::agent_node(name) else {
+            let Some(node) = keys::agent_lease_node(name) else {
                 continue;
             };
             seen.insert(name);
@@ -749,7 +751,7 @@ impl Reconciler {
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
-            let (agent, error) = views::agent_view(lease, freshness);
+            let (agent, error) = agents::agent_view(lease, freshness);
             match error {
                 None => {
                     if self.bad_reports.remove(name) {
