@@ -449,8 +449,8 @@ mod tests {
         );
     }
     use aliaslb_core::plan::reason;
+    use aliaslb_testenv::fixtures::lb_service;
     use k8s_openapi::api::core::v1::ServiceStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn plan(ips: &[&str], node: Option<&str>) -> ServicePlan {
         ServicePlan {
@@ -473,16 +473,12 @@ mod tests {
     /// The record of a Service whose status is what `plan` renders to, as a server would
     /// store it.
     fn written(plan: &ServicePlan, ip_mode: bool, server_keeps_ip_mode: bool) -> ServiceRecord {
-        let svc = Service {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("a".into()),
-                uid: Some("uid".into()),
-                generation: Some(3),
-                ..ObjectMeta::default()
-            },
-            ..Service::default()
-        };
+        let svc = lb_service("a", "web")
+            .meta(|m| {
+                m.uid = Some("uid".into());
+                m.generation = Some(3);
+            })
+            .build();
         let before = ServiceRecord::of(&svc, false).unwrap();
         let body = status_body(&before, plan, ip_mode, Timestamp::UNIX_EPOCH);
         let mut status: ServiceStatus = serde_json::from_value(body["status"].clone()).unwrap();
