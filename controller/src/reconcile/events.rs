@@ -62,14 +62,14 @@ impl Notice {
 /// minutes. The planner already emits transitions only, so no client-side aggregation is
 /// needed.
 #[derive(Clone)]
-struct Events {
+pub(super) struct Events {
     ctx: Arc<Context>,
 }
 
 impl Events {
     /// Publishes one Event (behind the fence), `related` to a second object if given;
     /// failures are logged and counted.
-    async fn publish(
+    pub(super) async fn publish(
         &self,
         regarding: &ObjectReference,
         related: Option<ObjectReference>,
@@ -163,18 +163,10 @@ impl EventQueue {
         }
     }
 
-    /// Publishes one Event now, not through the queue (see [`Events::publish`]).
-    pub(super) async fn publish(
-        &self,
-        regarding: &ObjectReference,
-        related: Option<ObjectReference>,
-        warning: bool,
-        reason: &str,
-        note: String,
-    ) {
-        self.events
-            .publish(regarding, related, warning, reason, note)
-            .await;
+    /// The publisher, for the few Events published at once, not through the queue (those
+    /// about the pool config: a pass waits for them).
+    pub(super) fn now(&self) -> &Events {
+        &self.events
     }
 
     /// Queues an Event for the worker; a full queue drops it (counted).

@@ -603,6 +603,7 @@ impl Reconciler {
                      deleted ConfigMap is not an instruction: re-create it."
                 );
                 self.events
+                    .now()
                     .publish(
                         &self.leader_lease_ref(),
                         None,
@@ -629,6 +630,7 @@ impl Reconciler {
                      change the config; to release a namespace's IPs, remove its key."
                 );
                 self.events
+                    .now()
                     .publish(
                         &self.leader_lease_ref(),
                         self.configmap.clone(),
@@ -697,6 +699,7 @@ impl Reconciler {
     ) {
         let Some(cm) = cm else { return };
         self.events
+            .now()
             .publish(&cm.object_ref(&()), None, warning, reason, note)
             .await;
     }
