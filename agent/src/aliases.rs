@@ -168,12 +168,11 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    /// A short stable category in snake_case, the style of every error category (the controller's
-    /// metric labels use it too).
+    /// A short stable category, for metric labels and Event reasons.
     pub fn category(&self) -> &'static str {
         match self {
-            ReconcileError::Snapshot(_) => "snapshot_failed",
-            ReconcileError::Interface { .. } => "no_interface",
+            ReconcileError::Snapshot(_) => "SnapshotFailed",
+            ReconcileError::Interface { .. } => "NoInterface",
             ReconcileError::Write(e) => e.category(),
             ReconcileError::Shield(e) => e.category(),
         }

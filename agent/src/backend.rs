@@ -48,19 +48,18 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// A short stable category in snake_case, the style of every error category (the controller's
-    /// metric labels use it too).
+    /// A short stable category, for metric labels and Event reasons.
     pub fn category(&self) -> &'static str {
         match self {
-            BackendError::Connect(_) => "netlink_connect",
+            BackendError::Connect(_) => "NetlinkConnect",
             BackendError::Kernel { source, .. }
                 if source.kind() == io::ErrorKind::PermissionDenied =>
             {
-                "permission_denied"
+                "PermissionDenied"
             }
-            BackendError::Kernel { .. } => "kernel_error",
-            BackendError::Protocol { .. } => "netlink_protocol",
-            BackendError::Timeout { .. } => "timeout",
+            BackendError::Kernel { .. } => "KernelError",
+            BackendError::Protocol { .. } => "NetlinkProtocol",
+            BackendError::Timeout { .. } => "Timeout",
         }
     }
 
@@ -202,7 +201,7 @@ mod tests {
             target: "10.0.0.1/32 dev eth0".into(),
             source: io::Error::from_raw_os_error(1),
         };
-        assert_eq!(e.category(), "permission_denied");
+        assert_eq!(e.category(), "PermissionDenied");
         assert!(
             e.to_string().starts_with("add 10.0.0.1/32 dev eth0: "),
             "{e}"
@@ -239,7 +238,7 @@ mod tests {
         let e = timed.snapshot().await.unwrap_err();
         assert_eq!(start.elapsed(), Duration::from_secs(2));
         assert!(e.is_timeout());
-        assert_eq!((e.op(), e.category()), ("dump", "timeout"));
+        assert_eq!((e.op(), e.category()), ("dump", "Timeout"));
         assert_eq!(e.to_string(), "dump: no answer from the kernel within 2s");
         let life = Lifetime { seconds: 4 };
         assert_eq!(timed.add(&alias, life).await.unwrap_err().op(), "add");

@@ -117,7 +117,7 @@ pub struct Settings {
 
 /// Why the flags do not make a usable configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AgentConfigError {
+pub enum ConfigError {
     /// The node name is empty.
     #[error("--node-name (or NODE_NAME) must not be empty")]
     EmptyNodeName,
@@ -168,7 +168,7 @@ pub fn alias_lifetime(lease_duration: Duration, renew_interval: Duration) -> Dur
 
 impl Flags {
     /// Check the flags and turn them into [`Settings`].
-    pub fn into_settings(self) -> Result<Settings, AgentConfigError> {
+    pub fn into_settings(self) -> Result<Settings, ConfigError> {
         let Flags {
             node_name,
             namespace,
@@ -183,23 +183,23 @@ impl Flags {
             host_port_shield,
         } = self;
         if node_name.trim().is_empty() {
-            return Err(AgentConfigError::EmptyNodeName);
+            return Err(ConfigError::EmptyNodeName);
         }
         if interface.as_deref().is_some_and(|i| i.trim().is_empty()) {
-            return Err(AgentConfigError::EmptyInterface);
+            return Err(ConfigError::EmptyInterface);
         }
         if lease_duration.subsec_nanos() != 0 || lease_duration.as_secs() == 0 {
-            return Err(AgentConfigError::LeaseNotWholeSeconds(lease_duration));
+            return Err(ConfigError::LeaseNotWholeSeconds(lease_duration));
         }
         if renew_interval >= lease_duration {
-            return Err(AgentConfigError::RenewNotBelowLease {
+            return Err(ConfigError::RenewNotBelowLease {
                 renew_interval,
                 lease_duration,
             });
         }
         let lifetime = alias_lifetime(lease_duration, renew_interval);
         if lifetime < renew_interval * 2 {
-            return Err(AgentConfigError::LifetimeTooShort {
+            return Err(ConfigError::LifetimeTooShort {
                 lease_duration,
                 renew_interval,
                 lifetime,
@@ -311,15 +311,15 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused() {
-        let table: &[(&[&str], AgentConfigError)] = &[
-            (&["--node-name= "], AgentConfigError::EmptyNodeName),
+        let table: &[(&[&str], ConfigError)] = &[
+            (&["--node-name= "], ConfigError::EmptyNodeName),
             (
                 &["--node-name=n", "--interface="],
-                AgentConfigError::EmptyInterface,
+                ConfigError::EmptyInterface,
             ),
             (
                 &["--node-name=n", "--lease-duration=1500ms"],
-                AgentConfigError::LeaseNotWholeSeconds(Duration::from_millis(1500)),
+                ConfigError::LeaseNotWholeSeconds(Duration::from_millis(1500)),
             ),
             (
                 &[
@@ -327,7 +327,7 @@ mod tests {
                     "--lease-duration=2s",
                     "--renew-interval=2s",
                 ],
-                AgentConfigError::RenewNotBelowLease {
+                ConfigError::RenewNotBelowLease {
                     renew_interval: Duration::from_secs(2),
                     lease_duration: Duration::from_secs(2),
                 },
@@ -356,7 +356,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            AgentConfigError::LifetimeTooShort {
+            ConfigError::LifetimeTooShort {
                 lease_duration: Duration::from_secs(2),
                 renew_interval: Duration::from_secs(1),
                 lifetime: Duration::from_secs(1),
