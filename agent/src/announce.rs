@@ -45,6 +45,16 @@ const ND_OPT_TARGET_LL: u8 = 2;
 
 /// A gratuitous ARP request announcing that `ip` is at `mac`.
 pub fn garp_frame(mac: [u8; 6], ip: Ipv4Addr) -> [u8; GARP_FRAME_LEN] {
+    arp_request_frame(mac, ip, ip)
+}
+
+/// A broadcast ARP request from `mac` with sender IP `sender` for `target`: a gratuitous
+/// ARP (sender = target) or, with sender 0.0.0.0, an RFC 5227 probe.
+pub(crate) fn arp_request_frame(
+    mac: [u8; 6],
+    sender: Ipv4Addr,
+    target: Ipv4Addr,
+) -> [u8; GARP_FRAME_LEN] {
     let mut f = [0u8; GARP_FRAME_LEN];
     f[0..6].copy_from_slice(&BROADCAST);
     f[6..12].copy_from_slice(&mac);
@@ -52,9 +62,9 @@ pub fn garp_frame(mac: [u8; 6], ip: Ipv4Addr) -> [u8; GARP_FRAME_LEN] {
     // htype Ethernet, ptype IPv4, hlen 6, plen 4, operation request.
     f[14..22].copy_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]);
     f[22..28].copy_from_slice(&mac);
-    f[28..32].copy_from_slice(&ip.octets());
+    f[28..32].copy_from_slice(&sender.octets());
     // Target hardware address stays zero (unknown, as in a request).
-    f[38..42].copy_from_slice(&ip.octets());
+    f[38..42].copy_from_slice(&target.octets());
     f
 }
 
@@ -148,19 +158,25 @@ pub fn send_frame(ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
     send_on(tx.as_mut(), ifindex, frame)
 }
 
-/// Opens an AF_PACKET socket bound to `ifindex` for sending raw Ethernet frames.
-///
-/// Such a socket also receives a copy of every frame on the link (pnet binds it to
-/// ETH_P_ALL) for as long as it is open: it is kept only for one round of sends.
-fn open_sender(ifindex: u32) -> Result<Box<dyn DataLinkSender>, AnnounceError> {
-    let iface = NetworkInterface {
+/// The interface `ifindex` as `pnet_datalink` opens it: by index alone (the name, MAC
+/// and addresses are not needed to bind a socket).
+pub(crate) fn link(ifindex: u32) -> NetworkInterface {
+    NetworkInterface {
         name: String::new(),
         description: String::new(),
         index: ifindex,
         mac: None,
         ips: Vec::new(),
         flags: 0,
-    };
+    }
+}
+
+/// Opens an AF_PACKET socket bound to `ifindex` for sending raw Ethernet frames.
+///
+/// Such a socket also receives a copy of every frame on the link (pnet binds it to
+/// ETH_P_ALL) for as long as it is open: it is kept only for one round of sends.
+fn open_sender(ifindex: u32) -> Result<Box<dyn DataLinkSender>, AnnounceError> {
+    let iface = link(ifindex);
     let config = pnet_datalink::Config {
         promiscuous: false,
         write_timeout: Some(Duration::from_millis(200)),

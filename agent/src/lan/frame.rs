@@ -37,16 +37,7 @@ const ARP_REPLY: u16 = 2;
 /// An RFC 5227 §2.1.1 ARP probe for `target` from `mac`: a broadcast request with sender
 /// IP 0.0.0.0 (so no host updates its cache from it) and target hardware address zero.
 pub fn arp_probe_frame(mac: Mac, target: Ipv4Addr) -> [u8; ARP_PROBE_FRAME_LEN] {
-    let mut f = [0u8; ARP_PROBE_FRAME_LEN];
-    f[0..6].copy_from_slice(&[0xff; 6]);
-    f[6..12].copy_from_slice(&mac.0);
-    f[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
-    // htype Ethernet, ptype IPv4, hlen 6, plen 4, operation request.
-    f[14..22].copy_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]);
-    f[22..28].copy_from_slice(&mac.0);
-    // Sender IP (28..32) and target hardware address (32..38) stay zero.
-    f[38..42].copy_from_slice(&target.octets());
-    f
+    crate::announce::arp_request_frame(mac.0, Ipv4Addr::UNSPECIFIED, target)
 }
 
 /// The solicited-node multicast address of `ip` (RFC 4291 §2.7.1): ff02::1:ffXX:XXXX

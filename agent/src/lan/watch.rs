@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::mac::Mac;
-use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface};
+use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
 use socket2::{Domain, SockFilter, Socket, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -82,14 +82,7 @@ fn open(
     // every interface's unfiltered frames meanwhile).
     let socket = Socket::new(Domain::PACKET, Type::RAW, None)?;
     socket.attach_filter(&CLAIM_FILTER)?;
-    let iface = NetworkInterface {
-        name: String::new(),
-        description: String::new(),
-        index: ifindex,
-        mac: None,
-        ips: Vec::new(),
-        flags: 0,
-    };
+    let iface = crate::announce::link(ifindex);
     let config = pnet_datalink::Config {
         read_timeout: Some(read_timeout),
         write_timeout: Some(Duration::from_millis(200)),
