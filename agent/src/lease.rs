@@ -406,6 +406,7 @@ mod tests {
             conflicts: vec![],
             shield: aliaslb_core::report::ShieldState::Active,
             macs: Vec::new(),
+            routing: None,
         };
         let acquired: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let now: Timestamp = "2026-01-01T00:00:05.25Z".parse().unwrap();

@@ -673,6 +673,7 @@ where
                 .collect::<BTreeSet<Mac>>()
                 .into_iter()
                 .collect(),
+            routing: None,
         };
         self.report_tx.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&report);

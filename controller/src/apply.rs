@@ -129,7 +129,8 @@ pub fn status_body(
             }
         })
         .collect();
-    let mut body = annotations_body(svc, plan.node.as_deref(), plan.interface.as_deref());
+    let node = plan.node_annotation();
+    let mut body = annotations_body(svc, node.as_deref(), plan.interface.as_deref());
     body["status"] = json!({
             "loadBalancer": {"ingress": ingress},
             "conditions": [
@@ -459,6 +460,7 @@ mod tests {
         ServicePlan {
             ips: ips.iter().map(|s| s.parse().unwrap()).collect(),
             node: node.map(Into::into),
+            nodes: Vec::new(),
             interface: None,
             allocated: ConditionPlan {
                 status: !ips.is_empty(),

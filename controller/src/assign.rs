@@ -100,29 +100,37 @@ pub fn desired(
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
     for (key, plan) in &output.services {
-        let Some(node) = &plan.node else { continue };
+        // L2: the one elected node; L3: every announcing node, each line marked `bgp`.
+        let (targets, bgp) = match &plan.node {
+            Some(node) => (std::slice::from_ref(node), false),
+            None => (plan.nodes.as_slice(), true),
+        };
+        if targets.is_empty() {
+            continue;
+        }
         let ports: Vec<OpenPort> = views
             .get(key)
             .map(|v| open_ports(v).collect())
             .unwrap_or_default();
         let service = key.to_string();
-        let assignments = nodes
-            .entry(node.clone())
-            .or_insert_with(|| NodeAssignments {
-                node_macs: macs.clone(),
-                ..NodeAssignments::default()
-            });
-        for ip in &plan.ips {
-            assignments.assign(
-                *ip,
-                plan.interface.as_deref(),
-                ports.iter().copied(),
-                &service,
-            );
-            if output.probe.contains(ip)
-                && let Some(line) = assignments.ips.get_mut(ip)
-            {
-                line.probe = true;
+        for node in targets {
+            let assignments = nodes
+                .entry(node.clone())
+                .or_insert_with(|| NodeAssignments {
+                    node_macs: macs.clone(),
+                    ..NodeAssignments::default()
+                });
+            for ip in &plan.ips {
+                assignments.assign(
+                    *ip,
+                    plan.interface.as_deref(),
+                    ports.iter().copied(),
+                    &service,
+                );
+                if let Some(line) = assignments.ips.get_mut(ip) {
+                    line.probe |= !bgp && output.probe.contains(ip);
+                    line.bgp |= bgp;
+                }
             }
         }
     }
@@ -160,7 +168,8 @@ pub fn trusted_nodes(observed: &BTreeMap<String, Texts>) -> HashMap<IpAddr, (Str
             tracing::warn!(node, "our assignment object for this node cannot be read");
             continue;
         };
-        for (ip, a) in assignments.ips {
+        // L3 lines have no one holder to keep: their nodes are chosen afresh.
+        for (ip, a) in assignments.ips.into_iter().filter(|(_, a)| !a.bgp) {
             out.insert(ip, (node.clone(), a.services.into_iter().collect()));
         }
     }
@@ -229,6 +238,7 @@ mod tests {
         ServicePlan {
             ips: ips.iter().map(|i| ip(i)).collect(),
             node: node.map(str::to_owned),
+            nodes: Vec::new(),
             interface: interface.map(str::to_owned),
             allocated: condition.clone(),
             announced: condition,
@@ -288,6 +298,29 @@ mod tests {
             d["n1"].render(),
             "10.0.0.1 eth1 tcp:80,tcp:443,udp:53 default/dns,default/web\n\
              fd00::1 - udp:53 default/dns\n"
+        );
+    }
+
+    #[test]
+    fn l3_plans_become_bgp_lines_on_every_announcing_node() {
+        let front = ServiceKey::new("shop", "front");
+        let mut output = PlanOutput::default();
+        let mut routed = plan(&["10.200.0.7"], None, None);
+        routed.nodes = vec!["n1".into(), "n3".into()];
+        output.services.insert(front.clone(), routed);
+        // The planner never marks an L3 address a first claim; even if it did, no probe.
+        output.probe.insert(ip("10.200.0.7"));
+        let front_view = view(&front, &[(443, "TCP")], &[]);
+        let views = HashMap::from([(&front, &front_view)]);
+        let d = desired(&output, &views, &BTreeMap::new());
+        assert_eq!(d.keys().collect::<Vec<_>>(), vec!["n1", "n3"]);
+        for node in ["n1", "n3"] {
+            assert_eq!(d[node].render(), "10.200.0.7 - tcp:443 shop/front bgp\n");
+        }
+        let seen = BTreeMap::from([("n1".to_owned(), Texts::of(&d["n1"]))]);
+        assert!(
+            trusted_nodes(&seen).is_empty(),
+            "an L3 line names no holder to keep"
         );
     }
 

@@ -184,7 +184,7 @@ fn status_key(plan: &ServicePlan) -> u64 {
 
 /// What the annotation write says.
 fn annotations_key(plan: &ServicePlan) -> u64 {
-    digest(&(&plan.node, &plan.interface))
+    digest(&(&plan.node, &plan.nodes, &plan.interface))
 }
 
 /// What the writes for `plan` on `svc` would say, and the version of `svc` they would
@@ -1071,8 +1071,9 @@ impl Reconciler {
             }
             let memo = self.memos.get(key);
             let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
+            let node = plan.node_annotation();
             let annotations =
-                apply::annotations_differ(svc, plan.node.as_deref(), plan.interface.as_deref())
+                apply::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
                     && !waiting(memo.is_some_and(|m| m.annotations == Some(annotations_key(plan))));
             let status = apply::status_differs(svc, plan, ip_mode)
                 && !waiting(memo.is_some_and(|m| m.status == Some(status_key(plan))));
@@ -1136,10 +1137,11 @@ impl Reconciler {
                         current = Some(updated);
                     }
                     let observed: &ServiceRecord = current.as_ref().unwrap_or(&*svc);
+                    let node = plan.node_annotation();
                     if annotations
                         && apply::annotations_differ(
                             observed,
-                            plan.node.as_deref(),
+                            node.as_deref(),
                             plan.interface.as_deref(),
                         )
                     {
@@ -1148,7 +1150,7 @@ impl Reconciler {
                             .apply_annotations(
                                 &api,
                                 observed,
-                                plan.node.as_deref(),
+                                node.as_deref(),
                                 plan.interface.as_deref(),
                                 fence,
                             )
@@ -1162,7 +1164,7 @@ impl Reconciler {
                     tracing::info!(
                         svc = %key,
                         ips = ?plan.ips,
-                        node = plan.node.as_deref().unwrap_or("-"),
+                        node = plan.node_annotation().as_deref().unwrap_or("-"),
                         announced = plan.announced.status,
                         reason = %plan.announced.reason,
                         "applied"
@@ -1374,6 +1376,7 @@ mod tests {
         let plan = ServicePlan {
             ips: vec!["10.0.0.1".parse().unwrap()],
             node: Some("n1".into()),
+            nodes: Vec::new(),
             interface: None,
             allocated: aliaslb_core::plan::ConditionPlan {
                 status: true,

@@ -105,8 +105,8 @@ pub struct Route {
     pub cluster_ip: Option<String>,
     /// Node carrying it; for a `node-address` row without a Service, the Node that has it.
     pub node: Option<String>,
-    /// `announced`, `waiting-for-agent`, `no-node`, `conflict`, `free`, or `node-address`:
-    /// a Node has this address (`status.addresses`), so it is never allocated (a Service
+    /// `announced`, `partially-announced` and `not-announced` (L3 mode), `waiting-for-agent`,
+    /// `no-node`, `conflict`, `free`, or `node-address`: a Node has this address (`status.addresses`), so it is never allocated (a Service
     /// shown on it is being moved off). `conflict` with [`Route::mac`]: a fresh agent
     /// reports it answered on the LAN by that MAC, not a node's; it is not allocated while
     /// reported, and `node` is the reporting node when no Service is shown on it.
@@ -175,12 +175,25 @@ fn state(ip: IpAddr, users: &[&ServiceInfo], agents: &BTreeMap<String, AgentInfo
     if !shared || reported_conflict {
         return "conflict";
     }
+    // L3 mode: the announcing nodes, comma-separated; what they export is in the
+    // Announced condition, which reads the agents' routing reports.
+    use aliaslb_core::plan::reason;
+    match users[0].announced.as_ref().map(|c| c.reason.as_str()) {
+        Some(reason::PARTIALLY_ANNOUNCED) => return "partially-announced",
+        Some(reason::NOT_ANNOUNCED) => return "not-announced",
+        Some(reason::ANNOUNCED) if users[0].node.as_ref().is_some_and(|n| n.contains(',')) => {
+            return "announced";
+        }
+        _ => {}
+    }
     match users[0].node.as_ref() {
         None => "no-node",
-        Some(node)
-            if agents
-                .get(node)
-                .is_some_and(|a| a.report.held.contains(&ip)) =>
+        Some(nodes)
+            if nodes.split(',').all(|node| {
+                agents
+                    .get(node)
+                    .is_some_and(|a| a.report.held.contains(&ip))
+            }) =>
         {
             "announced"
         }

@@ -175,7 +175,10 @@ pub fn service_view(svc: &Service, key: &ServiceKey, uid: &Arc<str>) -> ServiceV
         ports,
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
         observed_ips: ingress_ips(svc),
-        observed_node: annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
+        // L3 mode lists its announcing nodes there, comma-separated: no one holder.
+        observed_node: annotation(svc, keys::ANNOTATION_NODE)
+            .filter(|n| !n.contains(','))
+            .map(str::to_owned),
     }
 }
 

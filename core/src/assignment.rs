@@ -11,6 +11,7 @@
 //! ```text
 //! 192.168.55.10 eth1 tcp:80,udp:53 default/web
 //! 2001:db8::10 - - default/dns probe
+//! 10.200.0.7 - tcp:443 shop/front bgp
 //! ```
 //!
 //! IP, interface (`-`: the agent chooses), the Service ports open on the IP for the
@@ -18,7 +19,11 @@
 //! reading the object), and an optional last word `probe`: a first claim (no node of the
 //! cluster held the IP when it was placed here), which the agent probes on the LAN (RFC
 //! 5227 / RFC 4862) before taking it. A takeover from a known holder has no `probe`: it
-//! must not wait.
+//! must not wait. The flag `bgp` marks an address of an L3 pool (`announce: bgp`): the
+//! agent puts it on its local device (`aliaslb0`, else `lo`) for the node's routing daemon
+//! to announce, sends no gratuitous ARP / NA and does not watch the LAN for it; the interface
+//! field is then `-`. Flags follow the services, in any order, each at most once; an agent
+//! older than a flag refuses the whole object and keeps what it has, never misreads it.
 //!
 //! The key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every node's
 //! interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
@@ -99,6 +104,8 @@ pub struct AssignedIp {
     pub services: BTreeSet<String>,
     /// A first claim: probe the LAN before taking it.
     pub probe: bool,
+    /// An address of an L3 pool: on the local device, announced by the routing daemon.
+    pub bgp: bool,
 }
 
 /// Everything one node must carry.
@@ -170,7 +177,8 @@ impl NodeAssignments {
                 a.services.iter().cloned().collect::<Vec<_>>().join(",")
             };
             let probe = if a.probe { " probe" } else { "" };
-            let _ = writeln!(out, "{ip} {interface} {ports} {services}{probe}");
+            let bgp = if a.bgp { " bgp" } else { "" };
+            let _ = writeln!(out, "{ip} {interface} {ports} {services}{probe}{bgp}");
         }
         out
     }
@@ -225,22 +233,28 @@ impl NodeAssignments {
                 text: line.chars().take(200).collect(),
             };
             let fields: Vec<&str> = line.split_ascii_whitespace().collect();
-            let (ip, interface, ports, services, probe) = match fields[..] {
-                [ip, interface, ports, services] => (ip, interface, ports, services, false),
-                [ip, interface, ports, services, "probe"] => (ip, interface, ports, services, true),
-                [.., last] if fields.len() == 5 => {
-                    return Err(err(format!(
-                        "expected `probe` as the fifth field, found {last}"
-                    )));
-                }
-                _ => {
-                    return Err(err(format!(
-                        "expected 4 fields (ip interface ports services) and an optional \
-                         `probe`, found {}",
-                        fields.len()
-                    )));
-                }
+            let [ip, interface, ports, services, ref flags @ ..] = fields[..] else {
+                return Err(err(format!(
+                    "expected 4 fields (ip interface ports services) and optional flags \
+                     (`probe`, `bgp`), found {}",
+                    fields.len()
+                )));
             };
+            let (mut probe, mut bgp) = (false, false);
+            for flag in flags {
+                let seen = match *flag {
+                    "probe" => &mut probe,
+                    "bgp" => &mut bgp,
+                    other => {
+                        return Err(err(format!(
+                            "unknown flag `{other}`: the flags are `probe` and `bgp`"
+                        )));
+                    }
+                };
+                if std::mem::replace(seen, true) {
+                    return Err(err(format!("flag `{flag}` given twice")));
+                }
+            }
             let ip: IpAddr = ip
                 .parse()
                 .map_err(|_| err(format!("not an IP address: {ip}")))?;
@@ -249,9 +263,16 @@ impl NodeAssignments {
                 name if valid_interface(name) => Some(name.to_owned()),
                 name => return Err(err(format!("not an interface name: {name}"))),
             };
+            if bgp && interface.is_some() {
+                return Err(err(
+                    "a `bgp` address goes on the agent's own device: its interface must be `-`"
+                        .to_owned(),
+                ));
+            }
             let mut assigned = AssignedIp {
                 interface,
                 probe,
+                bgp,
                 ..AssignedIp::default()
             };
             if ports != "-" {
@@ -318,13 +339,24 @@ mod tests {
         );
         a.assign(ip("2001:db8::10"), None, [], "default/dns");
         a.ips.get_mut(&ip("2001:db8::10")).unwrap().probe = true;
+        a.assign(
+            ip("10.200.0.7"),
+            None,
+            [port(Protocol::Tcp, 443)],
+            "shop/front",
+        );
+        a.ips.get_mut(&ip("10.200.0.7")).unwrap().bgp = true;
         let text = a.render();
         assert_eq!(
             text,
-            "192.168.55.10 eth1 tcp:80,tcp:443,udp:53 default/web,default/web-tls\n\
+            "10.200.0.7 - tcp:443 shop/front bgp\n\
+             192.168.55.10 eth1 tcp:80,tcp:443,udp:53 default/web,default/web-tls\n\
              2001:db8::10 - - default/dns probe\n"
         );
         assert_eq!(NodeAssignments::parse(&text).unwrap(), a);
+        let both = NodeAssignments::parse("10.200.0.8 - - a/b bgp probe").unwrap();
+        let line = &both.ips[&ip("10.200.0.8")];
+        assert!(line.bgp && line.probe);
         a.node_macs.insert(
             Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74]),
             "alb-node-1".into(),
@@ -360,8 +392,10 @@ mod tests {
     fn bad_lines_are_errors_with_their_number() {
         let table = [
             ("10.0.0.1 eth0 tcp:80", 1, "expected 4 fields"),
-            ("10.0.0.1 eth0 tcp:80 a/b probe x", 1, "expected 4 fields"),
-            ("10.0.0.1 eth0 tcp:80 a/b prob", 1, "expected `probe`"),
+            ("10.0.0.1 eth0 tcp:80 a/b probe x", 1, "unknown flag `x`"),
+            ("10.0.0.1 eth0 tcp:80 a/b prob", 1, "unknown flag `prob`"),
+            ("10.0.0.1 - tcp:80 a/b bgp bgp", 1, "flag `bgp` given twice"),
+            ("10.0.0.1 eth0 tcp:80 a/b bgp", 1, "interface must be `-`"),
             ("\n10.0.0.300 - - a/b", 2, "not an IP address"),
             ("10.0.0.1 eth0/x - a/b", 1, "not an interface name"),
             (

@@ -244,6 +244,51 @@ pub fn elect(
     Ok(chosen.name.clone())
 }
 
+/// L3 mode: every node that announces `input.ips` over BGP, by name; or why there is none.
+///
+/// The per-node rules of [`ineligibility`] apply, each of `current` (the nodes announcing
+/// now) counting as the current holder (an unconfirmed agent keeps announcing what it
+/// announces); the subnet rule does not (routed addresses need no node on their subnet).
+/// With `cap`, the nodes announcing now stay first (no churn when a node returns), then the
+/// others in the order of the tie-break hash of (node, first IP), so different addresses
+/// spread over different nodes.
+pub fn announcers(
+    input: &ElectionInput<'_>,
+    nodes: &[NodeState],
+    current: &[String],
+    cap: Option<usize>,
+) -> Result<Vec<String>, NoEligibleNode> {
+    let mut why = NoEligibleNode {
+        nodes: nodes.len(),
+        ..NoEligibleNode::default()
+    };
+    let first_ip = input.ips.first().copied();
+    let mut eligible = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let announcing = current.contains(&node.name);
+        let as_current = ElectionInput {
+            current: announcing.then_some(node.name.as_str()),
+            ..*input
+        };
+        match ineligibility(&as_current, node) {
+            Some(reason) => why.count(reason),
+            None => eligible.push((
+                !announcing,
+                tie_break_hash(&node.name, first_ip),
+                node.name.as_str(),
+            )),
+        }
+    }
+    if eligible.is_empty() {
+        return Err(why);
+    }
+    eligible.sort_unstable();
+    eligible.truncate(cap.unwrap_or(usize::MAX).max(1));
+    let mut chosen: Vec<String> = eligible.into_iter().map(|(_, _, n)| n.to_owned()).collect();
+    chosen.sort_unstable();
+    Ok(chosen)
+}
+
 /// Stable tie-break hash of (node, IP): FNV-1a 64 over the name, a separator and the
 /// address octets, then the murmur3 64-bit finalizer. Hand-written so it never changes
 /// across Rust versions (std's hasher may).

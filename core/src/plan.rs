@@ -152,6 +152,12 @@ pub mod reason {
     pub const MOVING: &str = "Moving";
     /// Announced False (and Warning Event): the agent reports a foreign owner of an IP.
     pub const ADDRESS_CONFLICT: &str = "AddressConflict";
+    /// Announced True, L3 mode: some of the chosen nodes announce every IP over BGP, others
+    /// do not (the message names them and why).
+    pub const PARTIALLY_ANNOUNCED: &str = "PartiallyAnnounced";
+    /// Announced False, L3 mode: the chosen nodes hold the IPs but no routing daemon
+    /// exports them to an Established peer (the message says why, node by node).
+    pub const NOT_ANNOUNCED: &str = "NotAnnounced";
     /// Event: an IP was assigned.
     pub const IP_ALLOCATED: &str = "IPAllocated";
     /// Warning Event: the Service is (still) missing an IP, with the reason.
@@ -278,14 +284,30 @@ pub struct Inputs<'a> {
 pub struct ServicePlan {
     /// Desired `status.loadBalancer.ingress` IPs, primary family first (may be empty).
     pub ips: Vec<IpAddr>,
-    /// Desired `aliaslb.io/node`; `None` while pending or in the middle of a move.
+    /// Desired `aliaslb.io/node`; `None` while pending or in the middle of a move, and in
+    /// L3 mode (see [`ServicePlan::nodes`]).
     pub node: Option<String>,
+    /// L3 mode (`announce: bgp`): every node that announces the IPs, by name; empty in L2
+    /// mode.
+    pub nodes: Vec<String>,
     /// Desired `aliaslb.io/interface` (from the pool options; `None`: no annotation).
     pub interface: Option<String>,
     /// Condition `aliaslb.io/IPAllocated`.
     pub allocated: ConditionPlan,
     /// Condition `aliaslb.io/Announced`.
     pub announced: ConditionPlan,
+}
+
+impl ServicePlan {
+    /// The value of `aliaslb.io/node`: the elected node in L2 mode, the announcing nodes
+    /// comma-separated in L3 mode; `None` while there is none.
+    pub fn node_annotation(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match (&self.node, self.nodes.is_empty()) {
+            (Some(node), _) => Some(node.as_str().into()),
+            (None, false) => Some(self.nodes.join(",").into()),
+            (None, true) => None,
+        }
+    }
 }
 
 /// Desired state of one Service condition.
@@ -435,6 +457,8 @@ struct Group {
     /// The IPs `node` was given, each with whether it is a first claim its agent must still
     /// probe ([`PlanOutput::probe`]); empty without a node.
     claims: Vec<(IpAddr, bool)>,
+    /// L3 mode: the nodes announcing the IPs, by name (`node` is then `None`).
+    announcers: Vec<String>,
 }
 
 /// One IP in use.

@@ -93,6 +93,33 @@ pub struct AgentReport {
     /// them to every agent, which tells another node's claim from a foreign host's by them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub macs: Vec<Mac>,
+    /// L3 mode: the node's routing daemon as the agent last read it; `None`: the agent is
+    /// told to read none (`--routing-daemon=none`), or is older than L3 mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingReport>,
+}
+
+/// L3 mode: what the node's routing daemon (BIRD, FRR) says, as the agent read it last.
+/// The agent only reads the daemon; this is how the controller knows that an address on
+/// the node's device really is announced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingReport {
+    /// The daemon: `bird` or `frr`.
+    pub daemon: String,
+    /// Why the daemon could not be read, if it could not (then the counts are zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// BGP sessions configured, in any state.
+    #[serde(default)]
+    pub sessions: u32,
+    /// BGP sessions Established.
+    #[serde(default)]
+    pub established: u32,
+    /// Host routes (/32, /128) of held addresses the daemon exports to at least one
+    /// Established peer.
+    #[serde(default)]
+    pub exported: BTreeSet<IpAddr>,
 }
 
 /// State of an agent's host-port shield (its nftables table), as it reports it.
@@ -325,6 +352,18 @@ impl AgentReport {
                 count: self.conflicts.len(),
             });
         }
+        if let Some(routing) = &mut self.routing {
+            if routing.exported.len() > MAX_HELD {
+                return Err(ReportError::TooManyHeld {
+                    count: routing.exported.len(),
+                });
+            }
+            bound_reason(&mut routing.daemon);
+            text::bound(&mut routing.daemon, QUOTED_NAME);
+            if let Some(error) = &mut routing.error {
+                bound_reason(error);
+            }
+        }
         for conflict in &mut self.conflicts {
             bound_reason(&mut conflict.reason);
             if let Some((name, why)) = conflict
@@ -378,6 +417,13 @@ mod tests {
             }],
             shield: ShieldState::Active,
             macs: Vec::new(),
+            routing: Some(RoutingReport {
+                daemon: "bird".into(),
+                error: None,
+                sessions: 2,
+                established: 1,
+                exported: ["10.200.0.7".parse().unwrap()].into(),
+            }),
         };
         let json = report.to_json();
         assert!(json.contains(r#""shield":"active""#), "{json}");
@@ -391,6 +437,16 @@ mod tests {
         let newer = json.replacen('{', r#"{"futureField":[1,2],"#, 1);
         assert_eq!(AgentReport::from_json(&newer).unwrap(), report);
         assert_eq!(report.subnets().count(), 1);
+        assert!(json.contains(r#""routing":{"daemon":"bird""#), "{json}");
+        let mut noisy = report.clone();
+        let routing = noisy.routing.as_mut().unwrap();
+        routing.error = Some(format!("line\none{}", "x".repeat(1000)));
+        let read = AgentReport::from_json(&noisy.to_json()).unwrap();
+        let error = read.routing.unwrap().error.unwrap();
+        assert!(
+            error.len() <= MAX_REASON && !error.contains('\n'),
+            "{error}"
+        );
 
         // An older agent does not report its shield; a newer one may report a state this
         // version does not know. Both read as Unknown, the rest of the report intact.

@@ -410,6 +410,18 @@ fn options_apply_to_their_pool() {
         config.pool(&ns("prod")).unwrap().options,
         PoolOptions::default()
     );
+    let bgp = valid(&[
+        ("a", "10.200.0.0/24"),
+        (
+            "config.yaml",
+            "pools:\n  a:\n    announce: bgp\n    maxNodes: 3\n",
+        ),
+    ]);
+    let options = &bgp.pool(&ns("a")).unwrap().options;
+    assert_eq!(
+        (options.announce, options.max_nodes),
+        (aliaslb_core::pool::Announce::Bgp, Some(3))
+    );
     // Empty or comment-only options are no options.
     valid(&[("a", "10.0.0.1"), ("config.yaml", "# later\n")]);
     valid(&[("a", "10.0.0.1"), ("config.yaml", "pools:\n  a:\n")]);
@@ -420,23 +432,23 @@ fn options_errors() {
     for (options, want) in [
         (
             "pools:\n  staging:\n    interfce: eth1\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`interfce: eth1`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`interfce: eth1`)",
         ),
         (
             "pool:\n  staging: {}\n",
-            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`pool:`)",
+            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`pool:`)",
         ),
         (
             "pools:\n  staging:\n    allowSharing: maybe\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`allowSharing: maybe`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`allowSharing: maybe`)",
         ),
         (
             "pools:\n  staging: {interface: eth1\n",
-            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`staging: {interface: eth1`)",
+            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`staging: {interface: eth1`)",
         ),
         (
             "pools:\n  staging: [eth1]\n",
-            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector` and `allowSharing` (`staging: [eth1]`)",
+            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`staging: [eth1]`)",
         ),
         (
             "pools:\n  staging: {}\n  prod:\n    interface: eth2\n",
@@ -457,6 +469,22 @@ fn options_errors() {
         (
             "pools:\n  staging:\n    nodeSelector: {\"zone\": \"a b\"}\n",
             "key config.yaml, line 2: pool `staging`: nodeSelector `zone: a b`: label value `a b` must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    announce: ospf\n",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.announce: unknown variant `ospf`, expected `l2` or `bgp` at line 3 column 15; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`announce: ospf`)",
+        ),
+        (
+            "pools:\n  staging:\n    maxNodes: 2\n",
+            "key config.yaml, line 2: pool `staging`: `maxNodes` applies to `announce: bgp` only (in L2 mode one node carries each address); remove it or add `announce: bgp` (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    announce: bgp\n    maxNodes: 0\n",
+            "key config.yaml, line 2: pool `staging`: `maxNodes: 0` would announce the addresses nowhere; give at least 1, or leave it out to announce from every eligible node (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    announce: bgp\n    interface: eth1\n",
+            "key config.yaml, line 2: pool `staging`: `interface` applies to `announce: l2` only (in BGP mode the agent puts the addresses on its own device, `aliaslb0` or `lo`); remove it (`staging:`)",
         ),
         (
             "pools:\n  staging:\n    nodeSelector: {Bad_Prefix/zone: a}\n",

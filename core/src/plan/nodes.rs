@@ -26,8 +26,9 @@ use super::{
     ConditionPlan, Group, GroupId, Inputs, MAX_MESSAGE, Pass, Planner, ServiceKey, ServicePlan,
     ServiceView, Sink, join, reason,
 };
-use crate::election::{ElectionInput, Ineligible, NodeState, elect, ineligibility};
+use crate::election::{ElectionInput, Ineligible, NodeState, announcers, elect, ineligibility};
 use crate::keys::LABEL_EXCLUDE_FROM_LB;
+use crate::pool::{Announce, PoolOptions};
 use crate::report::{AgentReport, Conflict};
 use crate::text;
 
@@ -123,10 +124,11 @@ impl Planner {
             let Some(first) = group_ips.first() else {
                 continue;
             };
-            let selector = ips
+            let options = ips
                 .get(first)
                 .and_then(|used| inputs.config.pool(&used.pool))
-                .map_or(&no_selector, |pool| &pool.options.node_selector);
+                .map(|pool| &pool.options);
+            let selector = options.map_or(&no_selector, |o| &o.node_selector);
             let local = local_nodes(&group.members, &local);
             let input = ElectionInput {
                 ips: group_ips,
@@ -135,7 +137,11 @@ impl Planner {
                 local_endpoint_nodes: local.as_ref(),
                 respect_cordon: inputs.respect_cordon,
             };
-            for (warning, why, message) in step(group, &input, &world, &mut load) {
+            let notes = match options.filter(|o| o.announce == Announce::Bgp) {
+                Some(options) => step_bgp(group, &input, &world, options),
+                None => step(group, &input, &world, &mut load),
+            };
+            for (warning, why, message) in notes {
                 for member in group.members.keys() {
                     sink.event(member, warning, why, message.clone());
                 }
@@ -157,6 +163,7 @@ impl Planner {
             return ServicePlan {
                 ips: Vec::new(),
                 node: None,
+                nodes: Vec::new(),
                 interface: None,
                 allocated: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
                 announced: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
@@ -193,11 +200,17 @@ impl Planner {
             self.groups.get(&entry.group)
         };
         let node = group.and_then(|g| g.node.clone());
+        let nodes = group.map(|g| g.announcers.clone()).unwrap_or_default();
         let interface = match (pool, ips.is_empty()) {
             (Some((_, pool)), false) => pool.options.interface.clone(),
             _ => None,
         };
-        let (announced, conflict) = announced(&ips, group, interface.as_deref(), inputs);
+        let bgp = pool.is_some_and(|(_, pool)| pool.options.announce == Announce::Bgp);
+        let (announced, conflict) = if bgp {
+            (announced_bgp(&ips, group, inputs), None)
+        } else {
+            announced(&ips, group, interface.as_deref(), inputs)
+        };
         if (conflict.is_some() || entry.conflict.is_some())
             && let Some(entry) = self.entries.get_mut(key)
             && entry.conflict.as_deref() != conflict.as_deref()
@@ -210,6 +223,7 @@ impl Planner {
         ServicePlan {
             ips,
             node,
+            nodes,
             interface,
             allocated,
             announced,
@@ -225,6 +239,8 @@ fn step(
     load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
+    // A pool switched from L3 to L2 mode: its nodes withdraw, one node is elected.
+    group.announcers.clear();
     if world.inputs.agents_unobservable {
         // Blind: nothing the controller sees of the agents is news. Keep every node and
         // move in progress; elect nothing.
@@ -303,6 +319,88 @@ fn step(
             if let Some((old, why)) = left {
                 notes.push((true, reason::NODE_MOVED, format!("moved off {old}: {why}")));
             }
+            let message = none.to_string();
+            if group.no_node.as_ref() != Some(&message) {
+                notes.push((true, reason::NO_ELIGIBLE_NODE, message.clone()));
+                group.no_node = Some(message);
+            }
+        }
+    }
+    notes
+}
+
+/// L3 mode: one group's announcing nodes ([`announcers`]); returns the Events for its
+/// members. There is no single holder and no break-before-make: each node's path is added
+/// or withdrawn on its own (the router keeps the others), and nothing is probed, since
+/// the addresses are on no LAN.
+fn step_bgp(
+    group: &mut Group,
+    input: &ElectionInput<'_>,
+    world: &World<'_>,
+    options: &PoolOptions,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    group.node = None;
+    group.moving_from = None;
+    group.claims.clear();
+    if world.inputs.agents_unobservable {
+        if group.announcers.is_empty() {
+            let message = UNOBSERVABLE.to_owned();
+            if group.no_node.as_ref() != Some(&message) {
+                notes.push((true, reason::AGENTS_UNOBSERVABLE, message.clone()));
+                group.no_node = Some(message);
+            }
+        }
+        return notes;
+    }
+    let why_gone = |node: &str| match world.by_name.get(node) {
+        Some(state) if ineligibility(input, state).is_none() => {
+            format!("{node}: the pool's maxNodes is reached")
+        }
+        state => why_leaving(node, state.copied(), input),
+    };
+    match announcers(
+        input,
+        world.inputs.nodes,
+        &group.announcers,
+        options.max_nodes,
+    ) {
+        Ok(now) => {
+            if now != group.announcers {
+                let added: Vec<&str> = now
+                    .iter()
+                    .filter(|n| !group.announcers.contains(n))
+                    .map(String::as_str)
+                    .collect();
+                let mut parts = Vec::new();
+                if !added.is_empty() {
+                    parts.push(format!("announced from {}", added.join(", ")));
+                }
+                for gone in group.announcers.iter().filter(|n| !now.contains(n)) {
+                    parts.push(format!("withdrawn from {gone} ({})", why_gone(gone)));
+                }
+                notes.push((
+                    false,
+                    reason::NODE_ASSIGNED,
+                    format!(
+                        "BGP: {}; announcing nodes: {}",
+                        parts.join("; "),
+                        now.join(", ")
+                    ),
+                ));
+            }
+            group.announcers = now;
+            group.no_node = None;
+        }
+        Err(none) => {
+            for gone in &group.announcers {
+                notes.push((
+                    true,
+                    reason::NODE_MOVED,
+                    format!("BGP: withdrawn from {gone} ({})", why_gone(gone)),
+                ));
+            }
+            group.announcers.clear();
             let message = none.to_string();
             if group.no_node.as_ref() != Some(&message) {
                 notes.push((true, reason::NO_ELIGIBLE_NODE, message.clone()));
@@ -462,6 +560,136 @@ fn announced(
             None,
         ),
     }
+}
+
+/// Whether `node` announces every one of `ips` over BGP: `Ok(established sessions)`, or
+/// why not, as its agent reports it.
+fn announces(node: &str, ips: &[IpAddr], inputs: &Inputs<'_>) -> Result<u32, String> {
+    let Some(report) = inputs.agents.get(node) else {
+        return Err(format!("{node}: waiting for its agent"));
+    };
+    let missing: Vec<IpAddr> = ips
+        .iter()
+        .filter(|ip| !report.held.contains(ip))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{node}: waiting for its agent to add {}",
+            join(&missing)
+        ));
+    }
+    let Some(routing) = &report.routing else {
+        return Err(format!(
+            "{node}: its agent reads no routing daemon (--routing-daemon=none), so whether \
+             the daemon exports the addresses is unknown"
+        ));
+    };
+    let daemon = &routing.daemon;
+    if let Some(error) = &routing.error {
+        return Err(format!("{node}: {daemon} cannot be read: {error}"));
+    }
+    if routing.established == 0 {
+        return Err(format!(
+            "{node}: {daemon} has no Established BGP session ({} configured)",
+            routing.sessions
+        ));
+    }
+    let filtered: Vec<IpAddr> = ips
+        .iter()
+        .filter(|ip| !routing.exported.contains(ip))
+        .copied()
+        .collect();
+    if !filtered.is_empty() {
+        return Err(format!(
+            "{node}: {daemon} does not export {} to its peers (its export filter must \
+             accept the pool's host routes)",
+            join(&filtered)
+        ));
+    }
+    Ok(routing.established)
+}
+
+/// L3 mode: the Announced condition of a Service with `ips` in `group`: True when at least
+/// one announcing node's daemon exports every IP to an Established peer (reason
+/// `PartiallyAnnounced` while some do not, naming them); False otherwise.
+fn announced_bgp(ips: &[IpAddr], group: Option<&Group>, inputs: &Inputs<'_>) -> ConditionPlan {
+    let Some(group) = group else {
+        return condition(
+            false,
+            reason::NOT_ALLOCATED,
+            "no address allocated yet".into(),
+        );
+    };
+    if group.announcers.is_empty() {
+        let message = group
+            .no_node
+            .clone()
+            .unwrap_or_else(|| "no node chosen yet".to_owned());
+        let why = if inputs.agents_unobservable {
+            reason::AGENTS_UNOBSERVABLE
+        } else {
+            reason::NO_ELIGIBLE_NODE
+        };
+        return condition(false, why, message);
+    }
+    let total = group.announcers.len();
+    let mut on = Vec::new();
+    let mut peers = 0u32;
+    let mut off = Vec::new();
+    let mut waiting = 0;
+    for node in &group.announcers {
+        match announces(node, ips, inputs) {
+            Ok(established) => {
+                on.push(node.as_str());
+                peers = peers.saturating_add(established);
+            }
+            Err(why) => {
+                waiting += usize::from(why.contains("waiting for its agent"));
+                off.push(why);
+            }
+        }
+    }
+    let nodes = |n: usize| if n == 1 { "node" } else { "nodes" };
+    let peer_s = if peers == 1 { "peer" } else { "peers" };
+    if off.is_empty() {
+        return condition(
+            true,
+            reason::ANNOUNCED,
+            format!(
+                "announced over BGP by {total} {} ({}) to {peers} {peer_s}",
+                nodes(total),
+                on.join(", ")
+            ),
+        );
+    }
+    if !on.is_empty() {
+        return condition(
+            true,
+            reason::PARTIALLY_ANNOUNCED,
+            format!(
+                "announced over BGP by {} of {total} nodes ({}) to {peers} {peer_s}; not \
+                 announcing: {}",
+                on.len(),
+                on.join(", "),
+                off.join("; ")
+            ),
+        );
+    }
+    let why = if waiting == total {
+        reason::WAITING_FOR_AGENT
+    } else {
+        reason::NOT_ANNOUNCED
+    };
+    condition(
+        false,
+        why,
+        format!(
+            "announced by none of the {total} {} chosen: {}",
+            nodes(total),
+            off.join("; ")
+        ),
+    )
 }
 
 /// A condition; its message is cut to [`MAX_MESSAGE`] bytes.

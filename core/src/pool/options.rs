@@ -8,6 +8,9 @@
 //!     nodeSelector:           # labels a node must all carry to announce this pool
 //!       topology.kubernetes.io/zone: a
 //!     allowSharing: false     # default true
+//!   routed:
+//!     announce: bgp           # `l2` (default): one node answers ARP/NDP; `bgp`: L3 mode
+//!     maxNodes: 4             # bgp only: at most this many nodes announce each IP
 //! ```
 //! Unknown fields are errors (a misspelt option must not be silently ignored), and so are
 //! options for a key that has no pool.
@@ -39,6 +42,35 @@ pub struct PoolOptions {
     /// Whether Services of the pool may share an address through the
     /// `aliaslb.io/sharing-key` annotation. Default true.
     pub allow_sharing: bool,
+    /// How the pool's addresses reach the network. Default [`Announce::L2`].
+    pub announce: Announce,
+    /// L3 mode only: at most this many nodes announce each address; `None`: every eligible
+    /// node.
+    pub max_nodes: Option<usize>,
+}
+
+/// How a pool's addresses reach the network (`announce` in the options).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase", expecting = "`l2` or `bgp`")]
+pub enum Announce {
+    /// One node per address carries it as an alias on its LAN interface and answers ARP /
+    /// NDP for it (gratuitous ARP, unsolicited NA on a move).
+    #[default]
+    L2,
+    /// Every chosen node carries the address on a local device (`aliaslb0`, else `lo`) and
+    /// the node's routing daemon (BIRD, FRR) announces it over BGP; the router spreads the
+    /// traffic over them (ECMP). No ARP / NDP for it.
+    Bgp,
+}
+
+impl Announce {
+    /// The name as the options write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Announce::L2 => "l2",
+            Announce::Bgp => "bgp",
+        }
+    }
 }
 
 impl Default for PoolOptions {
@@ -47,6 +79,8 @@ impl Default for PoolOptions {
             interface: None,
             node_selector: BTreeMap::new(),
             allow_sharing: true,
+            announce: Announce::L2,
+            max_nodes: None,
         }
     }
 }
@@ -72,12 +106,14 @@ struct OptionsDoc {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`"
+    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`"
 )]
 struct RawOptions {
     interface: Option<String>,
     node_selector: Option<BTreeMap<String, String>>,
     allow_sharing: Option<bool>,
+    announce: Option<Announce>,
+    max_nodes: Option<u32>,
 }
 
 /// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, or every problem
@@ -98,7 +134,8 @@ pub(super) fn parse(
             text: text.to_owned(),
             message: format!(
                 "not valid options YAML: {e}; expected `pools:` mapping pool keys to \
-                 `interface`, `nodeSelector` and `allowSharing`"
+                 `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and \
+                 `maxNodes`"
             ),
         }]
     })?;
@@ -135,7 +172,27 @@ pub(super) fn parse(
             interface: None,
             node_selector: None,
             allow_sharing: None,
+            announce: None,
+            max_nodes: None,
         });
+        let announce = raw.announce.unwrap_or_default();
+        match (announce, raw.max_nodes) {
+            (Announce::L2, Some(_)) => error(format!(
+                "pool `{key}`: `maxNodes` applies to `announce: bgp` only (in L2 mode one node \
+                 carries each address); remove it or add `announce: bgp`"
+            )),
+            (Announce::Bgp, Some(0)) => error(format!(
+                "pool `{key}`: `maxNodes: 0` would announce the addresses nowhere; give at \
+                 least 1, or leave it out to announce from every eligible node"
+            )),
+            _ => {}
+        }
+        if announce == Announce::Bgp && raw.interface.is_some() {
+            error(format!(
+                "pool `{key}`: `interface` applies to `announce: l2` only (in BGP mode the \
+                 agent puts the addresses on its own device, `aliaslb0` or `lo`); remove it"
+            ));
+        }
         if let Some(name) = &raw.interface
             && let Err(why) = check_interface(name)
         {
@@ -155,6 +212,8 @@ pub(super) fn parse(
                 interface: raw.interface,
                 node_selector,
                 allow_sharing: raw.allow_sharing.unwrap_or(true),
+                announce,
+                max_nodes: raw.max_nodes.map(|n| n as usize),
             },
         );
     }

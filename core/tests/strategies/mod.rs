@@ -108,6 +108,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                     .collect(),
                 shield,
                 macs: Vec::new(),
+                routing: None,
             },
         )
 }
@@ -171,6 +172,7 @@ pub fn hostile_report(
                     .collect(),
                 shield,
                 macs: Vec::new(),
+                routing: None,
             },
         )
 }
