@@ -125,6 +125,7 @@ fn manager() -> AliasManager<NetlinkBackend> {
         AliasConfig {
             interface_override: None,
             lifetime: Lifetime::for_lease(LEASE),
+            routed_device: "lo".into(),
         },
     )
 }

@@ -35,6 +35,7 @@ pub struct DesiredSet {
     entries: BTreeMap<IpAddr, Option<String>>,
     ports: BTreeMap<IpAddr, BTreeSet<OpenPort>>,
     probe: BTreeSet<IpAddr>,
+    routed: BTreeSet<IpAddr>,
     node_macs: BTreeMap<Mac, String>,
 }
 
@@ -94,6 +95,18 @@ impl DesiredSet {
         self.probe.contains(&ip)
     }
 
+    /// Marks `ip` an address of an L3 pool: it goes on the routed device (whatever the
+    /// assignment or `--interface` says), is announced by the routing daemon, not over
+    /// ARP / NDP, and is not watched on the LAN.
+    pub fn mark_routed(&mut self, ip: IpAddr) {
+        self.routed.insert(ip);
+    }
+
+    /// Whether `ip` is an address of an L3 pool ([`Self::mark_routed`]).
+    pub fn is_routed(&self, ip: IpAddr) -> bool {
+        self.routed.contains(&ip)
+    }
+
     /// Records that `mac` is an interface of node `node`.
     pub fn add_node_mac(&mut self, mac: Mac, node: &str) {
         self.node_macs.insert(mac, node.to_owned());
@@ -111,6 +124,7 @@ impl DesiredSet {
             set.entries.remove(ip);
             set.ports.remove(ip);
             set.probe.remove(ip);
+            set.routed.remove(ip);
         }
         set
     }
@@ -132,6 +146,8 @@ pub struct AliasConfig {
     pub interface_override: Option<String>,
     /// Lifetime of every alias (the agent lease duration).
     pub lifetime: Lifetime,
+    /// L3 mode: the local device the routed addresses go on (`aliaslb0`, else `lo`).
+    pub routed_device: String,
 }
 
 /// A desired IP that exists on the node as somebody else's address: not taken.
@@ -244,8 +260,15 @@ pub struct Plan {
 }
 
 /// Diffs `desired` against what the node holds. Only addresses carrying our marker are
-/// ever put in `remove`; a desired IP present as a foreign address is a conflict.
-pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&str>) -> Plan {
+/// ever put in `remove`; a desired IP present as a foreign address is a conflict. Routed
+/// (L3) addresses go on `routed_device`, the others where the assignment, `--interface`
+/// (`interface_override`) or the subnets say.
+pub fn plan(
+    desired: &DesiredSet,
+    host: &HostState,
+    interface_override: Option<&str>,
+    routed_device: &str,
+) -> Plan {
     let ifname = |index: u32| {
         host.links
             .iter()
@@ -272,7 +295,12 @@ pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&
             });
         }
         let mut owned = present.iter().filter(|a| a.owned).map(|a| ours(a));
-        let link = match choose_interface(host, ip, interface_override, assigned) {
+        let chosen = if desired.is_routed(ip) {
+            choose_interface(host, ip, Some(routed_device), None)
+        } else {
+            choose_interface(host, ip, interface_override, assigned)
+        };
+        let link = match chosen {
             Ok(link) => link,
             Err(e) => {
                 // Keep what we hold: it stays refreshed until the interface question is
@@ -430,7 +458,12 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
                 return report;
             }
         };
-        let mut plan = plan(desired, &host, self.config.interface_override.as_deref());
+        let mut plan = plan(
+            desired,
+            &host,
+            self.config.interface_override.as_deref(),
+            &self.config.routed_device,
+        );
         if let Some(shield) = &mut self.shield {
             shield.set_ipvs(host.links.iter().any(|l| l.name == IPVS_LINK));
             // Before any alias appears: every IP kept or added is shielded, and the IPs
@@ -534,7 +567,9 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         self.owned = owned;
 
         if let Some(announcer) = &self.announcer {
-            for alias in report.added.iter().chain(&report.adopted) {
+            // Routed addresses are announced by the routing daemon, never on the LAN.
+            let on_lan = |a: &&Alias| !desired.is_routed(a.ip);
+            for alias in report.added.iter().chain(&report.adopted).filter(on_lan) {
                 let mac = host
                     .links
                     .iter()
@@ -698,7 +733,7 @@ mod tests {
     fn plan_adds_missing_on_subnet_interface_and_removes_stale_owned_only() {
         let mut h = host();
         h.addresses.push(ours(3, "10.0.0.60"));
-        let p = plan(&desired(&["10.0.0.50", "172.16.0.1"]), &h, None);
+        let p = plan(&desired(&["10.0.0.50", "172.16.0.1"]), &h, None, "lo");
         assert_eq!(
             p.add,
             vec![
@@ -717,7 +752,7 @@ mod tests {
         h.addresses.push(ours(3, "10.0.0.51"));
         let mut d = desired(&["10.0.0.50"]);
         d.insert(ip("10.0.0.51"), Some("eth0".into()));
-        let p = plan(&d, &h, None);
+        let p = plan(&d, &h, None, "lo");
         assert_eq!(p.keep, vec![alias(3, "eth1", "10.0.0.50")]);
         assert_eq!(p.remove, vec![alias(3, "eth1", "10.0.0.51")]);
         assert_eq!(p.add, vec![alias(2, "eth0", "10.0.0.51")]);
@@ -726,7 +761,7 @@ mod tests {
     #[test]
     fn plan_never_takes_or_removes_foreign_addresses() {
         let h = host();
-        let p = plan(&desired(&["10.0.0.2"]), &h, None);
+        let p = plan(&desired(&["10.0.0.2"]), &h, None, "lo");
         assert_eq!(
             p.conflicts,
             vec![Conflict {
@@ -735,7 +770,7 @@ mod tests {
             }]
         );
         assert!(p.add.is_empty() && p.remove.is_empty());
-        let empty = plan(&DesiredSet::new(), &h, None);
+        let empty = plan(&DesiredSet::new(), &h, None, "lo");
         assert_eq!(empty, Plan::default());
     }
 
@@ -758,7 +793,7 @@ mod tests {
 
     #[test]
     fn plan_reports_missing_interface() {
-        let p = plan(&desired(&["10.0.0.50"]), &host(), Some("bond0"));
+        let p = plan(&desired(&["10.0.0.50"]), &host(), Some("bond0"), "lo");
         assert!(p.add.is_empty());
         assert_eq!(p.no_interface.len(), 1);
         assert_eq!(p.no_interface[0].0, ip("10.0.0.50"));

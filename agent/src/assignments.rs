@@ -37,7 +37,10 @@ pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, Assignment
     for (ip, a) in assignments.ips {
         set.insert(ip, a.interface);
         set.open(ip, a.ports);
-        if a.probe {
+        if a.bgp {
+            // On no LAN: nothing to probe there.
+            set.mark_routed(ip);
+        } else if a.probe {
             set.mark_probe(ip);
         }
     }
@@ -226,6 +229,21 @@ mod tests {
             desired_from(Some(&ConfigMap::default())).unwrap(),
             DesiredSet::new()
         );
+    }
+
+    #[test]
+    fn bgp_lines_are_routed_and_never_probed() {
+        let d = desired_from(Some(&object(
+            "10.200.0.7 - tcp:443 shop/front bgp probe\n10.0.0.2 - - a/c\n",
+        )))
+        .unwrap();
+        assert!(d.is_routed(ip("10.200.0.7")));
+        assert!(
+            !d.needs_probe(ip("10.200.0.7")),
+            "on no LAN: nothing to probe"
+        );
+        assert!(!d.is_routed(ip("10.0.0.2")));
+        assert_eq!(d.ports(ip("10.200.0.7")).count(), 1);
     }
 
     #[test]

@@ -74,6 +74,19 @@ pub struct Flags {
     /// start without them.
     #[arg(long, env = "ALIASLB_HOST_PORT_SHIELD", value_enum, default_value_t = Toggle::On)]
     pub host_port_shield: Toggle,
+
+    /// L3 mode (pools with `announce: bgp`): the local device the routed addresses go on,
+    /// for the node's routing daemon to export. Created as a dummy interface if missing;
+    /// where the kernel has no dummy driver the agent falls back to `lo` (and says so).
+    #[arg(long, env = "ALIASLB_ROUTED_DEVICE", default_value = "aliaslb0")]
+    pub routed_device: String,
+
+    /// L3 mode: the routing daemon to read (never write) to tell whether each routed
+    /// address is exported to an Established BGP peer: `bird:<control socket>`
+    /// (e.g. `bird:/run/bird/bird.ctl`), `frr` (vtysh on the PATH), `frr:<vtysh>[:<vty
+    /// socket dir>]`, or `none`.
+    #[arg(long, env = "ALIASLB_ROUTING_DAEMON", default_value = "none")]
+    pub routing_daemon: String,
 }
 
 /// An on/off flag value.
@@ -113,6 +126,10 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Whether the host-port shield guards the LB IPs.
     pub host_port_shield: bool,
+    /// `--routed-device`.
+    pub routed_device: String,
+    /// `--routing-daemon`, as given (parsed by [`crate::routing`]).
+    pub routing_daemon: String,
 }
 
 /// Why the flags do not make a usable configuration.
@@ -121,6 +138,16 @@ pub enum ConfigError {
     /// The node name is empty.
     #[error("--node-name (or NODE_NAME) must not be empty")]
     EmptyNodeName,
+    /// `--routed-device` is no interface name.
+    #[error(
+        "--routed-device (or ALIASLB_ROUTED_DEVICE) {name:?} {why}: give an interface name such as `aliaslb0` or `lo`"
+    )]
+    RoutedDevice {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// `--interface` was given empty.
     #[error("--interface (or ALIASLB_INTERFACE) must not be empty when set")]
     EmptyInterface,
@@ -181,12 +208,20 @@ impl Flags {
             metrics_addr,
             log_format,
             host_port_shield,
+            routed_device,
+            routing_daemon,
         } = self;
         if node_name.trim().is_empty() {
             return Err(ConfigError::EmptyNodeName);
         }
         if interface.as_deref().is_some_and(|i| i.trim().is_empty()) {
             return Err(ConfigError::EmptyInterface);
+        }
+        if let Some(why) = aliaslb_core::report::interface_name_error(&routed_device) {
+            return Err(ConfigError::RoutedDevice {
+                name: routed_device,
+                why,
+            });
         }
         if lease_duration.subsec_nanos() != 0 || lease_duration.as_secs() == 0 {
             return Err(ConfigError::LeaseNotWholeSeconds(lease_duration));
@@ -219,6 +254,8 @@ impl Flags {
             metrics_addr,
             log_format,
             host_port_shield: host_port_shield == Toggle::On,
+            routed_device,
+            routing_daemon,
         })
     }
 }
@@ -250,6 +287,13 @@ mod tests {
         assert_eq!(s.metrics_addr, "0.0.0.0:9101".parse().unwrap());
         assert_eq!(s.log_format, LogFormat::Text);
         assert!(s.host_port_shield);
+        assert_eq!(s.routed_device, "aliaslb0");
+        assert_eq!(s.routing_daemon, "none");
+        let bad = parse(&["--node-name=n", "--routed-device=eth0:1"])
+            .unwrap()
+            .into_settings()
+            .unwrap_err();
+        assert!(bad.to_string().contains("contains `/` or `:`"), "{bad}");
     }
 
     #[test]

@@ -53,6 +53,8 @@ async fn main() -> anyhow::Result<()> {
         metrics_addr,
         log_format: _,
         host_port_shield,
+        routed_device,
+        routing_daemon,
     } = settings;
     info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -134,14 +136,25 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let announcer = Announcer::new(AnnounceConfig::default());
-    let aliases = AliasManager::new(
-        Timed::new(
-            NetlinkBackend::connect().context("opening the netlink socket")?,
-            REQUEST_TIMEOUT,
+    let netlink = NetlinkBackend::connect().context("opening the netlink socket")?;
+    let (routed_device, fallback) = netlink.routed_device(&routed_device).await;
+    match fallback {
+        Some(e) => warn!(
+            error = %e,
+            "L3 mode: cannot create or set up the routed device, routed addresses go on lo \
+             (the kernel may lack the dummy driver); the routing daemon must export lo's \
+             host routes in the pools"
         ),
+        None => info!(device = %routed_device, "L3 mode: routed addresses go on this device"),
+    }
+    let (_routing_tx, routing_rx) = watch::channel(None);
+    let _ = routing_daemon;
+    let aliases = AliasManager::new(
+        Timed::new(netlink, REQUEST_TIMEOUT),
         AliasConfig {
             interface_override: interface,
             lifetime: Lifetime::for_lease(alias_lifetime),
+            routed_device,
         },
     )
     .with_announcer(announcer.clone())
@@ -183,6 +196,7 @@ async fn main() -> anyhow::Result<()> {
                 health: health.clone(),
                 renew_interval,
                 resync_interval,
+                routing: routing_rx,
             },
             stop,
         )

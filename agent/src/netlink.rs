@@ -95,6 +95,51 @@ impl NetlinkBackend {
         Ok(NetlinkBackend { handle })
     }
 
+    /// L3 mode: the local device for routed addresses. `name` if it exists (set up);
+    /// otherwise a dummy interface `name` is created and set up; where that fails (the
+    /// kernel has no dummy driver) the loopback `lo`, which every kernel has, and the
+    /// error saying why. Never fails: `lo` is always there.
+    pub async fn routed_device(&self, name: &str) -> (String, Option<BackendError>) {
+        if name == "lo" {
+            return ("lo".to_owned(), None);
+        }
+        let found = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_owned())
+            .execute()
+            .try_next()
+            .await;
+        let step = match found {
+            // There already (ours from an earlier run, or the operator's): make sure it is up.
+            Ok(Some(link)) => {
+                let up = rtnetlink::LinkUnspec::new_with_index(link.header.index)
+                    .up()
+                    .build();
+                self.handle
+                    .link()
+                    .change(up)
+                    .execute()
+                    .await
+                    .map_err(|e| kernel("set up", name.into(), e))
+            }
+            _ => {
+                let dummy = rtnetlink::LinkDummy::new(name).up().build();
+                self.handle
+                    .link()
+                    .add(dummy)
+                    .execute()
+                    .await
+                    .map_err(|e| kernel("create dummy", name.into(), e))
+            }
+        };
+        if let Err(e) = step {
+            return ("lo".to_owned(), Some(e));
+        }
+        (name.to_owned(), None)
+    }
+
     /// The node's interfaces with their connected subnets (non-alias, global scope), for
     /// the Lease report and node election.
     pub async fn interfaces(&self) -> Result<Vec<InterfaceReport>, BackendError> {

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aliaslb_core::mac::Mac;
-use aliaslb_core::report::{AgentReport, Conflict, InterfaceReport, MAX_CONFLICTS, REPORT_VERSION};
+use aliaslb_core::report::{
+    AgentReport, Conflict, InterfaceReport, MAX_CONFLICTS, REPORT_VERSION, RoutingReport,
+};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -52,6 +54,8 @@ pub struct Loop {
     pub renew_interval: Duration,
     /// Full reconcile period.
     pub resync_interval: Duration,
+    /// L3 mode: the routing daemon as last read (`None`: not read, `--routing-daemon=none`).
+    pub routing: watch::Receiver<Option<RoutingReport>>,
 }
 
 /// What the loop shares with the rest of the agent, and its LAN settings.
@@ -138,6 +142,8 @@ pub struct Node<B, S, L> {
     interfaces: Vec<InterfaceReport>,
     /// What the LAN port was last told.
     lan_interfaces: Vec<(u32, Mac)>,
+    /// L3 mode: the routing daemon as last read.
+    routing: Option<RoutingReport>,
     lan_watched: Vec<IpAddr>,
 }
 
@@ -166,6 +172,7 @@ where
             interfaces: Vec::new(),
             lan_interfaces: Vec::new(),
             lan_watched: Vec::new(),
+            routing: None,
         }
     }
 
@@ -197,6 +204,7 @@ where
         let shielded = self.aliases.shield().is_some();
         let mut synced = false;
         let mut watching = true;
+        let mut routing_open = true;
         // Transient failures (kernel writes, dumps) are retried at the next renewal tick.
         let mut retry = false;
         loop {
@@ -252,6 +260,14 @@ where
                         Err(e) => error!(error = %e, "a probe task failed"),
                     }
                     Cause::Probe
+                }
+                changed = inputs.routing.changed(), if routing_open => {
+                    if changed.is_err() {
+                        routing_open = false;
+                    }
+                    self.routing = inputs.routing.borrow_and_update().clone();
+                    self.publish();
+                    continue;
                 }
                 _ = counters.tick(), if shielded => {
                     self.read_shield_counters().await;
@@ -628,7 +644,9 @@ where
             self.lan.set_interfaces(&interfaces);
             self.lan_interfaces = interfaces;
         }
-        let watched = self.aliases.held_ips();
+        // Routed (L3) addresses are on no LAN: nobody else's claim is news for them.
+        let mut watched = self.aliases.held_ips();
+        watched.retain(|ip| !self.desired.is_routed(*ip));
         if watched != self.lan_watched {
             self.lan.set_watched(&watched);
             self.lan_watched = watched;
@@ -651,19 +669,20 @@ where
             .collect();
         conflicts.extend(lan);
         conflicts.truncate(MAX_CONFLICTS);
+        // An alias on a link without carrier answers nobody: not held, so the controller's
+        // break-before-make can move its IP at once.
+        let held: BTreeSet<IpAddr> = self
+            .aliases
+            .owned()
+            .filter(|a| self.links_up.get(&a.ifindex) != Some(&false))
+            .map(|a| a.ip)
+            .collect();
         let report = AgentReport {
             version: REPORT_VERSION,
             interfaces: self.interfaces.clone(),
-            // An alias on a link without carrier answers nobody: not held, so the
-            // controller's break-before-make can move its IP at once.
-            held: self
-                .aliases
-                .owned()
-                .filter(|a| self.links_up.get(&a.ifindex) != Some(&false))
-                .map(|a| a.ip)
-                .collect(),
             conflicts,
             shield: self.aliases.shield_state(),
+            held: held.clone(),
             // Every Ethernet link's, with or without carrier or addresses of its own, so
             // that no other agent takes this node for a foreign host.
             macs: self
@@ -673,7 +692,13 @@ where
                 .collect::<BTreeSet<Mac>>()
                 .into_iter()
                 .collect(),
-            routing: None,
+            // What the daemon exports of the routed addresses held: the rest is not ours.
+            routing: self.routing.clone().map(|mut routing| {
+                routing
+                    .exported
+                    .retain(|ip| self.desired.is_routed(*ip) && held.contains(ip));
+                routing
+            }),
         };
         self.report_tx.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&report);

@@ -81,6 +81,7 @@ fn garp_and_unsolicited_na_reach_the_peer() {
             AliasConfig {
                 interface_override: None,
                 lifetime: Lifetime { seconds: 30 },
+                routed_device: "lo".into(),
             },
         )
         .with_announcer(announcer.clone());

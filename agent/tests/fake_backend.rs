@@ -134,6 +134,7 @@ fn manager(fake: &Fake) -> AliasManager<&Fake> {
         AliasConfig {
             interface_override: None,
             lifetime: Lifetime { seconds: 4 },
+            routed_device: "lo".into(),
         },
     )
 }

@@ -26,6 +26,7 @@ fn manager(lease_secs: u64) -> AliasManager<NetlinkBackend> {
         AliasConfig {
             interface_override: None,
             lifetime: Lifetime::for_lease(Duration::from_secs(lease_secs)),
+            routed_device: "lo".into(),
         },
     )
 }
@@ -367,6 +368,7 @@ fn interface_is_chosen_by_subnet_then_default_route() {
             AliasConfig {
                 interface_override: Some("bond9".into()),
                 lifetime: Lifetime { seconds: 30 },
+                routed_device: "lo".into(),
             },
         );
         // Every IP errors; the aliases already held are kept, not removed.
@@ -480,4 +482,59 @@ fn thousand_aliases_applied_and_removed_vs_ip_batch() {
         "1000 aliases: aliaslb add {add_time:?} / remove {del_time:?}; \
          ip -batch add {ip_add:?} / del {ip_del:?}"
     );
+}
+
+#[test]
+fn routed_addresses_go_on_the_routed_device_with_their_lifetime() {
+    if !require_root() {
+        return;
+    }
+    let ns = node();
+    let name = ns.name().to_string();
+    let (device, fallback, report, kernel_has_dummy) = ns.run(move || async move {
+        let backend = NetlinkBackend::connect().expect("netlink");
+        let (device, fallback) = backend.routed_device("aliaslb0").await;
+        // Asked again (an agent restart): the device found is used as it is.
+        let (again, _) = backend.routed_device("aliaslb0").await;
+        assert_eq!(again, device);
+        let mut m = AliasManager::new(
+            backend,
+            AliasConfig {
+                interface_override: Some("eth1".into()),
+                lifetime: Lifetime::for_lease(Duration::from_secs(4)),
+                routed_device: device.clone(),
+            },
+        );
+        let mut d = desired(&["10.0.0.50", "10.200.0.7", "fd00:200::7"]);
+        d.mark_routed(ip("10.200.0.7"));
+        d.mark_routed(ip("fd00:200::7"));
+        let report = m.reconcile(&d).await;
+        let dummy = std::process::Command::new("ip")
+            .args(["-n", &name, "link", "show", "aliaslb0", "type", "dummy"])
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+        (device, fallback, report, dummy)
+    });
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    // This kernel may lack the dummy driver: then `lo`, and the error says why.
+    match (&device[..], &fallback) {
+        ("aliaslb0", None) => assert!(kernel_has_dummy),
+        ("lo", Some(e)) => assert!(e.to_string().contains("create dummy aliaslb0"), "{e}"),
+        other => panic!("unexpected routed device {other:?}"),
+    }
+    let routed = ns.addrs(&device);
+    let v4 = routed
+        .iter()
+        .find(|a| a.local == "10.200.0.7")
+        .unwrap_or_else(|| panic!("10.200.0.7 not on {device}: {routed:?}"));
+    assert_eq!(v4.prefixlen, 32);
+    assert!(v4.dynamic && v4.valid_life_time <= 4, "{v4:?}");
+    assert_eq!(v4.label.as_deref(), Some(format!("{device}:alb").as_str()));
+    let v6 = routed.iter().find(|a| a.local == "fd00:200::7").unwrap();
+    assert_eq!(v6.prefixlen, 128);
+    assert!(v6.dynamic && v6.valid_life_time <= 4, "{v6:?}");
+    // `--interface` applies to the L2 address only.
+    let eth1: Vec<_> = ns.addrs("eth1").into_iter().map(|a| a.local).collect();
+    assert!(eth1.contains(&"10.0.0.50".to_owned()), "{eth1:?}");
+    assert!(!eth1.contains(&"10.200.0.7".to_owned()), "{eth1:?}");
 }

@@ -22,7 +22,7 @@ use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
 use aliaslb_core::mac::Mac;
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, RoutingReport};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -49,12 +49,20 @@ impl Fake {
     fn new() -> Arc<Self> {
         let fake = Fake::default();
         *fake.host.lock().unwrap() = HostState {
-            links: vec![Link {
-                index: 2,
-                name: "eth0".into(),
-                mac: Some([2, 0, 0, 0, 0, 2]),
-                up: true,
-            }],
+            links: vec![
+                Link {
+                    index: 1,
+                    name: "lo".into(),
+                    mac: Some([0; 6]),
+                    up: true,
+                },
+                Link {
+                    index: 2,
+                    name: "eth0".into(),
+                    mac: Some([2, 0, 0, 0, 0, 2]),
+                    up: true,
+                },
+            ],
             addresses: vec![HostAddress {
                 ip: ip("192.168.1.10"),
                 prefix_len: 24,
@@ -212,6 +220,7 @@ struct Harness {
     kernel: KernelRounds,
     metrics: Arc<Metrics>,
     changes_tx: mpsc::Sender<()>,
+    routing_tx: watch::Sender<Option<RoutingReport>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -228,6 +237,7 @@ impl Harness {
         let (observed_tx, observed) = mpsc::channel(64);
         let (report_tx, report_rx) = watch::channel(None);
         let (changes_tx, changes) = mpsc::channel(1);
+        let (routing_tx, routing_rx) = watch::channel(None);
         let authority = Authority::new(LEASE);
         let kernel = KernelRounds::new();
         let metrics = Arc::new(Metrics::new());
@@ -236,6 +246,7 @@ impl Harness {
             AliasConfig {
                 interface_override: None,
                 lifetime: Lifetime::for_lease(LEASE),
+                routed_device: "lo".into(),
             },
         );
         let mut node = Node::new(
@@ -260,6 +271,7 @@ impl Harness {
             health: Health::new(Duration::from_secs(60)),
             renew_interval: RENEW,
             resync_interval: Duration::from_secs(30),
+            routing: routing_rx,
         };
         // Not `tokio::spawn`: the reconcile's write streams are not `Send` for every
         // lifetime (a compiler limit), so the loop runs on the test's thread.
@@ -280,6 +292,7 @@ impl Harness {
             kernel,
             metrics,
             changes_tx,
+            routing_tx,
             stop: Some(stop),
             task,
         }
@@ -703,7 +716,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
         let frames = || announcer.frames_sent() + announcer.frames_failed();
         let h = Harness::start_with(fake.clone(), Some(announcer.clone()));
         let set_up = |up: bool| {
-            fake.host.lock().unwrap().links[1].up = up;
+            fake.host.lock().unwrap().links[2].up = up;
         };
         h.want(desired(&["10.9.0.50", "10.9.0.51"], &[]));
         settle().await;
@@ -733,7 +746,7 @@ async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_th
         let fake = Fake::new();
         let h = Harness::start_with(fake.clone(), None);
         let set_up = |up: bool| {
-            fake.host.lock().unwrap().links[0].up = up;
+            fake.host.lock().unwrap().links[1].up = up;
         };
         h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
         settle().await;
@@ -772,6 +785,52 @@ async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_th
         assert_eq!(report.conflicts[0].mac, Some(NODE2));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(fake.ours(), vec![ip("192.168.1.51")], "still not taken");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_routed_address_goes_on_the_routed_device_off_the_lan_and_reports_its_export() {
+    local(async {
+        let h = Harness::start();
+        let mut d = desired(&["192.168.1.50"], &[]);
+        d.insert(ip("10.200.0.7"), None);
+        d.mark_routed(ip("10.200.0.7"));
+        h.want(d);
+        settle().await;
+        let on = |wanted: &str| {
+            h.fake
+                .host
+                .lock()
+                .unwrap()
+                .addresses
+                .iter()
+                .find(|a| a.owned && a.ip == ip(wanted))
+                .map(|a| a.ifindex)
+        };
+        assert_eq!(on("10.200.0.7"), Some(1), "on lo, the routed device");
+        assert_eq!(on("192.168.1.50"), Some(2), "the L2 address stays on eth0");
+        assert_eq!(
+            *h.lan.watched.lock().unwrap(),
+            vec![ip("192.168.1.50")],
+            "a routed address is on no LAN: not watched"
+        );
+        assert!(h.lan.probes.lock().unwrap().is_empty());
+        assert_eq!(h.report().routing, None, "no daemon read yet");
+        // The daemon exports the routed address, an L2 one and a stranger: only the held
+        // routed address is reported.
+        h.routing_tx.send_replace(Some(RoutingReport {
+            daemon: "bird".into(),
+            error: None,
+            sessions: 1,
+            established: 1,
+            exported: [ip("10.200.0.7"), ip("192.168.1.50"), ip("10.200.0.99")].into(),
+        }));
+        settle().await;
+        let routing = h.report().routing.expect("the daemon's state is reported");
+        assert_eq!(routing.exported, [ip("10.200.0.7")].into());
+        assert_eq!((routing.sessions, routing.established), (1, 1));
         h.stop().await;
     })
     .await;

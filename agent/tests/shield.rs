@@ -83,6 +83,7 @@ fn manager_with<S: ShieldBackend>(backend: S) -> Manager<S> {
         AliasConfig {
             interface_override: None,
             lifetime: Lifetime::for_lease(Duration::from_secs(30)),
+            routed_device: "lo".into(),
         },
     )
     .with_shield(Some(Shield::new(backend)))
