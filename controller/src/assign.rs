@@ -176,6 +176,43 @@ pub fn trusted_nodes(observed: &BTreeMap<String, Texts>) -> HashMap<IpAddr, (Str
     out
 }
 
+/// L3 mode: for each IP our assignment objects mark `bgp`, every node announcing it, each
+/// with the Services it is carried for (unreadable objects give nothing).
+pub fn routed_nodes(
+    observed: &BTreeMap<String, Texts>,
+) -> HashMap<IpAddr, Vec<(String, Vec<String>)>> {
+    let mut out: HashMap<IpAddr, Vec<(String, Vec<String>)>> = HashMap::new();
+    for (node, texts) in observed {
+        let Ok(assignments) = NodeAssignments::parse(&texts.ips) else {
+            continue;
+        };
+        for (ip, a) in assignments.ips.into_iter().filter(|(_, a)| a.bgp) {
+            let services = a.services.into_iter().collect();
+            out.entry(ip).or_default().push((node.clone(), services));
+        }
+    }
+    out
+}
+
+/// The nodes our own objects have announce Service `key`'s `ips` in L3 mode, by name,
+/// comma-separated; `None` if none.
+pub fn routed_nodes_of(
+    key: &ServiceKey,
+    ips: &[IpAddr],
+    routed: &HashMap<IpAddr, Vec<(String, Vec<String>)>>,
+) -> Option<String> {
+    let key = key.to_string();
+    ips.iter().find_map(|ip| {
+        let nodes: Vec<&str> = routed
+            .get(ip)?
+            .iter()
+            .filter(|(_, services)| services.contains(&key))
+            .map(|(node, _)| node.as_str())
+            .collect();
+        (!nodes.is_empty()).then(|| nodes.join(","))
+    })
+}
+
 /// The node our own objects assign Service `key`'s `ips` to, if any.
 pub fn trusted_node_of<'a>(
     key: &ServiceKey,
@@ -322,6 +359,17 @@ mod tests {
             trusted_nodes(&seen).is_empty(),
             "an L3 line names no holder to keep"
         );
+        let seen = BTreeMap::from([
+            ("n1".to_owned(), Texts::of(&d["n1"])),
+            ("n3".to_owned(), Texts::of(&d["n3"])),
+        ]);
+        let routed = routed_nodes(&seen);
+        assert_eq!(
+            routed_nodes_of(&front, &[ip("10.200.0.7")], &routed).as_deref(),
+            Some("n1,n3")
+        );
+        let thief = ServiceKey::new("tenant", "thief");
+        assert_eq!(routed_nodes_of(&thief, &[ip("10.200.0.7")], &routed), None);
     }
 
     #[test]

@@ -590,9 +590,11 @@ pub async fn fetch(
     // The node agents act on is the one in the controller's assignments (the annotation is
     // a view anyone with `edit` on the Service can write).
     let trusted = crate::assign::trusted_nodes(&observed);
+    let routed = crate::assign::routed_nodes(&observed);
     for info in &mut infos {
-        info.node =
-            crate::assign::trusted_node_of(&info.key, &info.ips, &trusted).map(str::to_owned);
+        info.node = crate::assign::trusted_node_of(&info.key, &info.ips, &trusted)
+            .map(str::to_owned)
+            .or_else(|| crate::assign::routed_nodes_of(&info.key, &info.ips, &routed));
     }
     Ok(compute(&config, &infos, &agents, &node_addresses))
 }

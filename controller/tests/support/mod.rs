@@ -19,7 +19,7 @@ use aliaslb_controller::metrics::Metrics;
 use aliaslb_controller::reconcile;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
-use aliaslb_core::report::{AgentReport, REPORT_VERSION};
+use aliaslb_core::report::{AgentReport, REPORT_VERSION, RoutingReport};
 use aliaslb_testenv::TestEnv;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
@@ -176,6 +176,40 @@ impl Cluster {
                 AgentReport {
                     version: REPORT_VERSION,
                     held,
+                    ..AgentReport::default()
+                }
+                .to_json()
+            }
+        })
+    }
+
+    /// Starts an L3 agent for `node`: like [`Cluster::fake_agent`], and reporting its
+    /// routing daemon as `routing` says at each renewal, the daemon exporting every IP
+    /// held unless it has an error or no Established session. `None`: no daemon read.
+    #[allow(dead_code)]
+    pub fn bgp_agent(
+        &self,
+        node: &str,
+        routing: Arc<std::sync::Mutex<Option<RoutingReport>>>,
+    ) -> Task {
+        let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
+        let assignment = keys::assignment_configmap(node);
+        self.agent_writing(node, move || {
+            let assignments = assignments.clone();
+            let assignment = assignment.clone();
+            let routing = routing.lock().unwrap().clone();
+            async move {
+                let held = assigned_ips(&assignments, &assignment).await;
+                let routing = routing.map(|mut r| {
+                    if r.error.is_none() && r.established > 0 {
+                        r.exported = held.clone();
+                    }
+                    r
+                });
+                AgentReport {
+                    version: REPORT_VERSION,
+                    held,
+                    routing,
                     ..AgentReport::default()
                 }
                 .to_json()
