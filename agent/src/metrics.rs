@@ -77,6 +77,9 @@ pub struct Metrics {
     api_reachable: Gauge,
     authority_fresh: Gauge,
     lan_conflicts: Gauge,
+    routing_daemon_up: Gauge,
+    bgp_sessions_established: Gauge,
+    routes_exported: Gauge,
     yields: Counter,
     defences: Counter,
     probes: Family<OutcomeLabels, Counter>,
@@ -184,6 +187,24 @@ impl Metrics {
             "Addresses another host on the LAN answered for or claimed, as reported on the Lease",
             lan_conflicts.clone(),
         );
+        let routing_daemon_up = Gauge::default();
+        registry.register(
+            "routing_daemon_up",
+            "L3 mode: 1 when the last reading of the node's routing daemon (--routing-daemon) succeeded, 0 when it failed",
+            routing_daemon_up.clone(),
+        );
+        let bgp_sessions_established = Gauge::default();
+        registry.register(
+            "bgp_sessions_established",
+            "L3 mode: BGP sessions of the node's routing daemon in state Established, at the last reading",
+            bgp_sessions_established.clone(),
+        );
+        let routes_exported = Gauge::default();
+        registry.register(
+            "routes_exported",
+            "L3 mode: host routes the node's routing daemon exports to at least one Established peer, at the last reading",
+            routes_exported.clone(),
+        );
         let yields = Counter::default();
         registry.register(
             "yields",
@@ -262,6 +283,9 @@ impl Metrics {
             api_reachable,
             authority_fresh,
             lan_conflicts,
+            routing_daemon_up,
+            bgp_sessions_established,
+            routes_exported,
             yields,
             defences,
             probes,
@@ -352,6 +376,15 @@ impl Metrics {
     /// Record the number of LAN conflicts reported.
     pub fn set_lan_conflicts(&self, n: usize) {
         self.lan_conflicts.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// L3 mode: the last reading of the routing daemon: whether it succeeded, its
+    /// Established sessions and its exported host routes.
+    pub fn set_routing(&self, up: bool, established: u32, exported: usize) {
+        self.routing_daemon_up.set(i64::from(up));
+        self.bgp_sessions_established.set(i64::from(established));
+        self.routes_exported
+            .set(i64::try_from(exported).unwrap_or(i64::MAX));
     }
 
     /// Count one yield.
@@ -452,6 +485,7 @@ mod tests {
         m.record_renewal_gated();
         m.set_authority_fresh(true);
         m.set_lan_conflicts(3);
+        m.set_routing(true, 2, 5);
         m.inc_yield();
         m.inc_defence();
         m.inc_defence();
@@ -481,6 +515,9 @@ mod tests {
             "aliaslb_agent_lease_renewals_gated_total 1",
             "aliaslb_agent_authority_fresh 1",
             "aliaslb_agent_lan_conflicts 3",
+            "aliaslb_agent_routing_daemon_up 1",
+            "aliaslb_agent_bgp_sessions_established 2",
+            "aliaslb_agent_routes_exported 5",
             "aliaslb_agent_yields_total 1",
             "aliaslb_agent_defences_total 2",
             r#"aliaslb_agent_probes_total{outcome="free"} 1"#,
