@@ -8,7 +8,8 @@
 //! is really exported (advertised) to at least one Established peer.
 //!
 //! Owns: the `--routing-daemon` flag value ([`DaemonSpec`]), one reading of the daemon
-//! ([`read`] -> [`RoutingStatus`]) and its errors ([`RoutingError`]). Does I/O:
+//! ([`read`] -> [`RoutingStatus`]), its errors ([`RoutingError`]) and the seam the
+//! agent's loop reads through ([`RoutingView`], real: [`DaemonView`]). Does I/O:
 //! - BIRD 2 ([`bird`]): its control-socket line protocol over a Unix stream, first
 //!   switched to restricted mode (`restrict`, as `birdc -r`) so this client can never
 //!   change anything; then `show protocols` and `show route exported <proto>` for each
@@ -166,6 +167,35 @@ pub struct RoutingStatus {
     /// Host prefixes (/32, /128) exported (advertised) to at least one Established
     /// peer, as addresses.
     pub exported: BTreeSet<IpAddr>,
+}
+
+impl RoutingStatus {
+    /// Whether `vip` is exported to at least one Established peer.
+    pub fn is_exported(&self, vip: IpAddr) -> bool {
+        self.exported.contains(&vip)
+    }
+}
+
+/// The seam the agent's loop reads the daemon through, so the loop can be tested with
+/// a fake; [`DaemonView`] is the real one.
+pub trait RoutingView {
+    /// One bounded reading; `Ok(None)` when no daemon is configured.
+    fn read(&self) -> impl Future<Output = Result<Option<RoutingStatus>, RoutingError>> + Send;
+}
+
+/// The real [`RoutingView`]: [`read`] of `spec`, each reading bounded by `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonView {
+    /// Which daemon, and how to reach it.
+    pub spec: DaemonSpec,
+    /// The bound on each reading.
+    pub timeout: Duration,
+}
+
+impl RoutingView for DaemonView {
+    fn read(&self) -> impl Future<Output = Result<Option<RoutingStatus>, RoutingError>> + Send {
+        read(&self.spec, self.timeout)
+    }
 }
 
 /// Why the daemon could not be read. Every message says what to check.

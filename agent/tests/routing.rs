@@ -12,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::routing::{self, DaemonSpec, RoutingError, RoutingStatus};
+use aliaslb_agent::routing::{
+    self, DaemonSpec, DaemonView, RoutingError, RoutingStatus, RoutingView,
+};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/routing");
 const BIRD: &str = "/usr/sbin/bird";
@@ -244,6 +246,7 @@ async fn scenario(lab: &Lab, spec: &DaemonSpec, mut node: Vec<Daemon>) {
     .await;
     println!("{daemon}: address added -> read() says exported: {t:?}");
     let got = got.unwrap();
+    assert!(got.is_exported("10.200.0.7".parse().unwrap()));
     assert_eq!(got.exported, want, "only the pool's host routes");
     assert!(!got.exported.contains(&"10.201.0.1".parse().unwrap()));
 
@@ -361,10 +364,13 @@ async fn frr_under_test() {
 
 #[tokio::test]
 async fn missing_bird_socket_is_unreachable_and_says_what_to_check() {
-    let spec = DaemonSpec::Bird {
-        socket: "/nonexistent/bird.ctl".into(),
+    let view = DaemonView {
+        spec: DaemonSpec::Bird {
+            socket: "/nonexistent/bird.ctl".into(),
+        },
+        timeout: READ_TIMEOUT,
     };
-    let err = routing::read(&spec, READ_TIMEOUT).await.unwrap_err();
+    let err = view.read().await.unwrap_err();
     assert!(matches!(err, RoutingError::Unreachable { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
