@@ -18,6 +18,8 @@
 //! - `lan`: the LAN seen through ARP/NDP: the [`lan::LanPort`] seam and its types.
 //! - `guard`: the conflict guard (probe first claims, yield, defend, report). Pure.
 //! - `node`: the run loop over all of the above, generic over the backends.
+//! - `routing`: the read-only view of the node's routing daemon (BIRD 2 control socket,
+//!   FRR `vtysh`) for L3 pools: BGP sessions and the host routes exported to them.
 //!
 //! Kubernetes side:
 //! - `assignments`: the watch of this node's assignment object (written only by the
@@ -41,5 +43,6 @@ pub mod metrics;
 pub mod netlink;
 pub mod nft;
 pub mod node;
+pub mod routing;
 pub mod shield;
 pub mod telemetry;
