@@ -37,6 +37,7 @@ pub mod config;
 pub mod guard;
 pub mod host;
 pub mod http;
+pub mod l3;
 pub mod lan;
 pub mod lease;
 pub mod metrics;

@@ -22,14 +22,18 @@ use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::nft::NftBackend;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
+use aliaslb_agent::routing::{DaemonSpec, DaemonView};
 use aliaslb_agent::shield::Shield;
-use aliaslb_agent::{assignments, telemetry};
+use aliaslb_agent::{assignments, l3, telemetry};
 use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Notify, watch};
 use tracing::{error, info, warn};
+
+/// Bound on one reading of the routing daemon (a stuck daemon must not stall the reports).
+const ROUTING_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -147,8 +151,25 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => info!(device = %routed_device, "L3 mode: routed addresses go on this device"),
     }
-    let (_routing_tx, routing_rx) = watch::channel(None);
-    let _ = routing_daemon;
+    let routing_spec: DaemonSpec = routing_daemon.parse().context("invalid flags")?;
+    let (routing_tx, routing_rx) = watch::channel(None);
+    if routing_spec != DaemonSpec::None {
+        for warning in l3::arp_warnings(std::path::Path::new(l3::PROC_CONF)) {
+            warn!("L3 mode: {warning}");
+        }
+        let daemon = routing_spec.daemon();
+        info!(daemon, spec = %routing_daemon, "L3 mode: reading the routing daemon (read-only)");
+        tokio::spawn(l3::watch_daemon(
+            DaemonView {
+                spec: routing_spec,
+                timeout: ROUTING_READ_TIMEOUT,
+            },
+            daemon,
+            renew_interval,
+            routing_tx,
+            metrics.clone(),
+        ));
+    }
     let aliases = AliasManager::new(
         Timed::new(netlink, REQUEST_TIMEOUT),
         AliasConfig {

@@ -1,0 +1,221 @@
+//! L3 mode glue: the routing daemon read every interval and handed to the run loop as the
+//! report's [`RoutingReport`], and the ARP sysctls a node announcing over BGP needs,
+//! checked once at start-up.
+//!
+//! The daemon is only read ([`crate::routing`]); a failed reading is reported (the Lease
+//! says why, the metric `aliaslb_agent_routing_daemon_up` is 0), never fatal: the agent
+//! keeps the routed addresses, since a daemon restarting would otherwise take every path
+//! down with it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aliaslb_core::report::RoutingReport;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+use crate::routing::{RoutingStatus, RoutingView};
+
+/// The report for one reading: the counts and exports, or the error and nothing else.
+pub fn report_of(daemon: &str, reading: Result<RoutingStatus, String>) -> RoutingReport {
+    match reading {
+        Ok(status) => RoutingReport {
+            daemon: status.daemon.to_owned(),
+            error: None,
+            sessions: u32::try_from(status.sessions).unwrap_or(u32::MAX),
+            established: u32::try_from(status.established).unwrap_or(u32::MAX),
+            exported: status.exported,
+        },
+        Err(error) => RoutingReport {
+            daemon: daemon.to_owned(),
+            error: Some(error),
+            ..RoutingReport::default()
+        },
+    }
+}
+
+/// Reads `view` every `interval` and publishes each reading on `tx` (only when it changed:
+/// the loop then rewrites the report, the heartbeat the Lease). Returns at once when no
+/// daemon is configured; otherwise runs until `tx` has no receiver.
+pub async fn watch_daemon<V: RoutingView>(
+    view: V,
+    daemon: &'static str,
+    interval: Duration,
+    tx: watch::Sender<Option<RoutingReport>>,
+    metrics: Arc<Metrics>,
+) {
+    let mut was_up = None;
+    loop {
+        let reading = match view.read().await {
+            Ok(None) => return,
+            Ok(Some(status)) => Ok(status),
+            Err(e) => Err(e.to_string()),
+        };
+        let up = reading.is_ok();
+        if was_up != Some(up) {
+            match &reading {
+                Ok(status) => info!(
+                    daemon,
+                    sessions = status.sessions,
+                    established = status.established,
+                    exported = status.exported.len(),
+                    "routing daemon read"
+                ),
+                Err(error) => warn!(daemon, %error, "routing daemon cannot be read"),
+            }
+            was_up = Some(up);
+        }
+        let report = report_of(daemon, reading);
+        metrics.set_routing(up, report.established, report.exported.len());
+        tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&report);
+            if changed {
+                *current = Some(report);
+            }
+            changed
+        });
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Where the kernel's per-interface IPv4 settings are.
+pub const PROC_CONF: &str = "/proc/sys/net/ipv4/conf";
+
+/// What is wrong with the node's ARP settings for L3 mode, read under `conf`
+/// ([`PROC_CONF`]): with a VIP on `lo` or a dummy device, Linux by default answers ARP
+/// for it on every interface (`arp_ignore=0`) and may use it as the source of its own
+/// ARP requests (`arp_announce=0`). Harmless while the pools are on no LAN; but a VIP that
+/// is also on a node subnet would be answered by every announcing node. The kernel applies
+/// the larger of `all` and the interface's value, so `all` set right is enough.
+pub fn arp_warnings(conf: &Path) -> Vec<String> {
+    let read = |name: &str| -> Option<u8> {
+        std::fs::read_to_string(conf.join("all").join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut out = Vec::new();
+    for (name, want, why) in [
+        (
+            "arp_ignore",
+            1,
+            "answers ARP for the routed addresses on every interface",
+        ),
+        (
+            "arp_announce",
+            2,
+            "may use a routed address as the source of its own ARP requests",
+        ),
+    ] {
+        match read(name) {
+            Some(value) if value >= want => {}
+            Some(value) => out.push(format!(
+                "net.ipv4.conf.all.{name} is {value}: this node {why}; harmless while the \
+                 BGP pools are on no LAN subnet, otherwise set net.ipv4.conf.all.{name}={want}"
+            )),
+            None => out.push(format!(
+                "cannot read net.ipv4.conf.all.{name} under {}: L3 mode wants it at least {want}",
+                conf.display()
+            )),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::RoutingError;
+
+    #[test]
+    fn a_reading_becomes_the_report_and_an_error_only_says_why() {
+        let ok = report_of(
+            "bird",
+            Ok(RoutingStatus {
+                daemon: "bird",
+                established: 2,
+                sessions: 3,
+                exported: ["10.200.0.7".parse().unwrap()].into(),
+            }),
+        );
+        assert_eq!((ok.sessions, ok.established, ok.exported.len()), (3, 2, 1));
+        assert_eq!(ok.error, None);
+        let down = report_of("frr", Err("cannot reach vtysh".into()));
+        assert_eq!(down.daemon, "frr");
+        assert_eq!(down.error.as_deref(), Some("cannot reach vtysh"));
+        assert!(down.exported.is_empty() && down.established == 0);
+    }
+
+    struct Script(std::sync::Mutex<Vec<Result<Option<RoutingStatus>, RoutingError>>>);
+
+    impl RoutingView for Script {
+        fn read(&self) -> impl Future<Output = Result<Option<RoutingStatus>, RoutingError>> + Send {
+            let next = self.0.lock().unwrap().pop();
+            async move { next.unwrap_or(Ok(None)) }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watch_publishes_changes_and_stops_without_a_daemon() {
+        let status = RoutingStatus {
+            daemon: "bird",
+            established: 1,
+            sessions: 1,
+            exported: Default::default(),
+        };
+        // Popped from the end: up, up (unchanged), down, then "no daemon" ends the watch.
+        let script = Script(std::sync::Mutex::new(vec![
+            Ok(None),
+            Err(RoutingError::Timeout {
+                daemon: "bird",
+                after: Duration::from_secs(1),
+            }),
+            Ok(Some(status.clone())),
+            Ok(Some(status)),
+        ]));
+        let (tx, mut rx) = watch::channel(None);
+        let metrics = Arc::new(Metrics::new());
+        let task = tokio::spawn(watch_daemon(
+            script,
+            "bird",
+            Duration::from_secs(1),
+            tx,
+            metrics.clone(),
+        ));
+        rx.changed().await.unwrap();
+        assert_eq!(rx.borrow_and_update().as_ref().unwrap().established, 1);
+        rx.changed().await.unwrap();
+        let down = rx.borrow_and_update().clone().unwrap();
+        assert!(down.error.unwrap().contains("did not answer within 1s"));
+        task.await.unwrap();
+        let text = metrics.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_routing_daemon_up 0"), "{text}");
+    }
+
+    #[test]
+    fn arp_settings_are_checked_under_all() {
+        let dir = std::env::temp_dir().join(format!("alb-arp-{}", std::process::id()));
+        let all = dir.join("all");
+        std::fs::create_dir_all(&all).unwrap();
+        std::fs::write(all.join("arp_ignore"), "0\n").unwrap();
+        std::fs::write(all.join("arp_announce"), "2\n").unwrap();
+        let warnings = arp_warnings(&dir);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("net.ipv4.conf.all.arp_ignore is 0")
+                && warnings[0].contains("net.ipv4.conf.all.arp_ignore=1"),
+            "{warnings:?}"
+        );
+        std::fs::write(all.join("arp_ignore"), "1\n").unwrap();
+        assert!(arp_warnings(&dir).is_empty());
+        std::fs::remove_file(all.join("arp_announce")).unwrap();
+        assert!(arp_warnings(&dir)[0].contains("cannot read net.ipv4.conf.all.arp_announce"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
