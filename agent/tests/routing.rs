@@ -419,17 +419,11 @@ async fn a_bird_that_never_greets_times_out() {
 #[tokio::test]
 async fn a_stuck_vtysh_times_out_and_is_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("vtysh");
     let pidfile = dir.path().join("pid");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho $$ > {}\nexec sleep 30\n",
-            pidfile.display()
-        ),
-    )
-    .unwrap();
-    run("chmod", &["+x", s(&script)]);
+    let script = fake_vtysh(
+        dir.path(),
+        &format!("echo $$ > {}\nexec sleep 30", pidfile.display()),
+    );
     let err = routing::read(
         &DaemonSpec::Frr {
             vtysh: script,
@@ -462,4 +456,53 @@ fn is_alive(proc_dir: &Path) -> bool {
                 .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(false)
+}
+
+/// An executable `vtysh` stand-in running `body`. Written by a `sh` child, so no
+/// write descriptor of it is ever open in this (multi-threaded, forking) process: a
+/// concurrent fork would make exec fail with ETXTBSY.
+fn fake_vtysh(dir: &Path, body: &str) -> PathBuf {
+    let script = dir.join(format!("vtysh-{}", COUNTER.fetch_add(1, Ordering::Relaxed)));
+    run(
+        "sh",
+        &[
+            "-c",
+            "printf '#!/bin/sh\\n%s\\n' \"$1\" > \"$2\" && chmod +x \"$2\"",
+            "sh",
+            body,
+            s(&script),
+        ],
+    );
+    script
+}
+
+#[tokio::test]
+async fn vtysh_failures_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |vtysh: PathBuf| async move {
+        let spec = DaemonSpec::Frr {
+            vtysh,
+            vty_socket: None,
+        };
+        routing::read(&spec, READ_TIMEOUT).await.unwrap_err()
+    };
+    // What FRR 8.4's vtysh says when zebra runs but bgpd does not.
+    let err = read(fake_vtysh(
+        dir.path(),
+        "echo 'bgpd is not running' >&2; exit 1",
+    ))
+    .await;
+    assert!(matches!(err, RoutingError::Unreachable { .. }), "{err:?}");
+    // ... and for a command bgpd does not know.
+    let err = read(fake_vtysh(
+        dir.path(),
+        "echo '% Unknown command: show bgp summary json'; exit 1",
+    ))
+    .await;
+    assert!(matches!(err, RoutingError::Refused { .. }), "{err:?}");
+    println!("{err}");
+    // Not JSON at all.
+    let err = read(fake_vtysh(dir.path(), "echo 'hello'")).await;
+    assert!(matches!(err, RoutingError::Protocol { .. }), "{err:?}");
+    println!("{err}");
 }

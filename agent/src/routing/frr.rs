@@ -151,11 +151,19 @@ async fn vtysh(
         let stderr = String::from_utf8_lossy(&out.stderr);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let words = format!("{} {}", stderr.trim(), stdout.trim());
-        return Err(unreachable(format!(
-            "vtysh {}: {}",
-            out.status,
-            words.trim()
-        )));
+        let words = words.trim();
+        // vtysh exits 1 both when it reaches no daemon ("Exiting: failed to connect to
+        // any daemons.", "bgpd is not running") and when a command fails ("% Unknown
+        // command: ...").
+        if words.contains("failed to connect") || words.contains("is not running") {
+            return Err(unreachable(format!("vtysh {}: {words}", out.status)));
+        }
+        return Err(RoutingError::Refused {
+            daemon: DAEMON,
+            command: commands.join("; "),
+            reply: words.to_string(),
+            hint: "FRR 8 or later is required",
+        });
     }
     String::from_utf8(out.stdout).map_err(|e| RoutingError::Protocol {
         daemon: DAEMON,
@@ -248,6 +256,7 @@ mod tests {
 
     #[test]
     fn summary_without_bgp_and_other_families() {
+        // FRR 8.4's answer without `router bgp`.
         assert_eq!(parse_summary("{}").unwrap(), Summary::default());
         let s = parse_summary(r#"{"l2VpnEvpn":{"peers":{"swp1":{"state":"Established"}}},"x":1}"#)
             .unwrap();
@@ -260,6 +269,9 @@ mod tests {
         assert_eq!(adv(ADV4).unwrap(), ips(&["10.200.0.7"]));
         assert_eq!(adv(ADV6).unwrap(), ips(&["fd00:200::7"]));
         assert_eq!(adv(NO_SUCH).unwrap(), ips(&[]));
+        // FRR 8.4's answer without `router bgp`.
+        let no_bgp = r#"{ "warning":"Default BGP instance not found" }"#;
+        assert_eq!(adv(no_bgp).unwrap(), ips(&[]));
         assert_eq!(
             adv(r#"{"advertisedRoutes":{"10.200.0.0/24":{},"10.200.0.9/32":{}}}"#).unwrap(),
             ips(&["10.200.0.9"])
