@@ -51,7 +51,16 @@ impl Answer {
 
 /// Runs `f` on a thread inside the client's network namespace.
 fn in_client<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
-    let path = format!("/run/netns/{CLIENT_NS}");
+    in_namespace(CLIENT_NS, f)
+}
+
+/// Runs `f` on a thread inside the network namespace `ns` (e.g. the BGP client's): sockets it
+/// opens belong to that namespace.
+pub fn in_namespace<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    let path = format!("/run/netns/{ns}");
     let handle = std::thread::spawn(move || {
         let ns = std::fs::File::open(&path).map_err(|source| Error::Io {
             what: format!("opening {path}"),
@@ -70,20 +79,39 @@ fn in_client<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Resul
 
 /// One request (must run inside the client namespace); `Err` says why it failed.
 fn request(ip: Ipv4Addr) -> Result<Answer, String> {
-    let addr = SocketAddr::from((ip, 80));
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+    request_to(SocketAddr::from((ip, 80)), CONNECT_TIMEOUT)
+}
+
+/// One HTTP/1.0 request to `addr` on a new connection (so a new source port) from the
+/// calling thread's namespace (see [`in_namespace`]); `Err` says why it failed.
+pub fn request_to(addr: SocketAddr, connect_timeout: Duration) -> Result<Answer, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, connect_timeout)
         .map_err(|e| format!("connect {addr}: {e}"))?;
     stream
         .set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|e| format!("socket options: {e}"))?;
     stream
-        .write_all(format!("GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+        .write_all(format!("GET / HTTP/1.0\r\nHost: {}\r\n\r\n", host(addr.ip())).as_bytes())
         .map_err(|e| format!("send to {addr}: {e}"))?;
     let mut text = String::new();
     stream
         .read_to_string(&mut text)
         .map_err(|e| format!("read from {addr}: {e}"))?;
+    parse_answer(&text)
+}
+
+/// `ip` as the host part of a URL (an IPv6 address in brackets).
+fn host(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    }
+}
+
+/// Parses a pod's HTTP answer (head and body): the pod's name on the body's first line, the
+/// source address it saw on the second (`client=IP`). No I/O.
+pub fn parse_answer(text: &str) -> Result<Answer, String> {
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, body)| body)

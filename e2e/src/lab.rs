@@ -518,6 +518,12 @@ impl Lab {
         )
     }
 
+    /// The lab's state directory (`ALIASLB_LAB_DIR`, default `/run/aliaslb-lab`): sockets,
+    /// pid files and logs of what `scripts/lab` started live below it.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
     /// Path of the admin kubeconfig.
     pub fn admin_kubeconfig(&self) -> &Path {
         &self.admin_kubeconfig

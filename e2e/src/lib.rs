@@ -2,8 +2,10 @@
 //! of `scripts/lab` with the real `aliaslb-controller` and `aliaslb-agent` processes in it,
 //! a client that probes load-balancer IPs from the LAN, a sampler of the aliases on
 //! every node, and a LAN-side sampler of who answers ARP for each IP ([`lan`]). Everything
-//! here does I/O (processes, network namespaces, `kubectl`), except the verdicts.
+//! here does I/O (processes, network namespaces, `kubectl`), except the verdicts. [`bgp`]
+//! adds the BGP part of the lab (an upstream router doing ECMP over the nodes) for L3 mode.
 
+pub mod bgp;
 pub mod chaos;
 pub mod client;
 mod error;
