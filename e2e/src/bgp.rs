@@ -359,6 +359,92 @@ impl<'a> BgpLab<'a> {
     }
 }
 
+impl BgpLab<'_> {
+    /// Restarts every agent reading its node's routing daemon (`--routing-daemon`).
+    pub fn restart_agents(&self) -> Result<(), Error> {
+        for n in NODES {
+            self.lab.stop(&format!("agent-{n}"))?;
+            self.start_agent(n)?;
+        }
+        for n in NODES {
+            self.lab.wait_agent_lease(n, Duration::from_secs(20))?;
+        }
+        Ok(())
+    }
+
+    /// Starts node `n`'s agent reading its routing daemon.
+    pub fn start_agent(&self, n: u8) -> Result<(), Error> {
+        let flag = format!("--routing-daemon={}", self.routing_flag(n));
+        self.lab.start_agent_with(n, &[&flag])
+    }
+
+    /// Waits until a round of 30 connections to `vip` is answered without a failure,
+    /// through the nodes `expected` only: kube-proxy rewrites its rules once a Service has
+    /// its IP (or its endpoints moved), and a SYN can be lost meanwhile.
+    pub fn settled(&self, vip: IpAddr, expected: &BTreeSet<u8>) -> Result<(), Error> {
+        crate::lab::wait_for(
+            &format!("30 connections to {vip} answered through nodes {expected:?}"),
+            Duration::from_secs(15),
+            || {
+                let round = self.client_spread(vip, 80, 30)?;
+                Ok(if round.failed == 0 && round.nodes() == *expected {
+                    Ok(())
+                } else {
+                    Err(format!("{round:?}"))
+                })
+            },
+        )
+    }
+
+    /// Runs `work` while the BGP client connects to `vip` in a loop (rounds of 10); the
+    /// connections answered and failed meanwhile, and what `work` returned.
+    pub fn while_probing<T>(
+        &self,
+        vip: IpAddr,
+        work: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<(T, usize, usize), Error> {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let prober = s.spawn(|| -> Result<(usize, usize), Error> {
+                let (mut ok, mut failed) = (0, 0);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let round = self.client_spread(vip, 80, 10)?;
+                    ok += round.by_node.values().sum::<usize>();
+                    failed += round.failed;
+                }
+                Ok((ok, failed))
+            });
+            let result = work();
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let counts = prober
+                .join()
+                .map_err(|_| Error::Environment("the prober thread panicked".to_owned()))?;
+            let (ok, failed) = counts?;
+            Ok((result?, ok, failed))
+        })
+    }
+}
+
+/// Gives namespace `ns` (created here) the pool `pool` in L3 mode (`announce: bgp`), as a
+/// merge patch of the lab's pool ConfigMap (its `config.yaml` is replaced).
+pub fn routed_pool(lab: &Lab, ns: &str, pool: &str) -> Result<(), Error> {
+    lab.apply(&crate::fixtures::namespace(ns))?;
+    let options = format!("pools:\n  {ns}:\n    announce: bgp\n");
+    let patch = serde_json::json!({"data": {ns: pool, "config.yaml": options}}).to_string();
+    lab.kubectl(&[
+        "patch",
+        "configmap",
+        "-n",
+        crate::lab::SYSTEM_NAMESPACE,
+        "aliaslb-pools",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+    .map(drop)
+}
+
 impl Drop for BgpLab<'_> {
     fn drop(&mut self) {
         if std::env::var("ALIASLB_E2E_KEEP").as_deref() == Ok("1") {

@@ -25,14 +25,12 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aliaslb_e2e::Error;
-use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, Spread};
-use aliaslb_e2e::fixtures::{lb_service, namespace};
-use aliaslb_e2e::lab::{Lab, NODES, SYSTEM_NAMESPACE, node_name, wait_for};
+use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, Spread, routed_pool};
+use aliaslb_e2e::fixtures::lb_service;
+use aliaslb_e2e::lab::{Lab, NODES, node_name, wait_for};
 
 /// The namespace whose pool is in L3 mode.
 const NS: &str = "routed";
@@ -60,23 +58,10 @@ fn bgp_ecmp_through_real_routing_daemons() -> Result<(), Error> {
     let Some(lab) = Lab::up()? else {
         return Ok(());
     };
-    lab.apply(&namespace(NS))?;
-    let options = format!("pools:\n  {NS}:\n    announce: bgp\n");
-    let patch = serde_json::json!({"data": {NS: POOL, "config.yaml": options}}).to_string();
-    lab.kubectl(&[
-        "patch",
-        "configmap",
-        "-n",
-        SYSTEM_NAMESPACE,
-        "aliaslb-pools",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ])?;
+    routed_pool(&lab, NS, POOL)?;
     {
         let bgp = BgpLab::up(&lab, NodeDaemon::Bird)?;
-        restart_agents(&lab, &bgp)?;
+        bgp.restart_agents()?;
         let vip = converge(&lab, &bgp, "web")?;
         spread(&bgp, vip, "BIRD")?;
         rehash(&lab, &bgp, vip)?;
@@ -88,23 +73,10 @@ fn bgp_ecmp_through_real_routing_daemons() -> Result<(), Error> {
         lab.kubectl(&["delete", "service", "-n", NS, "web", "local"])?;
     }
     let bgp = BgpLab::up(&lab, NodeDaemon::Frr)?;
-    restart_agents(&lab, &bgp)?;
+    bgp.restart_agents()?;
     let vip = converge(&lab, &bgp, "web-frr")?;
     spread(&bgp, vip, "FRR")?;
     daemon_stopped(&lab, &bgp, vip)?;
-    Ok(())
-}
-
-/// Restarts every agent reading its node's routing daemon.
-fn restart_agents(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
-    for n in NODES {
-        lab.stop(&format!("agent-{n}"))?;
-        let flag = format!("--routing-daemon={}", bgp.routing_flag(n));
-        lab.start_agent_with(n, &[&flag])?;
-    }
-    for n in NODES {
-        lab.wait_agent_lease(n, Duration::from_secs(20))?;
-    }
     Ok(())
 }
 
@@ -159,7 +131,7 @@ fn converge(lab: &Lab, bgp: &BgpLab<'_>, name: &str) -> Result<IpAddr, Error> {
 
 /// 300 connections from behind the router: every node forwards at least 20 %.
 fn spread(bgp: &BgpLab<'_>, vip: IpAddr, daemon: &str) -> Result<(), Error> {
-    settled(bgp, vip, &all())?;
+    bgp.settled(vip, &all())?;
     let total = 300;
     let spread: Spread = bgp.client_spread(vip, 80, total)?;
     println!(
@@ -173,24 +145,6 @@ fn spread(bgp: &BgpLab<'_>, vip: IpAddr, daemon: &str) -> Result<(), Error> {
         assert!(share * 5 >= total, "node {n} forwarded {share} of {total}");
     }
     Ok(())
-}
-
-/// Waits until a round of 30 connections to `vip` is answered without a failure, through
-/// the nodes `expected` only: kube-proxy rewrites its rules once the Service has its IP (or
-/// its endpoints moved), and a SYN can be lost meanwhile.
-fn settled(bgp: &BgpLab<'_>, vip: IpAddr, expected: &BTreeSet<u8>) -> Result<(), Error> {
-    wait_for(
-        &format!("30 connections to {vip} answered through nodes {expected:?}"),
-        Duration::from_secs(15),
-        || {
-            let round = bgp.client_spread(vip, 80, 30)?;
-            Ok(if round.failed == 0 && round.nodes() == *expected {
-                Ok(())
-            } else {
-                Err(format!("{round:?}"))
-            })
-        },
-    )
 }
 
 /// The daemon stopped on node 3 while its agent runs.
@@ -231,44 +185,16 @@ fn service_of(lab: &Lab, vip: IpAddr) -> Result<String, Error> {
         })
 }
 
-/// Client connections in a loop while `work` runs: (answered, failed).
-fn while_probing(
-    bgp: &BgpLab<'_>,
-    vip: IpAddr,
-    work: impl FnOnce() -> Result<(), Error>,
-) -> Result<(usize, usize), Error> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (mut ok, mut failed) = (0, 0);
-    std::thread::scope(|s| -> Result<(), Error> {
-        let stop2 = stop.clone();
-        let prober = s.spawn(move || -> Result<(usize, usize), Error> {
-            let (mut ok, mut failed) = (0, 0);
-            while !stop2.load(Ordering::SeqCst) {
-                let spread = bgp.client_spread(vip, 80, 10)?;
-                ok += spread.by_node.values().sum::<usize>();
-                failed += spread.failed;
-            }
-            Ok((ok, failed))
-        });
-        let result = work();
-        stop.store(true, Ordering::SeqCst);
-        let counts = prober.join().expect("the prober does not panic")?;
-        (ok, failed) = counts;
-        result
-    })?;
-    Ok((ok, failed))
-}
-
 /// SIGKILL of node 2's agent: withdrawn within the lifetime + 1 s.
 fn agent_killed(lab: &Lab, bgp: &BgpLab<'_>, vip: IpAddr) -> Result<(), Error> {
     let prefix = vip.to_string();
-    let mut took = Duration::ZERO;
-    let (ok, failed) = while_probing(bgp, vip, || {
+    let (took, ok, failed) = bgp.while_probing(vip, || {
         std::thread::sleep(Duration::from_millis(500));
         lab.kill("agent-2")?;
-        took = bgp.wait_next_hops(&prefix, &nodes(&[1, 3]), LIFETIME + Duration::from_secs(5))?;
+        let took =
+            bgp.wait_next_hops(&prefix, &nodes(&[1, 3]), LIFETIME + Duration::from_secs(5))?;
         std::thread::sleep(Duration::from_millis(500));
-        Ok(())
+        Ok(took)
     })?;
     println!(
         "[e2e] agent-2 SIGKILLed: its path withdrawn after {:.0} ms (bound: lifetime {} ms + 1 s); client connections meanwhile: {ok} answered, {failed} failed",
@@ -277,8 +203,7 @@ fn agent_killed(lab: &Lab, bgp: &BgpLab<'_>, vip: IpAddr) -> Result<(), Error> {
     );
     assert!(took <= LIFETIME + Duration::from_secs(1), "{took:?}");
     assert!(ok > 0, "the other nodes kept serving");
-    let flag = format!("--routing-daemon={}", bgp.routing_flag(2));
-    lab.start_agent_with(2, &[&flag])?;
+    bgp.start_agent(2)?;
     bgp.wait_next_hops(&prefix, &all(), Duration::from_secs(30))?;
     Ok(())
 }
@@ -325,7 +250,7 @@ fn local_follows_endpoints(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
     })?;
     let prefix = vip.to_string();
     bgp.wait_next_hops(&prefix, &nodes(&[1]), Duration::from_secs(15))?;
-    settled(bgp, vip, &nodes(&[1]))?;
+    bgp.settled(vip, &nodes(&[1]))?;
     let moved = Instant::now();
     lab.apply(&lb_service(NS, "local").local().pods_on(&[2]).to_yaml())?;
     bgp.wait_next_hops(&prefix, &nodes(&[2]), Duration::from_secs(15))?;
@@ -333,7 +258,7 @@ fn local_follows_endpoints(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
         "[e2e] ETP=Local {vip}: announced by node 1 only, then by node 2 only {:.0} ms after the endpoint moved",
         moved.elapsed().as_secs_f64() * 1e3
     );
-    settled(bgp, vip, &nodes(&[2]))?;
+    bgp.settled(vip, &nodes(&[2]))?;
     Ok(())
 }
 
