@@ -303,3 +303,42 @@ fn a_pool_switched_to_l2_elects_one_node_and_back() {
     let front = plan_of(&out, "shop", "front");
     assert_eq!((front.node.as_deref(), front.nodes.len()), (None, 2));
 }
+
+#[test]
+fn an_ipv6_and_a_dual_stack_service_are_announced_from_every_node() {
+    use aliaslb_core::range::Family;
+    let mut world = bgp_world(&["a", "b"]);
+    world.config = config(&[
+        ("shop", "10.200.0.1\nfd00:200::/64"),
+        ("config.yaml", "pools:\n  shop:\n    announce: bgp\n"),
+    ]);
+    world.services = vec![
+        svc("shop", "v6").created(1).families(&[Family::V6], true),
+        svc("shop", "dual")
+            .created(2)
+            .families(&[Family::V4, Family::V6], true),
+    ];
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "shop", "v6"), ["fd00:200::1"]);
+    assert_eq!(ips(&out, "shop", "dual"), ["10.200.0.1", "fd00:200::2"]);
+    for name in ["v6", "dual"] {
+        assert_eq!(plan_of(&out, "shop", name).nodes, ["a", "b"], "{name}");
+    }
+    // Announced only once every family is exported by a node.
+    announcing(&mut world, "a", "10.200.0.1,fd00:200::1,fd00:200::2", 2);
+    announcing(&mut world, "b", "10.200.0.1,fd00:200::1", 2);
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "shop", "v6").announced.reason,
+        reason::ANNOUNCED
+    );
+    let dual = &plan_of(&out, "shop", "dual").announced;
+    assert_eq!(dual.reason, reason::PARTIALLY_ANNOUNCED, "{dual:?}");
+    assert!(
+        dual.message
+            .contains("b: waiting for its agent to add fd00:200::2"),
+        "{}",
+        dual.message
+    );
+}
