@@ -37,20 +37,8 @@ fn bird(established: u32) -> Arc<Mutex<Option<RoutingReport>>> {
 }
 
 async fn announced(c: &Cluster, name: &str, reason: &str) -> String {
-    let mut message = String::new();
-    eventually(
-        SETTLE,
-        &format!("{name} Announced {reason}"),
-        async || match c.condition(name, keys::CONDITION_ANNOUNCED).await {
-            Some((_, r, m)) if r == reason => {
-                message = m;
-                true
-            }
-            _ => false,
-        },
-    )
-    .await;
-    message
+    c.wait_condition(name, keys::CONDITION_ANNOUNCED, reason)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -604,6 +604,25 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Waits until Service `name`'s condition `type_` has `reason`; returns its message.
+    #[allow(dead_code)]
+    pub async fn wait_condition(&self, name: &str, type_: &str, reason: &str) -> String {
+        let mut message = String::new();
+        eventually(
+            Duration::from_secs(10),
+            &format!("{name} {type_} {reason}"),
+            async || match self.condition(name, type_).await {
+                Some((_, r, m)) if r == reason => {
+                    message = m;
+                    true
+                }
+                _ => false,
+            },
+        )
+        .await;
+        message
+    }
+
     /// The line of `node`'s assignment object for `ip`, if it lists it.
     pub async fn assignment_line(&self, node: &str, ip: &str) -> Option<String> {
         let data = self.assignment_data(node).await;
