@@ -135,7 +135,19 @@ fn tenant_annotates(lab: &Lab, node: &str, interface: Option<&str>) -> Result<()
     if let Some(i) = &interface {
         args.push(i);
     }
-    lab.kubectl(&args).map(drop)
+    // kubectl annotate sends the resourceVersion it read: a controller write in between is
+    // a 409 Conflict, which a tenant simply retries.
+    let mut tries = 0;
+    loop {
+        match lab.kubectl(&args) {
+            Ok(_) => return Ok(()),
+            Err(e) if tries < 10 && format!("{e:?}").contains("Conflict") => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// For `window`, sampled every 100 ms: `ip` is an alias on node `holder`'s `eth0` and on
