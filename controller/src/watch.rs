@@ -35,9 +35,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ControllerConfig;
-use crate::record::ServiceRecord;
+use crate::observe::agents::AgentClock;
+use crate::observe::endpoints::{self, EndpointNodes};
+use crate::observe::service::ServiceRecord;
 use crate::store::{self, Records};
-use crate::views::{self, AgentClock, EndpointNodes};
 
 /// Where endpoints come from: detected once at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,7 @@ pub struct Caches {
     pub services: Records<ServiceRecord>,
     /// Every Node.
     pub nodes: Store<Node>,
-    /// Leases of the agent namespace (filter with [`crate::views::agent_node`]).
+    /// Leases of the agent namespace (filter with [`aliaslb_core::keys::agent_lease_node`]).
     pub leases: Store<Lease>,
     /// The pool ConfigMap (zero or one object).
     pub configmap: Store<ConfigMap>,
@@ -161,7 +162,7 @@ impl Caches {
                 "EndpointSlice",
                 Api::<EndpointSlice>::all(client.clone()),
                 tx,
-                views::slice_nodes,
+                endpoints::slice_nodes,
             );
             (EndpointSource::Slices, records)
         } else {
@@ -170,7 +171,7 @@ impl Caches {
                 "Endpoints",
                 Api::<Endpoints>::all(client.clone()),
                 tx,
-                views::endpoints_nodes,
+                endpoints::endpoints_nodes,
             );
             (EndpointSource::Legacy, records)
         };

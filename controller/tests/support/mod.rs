@@ -20,7 +20,12 @@ use aliaslb_controller::reconcile;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION, RoutingReport};
+// The controller's own reading of a Service, re-exported for the tests (not every test
+// binary reads both).
+#[allow(unused_imports)]
+pub use aliaslb_controller::observe::service::{annotation, ingress_ips as ingress};
 use aliaslb_testenv::TestEnv;
+pub use aliaslb_testenv::fixtures::{self, LbService};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -279,10 +284,10 @@ impl Cluster {
     }
 
     /// Creates a LoadBalancer Service from `builder`.
-    pub async fn create(&self, builder: Svc) -> Service {
-        let mut svc = builder.0;
-        svc["metadata"]["namespace"] = json!(self.ns);
-        let svc: Service = serde_json::from_value(svc).unwrap();
+    pub async fn create(&self, builder: LbService) -> Service {
+        let svc = builder
+            .meta(|m| m.namespace = Some(self.ns.clone()))
+            .build();
         Api::<Service>::namespaced(self.client.clone(), &self.ns)
             .create(&PostParams::default(), &svc)
             .await
@@ -353,56 +358,10 @@ impl Cluster {
     }
 }
 
-/// A Service annotation.
-pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
-    svc.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-/// The Service's ingress IPs.
-pub fn ingress(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .map(|i| {
-            i.iter()
-                .filter_map(|i| i.ip.as_deref()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A LoadBalancer Service under construction.
-pub struct Svc(pub serde_json::Value);
-
-/// A LoadBalancer Service `name` with port 80/TCP.
-pub fn lb_service(name: &str) -> Svc {
-    Svc(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "annotations": {}},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
-    }))
-}
-
-impl Svc {
-    pub fn annotate(mut self, key: &str, value: &str) -> Self {
-        self.0["metadata"]["annotations"][key] = json!(value);
-        self
-    }
-    pub fn port(mut self, port: i32) -> Self {
-        self.0["spec"]["ports"] = json!([{"port": port, "protocol": "TCP"}]);
-        self
-    }
-    pub fn request(self, ips: &str) -> Self {
-        self.annotate(keys::ANNOTATION_REQUESTED_IPS, ips)
-    }
-    pub fn sharing(self, key: &str) -> Self {
-        self.annotate(keys::ANNOTATION_SHARING_KEY, key)
-    }
+/// A LoadBalancer Service `name` to create (no namespace, no uid: the server sets them)
+/// with port 80/TCP: the one fixture builder, [`aliaslb_testenv::fixtures`].
+pub fn lb_service(name: &str) -> LbService {
+    fixtures::lb_service("", name).meta(|m| m.uid = None)
 }
 
 /// Polls `check` every 20 ms until it holds or `within` passes.
