@@ -581,9 +581,19 @@ async fn a_write_refused_as_invalid_waits_for_a_change() {
     // and every write we make on this Service is refused with 422 Invalid.
     let blob_key = "example.com/blob";
     let blob = "x".repeat(256 * 1024 - blob_key.len() - 8);
-    c.create(lb_service("full").annotate(blob_key, &blob)).await;
+    // The node is eligible before `full` is first planned: planned without a node (the
+    // agent not seen renewing yet), its status write carries no annotation, is valid and
+    // gives it its IP. Nothing orders the fake agent's first renewal before the
+    // controller's first look at `full` (under load it can come after).
     c.create(lb_service("web").request("10.67.0.2")).await;
     c.wait_ips("web", &["10.67.0.2"], SETTLE).await;
+    eventually(SETTLE, "web announced: the agent is seen", async || {
+        c.condition("web", keys::CONDITION_ANNOUNCED)
+            .await
+            .is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    c.create(lb_service("full").annotate(blob_key, &blob)).await;
     let refused = r#"aliaslb_reconcile_errors_total{category="invalid"} "#;
     eventually(SETTLE, "the refused write counted", async || {
         metric(&metrics, refused).is_some()
