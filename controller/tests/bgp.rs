@@ -37,20 +37,34 @@ fn bird(established: u32) -> Arc<Mutex<Option<RoutingReport>>> {
 }
 
 async fn announced(c: &Cluster, name: &str, reason: &str) -> String {
-    let mut message = String::new();
-    eventually(
-        SETTLE,
-        &format!("{name} Announced {reason}"),
-        async || match c.condition(name, keys::CONDITION_ANNOUNCED).await {
-            Some((_, r, m)) if r == reason => {
-                message = m;
-                true
-            }
-            _ => false,
-        },
-    )
-    .await;
-    message
+    announced_as(c, name, reason, |_| true).await
+}
+
+/// Waits until Service `name`'s Announced condition has `reason` and a message `want`
+/// accepts; returns the message. A change read from several agents (each renews on its
+/// own) or one that keeps the reason reaches the condition over several passes: waiting
+/// for the reason alone may return an older message.
+async fn announced_as(
+    c: &Cluster,
+    name: &str,
+    reason: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let end = std::time::Instant::now() + SETTLE;
+    loop {
+        let seen = c.condition(name, keys::CONDITION_ANNOUNCED).await;
+        if let Some((_, r, m)) = &seen
+            && r == reason
+            && want(m)
+        {
+            return m.clone();
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out after {SETTLE:?} waiting for {name} Announced {reason} with the expected message; last seen: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,14 +97,11 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
         })
         .await;
     }
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert_eq!(
-        message,
-        format!(
-            "announced over BGP by 3 nodes ({}, {}, {}) to 3 peers",
-            nodes[0], nodes[1], nodes[2]
-        )
+    let all = format!(
+        "announced over BGP by 3 nodes ({}, {}, {}) to 3 peers",
+        nodes[0], nodes[1], nodes[2]
     );
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == all).await;
     let svc = c.get("front").await;
     assert_eq!(
         annotation(&svc, keys::ANNOTATION_NODE),
@@ -101,14 +112,15 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     daemons[2].lock().unwrap().as_mut().unwrap().error =
         Some("cannot reach BIRD's control socket /run/bird/bird.ctl".into());
     daemons[1].lock().unwrap().as_mut().unwrap().established = 0;
-    let message = announced(&c, "front", reason::PARTIALLY_ANNOUNCED).await;
-    assert!(
-        message.starts_with(&format!(
-            "announced over BGP by 1 of 3 nodes ({}) to 1 peer; not announcing:",
-            nodes[0]
-        )),
-        "{message}"
+    // Two agents report the two changes, each at its own renewal.
+    let one = format!(
+        "announced over BGP by 1 of 3 nodes ({}) to 1 peer; not announcing:",
+        nodes[0]
     );
+    let message = announced_as(&c, "front", reason::PARTIALLY_ANNOUNCED, |m| {
+        m.starts_with(&one)
+    })
+    .await;
     assert!(
         message.contains(&format!(
             "{}: bird has no Established BGP session (1 configured)",
@@ -136,7 +148,7 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
         d.error = None;
         d.established = 1;
     }
-    announced(&c, "front", reason::ANNOUNCED).await;
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == all).await;
 
     // Cordoned: n1's path is withdrawn at once, the others keep theirs.
     Api::<Node>::all(c.client.clone())
@@ -154,8 +166,7 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     for node in &nodes[1..] {
         assert!(c.assignment_line(node, "10.200.0.1").await.is_some());
     }
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert!(message.contains("by 2 nodes"), "{message}");
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m.contains("by 2 nodes")).await;
 
     // n2's agent stops renewing: dropped within the lease (plus the controller's pass).
     agents[1] = None;
@@ -166,11 +177,8 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     .await;
     let took = lost.elapsed();
     assert!(took < AGENT_LEASE + Duration::from_secs(3), "{took:?}");
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert_eq!(
-        message,
-        format!("announced over BGP by 1 node ({}) to 1 peer", nodes[2])
-    );
+    let last = format!("announced over BGP by 1 node ({}) to 1 peer", nodes[2]);
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == last).await;
     drop(agents);
     c.cleanup().await;
 }
