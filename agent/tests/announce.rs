@@ -16,6 +16,8 @@ use support::{NetNs, node_and_lan, require_root};
 
 const VIP4: [u8; 4] = [10, 0, 0, 50];
 const VIP6: &str = "fd00:1::50";
+/// An address of an L3 pool.
+const ROUTED: [u8; 4] = [10, 200, 0, 7];
 
 /// Captures ARP and ICMPv6 NA frames on `dev` in `ns` for `window`; signals on `ready`
 /// once the socket is open.
@@ -81,23 +83,36 @@ fn garp_and_unsolicited_na_reach_the_peer() {
             AliasConfig {
                 interface_override: None,
                 lifetime: Lifetime { seconds: 30 },
-                routed_device: "lo".into(),
+                // A routed device with a MAC (as a dummy has): still never announced.
+                routed_device: "eth1".into(),
             },
         )
         .with_announcer(announcer.clone());
-        let want: DesiredSet = [
+        let mut want: DesiredSet = [
             ("10.0.0.50".parse().unwrap(), None),
             (VIP6.parse().unwrap(), None),
+            (ROUTED.into(), None),
         ]
         .into_iter()
         .collect();
+        want.mark_routed(ROUTED.into());
         let r = m.reconcile(&want).await;
-        assert_eq!(r.added.len(), 2, "{r:?}");
+        assert_eq!(r.added.len(), 3, "{r:?}");
         tokio::time::sleep(Duration::from_millis(700)).await;
         (announcer.frames_sent(), announcer.frames_failed())
     });
-    assert_eq!((sent, failed), (6, 0), "1 + 2 repeats per alias");
+    assert_eq!(
+        (sent, failed),
+        (6, 0),
+        "1 + 2 repeats per L2 alias, none for the routed one"
+    );
     let frames = captured.join().unwrap();
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f[12..14] == [0x08, 0x06] && f[28..32] == ROUTED),
+        "an L3 address is announced by the routing daemon, never on the LAN"
+    );
 
     let garps: Vec<_> = frames
         .iter()

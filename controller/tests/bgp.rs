@@ -37,34 +37,22 @@ fn bird(established: u32) -> Arc<Mutex<Option<RoutingReport>>> {
 }
 
 async fn announced(c: &Cluster, name: &str, reason: &str) -> String {
-    announced_as(c, name, reason, |_| true).await
+    c.wait_condition(name, keys::CONDITION_ANNOUNCED, reason)
+        .await
 }
 
-/// Waits until Service `name`'s Announced condition has `reason` and a message `want`
-/// accepts; returns the message. A change read from several agents (each renews on its
-/// own) or one that keeps the reason reaches the condition over several passes: waiting
-/// for the reason alone may return an older message.
+/// Like [`announced`], until the message is one `want` accepts. A change read from
+/// several agents (each renews on its own), or one that keeps the reason, reaches the
+/// condition over several passes: waiting for the reason alone may return an older
+/// message.
 async fn announced_as(
     c: &Cluster,
     name: &str,
     reason: &str,
     want: impl Fn(&str) -> bool,
 ) -> String {
-    let end = std::time::Instant::now() + SETTLE;
-    loop {
-        let seen = c.condition(name, keys::CONDITION_ANNOUNCED).await;
-        if let Some((_, r, m)) = &seen
-            && r == reason
-            && want(m)
-        {
-            return m.clone();
-        }
-        assert!(
-            std::time::Instant::now() < end,
-            "timed out after {SETTLE:?} waiting for {name} Announced {reason} with the expected message; last seen: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    c.wait_condition_where(name, keys::CONDITION_ANNOUNCED, reason, want)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

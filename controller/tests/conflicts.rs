@@ -40,20 +40,8 @@ async fn announced(c: &Cluster, name: &str, reason: &str) {
 
 /// Waits until Service `name`'s IPAllocated condition has `reason`; returns its message.
 async fn allocated(c: &Cluster, name: &str, reason: &str) -> String {
-    let mut message = String::new();
-    eventually(
-        SETTLE,
-        &format!("{name} IPAllocated {reason}"),
-        async || match c.condition(name, keys::CONDITION_IP_ALLOCATED).await {
-            Some((_, r, m)) if r == reason => {
-                message = m;
-                true
-            }
-            _ => false,
-        },
-    )
-    .await;
-    message
+    c.wait_condition(name, keys::CONDITION_IP_ALLOCATED, reason)
+        .await
 }
 
 /// The Warning Events `reason` on Service `name`, their notes.

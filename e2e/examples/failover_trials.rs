@@ -21,6 +21,9 @@
 //!     --faults partition,api-pause,controller-partition,foreign --pause-seconds 10
 //! ```
 //!
+//! The L3 (BGP) faults have a runner of their own, `e2e/examples/bgp_trials.rs`: there is no
+//! one holder to move, the figure is how long the router keeps a failed node's path.
+//!
 //! `partition` must move the IP (lease + 1 s) with the old holder yielding within 100 ms of
 //! the new one's announcement; `api-pause` and `controller-partition` must move nothing
 //! (their "IP did not move" column is the good outcome); `foreign` times the holder's yield

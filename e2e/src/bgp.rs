@@ -431,18 +431,7 @@ pub fn routed_pool(lab: &Lab, ns: &str, pool: &str) -> Result<(), Error> {
     lab.apply(&crate::fixtures::namespace(ns))?;
     let options = format!("pools:\n  {ns}:\n    announce: bgp\n");
     let patch = serde_json::json!({"data": {ns: pool, "config.yaml": options}}).to_string();
-    lab.kubectl(&[
-        "patch",
-        "configmap",
-        "-n",
-        crate::lab::SYSTEM_NAMESPACE,
-        "aliaslb-pools",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ])
-    .map(drop)
+    lab.patch_pools(&patch)
 }
 
 impl Drop for BgpLab<'_> {

@@ -457,7 +457,11 @@ impl Lab {
 
     /// Adds (or replaces) the pool key `ns` of the pool ConfigMap, one address per line.
     pub fn add_pool(&self, ns: &str, ips: &[&str]) -> Result<(), Error> {
-        let patch = crate::fixtures::pool_patch(ns, ips);
+        self.patch_pools(&crate::fixtures::pool_patch(ns, ips))
+    }
+
+    /// Applies the JSON merge patch `patch` to the pool ConfigMap.
+    pub fn patch_pools(&self, patch: &str) -> Result<(), Error> {
         self.kubectl(&[
             "patch",
             "configmap",
@@ -467,7 +471,7 @@ impl Lab {
             "--type",
             "merge",
             "-p",
-            &patch,
+            patch,
         ])
         .map(drop)
     }

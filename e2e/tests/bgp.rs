@@ -5,6 +5,8 @@
 //!   one next hop per node, within a bound measured from the Service's creation;
 //! - 300 client connections from behind the router spread over the three nodes (each at
 //!   least 20 %);
+//! - the host-port shield applies to routed addresses: a listener of the nodes answers the
+//!   client on the nodes' own addresses, never on the VIP;
 //! - the routing daemon stopped on one node while its agent runs: that path is withdrawn and
 //!   the Announced condition names the node; the daemon back, so is the path;
 //! - an agent SIGKILLed: its path is withdrawn within the address lifetime + 1 s (the kernel
@@ -64,6 +66,7 @@ fn bgp_ecmp_through_real_routing_daemons() -> Result<(), Error> {
         bgp.restart_agents()?;
         let vip = converge(&lab, &bgp, "web")?;
         spread(&bgp, vip, "BIRD")?;
+        shielded(&lab, vip)?;
         rehash(&lab, &bgp, vip)?;
         daemon_stopped(&lab, &bgp, vip)?;
         agent_killed(&lab, &bgp, vip)?;
@@ -144,6 +147,44 @@ fn spread(bgp: &BgpLab<'_>, vip: IpAddr, daemon: &str) -> Result<(), Error> {
         let share = spread.by_node.get(&n).copied().unwrap_or(0);
         assert!(share * 5 >= total, "node {n} forwarded {share} of {total}");
     }
+    Ok(())
+}
+
+/// A host listener on every node (0.0.0.0:2222): reached from behind the router on the
+/// nodes' own addresses, never on the VIP, whichever node the router picks.
+fn shielded(lab: &Lab, vip: IpAddr) -> Result<(), Error> {
+    use std::net::{SocketAddr, TcpStream};
+    for n in NODES {
+        lab.spawn(
+            &format!("host-listener-{n}"),
+            &format!("node-{n}"),
+            &["socat", "TCP-LISTEN:2222,fork,reuseaddr", "EXEC:echo hello"],
+        )?;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (own, on_vip) = aliaslb_e2e::client::in_namespace("alb-bgpclient", move || {
+        let connect = |ip: IpAddr| {
+            TcpStream::connect_timeout(&SocketAddr::new(ip, 2222), Duration::from_millis(500))
+                .is_ok()
+        };
+        let own: Vec<bool> = NODES
+            .into_iter()
+            .map(|n| connect(IpAddr::V4(aliaslb_e2e::lab::node_ip(n))))
+            .collect();
+        let on_vip = (0..10).filter(|_| connect(vip)).count();
+        (own, on_vip)
+    })?;
+    for n in NODES {
+        lab.stop(&format!("host-listener-{n}"))?;
+    }
+    println!(
+        "[e2e] host listener :2222 on every node: answered on the nodes' own addresses {own:?}, on the VIP {vip} {on_vip} of 10 times"
+    );
+    assert!(own.iter().all(|ok| *ok), "the listeners run: {own:?}");
+    assert_eq!(
+        on_vip, 0,
+        "the shield lets a host listener answer on a routed VIP"
+    );
     Ok(())
 }
 

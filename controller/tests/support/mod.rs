@@ -589,6 +589,41 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Waits until Service `name`'s condition `type_` has `reason`; returns its message.
+    #[allow(dead_code)]
+    pub async fn wait_condition(&self, name: &str, type_: &str, reason: &str) -> String {
+        self.wait_condition_where(name, type_, reason, |_| true)
+            .await
+    }
+
+    /// Waits until Service `name`'s condition `type_` has `reason` and a message `want`
+    /// accepts; returns the message. On time-out, says what it saw last.
+    #[allow(dead_code)]
+    pub async fn wait_condition_where(
+        &self,
+        name: &str,
+        type_: &str,
+        reason: &str,
+        want: impl Fn(&str) -> bool,
+    ) -> String {
+        let within = Duration::from_secs(10);
+        let end = Instant::now() + within;
+        loop {
+            let seen = self.condition(name, type_).await;
+            if let Some((_, r, m)) = &seen
+                && r == reason
+                && want(m)
+            {
+                return m.clone();
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out after {within:?} waiting for {name} {type_} {reason} with the expected message; last seen: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The line of `node`'s assignment object for `ip`, if it lists it.
     pub async fn assignment_line(&self, node: &str, ip: &str) -> Option<String> {
         let data = self.assignment_data(node).await;
