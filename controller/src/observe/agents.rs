@@ -45,18 +45,25 @@ use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, ReportError};
 use k8s_openapi::api::coordination::v1::Lease;
 
+use crate::observe::service::digest;
+
 /// The agent's report on its Lease, read within the bounds of [`AgentReport::from_json`]
 /// (an agent's node may be compromised); an absent annotation is an empty report.
 pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
-    match lease
+    match lease_annotation(lease) {
+        Some(json) => AgentReport::from_json(json),
+        None => Ok(AgentReport::default()),
+    }
+}
+
+/// The report annotation of an agent Lease, as written.
+fn lease_annotation(lease: &Lease) -> Option<&str> {
+    lease
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys::ANNOTATION_AGENT_REPORT))
-    {
-        Some(json) => AgentReport::from_json(json),
-        None => Ok(AgentReport::default()),
-    }
+        .map(String::as_str)
 }
 
 /// What the planner takes from an agent's Lease: how fresh the agent is (from the
@@ -93,6 +100,8 @@ struct Seen {
     duration: Duration,
     /// Whether it names a holder.
     held: bool,
+    /// Digest of its report annotation (absent: `None`).
+    report: u64,
 }
 
 /// Freshness of agent Leases on the controller's own monotonic clock.
@@ -116,12 +125,19 @@ impl AgentClock {
     }
 
     /// Records `lease` as seen at `now`; the timestamp only moves when the Lease changed.
-    pub fn observe(&mut self, lease: &Lease, now: Instant) {
+    ///
+    /// Returns whether a planning pass could decide anything new from it: `false` only
+    /// for a renewal that changes nothing a pass reads, one of a Lease that was fresh
+    /// until now with the same holder state, duration and report, while every held Lease
+    /// is fresh (no agent waits for a renewal of another to be judged lost, see
+    /// [`Observer::judge`]). The loop still wakes when a Lease would go stale
+    /// ([`AgentClock::next_expiry`]), and then sees the renewal.
+    pub fn observe(&mut self, lease: &Lease, now: Instant) -> bool {
         let Some(name) = lease.metadata.name.as_deref() else {
-            return;
+            return true;
         };
         if keys::agent_lease_node(name).is_none() {
-            return;
+            return true;
         }
         let spec = lease.spec.as_ref();
         let version = (
@@ -135,12 +151,25 @@ impl AgentClock {
             .filter(|s| *s > 0)
             .map_or(self.default_duration, Duration::from_secs);
         let held = is_held(lease);
+        let report = digest(&lease_annotation(lease));
+        let all_fresh = self
+            .seen
+            .values()
+            .all(|s| !s.held || now < s.at + s.duration);
         match self.seen.get_mut(name) {
             Some(seen) if seen.version == version => {
+                let same = (seen.duration, seen.held, seen.report) == (duration, held, report);
                 seen.duration = duration;
                 seen.held = held;
+                seen.report = report;
+                !same
             }
-            _ => {
+            previous => {
+                let idle_renewal = previous.is_some_and(|p| {
+                    p.held
+                        && now < p.at + p.duration
+                        && (p.duration, p.held, p.report) == (duration, held, report)
+                }) && all_fresh;
                 self.seen.insert(
                     name.to_owned(),
                     Seen {
@@ -148,8 +177,10 @@ impl AgentClock {
                         at: now,
                         duration,
                         held,
+                        report,
                     },
                 );
+                !idle_renewal
             }
         }
     }
@@ -344,6 +375,53 @@ mod tests {
         clock.remove("aliaslb-agent-n2");
         assert!(!clock.is_fresh("aliaslb-agent-n2", t0));
         assert_eq!(clock.next_expiry(t0 + 3 * s), None);
+    }
+
+    #[test]
+    fn only_a_renewal_that_changes_nothing_is_not_worth_a_pass() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let reporting = |rv: &str, report: &str| {
+            let mut l = lease("aliaslb-agent-n1", rv, Some("n1"), Some(2));
+            l.metadata.annotations =
+                Some([(keys::ANNOTATION_AGENT_REPORT.to_owned(), report.to_owned())].into());
+            l
+        };
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        assert!(clock.observe(&reporting("1", "a"), t0), "first sight");
+        assert!(!clock.observe(&reporting("2", "a"), t0 + s), "idle renewal");
+        assert!(
+            !clock.observe(&reporting("2", "a"), t0 + s),
+            "the same version again"
+        );
+        assert!(clock.observe(&reporting("3", "b"), t0 + s), "a new report");
+        // Stale before its renewal: the agent becomes fresh again.
+        assert!(
+            clock.observe(&reporting("4", "b"), t0 + 4 * s),
+            "back from stale"
+        );
+        let mut held = reporting("5", "b");
+        held.spec.as_mut().unwrap().holder_identity = Some(String::new());
+        assert!(clock.observe(&held, t0 + 4 * s), "released");
+        assert!(
+            clock.observe(&reporting("6", "b"), t0 + 4 * s),
+            "held again"
+        );
+        let mut longer = reporting("7", "b");
+        longer.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
+        assert!(clock.observe(&longer, t0 + 4 * s), "another duration");
+        // Another held Lease is stale: its loss is judged on others' renewals.
+        clock.observe(
+            &lease("aliaslb-agent-n2", "1", Some("n2"), Some(2)),
+            t0 + 4 * s,
+        );
+        let mut renewed = longer.clone();
+        renewed.metadata.resource_version = Some("8".into());
+        assert!(clock.observe(&renewed, t0 + 7 * s), "n2 is stale");
+        assert!(
+            clock.observe(&lease("other", "1", None, None), t0),
+            "not an agent's"
+        );
     }
 
     /// The observer over time: at each step, (seconds since t0, Leases renewed then as

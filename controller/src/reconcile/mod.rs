@@ -18,7 +18,9 @@
 //!   (in every replica), marks the process ready once they synced, and runs a
 //!   [`Reconciler`] for each leadership term (a fresh [`Planner`] per term: it imports the
 //!   observed assignments on its first pass, so a restart or failover keeps every IP).
-//! - Any cache change wakes the loop; it waits [`DEBOUNCE`] (bounded: not reset by later
+//! - Any cache change wakes the loop, but for an agent's renewal that changes nothing a
+//!   pass reads (same report, fresh before and after: see
+//!   [`agents::AgentClock::observe`]); it waits [`DEBOUNCE`] (bounded: not reset by later
 //!   changes), so everything that arrived meanwhile goes into one pass. It also wakes
 //!   exactly when the next agent Lease goes stale and when a write retry is due.
 //! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
