@@ -184,11 +184,12 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    /// A short stable category, for metric labels and Event reasons.
+    /// A short stable category in snake_case, the style of every error category (the controller's
+    /// metric labels use it too).
     pub fn category(&self) -> &'static str {
         match self {
-            ReconcileError::Snapshot(_) => "SnapshotFailed",
-            ReconcileError::Interface { .. } => "NoInterface",
+            ReconcileError::Snapshot(_) => "snapshot_failed",
+            ReconcileError::Interface { .. } => "no_interface",
             ReconcileError::Write(e) => e.category(),
             ReconcileError::Shield(e) => e.category(),
         }

@@ -48,18 +48,19 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// A short stable category, for metric labels and Event reasons.
+    /// A short stable category in snake_case, the style of every error category (the controller's
+    /// metric labels use it too).
     pub fn category(&self) -> &'static str {
         match self {
-            BackendError::Connect(_) => "NetlinkConnect",
+            BackendError::Connect(_) => "netlink_connect",
             BackendError::Kernel { source, .. }
                 if source.kind() == io::ErrorKind::PermissionDenied =>
             {
-                "PermissionDenied"
+                "permission_denied"
             }
-            BackendError::Kernel { .. } => "KernelError",
-            BackendError::Protocol { .. } => "NetlinkProtocol",
-            BackendError::Timeout { .. } => "Timeout",
+            BackendError::Kernel { .. } => "kernel_error",
+            BackendError::Protocol { .. } => "netlink_protocol",
+            BackendError::Timeout { .. } => "timeout",
         }
     }
 
@@ -201,7 +202,7 @@ mod tests {
             target: "10.0.0.1/32 dev eth0".into(),
             source: io::Error::from_raw_os_error(1),
         };
-        assert_eq!(e.category(), "PermissionDenied");
+        assert_eq!(e.category(), "permission_denied");
         assert!(
             e.to_string().starts_with("add 10.0.0.1/32 dev eth0: "),
             "{e}"
@@ -238,7 +239,7 @@ mod tests {
         let e = timed.snapshot().await.unwrap_err();
         assert_eq!(start.elapsed(), Duration::from_secs(2));
         assert!(e.is_timeout());
-        assert_eq!((e.op(), e.category()), ("dump", "Timeout"));
+        assert_eq!((e.op(), e.category()), ("dump", "timeout"));
         assert_eq!(e.to_string(), "dump: no answer from the kernel within 2s");
         let life = Lifetime { seconds: 4 };
         assert_eq!(timed.add(&alias, life).await.unwrap_err().op(), "add");

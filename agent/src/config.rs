@@ -134,7 +134,7 @@ pub struct Settings {
 
 /// Why the flags do not make a usable configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum AgentConfigError {
     /// The node name is empty.
     #[error("--node-name (or NODE_NAME) must not be empty")]
     EmptyNodeName,
@@ -195,7 +195,7 @@ pub fn alias_lifetime(lease_duration: Duration, renew_interval: Duration) -> Dur
 
 impl Flags {
     /// Check the flags and turn them into [`Settings`].
-    pub fn into_settings(self) -> Result<Settings, ConfigError> {
+    pub fn into_settings(self) -> Result<Settings, AgentConfigError> {
         let Flags {
             node_name,
             namespace,
@@ -212,29 +212,29 @@ impl Flags {
             routing_daemon,
         } = self;
         if node_name.trim().is_empty() {
-            return Err(ConfigError::EmptyNodeName);
+            return Err(AgentConfigError::EmptyNodeName);
         }
         if interface.as_deref().is_some_and(|i| i.trim().is_empty()) {
-            return Err(ConfigError::EmptyInterface);
+            return Err(AgentConfigError::EmptyInterface);
         }
         if let Some(why) = aliaslb_core::report::interface_name_error(&routed_device) {
-            return Err(ConfigError::RoutedDevice {
+            return Err(AgentConfigError::RoutedDevice {
                 name: routed_device,
                 why,
             });
         }
         if lease_duration.subsec_nanos() != 0 || lease_duration.as_secs() == 0 {
-            return Err(ConfigError::LeaseNotWholeSeconds(lease_duration));
+            return Err(AgentConfigError::LeaseNotWholeSeconds(lease_duration));
         }
         if renew_interval >= lease_duration {
-            return Err(ConfigError::RenewNotBelowLease {
+            return Err(AgentConfigError::RenewNotBelowLease {
                 renew_interval,
                 lease_duration,
             });
         }
         let lifetime = alias_lifetime(lease_duration, renew_interval);
         if lifetime < renew_interval * 2 {
-            return Err(ConfigError::LifetimeTooShort {
+            return Err(AgentConfigError::LifetimeTooShort {
                 lease_duration,
                 renew_interval,
                 lifetime,
@@ -355,15 +355,15 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused() {
-        let table: &[(&[&str], ConfigError)] = &[
-            (&["--node-name= "], ConfigError::EmptyNodeName),
+        let table: &[(&[&str], AgentConfigError)] = &[
+            (&["--node-name= "], AgentConfigError::EmptyNodeName),
             (
                 &["--node-name=n", "--interface="],
-                ConfigError::EmptyInterface,
+                AgentConfigError::EmptyInterface,
             ),
             (
                 &["--node-name=n", "--lease-duration=1500ms"],
-                ConfigError::LeaseNotWholeSeconds(Duration::from_millis(1500)),
+                AgentConfigError::LeaseNotWholeSeconds(Duration::from_millis(1500)),
             ),
             (
                 &[
@@ -371,7 +371,7 @@ mod tests {
                     "--lease-duration=2s",
                     "--renew-interval=2s",
                 ],
-                ConfigError::RenewNotBelowLease {
+                AgentConfigError::RenewNotBelowLease {
                     renew_interval: Duration::from_secs(2),
                     lease_duration: Duration::from_secs(2),
                 },
@@ -400,7 +400,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            ConfigError::LifetimeTooShort {
+            AgentConfigError::LifetimeTooShort {
                 lease_duration: Duration::from_secs(2),
                 renew_interval: Duration::from_secs(1),
                 lifetime: Duration::from_secs(1),

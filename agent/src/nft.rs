@@ -162,7 +162,7 @@ mod tests {
             .apply("")
             .await
             .unwrap_err();
-        assert_eq!(e.category(), "NftMissing");
+        assert_eq!(e.category(), "nft_missing");
         assert!(e.to_string().contains("install nftables"), "{e}");
         assert!(e.to_string().contains("--host-port-shield=off"), "{e}");
     }

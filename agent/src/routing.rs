@@ -255,13 +255,13 @@ pub enum RoutingError {
 }
 
 impl RoutingError {
-    /// A short stable category, for metric labels and Event reasons.
+    /// A short stable category in snake_case, the style of every error category.
     pub fn category(&self) -> &'static str {
         match self {
-            RoutingError::Unreachable { .. } => "RoutingDaemonUnreachable",
-            RoutingError::Protocol { .. } => "RoutingDaemonProtocol",
-            RoutingError::Refused { .. } => "RoutingDaemonRefused",
-            RoutingError::Timeout { .. } => "RoutingDaemonTimeout",
+            RoutingError::Unreachable { .. } => "routing_daemon_unreachable",
+            RoutingError::Protocol { .. } => "routing_daemon_protocol",
+            RoutingError::Refused { .. } => "routing_daemon_refused",
+            RoutingError::Timeout { .. } => "routing_daemon_timeout",
         }
     }
 }

@@ -260,13 +260,13 @@ pub enum ShieldError {
 }
 
 impl ShieldError {
-    /// A short stable category, for metric labels.
+    /// A short stable category in snake_case, the style of every error category.
     pub fn category(&self) -> &'static str {
         match self {
-            ShieldError::Spawn { .. } => "NftMissing",
-            ShieldError::Nft { .. } => "NftFailed",
-            ShieldError::Timeout { .. } => "NftTimeout",
-            ShieldError::Output { .. } => "NftOutput",
+            ShieldError::Spawn { .. } => "nft_missing",
+            ShieldError::Nft { .. } => "nft_failed",
+            ShieldError::Timeout { .. } => "nft_timeout",
+            ShieldError::Output { .. } => "nft_output",
         }
     }
 }

@@ -149,7 +149,7 @@ async fn failed_add_is_reported_others_done_and_retried_next_time() {
     let first = m.reconcile(&want).await;
     assert_eq!(first.added.len(), 2);
     assert_eq!(first.errors.len(), 1);
-    assert_eq!(first.errors[0].category(), "PermissionDenied");
+    assert_eq!(first.errors[0].category(), "permission_denied");
     assert!(first.errors[0].to_string().starts_with("add 10.0.0.2: "));
     assert_eq!(fake.ours(), vec![ip("10.0.0.1"), ip("10.0.0.3")]);
     assert_eq!(m.held_ips(), vec![ip("10.0.0.1"), ip("10.0.0.3")]);
@@ -191,7 +191,7 @@ async fn unreadable_node_changes_nothing() {
     fake.fail_once("snapshot", None, EPERM);
     let r = m.reconcile(&desired(&["10.0.0.1"])).await;
     assert!(matches!(r.errors[..], [ReconcileError::Snapshot(_)]));
-    assert_eq!(r.errors[0].category(), "SnapshotFailed");
+    assert_eq!(r.errors[0].category(), "snapshot_failed");
     assert_eq!(m.writes().adds, 0);
     assert!(fake.ours().is_empty());
 }
@@ -407,7 +407,7 @@ async fn no_alias_is_added_while_its_element_cannot_be_written() {
     let r = m.reconcile(&web(&["10.0.0.1", "10.0.0.2"])).await;
     assert!(r.added.is_empty(), "{:?}", r.added);
     assert!(
-        r.errors.iter().any(|e| e.category() == "NftFailed"),
+        r.errors.iter().any(|e| e.category() == "nft_failed"),
         "{:?}",
         r.errors
     );

@@ -32,9 +32,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aliaslb_controller::observe::service::{self, OurCondition};
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
-use aliaslb_testenv::TestEnv;
+use aliaslb_testenv::{TestEnv, fixtures};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
@@ -163,29 +164,11 @@ impl Progress {
 }
 
 fn seen(svc: &Service) -> Seen {
-    let status = svc.status.as_ref();
     Seen {
-        ips: status
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .map(|i| {
-                i.iter()
-                    .filter_map(|i| i.ip.as_deref()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default(),
-        node: svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::ANNOTATION_NODE))
-            .cloned(),
-        announced: status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == keys::CONDITION_ANNOUNCED && c.status == "True")
-            }),
+        ips: service::ingress_ips(svc),
+        node: service::annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
+        announced: service::our_conditions(svc)
+            .any(|(which, c)| which == OurCondition::Announced && c.status == "True"),
     }
 }
 
@@ -373,12 +356,12 @@ fn controller_binary() -> PathBuf {
 }
 
 fn service(name: &str) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "labels": {LABEL: "scale"}},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
-    }))
-    .unwrap()
+    fixtures::lb_service("", name)
+        .meta(|m| {
+            m.uid = None;
+            m.labels = Some([(LABEL.to_owned(), "scale".to_owned())].into());
+        })
+        .build()
 }
 
 fn ms(d: Duration) -> String {

@@ -20,10 +20,11 @@ use aliaslb_controller::context::Context;
 use aliaslb_controller::http::Readiness;
 use aliaslb_controller::leader::Leadership;
 use aliaslb_controller::metrics::Metrics;
+use aliaslb_controller::observe::service;
 use aliaslb_controller::reconcile;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
-use aliaslb_testenv::TestEnv;
+use aliaslb_testenv::{TestEnv, fixtures};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
@@ -79,16 +80,8 @@ async fn fake_agent(client: Client, system: String, node: &'static str) {
             .map(|list| {
                 list.items
                     .iter()
-                    .filter(|s| {
-                        s.metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(keys::ANNOTATION_NODE))
-                            .is_some_and(|n| n == node)
-                    })
-                    .flat_map(|s| s.status.clone()?.load_balancer?.ingress)
-                    .flatten()
-                    .filter_map(|i| i.ip?.parse().ok())
+                    .filter(|s| service::annotation(s, keys::ANNOTATION_NODE) == Some(node))
+                    .flat_map(service::ingress_ips)
                     .collect()
             })
             .unwrap_or_default();
@@ -176,12 +169,9 @@ async fn main() {
         .for_each_concurrent(32, |i| {
             let services = services.clone();
             async move {
-                let svc: Service = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Service",
-                    "metadata": {"name": format!("svc-{i:05}")},
-                    "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
-                }))
-                .unwrap();
+                let svc = fixtures::lb_service("", &format!("svc-{i:05}"))
+                    .meta(|m| m.uid = None)
+                    .build();
                 services.create(&PostParams::default(), &svc).await.unwrap();
             }
         })
@@ -196,13 +186,7 @@ async fn main() {
         let done = list
             .items
             .iter()
-            .filter(|s| {
-                s.status
-                    .as_ref()
-                    .and_then(|st| st.load_balancer.as_ref())
-                    .and_then(|lb| lb.ingress.as_ref())
-                    .is_some_and(|i| !i.is_empty())
-            })
+            .filter(|s| service::ingress(s).next().is_some())
             .count();
         if done == n {
             break;

@@ -1,6 +1,6 @@
 //! Writes to Services: what differs between a [`ServicePlan`] and the observed object
 //! (pure: [`annotations_differ`], [`status_differs`], [`status_body`]) and the server-side
-//! apply calls that fix it ([`Writer`], does I/O).
+//! apply calls that fix it ([`ServiceWriter`], does I/O).
 //!
 //! Both writes use server-side apply with field manager `aliaslb-controller` and force, so
 //! a field we stop specifying (an annotation set to `None`, a Service that stopped being
@@ -8,7 +8,7 @@
 //!
 //! `ipMode`: servers older than 1.29 do not know the field; server-side apply then fails
 //! with HTTP 500 `field not declared in schema`, and a merge patch silently drops it. The
-//! [`Writer`] starts from the server version, falls back on that error, and also turns
+//! [`ServiceWriter`] starts from the server version, falls back on that error, and also turns
 //! the field off when the server returns an object without it (feature gate off). With the
 //! field off, it is left out of both the body and the comparison: no patch loop.
 
@@ -24,10 +24,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::record::{ObservedCondition, OurCondition, ServiceRecord};
-
-/// Value of `ipMode` for our addresses: the node owns the VIP (kube-proxy must not).
-pub const IP_MODE_VIP: &str = "VIP";
+use crate::observe::service::{ObservedCondition, OurCondition, ServiceRecord};
 
 /// How long one write may take.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,7 +120,7 @@ pub fn status_body(
         .iter()
         .map(|ip| {
             if ip_mode {
-                json!({"ip": ip.to_string(), "ipMode": IP_MODE_VIP})
+                json!({"ip": ip.to_string(), "ipMode": keys::IP_MODE_VIP})
             } else {
                 json!({"ip": ip.to_string()})
             }
@@ -256,14 +253,14 @@ fn is_unknown_field(error: &kube::Error) -> bool {
 
 /// Performs the writes; shared by the concurrent write tasks of one pass.
 #[derive(Debug)]
-pub struct Writer {
+pub struct ServiceWriter {
     ip_mode: AtomicBool,
 }
 
-impl Writer {
+impl ServiceWriter {
     /// A writer; `ip_mode` from [`version_has_ip_mode`].
     pub fn new(ip_mode: bool) -> Self {
-        Writer {
+        ServiceWriter {
             ip_mode: AtomicBool::new(ip_mode),
         }
     }
@@ -453,8 +450,8 @@ mod tests {
         );
     }
     use aliaslb_core::plan::reason;
+    use aliaslb_testenv::fixtures::lb_service;
     use k8s_openapi::api::core::v1::ServiceStatus;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn plan(ips: &[&str], node: Option<&str>) -> ServicePlan {
         ServicePlan {
@@ -478,16 +475,12 @@ mod tests {
     /// The record of a Service whose status is what `plan` renders to, as a server would
     /// store it.
     fn written(plan: &ServicePlan, ip_mode: bool, server_keeps_ip_mode: bool) -> ServiceRecord {
-        let svc = Service {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("a".into()),
-                uid: Some("uid".into()),
-                generation: Some(3),
-                ..ObjectMeta::default()
-            },
-            ..Service::default()
-        };
+        let svc = lb_service("a", "web")
+            .meta(|m| {
+                m.uid = Some("uid".into());
+                m.generation = Some(3);
+            })
+            .build();
         let before = ServiceRecord::of(&svc, false).unwrap();
         let body = status_body(&before, plan, ip_mode, Timestamp::UNIX_EPOCH);
         let mut status: ServiceStatus = serde_json::from_value(body["status"].clone()).unwrap();

@@ -126,7 +126,7 @@ pub struct Settings {
 
 /// Why the flags do not make a usable configuration.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum ControllerConfigError {
     /// The leader-election durations are inconsistent.
     #[error("invalid leader election timings")]
     Timings(#[from] TimingError),
@@ -141,7 +141,7 @@ pub enum ConfigError {
 impl Flags {
     /// Check the flags and split them into [`Settings`]. Reads the hostname when no identity
     /// is given.
-    pub fn into_settings(self) -> Result<Settings, ConfigError> {
+    pub fn into_settings(self) -> Result<Settings, ControllerConfigError> {
         let Flags {
             namespace,
             agent_namespace,
@@ -159,10 +159,10 @@ impl Flags {
         } = self;
         let identity = match identity {
             Some(id) => id,
-            None => hostname().map_err(ConfigError::Hostname)?,
+            None => hostname().map_err(ControllerConfigError::Hostname)?,
         };
         if identity.trim().is_empty() {
-            return Err(ConfigError::EmptyIdentity);
+            return Err(ControllerConfigError::EmptyIdentity);
         }
         let timings = Timings::new(
             leader_lease_duration,
@@ -280,7 +280,7 @@ mod tests {
         .unwrap()
         .into_settings()
         .unwrap_err();
-        assert!(matches!(err, ConfigError::Timings(_)), "{err}");
+        assert!(matches!(err, ControllerConfigError::Timings(_)), "{err}");
     }
 
     #[test]
@@ -289,7 +289,7 @@ mod tests {
             .unwrap()
             .into_settings()
             .unwrap_err();
-        assert!(matches!(err, ConfigError::EmptyIdentity), "{err}");
+        assert!(matches!(err, ControllerConfigError::EmptyIdentity), "{err}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ struct PoolLabels {
 /// Labels of the reconcile error counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ErrorLabels {
-    /// Short stable category of the error (also the Event reason).
+    /// Short stable snake_case category of the error, `ApplyError::category`.
     category: String,
 }
 

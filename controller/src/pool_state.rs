@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 
 /// The ConfigMap's `data` (an object without `data` counts as empty); `None`: no object.
 pub type Observed<'a> = Option<&'a BTreeMap<String, String>>;
@@ -55,7 +55,7 @@ pub enum Notice {
     /// The content is invalid: nothing changes. Logged; a Warning Event.
     Invalid {
         /// Every error, with key and line.
-        errors: Vec<ConfigError>,
+        errors: Vec<PoolConfigError>,
         /// Whether an older valid config stays in force (else nothing is planned).
         stale: bool,
     },

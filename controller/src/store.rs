@@ -74,7 +74,7 @@ impl<T> Records<T> {
 
 /// Write handle, owned by the watch task.
 #[allow(missing_debug_implementations)] // holds a closure
-pub struct Writer<K, T> {
+pub struct RecordsWriter<K, T> {
     map: Arc<RwLock<HashMap<ServiceKey, Arc<T>>>>,
     ready: watch::Sender<bool>,
     /// The list in progress.
@@ -89,7 +89,7 @@ type Keep<K, T> = Box<dyn Fn(&K) -> Option<T> + Send + Sync>;
 /// (and drop the record of their key, if any).
 pub fn records<K, T>(
     keep: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
-) -> (Records<T>, Writer<K, T>) {
+) -> (Records<T>, RecordsWriter<K, T>) {
     let map = Arc::new(RwLock::new(HashMap::new()));
     let (ready, ready_rx) = watch::channel(false);
     (
@@ -97,7 +97,7 @@ pub fn records<K, T>(
             map: map.clone(),
             ready: ready_rx,
         },
-        Writer {
+        RecordsWriter {
             map,
             ready,
             buffer: None,
@@ -115,7 +115,7 @@ fn object_key<K: Resource>(object: &K) -> Option<ServiceKey> {
     ))
 }
 
-impl<K: Resource, T> Writer<K, T> {
+impl<K: Resource, T> RecordsWriter<K, T> {
     /// Applies one watcher event.
     pub fn apply(&mut self, event: &Event<K>) {
         match event {

@@ -35,9 +35,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ControllerConfig;
-use crate::record::ServiceRecord;
+use crate::observe::agents::AgentClock;
+use crate::observe::endpoints::{self, EndpointNodes};
+use crate::observe::service::ServiceRecord;
 use crate::store::{self, Records};
-use crate::views::{self, AgentClock, EndpointNodes};
 
 /// Where endpoints come from: detected once at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,7 @@ pub struct Caches {
     pub services: Records<ServiceRecord>,
     /// Every Node.
     pub nodes: Store<Node>,
-    /// Leases of the agent namespace (filter with [`crate::views::agent_node`]).
+    /// Leases of the agent namespace (filter with [`aliaslb_core::keys::agent_lease_node`]).
     pub leases: Store<Lease>,
     /// The pool ConfigMap (zero or one object).
     pub configmap: Store<ConfigMap>,
@@ -128,7 +129,7 @@ impl Caches {
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             tx.clone(),
-            |_| {},
+            |_| true,
         );
         let clock = agents.clone();
         let leases = spawn(
@@ -145,7 +146,7 @@ impl Caches {
             Api::<ConfigMap>::namespaced(client.clone(), &config.namespace),
             watcher::Config::default().fields(&format!("metadata.name={}", config.pool_configmap)),
             tx.clone(),
-            |_| {},
+            |_| true,
         );
         let assignments = spawn(
             &mut tasks,
@@ -153,7 +154,7 @@ impl Caches {
             Api::<ConfigMap>::namespaced(client.clone(), &config.namespace),
             watcher::Config::default().labels(aliaslb_core::keys::LABEL_ASSIGNMENTS),
             tx.clone(),
-            |_| {},
+            |_| true,
         );
         let (endpoint_source, endpoints) = if serves_endpoint_slices(client).await {
             let records = spawn_records(
@@ -161,7 +162,7 @@ impl Caches {
                 "EndpointSlice",
                 Api::<EndpointSlice>::all(client.clone()),
                 tx,
-                views::slice_nodes,
+                endpoints::slice_nodes,
             );
             (EndpointSource::Slices, records)
         } else {
@@ -170,7 +171,7 @@ impl Caches {
                 "Endpoints",
                 Api::<Endpoints>::all(client.clone()),
                 tx,
-                views::endpoints_nodes,
+                endpoints::endpoints_nodes,
             );
             (EndpointSource::Legacy, records)
         };
@@ -231,18 +232,24 @@ async fn serves_endpoint_slices(client: &Client) -> bool {
     }
 }
 
-/// Records agent Lease changes on the local clock as they arrive.
-fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) {
+/// Records agent Lease changes on the local clock as they arrive; returns whether the
+/// change is worth a pass: not a renewal that changes nothing ([`AgentClock::observe`]).
+fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) -> bool {
     let now = std::time::Instant::now();
     let mut clock = clock.lock().unwrap_or_else(|e| e.into_inner());
     match event {
-        Event::Apply(lease) | Event::InitApply(lease) => clock.observe(lease, now),
+        Event::Apply(lease) => clock.observe(lease, now),
+        Event::InitApply(lease) => {
+            clock.observe(lease, now);
+            true
+        }
         Event::Delete(lease) => {
             if let Some(name) = lease.metadata.name.as_deref() {
                 clock.remove(name);
             }
+            true
         }
-        Event::Init | Event::InitDone => {}
+        Event::Init | Event::InitDone => true,
     }
 }
 
@@ -262,14 +269,14 @@ fn trim<K: Resource>(object: &mut K) {
 }
 
 /// Starts one reflector: objects are [`trim`]med, every event goes to `on_event`, then
-/// bumps `tx`.
+/// bumps `tx` when `on_event` says the event is worth a pass.
 fn spawn<K>(
     tasks: &mut Vec<JoinHandle<()>>,
     kind: &'static str,
     api: Api<K>,
     config: watcher::Config,
     tx: Arc<watch::Sender<u64>>,
-    on_event: impl Fn(&Event<K>) + Send + 'static,
+    on_event: impl Fn(&Event<K>) -> bool + Send + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
@@ -297,18 +304,22 @@ where
 {
     let (reader, mut writer) = store::records(keep);
     let stream = watcher::watcher(api, watcher::Config::default());
-    let on_event = move |event: &Event<K>| writer.apply(event);
+    let on_event = move |event: &Event<K>| {
+        writer.apply(event);
+        true
+    };
     tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
     reader
 }
 
-/// Feeds every event of `stream` to `on_event` and bumps `tx`, forever. After an error
+/// Feeds every event of `stream` to `on_event` and bumps `tx` when it returns `true`,
+/// forever. After an error
 /// waits a [`WatchBackoff`] delay before polling again (the watcher retries when polled).
 async fn drive<K>(
     kind: &'static str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     tx: Arc<watch::Sender<u64>>,
-    mut on_event: impl FnMut(&Event<K>),
+    mut on_event: impl FnMut(&Event<K>) -> bool,
 ) {
     futures::pin_mut!(stream);
     let mut backoff = WatchBackoff::new();
@@ -324,9 +335,9 @@ async fn drive<K>(
                         failing = false;
                     }
                 }
-                on_event(&event);
+                let worth_a_pass = on_event(&event);
                 // `Init` starts a relist: nothing changed yet.
-                if !matches!(event, Event::Init) {
+                if worth_a_pass && !matches!(event, Event::Init) {
                     tx.send_modify(|n| *n = n.wrapping_add(1));
                 }
             }

@@ -41,6 +41,20 @@ async fn announced(c: &Cluster, name: &str, reason: &str) -> String {
         .await
 }
 
+/// Like [`announced`], until the message is one `want` accepts. A change read from
+/// several agents (each renews on its own), or one that keeps the reason, reaches the
+/// condition over several passes: waiting for the reason alone may return an older
+/// message.
+async fn announced_as(
+    c: &Cluster,
+    name: &str,
+    reason: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    c.wait_condition_where(name, keys::CONDITION_ANNOUNCED, reason, want)
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_announces_and_announced_reads_the_daemons() {
     let _serial = serial().await;
@@ -71,14 +85,11 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
         })
         .await;
     }
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert_eq!(
-        message,
-        format!(
-            "announced over BGP by 3 nodes ({}, {}, {}) to 3 peers",
-            nodes[0], nodes[1], nodes[2]
-        )
+    let all = format!(
+        "announced over BGP by 3 nodes ({}, {}, {}) to 3 peers",
+        nodes[0], nodes[1], nodes[2]
     );
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == all).await;
     let svc = c.get("front").await;
     assert_eq!(
         annotation(&svc, keys::ANNOTATION_NODE),
@@ -89,14 +100,15 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     daemons[2].lock().unwrap().as_mut().unwrap().error =
         Some("cannot reach BIRD's control socket /run/bird/bird.ctl".into());
     daemons[1].lock().unwrap().as_mut().unwrap().established = 0;
-    let message = announced(&c, "front", reason::PARTIALLY_ANNOUNCED).await;
-    assert!(
-        message.starts_with(&format!(
-            "announced over BGP by 1 of 3 nodes ({}) to 1 peer; not announcing:",
-            nodes[0]
-        )),
-        "{message}"
+    // Two agents report the two changes, each at its own renewal.
+    let one = format!(
+        "announced over BGP by 1 of 3 nodes ({}) to 1 peer; not announcing:",
+        nodes[0]
     );
+    let message = announced_as(&c, "front", reason::PARTIALLY_ANNOUNCED, |m| {
+        m.starts_with(&one)
+    })
+    .await;
     assert!(
         message.contains(&format!(
             "{}: bird has no Established BGP session (1 configured)",
@@ -124,7 +136,7 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
         d.error = None;
         d.established = 1;
     }
-    announced(&c, "front", reason::ANNOUNCED).await;
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == all).await;
 
     // Cordoned: n1's path is withdrawn at once, the others keep theirs.
     Api::<Node>::all(c.client.clone())
@@ -142,8 +154,7 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     for node in &nodes[1..] {
         assert!(c.assignment_line(node, "10.200.0.1").await.is_some());
     }
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert!(message.contains("by 2 nodes"), "{message}");
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m.contains("by 2 nodes")).await;
 
     // n2's agent stops renewing: dropped within the lease (plus the controller's pass).
     agents[1] = None;
@@ -154,11 +165,8 @@ async fn every_node_announces_and_announced_reads_the_daemons() {
     .await;
     let took = lost.elapsed();
     assert!(took < AGENT_LEASE + Duration::from_secs(3), "{took:?}");
-    let message = announced(&c, "front", reason::ANNOUNCED).await;
-    assert_eq!(
-        message,
-        format!("announced over BGP by 1 node ({}) to 1 peer", nodes[2])
-    );
+    let last = format!("announced over BGP by 1 node ({}) to 1 peer", nodes[2]);
+    announced_as(&c, "front", reason::ANNOUNCED, |m| m == last).await;
     drop(agents);
     c.cleanup().await;
 }

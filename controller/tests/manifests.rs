@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use aliaslb_controller::config::Flags;
 use aliaslb_core::pool::PoolConfig;
-use aliaslb_testenv::TestEnv;
+use aliaslb_testenv::{TestEnv, fixtures};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::authorization::v1::{
@@ -496,11 +496,9 @@ async fn agent_rbac_is_exact() {
 async fn lb_service(env: &TestEnv, hint: &str) -> (String, Service) {
     let admin = env.client().await;
     let ns = env.create_namespace(&admin, hint).await;
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-    }))
-    .unwrap();
+    let svc = fixtures::lb_service(&ns, "web")
+        .meta(|m| m.uid = None)
+        .build();
     let svc = Api::<Service>::namespaced(admin, &ns)
         .create(&PostParams::default(), &svc)
         .await

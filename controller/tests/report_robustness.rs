@@ -1,8 +1,8 @@
 //! Robustness of what the controller does with agent reports it cannot trust: arbitrary
 //! annotations on agent Leases (reports from the shared generators, hostile reports with
 //! long or odd names and reasons, small edits of both, arbitrary text, oversized text) go
-//! through the controller's own reading (`views::agent_view`, as `Reconciler::agents` uses
-//! it), `views::node_states`, and several planner passes, with Services whose user
+//! through the controller's own reading (`observe::agents::agent_view`, as `Reconciler::agents` uses
+//! it), `observe::nodes::node_states`, and several planner passes, with Services whose user
 //! annotations are arbitrary too.
 //!
 //! Properties: no panic; a report that is not read makes its agent not ready and holding
@@ -20,13 +20,15 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aliaslb_controller::views::{self, Freshness};
+use aliaslb_controller::observe::agents::{self, Freshness};
+use aliaslb_controller::observe::{nodes, service};
 use aliaslb_core::keys;
 use aliaslb_core::plan::{Inputs, MAX_MESSAGE, Planner, ServiceView};
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_core::report::{AgentReport, MAX_REASON};
+use aliaslb_testenv::fixtures::lb_service;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use strategies::{hostile_text, report_annotation};
@@ -71,32 +73,15 @@ fn node(name: &str) -> Arc<Node> {
 /// Service `name` created at `created`, with the user annotations given (request, sharing
 /// key: arbitrary text).
 fn service(name: &str, created: usize, annotations: &[(&str, &str)]) -> Arc<ServiceView> {
-    let svc = Service {
-        metadata: ObjectMeta {
-            namespace: Some("default".into()),
-            name: Some(name.into()),
-            uid: Some(format!("uid-{name}")),
-            annotations: Some(
-                annotations
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            creation_timestamp: None,
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(vec![ServicePort {
-                port: i32::try_from(80 + created).unwrap(),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    };
-    let key = views::service_key(&svc).unwrap();
-    Arc::new(views::service_view(
+    let svc = annotations
+        .iter()
+        .fold(lb_service("default", name), |svc, (k, v)| {
+            svc.annotate(k, v)
+        })
+        .port(i32::try_from(80 + created).unwrap())
+        .build();
+    let key = service::service_key(&svc).unwrap();
+    Arc::new(service::service_view(
         &svc,
         &key,
         &Arc::from(format!("uid-{name}")),
@@ -134,7 +119,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
         let mut agents = BTreeMap::new();
         for (name, annotation) in names.iter().zip(pass) {
             let lease = lease(name, annotation.clone());
-            let ((ready, report), error) = views::agent_view(&lease, Freshness::Fresh);
+            let ((ready, report), error) = agents::agent_view(&lease, Freshness::Fresh);
             if let Some(error) = &error {
                 // Not read: counts for nothing.
                 prop_assert_eq!(ready, Freshness::Lost);
@@ -148,7 +133,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             }
             agents.insert((*name).to_owned(), (ready, report));
         }
-        let node_states = views::node_states(&nodes, &agents);
+        let node_states = nodes::node_states(&nodes, &agents);
         let reports: BTreeMap<String, AgentReport> = agents
             .iter()
             .map(|(n, (_, r))| (n.clone(), r.clone()))

@@ -144,9 +144,11 @@ async fn tenant(c: &Cluster) -> Client {
 }
 
 /// Creates Service `builder` as the tenant.
-async fn create_as(tenant: &Api<Service>, builder: support::Svc) {
-    let svc: Service = serde_json::from_value(builder.0).unwrap();
-    tenant.create(&PostParams::default(), &svc).await.unwrap();
+async fn create_as(tenant: &Api<Service>, builder: support::LbService) {
+    tenant
+        .create(&PostParams::default(), &builder.build())
+        .await
+        .unwrap();
 }
 
 /// How the tenant writes the annotations: `kubectl annotate` (merge patch), `kubectl apply
@@ -713,8 +715,7 @@ async fn a_tenant_cannot_steer_a_local_service_without_endpoint() {
     let _agent = c.fake_agent(&n1);
     let trusted = Trusted::start(&c).await;
     let (_controller, _metrics) = c.start_controller();
-    let mut local = lb_service("local");
-    local.0["spec"]["externalTrafficPolicy"] = json!("Local");
+    let local = lb_service("local").spec(|s| s.external_traffic_policy = Some("Local".into()));
     create_as(&tenant, local).await;
     announced(&c, "local", "NoEligibleNode").await;
     let ip = ip_of(&c, "local").await;

@@ -38,10 +38,25 @@ pub const CONTROLLER_FIELD_MANAGER: &str = "aliaslb-controller";
 /// Field manager used by agents for their Lease.
 pub const AGENT_FIELD_MANAGER: &str = "aliaslb-agent";
 
+/// Prefix of the agents' Lease names: `aliaslb-agent-NODE` ([`agent_lease_name`]).
+pub const AGENT_LEASE_PREFIX: &str = "aliaslb-agent-";
+
 /// Name of the Lease an agent on `node` renews.
 pub fn agent_lease_name(node: &str) -> String {
-    format!("aliaslb-agent-{node}")
+    format!("{AGENT_LEASE_PREFIX}{node}")
 }
+
+/// The node an agent Lease belongs to, from its name: the inverse of
+/// [`agent_lease_name`]; `None` for other Leases.
+pub fn agent_lease_node(lease_name: &str) -> Option<&str> {
+    lease_name
+        .strip_prefix(AGENT_LEASE_PREFIX)
+        .filter(|n| !n.is_empty())
+}
+
+/// Value of a Service ingress's `ipMode` for our addresses: the node owns the VIP
+/// (kube-proxy must not).
+pub const IP_MODE_VIP: &str = "VIP";
 
 /// Default namespace of the agents' Leases: apart from the controller's, so an agent's
 /// right to write its Lease gives it no write right where the controller keeps its
@@ -68,6 +83,12 @@ mod tests {
     #[test]
     fn agent_lease_name_is_prefixed() {
         assert_eq!(agent_lease_name("node-a"), "aliaslb-agent-node-a");
+        assert_eq!(
+            agent_lease_node(&agent_lease_name("node-a")),
+            Some("node-a")
+        );
+        assert_eq!(agent_lease_node("aliaslb-agent-"), None);
+        assert_eq!(agent_lease_node("aliaslb-controller"), None);
         assert_eq!(assignment_configmap("node-a"), "aliaslb-node-node-a");
     }
 }

@@ -224,7 +224,7 @@ pub struct PoolConfig {
 impl PoolConfig {
     /// Parses the ConfigMap's `data` map, reporting all errors at once, sorted by key and
     /// then by line.
-    pub fn parse(data: &BTreeMap<String, String>) -> Result<PoolConfig, Vec<ConfigError>> {
+    pub fn parse(data: &BTreeMap<String, String>) -> Result<PoolConfig, Vec<PoolConfigError>> {
         let mut errors = Vec::new();
         let mut pools = BTreeMap::new();
         let mut all_entries = Vec::new();
@@ -233,11 +233,11 @@ impl PoolConfig {
                 continue;
             }
             let pool_key = PoolKey::from_config_key(key)
-                .map_err(|message| errors.push(ConfigError::for_key(key, message)))
+                .map_err(|message| errors.push(PoolConfigError::for_key(key, message)))
                 .ok();
             let (entries, entry_errors) = entry::parse_value(key, value);
             if entries.is_empty() && entry_errors.is_empty() {
-                errors.push(ConfigError::for_key(
+                errors.push(PoolConfigError::for_key(
                     key,
                     format!(
                         "the pool is empty: list at least one address, CIDR or range, or remove \
@@ -306,7 +306,7 @@ struct Located<'a> {
 /// Sort + sweep, O(n log n): in address order, an entry overlaps an earlier one exactly
 /// when it starts at or before the furthest end seen so far, so it is reported against the
 /// entry reaching furthest.
-fn overlap_errors(mut all: Vec<Located<'_>>) -> Vec<ConfigError> {
+fn overlap_errors(mut all: Vec<Located<'_>>) -> Vec<PoolConfigError> {
     all.sort_by(|a, b| {
         (a.entry.range, a.key, a.entry.line).cmp(&(b.entry.range, b.key, b.entry.line))
     });
@@ -327,7 +327,7 @@ fn overlap_errors(mut all: Vec<Located<'_>>) -> Vec<ConfigError> {
                         prev.key, prev.entry.line, prev.entry.text
                     )
                 };
-                errors.push(ConfigError::for_line(
+                errors.push(PoolConfigError::for_line(
                     cur.key,
                     cur.entry.line,
                     &cur.entry.text,
@@ -349,7 +349,7 @@ fn overlap_errors(mut all: Vec<Located<'_>>) -> Vec<ConfigError> {
 /// Displays as ``key NAME, line N: message (`text`)``; without line or text, those parts
 /// are left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub struct PoolConfigError {
     /// The ConfigMap key the problem is in.
     pub key: String,
     /// 1-based line within the key's value; `None` when the problem is the key itself.
@@ -360,9 +360,9 @@ pub struct ConfigError {
     pub message: String,
 }
 
-impl ConfigError {
+impl PoolConfigError {
     fn for_key(key: &str, message: String) -> Self {
-        ConfigError {
+        PoolConfigError {
             key: key.to_owned(),
             line: None,
             text: String::new(),
@@ -371,7 +371,7 @@ impl ConfigError {
     }
 
     fn for_line(key: &str, line: usize, text: &str, message: String) -> Self {
-        ConfigError {
+        PoolConfigError {
             key: key.to_owned(),
             line: Some(line),
             text: text.to_owned(),
@@ -380,7 +380,7 @@ impl ConfigError {
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for PoolConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "key {}", self.key)?;
         if let Some(line) = self.line {
@@ -394,4 +394,4 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for PoolConfigError {}

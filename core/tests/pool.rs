@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use aliaslb_core::pool::{
-    ConfigError, FALLBACK_KEY, PoolConfig, PoolKey, PoolOptions, parse_entry,
+    FALLBACK_KEY, PoolConfig, PoolConfigError, PoolKey, PoolOptions, parse_entry,
 };
 use aliaslb_core::range::{Family, IpRange};
 use proptest::prelude::*;
@@ -34,7 +34,7 @@ fn ns(name: &str) -> PoolKey {
 fn errors(pairs: &[(&str, &str)]) -> Vec<String> {
     match PoolConfig::parse(&data(pairs)) {
         Ok(config) => panic!("expected errors, got {config:?}"),
-        Err(errors) => errors.iter().map(ConfigError::to_string).collect(),
+        Err(errors) => errors.iter().map(PoolConfigError::to_string).collect(),
     }
 }
 

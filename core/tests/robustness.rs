@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use aliaslb_core::annotations::parse_ip_list;
 use aliaslb_core::pool::{
-    ConfigError, FALLBACK_KEY, OPTIONS_KEY, PoolConfig, PoolKey, PoolOptions, parse_entry,
+    FALLBACK_KEY, OPTIONS_KEY, PoolConfig, PoolConfigError, PoolKey, PoolOptions, parse_entry,
 };
 use aliaslb_core::range::{Family, IpRange, to_u128};
 use aliaslb_core::report::{
@@ -338,7 +338,7 @@ fn config_data() -> impl Strategy<Value = BTreeMap<String, String>> {
 /// `data` and a line of that key's value holding the quoted text, in (key, line) order.
 fn check_errors(
     data: &BTreeMap<String, String>,
-    errors: &[ConfigError],
+    errors: &[PoolConfigError],
 ) -> Result<(), TestCaseError> {
     prop_assert!(!errors.is_empty(), "Err without errors");
     for e in errors {

@@ -18,7 +18,7 @@
 //! came in between (see `LanRecord::violations`): what it did not see is not counted as
 //! clean.
 //!
-//! The action sequence is a pure function of the seed ([`Planner`]): restarts are scheduled
+//! The action sequence is a pure function of the seed ([`ActionPlanner`]): restarts are scheduled
 //! a number of actions later, not after a time, so the same seed replays the same sequence
 //! (how many actions fit in the duration depends on the machine's speed). The invariants
 //! are pure functions of the samples and of the [`Journal`] of what the chaos did, with
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, ServiceView, node_name};
+use crate::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, ServiceReadback, node_name};
 use crate::lan::{LanRecord, LanSampler, LanViolation, Mac};
 
 /// Environment variable: the seed (decimal); a fresh one, printed, when unset.
@@ -316,7 +316,7 @@ impl fmt::Display for Action {
 /// The seeded action generator and the intended state it keeps (no I/O: the sequence
 /// depends on the seed only).
 #[derive(Debug, Clone)]
-pub struct Planner {
+pub struct ActionPlanner {
     rng: Rng,
     index: u64,
     services: BTreeMap<(&'static str, &'static str), Spec>,
@@ -353,10 +353,10 @@ enum Kind {
     Rogue,
 }
 
-impl Planner {
+impl ActionPlanner {
     /// A planner seeded with `seed`, starting from the lab's state after [`prepare`].
-    pub fn new(seed: u64) -> Planner {
-        Planner {
+    pub fn new(seed: u64) -> ActionPlanner {
+        ActionPlanner {
             rng: Rng::new(seed),
             index: 0,
             services: BTreeMap::new(),
@@ -754,7 +754,7 @@ pub struct Observed {
     /// The `aliaslb.io/sharing-key` annotation.
     pub sharing_key: Option<String>,
     /// What aliaslb wrote.
-    pub view: ServiceView,
+    pub view: ServiceReadback,
 }
 
 impl Observed {
@@ -767,7 +767,7 @@ impl Observed {
             load_balancer: v["spec"]["type"].as_str() == Some("LoadBalancer")
                 && class.is_none_or(|c| c == aliaslb_class()),
             sharing_key: text(&v["metadata"]["annotations"]["aliaslb.io/sharing-key"]),
-            view: ServiceView::from_json(v),
+            view: ServiceReadback::from_json(v),
         }
     }
 
@@ -1517,7 +1517,7 @@ pub fn run(lab: &Lab, settings: &Settings) -> Result<Report, Error> {
 struct Chaos<'a> {
     lab: &'a Lab,
     t0: Instant,
-    planner: Planner,
+    planner: ActionPlanner,
     journal: Journal,
     procs: Processes,
     cli: PathBuf,
@@ -1551,7 +1551,7 @@ impl<'a> Chaos<'a> {
             .collect::<Vec<_>>()
             .join("---\n");
         lab.apply(&namespaces)?;
-        let mut planner = Planner::new(settings.seed);
+        let mut planner = ActionPlanner::new(settings.seed);
         let initial = Pools::initial();
         let data = planner.render(&initial);
         let mut chaos = Chaos {
@@ -1914,7 +1914,7 @@ mod tests {
             name: name.to_owned(),
             load_balancer: true,
             sharing_key: key.map(str::to_owned),
-            view: ServiceView {
+            view: ServiceReadback {
                 ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
                 node: None,
                 conditions: BTreeMap::new(),
@@ -1948,7 +1948,7 @@ mod tests {
     #[test]
     fn the_same_seed_plans_the_same_actions() {
         let plan = |seed| {
-            let mut p = Planner::new(seed);
+            let mut p = ActionPlanner::new(seed);
             (0..300).map(|_| p.next(true)).collect::<Vec<_>>()
         };
         assert_eq!(plan(42), plan(42));
@@ -1957,7 +1957,7 @@ mod tests {
 
     #[test]
     fn plans_cover_every_kind_of_action_and_restart_what_they_stop() {
-        let mut p = Planner::new(7);
+        let mut p = ActionPlanner::new(7);
         let actions: Vec<Action> = (0..2000).map(|_| p.next(true)).collect();
         let has = |f: &dyn Fn(&Action) -> bool| actions.iter().any(f);
         assert!(has(&|a| matches!(a, Action::Create(..))));
@@ -2023,7 +2023,7 @@ mod tests {
 
     #[test]
     fn no_controller_kills_when_not_allowed() {
-        let mut p = Planner::new(7);
+        let mut p = ActionPlanner::new(7);
         assert!(
             (0..2000)
                 .map(|_| p.next(false))

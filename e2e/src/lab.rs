@@ -133,7 +133,7 @@ pub struct ServiceCondition {
 
 /// What aliaslb wrote on a Service, as read back from the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceView {
+pub struct ServiceReadback {
     /// `status.loadBalancer.ingress[].ip`.
     pub ips: Vec<Ipv4Addr>,
     /// The `aliaslb.io/node` annotation.
@@ -142,7 +142,7 @@ pub struct ServiceView {
     pub conditions: BTreeMap<String, ServiceCondition>,
 }
 
-impl ServiceView {
+impl ServiceReadback {
     /// Parses a Service as printed by `kubectl get -o json`.
     pub fn from_json(v: &Value) -> Self {
         let ips = v["status"]["loadBalancer"]["ingress"]
@@ -170,7 +170,7 @@ impl ServiceView {
                 ))
             })
             .collect();
-        ServiceView {
+        ServiceReadback {
             ips,
             node,
             conditions,
@@ -489,8 +489,8 @@ impl Lab {
     }
 
     /// The Service `ns/name` as aliaslb left it.
-    pub fn service(&self, ns: &str, name: &str) -> Result<ServiceView, Error> {
-        Ok(ServiceView::from_json(
+    pub fn service(&self, ns: &str, name: &str) -> Result<ServiceReadback, Error> {
+        Ok(ServiceReadback::from_json(
             &self.get_json(&["service", "-n", ns, name])?,
         ))
     }

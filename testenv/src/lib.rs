@@ -22,6 +22,7 @@ mod assets;
 mod certs;
 mod env;
 mod error;
+pub mod fixtures;
 mod process;
 
 pub use assets::{KUBE_VERSION, binary, search_dirs};

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, LoadBalancerIngress, Service, ServicePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Service};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -19,23 +17,13 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde_json::json;
 
-use aliaslb_testenv::TestEnv;
+use aliaslb_testenv::{TestEnv, fixtures};
 
-/// A `type: LoadBalancer` Service with one TCP port.
+/// A `type: LoadBalancer` Service with one TCP port, to create (the server sets its uid).
 fn lb_service(name: &str) -> Service {
-    Service {
-        metadata: meta(name),
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(vec![ServicePort {
-                port: 80,
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
+    fixtures::lb_service("", name)
+        .meta(|m| m.uid = None)
+        .build()
 }
 
 fn meta(name: &str) -> ObjectMeta {

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::report::AgentReport;
-use aliaslb_testenv::TestEnv;
+use aliaslb_testenv::{TestEnv, fixtures};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -194,21 +194,9 @@ impl Drop for Agent {
 
 /// A `type: LoadBalancer` Service `name` with one TCP port.
 pub fn lb_service(name: &str) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(vec![ServicePort {
-                port: 80,
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
+    fixtures::lb_service("", name)
+        .meta(|m| m.uid = None)
+        .build()
 }
 
 /// One Service as the controller assigned it: node, interface, IPs.

@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
+use aliaslb_controller::cli::status;
 use aliaslb_controller::cli::validate;
-use aliaslb_controller::status;
 use aliaslb_core::keys;
 use clap::{Parser, Subcommand, ValueEnum};
 

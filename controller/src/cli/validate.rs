@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 
-use aliaslb_core::pool::{ConfigError, PoolConfig, PoolKey};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError, PoolKey};
 use aliaslb_core::range::Family;
 use serde_yaml::Value;
 
@@ -339,7 +339,7 @@ fn check_document(
 
 /// The `data` map as strings, and an error for each value that is not a string (the API
 /// server would reject it). Scalar keys become strings, as kubectl's YAML conversion does.
-fn string_data(data: Option<&Value>) -> (BTreeMap<String, String>, Vec<ConfigError>) {
+fn string_data(data: Option<&Value>) -> (BTreeMap<String, String>, Vec<PoolConfigError>) {
     let mut strings = BTreeMap::new();
     let mut errors = Vec::new();
     let Some(Value::Mapping(map)) = data else {
@@ -360,7 +360,7 @@ fn string_data(data: Option<&Value>) -> (BTreeMap<String, String>, Vec<ConfigErr
             Value::Null => {
                 strings.insert(key, String::new());
             }
-            _ => errors.push(ConfigError {
+            _ => errors.push(PoolConfigError {
                 key,
                 line: None,
                 text: String::new(),

@@ -20,7 +20,12 @@ use aliaslb_controller::reconcile;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION, RoutingReport};
+// The controller's own reading of a Service, re-exported for the tests (not every test
+// binary reads both).
+#[allow(unused_imports)]
+pub use aliaslb_controller::observe::service::{annotation, ingress_ips as ingress};
 use aliaslb_testenv::TestEnv;
+pub use aliaslb_testenv::fixtures::{self, LbService};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -70,6 +75,7 @@ impl Cluster {
             .try_init();
         let env = TestEnv::global();
         let client = env.client().await;
+        delete_leftovers(&client).await;
         let ns = env.create_namespace(&client, hint).await;
         let system = env
             .create_namespace(&client, &format!("{hint}-system"))
@@ -279,10 +285,10 @@ impl Cluster {
     }
 
     /// Creates a LoadBalancer Service from `builder`.
-    pub async fn create(&self, builder: Svc) -> Service {
-        let mut svc = builder.0;
-        svc["metadata"]["namespace"] = json!(self.ns);
-        let svc: Service = serde_json::from_value(svc).unwrap();
+    pub async fn create(&self, builder: LbService) -> Service {
+        let svc = builder
+            .meta(|m| m.namespace = Some(self.ns.clone()))
+            .build();
         Api::<Service>::namespaced(self.client.clone(), &self.ns)
             .create(&PostParams::default(), &svc)
             .await
@@ -353,56 +359,35 @@ impl Cluster {
     }
 }
 
-/// A Service annotation.
-pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
-    svc.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
+/// Deletes the Services an earlier test of this binary left behind: one that failed before
+/// its [`Cluster::cleanup`]. Without this, its Services (pending here: no pool of this
+/// test lists their namespace) count in this test's controller, and one failure fails
+/// the tests after it. Skips `default`, where the API server keeps its own Service; every
+/// test makes its Services in namespaces of its own, after this.
+async fn delete_leftovers(client: &Client) {
+    let all = Api::<Service>::all(client.clone());
+    let leftovers = all
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing the Services left by earlier tests: {e}"));
+    for svc in leftovers.items {
+        let (Some(namespace), Some(name)) = (svc.metadata.namespace, svc.metadata.name) else {
+            continue;
+        };
+        if namespace == "default" {
+            continue;
+        }
+        eprintln!("deleting Service {namespace}/{name}, left by an earlier test");
+        let _ = Api::<Service>::namespaced(client.clone(), &namespace)
+            .delete(&name, &DeleteParams::default())
+            .await;
+    }
 }
 
-/// The Service's ingress IPs.
-pub fn ingress(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .map(|i| {
-            i.iter()
-                .filter_map(|i| i.ip.as_deref()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A LoadBalancer Service under construction.
-pub struct Svc(pub serde_json::Value);
-
-/// A LoadBalancer Service `name` with port 80/TCP.
-pub fn lb_service(name: &str) -> Svc {
-    Svc(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "annotations": {}},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
-    }))
-}
-
-impl Svc {
-    pub fn annotate(mut self, key: &str, value: &str) -> Self {
-        self.0["metadata"]["annotations"][key] = json!(value);
-        self
-    }
-    pub fn port(mut self, port: i32) -> Self {
-        self.0["spec"]["ports"] = json!([{"port": port, "protocol": "TCP"}]);
-        self
-    }
-    pub fn request(self, ips: &str) -> Self {
-        self.annotate(keys::ANNOTATION_REQUESTED_IPS, ips)
-    }
-    pub fn sharing(self, key: &str) -> Self {
-        self.annotate(keys::ANNOTATION_SHARING_KEY, key)
-    }
+/// A LoadBalancer Service `name` to create (no namespace, no uid: the server sets them)
+/// with port 80/TCP: the one fixture builder, [`aliaslb_testenv::fixtures`].
+pub fn lb_service(name: &str) -> LbService {
+    fixtures::lb_service("", name).meta(|m| m.uid = None)
 }
 
 /// Polls `check` every 20 ms until it holds or `within` passes.
@@ -607,20 +592,36 @@ impl Cluster {
     /// Waits until Service `name`'s condition `type_` has `reason`; returns its message.
     #[allow(dead_code)]
     pub async fn wait_condition(&self, name: &str, type_: &str, reason: &str) -> String {
-        let mut message = String::new();
-        eventually(
-            Duration::from_secs(10),
-            &format!("{name} {type_} {reason}"),
-            async || match self.condition(name, type_).await {
-                Some((_, r, m)) if r == reason => {
-                    message = m;
-                    true
-                }
-                _ => false,
-            },
-        )
-        .await;
-        message
+        self.wait_condition_where(name, type_, reason, |_| true)
+            .await
+    }
+
+    /// Waits until Service `name`'s condition `type_` has `reason` and a message `want`
+    /// accepts; returns the message. On time-out, says what it saw last.
+    #[allow(dead_code)]
+    pub async fn wait_condition_where(
+        &self,
+        name: &str,
+        type_: &str,
+        reason: &str,
+        want: impl Fn(&str) -> bool,
+    ) -> String {
+        let within = Duration::from_secs(10);
+        let end = Instant::now() + within;
+        loop {
+            let seen = self.condition(name, type_).await;
+            if let Some((_, r, m)) = &seen
+                && r == reason
+                && want(m)
+            {
+                return m.clone();
+            }
+            assert!(
+                Instant::now() < end,
+                "timed out after {within:?} waiting for {name} {type_} {reason} with the expected message; last seen: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The line of `node`'s assignment object for `ip`, if it lists it.

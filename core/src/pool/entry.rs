@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::{ConfigError, PoolEntry};
+use super::{PoolConfigError, PoolEntry};
 use crate::range::{Family, IpRange, RangeError, from_u128, to_u128};
 
 /// What a valid entry looks like, appended to "not an entry" errors.
@@ -13,7 +13,7 @@ const EXPECTED: &str = "expected an address (`192.168.55.10`, `2001:db8::10`), a
                         (`10.0.7.0/29`) or an inclusive range (`10.0.8.20-10.0.8.40`)";
 
 /// The entries of `key`'s `value`, and an error for each line that is not one.
-pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<ConfigError>) {
+pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<PoolConfigError>) {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     for (index, raw) in value.lines().enumerate() {
@@ -28,7 +28,7 @@ pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<Config
                 text: text.to_owned(),
                 range,
             }),
-            Err(message) => errors.push(ConfigError::for_line(key, line, text, message)),
+            Err(message) => errors.push(PoolConfigError::for_line(key, line, text, message)),
         }
     }
     (entries, errors)

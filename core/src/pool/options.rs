@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{ConfigError, OPTIONS_KEY, PoolKey};
+use super::{OPTIONS_KEY, PoolConfigError, PoolKey};
 
 /// Longest Linux interface name (`IFNAMSIZ` - 1).
 const MAX_INTERFACE_LEN: usize = 15;
@@ -121,14 +121,14 @@ struct RawOptions {
 pub(super) fn parse(
     text: &str,
     data: &BTreeMap<String, String>,
-) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<ConfigError>> {
+) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<PoolConfigError>> {
     check_flow_depth(text).map_err(|e| vec![e])?;
     let doc: Option<OptionsDoc> = serde_yaml::from_str(text).map_err(|e| {
         let line = e.location().and_then(|l| line_at(text, l.index()));
         let text = line
             .and_then(|l| text.lines().nth(l - 1))
             .map_or("", str::trim);
-        vec![ConfigError {
+        vec![PoolConfigError {
             key: OPTIONS_KEY.to_owned(),
             line,
             text: text.to_owned(),
@@ -144,7 +144,7 @@ pub(super) fn parse(
     for (key, raw) in doc.and_then(|d| d.pools).unwrap_or_default() {
         let line = key_line(text, &key);
         let mut error = |message: String| {
-            errors.push(ConfigError {
+            errors.push(PoolConfigError {
                 key: OPTIONS_KEY.to_owned(),
                 line,
                 text: line
@@ -228,7 +228,7 @@ pub(super) fn parse(
 ///
 /// Counts every bracket, also those in quotes and comments: a valid document has no
 /// brackets there to speak of, and a count that is never too low keeps the guard simple.
-fn check_flow_depth(text: &str) -> Result<(), ConfigError> {
+fn check_flow_depth(text: &str) -> Result<(), PoolConfigError> {
     let mut depth = 0usize;
     for (index, line) in text.lines().enumerate() {
         for c in line.chars() {
@@ -238,7 +238,7 @@ fn check_flow_depth(text: &str) -> Result<(), ConfigError> {
                 _ => continue,
             }
             if depth > MAX_FLOW_DEPTH {
-                return Err(ConfigError {
+                return Err(PoolConfigError {
                     key: OPTIONS_KEY.to_owned(),
                     line: Some(index + 1),
                     text: line.trim().to_owned(),

@@ -1,6 +1,6 @@
-//! Kubernetes objects -> the planner's plain views ([`ServiceView`], [`NodeState`], agent
-//! reports, local endpoints), and the agent freshness clock. Pure: no I/O; time comes in
-//! as [`Instant`]s on the controller's own monotonic clock.
+//! Agent Leases -> how fresh each agent is and what it reports, and the agent freshness
+//! clock. Pure: no I/O; time comes in as [`Instant`]s on the controller's own monotonic
+//! clock.
 //!
 //! **API blindness is not node loss.** An agent Lease that stops changing means either
 //! that its node is gone or that the controller cannot see the change (kube-apiserver
@@ -37,200 +37,33 @@
 //! nothing until it sees them again. The price: a cluster whose every node really died
 //! keeps its assignments (no node could take them anyway), and a node lost just before
 //! a leadership change or the end of a blindness is replaced one lease duration later.
-//!
-//! Also owns the answer to "is this Service ours?" ([`is_ours`]) and what we wrote on a
-//! Service ([`has_our_marks`]), so that a Service that stops being ours is cleaned up.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use aliaslb_core::annotations::parse_ip_list;
-use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
-use aliaslb_core::plan::{FamilyPolicy, NodeAddress, PortKey, ServiceKey, ServiceView};
-use aliaslb_core::range::Family;
 use aliaslb_core::report::{AgentReport, ReportError};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service, ServiceSpec};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::config::ControllerConfig;
-use crate::record::OurCondition;
-
-/// Prefix of the agents' Lease names (see [`keys::agent_lease_name`]).
-pub const AGENT_LEASE_PREFIX: &str = "aliaslb-agent-";
-
-/// Label of an EndpointSlice naming its Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-/// The key of a Service, `None` without name or namespace.
-pub fn service_key(svc: &Service) -> Option<ServiceKey> {
-    Some(ServiceKey::new(
-        svc.metadata.namespace.as_deref()?,
-        svc.metadata.name.as_deref()?,
-    ))
-}
-
-/// Whether the controller handles `svc`: `type: LoadBalancer`, and its
-/// `spec.loadBalancerClass` is ours, or unset while classless Services are handled.
-pub fn is_ours(svc: &Service, config: &ControllerConfig) -> bool {
-    let Some(spec) = &svc.spec else {
-        return false;
-    };
-    if spec.type_.as_deref() != Some("LoadBalancer") {
-        return false;
-    }
-    match spec.load_balancer_class.as_deref() {
-        None => !config.ignore_classless,
-        Some(class) => class == config.load_balancer_class,
-    }
-}
-
-/// Whether `svc` carries something the controller writes: one of our annotations or
-/// conditions. Used to clean up Services that stopped being ours.
-pub fn has_our_marks(svc: &Service) -> bool {
-    let annotated = svc.metadata.annotations.as_ref().is_some_and(|a| {
-        a.contains_key(keys::ANNOTATION_NODE) || a.contains_key(keys::ANNOTATION_INTERFACE)
-    });
-    let conditioned = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| OurCondition::parse(&c.type_).is_some()));
-    annotated || conditioned
-}
-
-/// The `status.loadBalancer.ingress[].ip` addresses of `svc` that parse, in order.
-pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .map(|ingress| {
-            ingress
-                .iter()
-                .filter_map(|i| i.ip.as_deref()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// An annotation of `svc`.
-pub fn annotation<'a>(svc: &'a Service, key: &str) -> Option<&'a str> {
-    svc.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-/// The planner's view of `svc`, whose key and uid the caller already has (shared with
-/// its record).
-pub fn service_view(svc: &Service, key: &ServiceKey, uid: &Arc<str>) -> ServiceView {
-    // Borrowed, not cloned: this runs for every Service on every pass.
-    let default_spec = ServiceSpec::default();
-    let spec = svc.spec.as_ref().unwrap_or(&default_spec);
-    let created = svc
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(0, |t| t.0.as_second());
-    let families = family_policy(
-        spec.ip_families.as_deref().unwrap_or_default(),
-        spec.ip_family_policy.as_deref(),
-        spec.cluster_ip.as_deref(),
-    );
-    let requested = match annotation(svc, keys::ANNOTATION_REQUESTED_IPS) {
-        Some(value) => parse_ip_list(value)
-            .map_err(|e| format!("annotation {}: {e}", keys::ANNOTATION_REQUESTED_IPS)),
-        None => match spec.load_balancer_ip.as_deref().map(str::trim) {
-            None | Some("") => Ok(Vec::new()),
-            Some(ip) => ip
-                .parse::<IpAddr>()
-                .map(|ip| vec![ip])
-                .map_err(|_| format!("spec.loadBalancerIP `{ip}` is not an IP address")),
-        },
-    };
-    let ports = spec
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| PortKey {
-            port: p.port,
-            protocol: Arc::from(p.protocol.as_deref().unwrap_or("TCP")),
-        })
-        .collect();
-    ServiceView {
-        key: key.clone(),
-        uid: uid.clone(),
-        created,
-        families,
-        requested,
-        sharing_key: annotation(svc, keys::ANNOTATION_SHARING_KEY)
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned),
-        ports,
-        local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
-        observed_ips: ingress_ips(svc),
-        // L3 mode lists its announcing nodes there, comma-separated: no one holder.
-        observed_node: annotation(svc, keys::ANNOTATION_NODE)
-            .filter(|n| !n.contains(','))
-            .map(str::to_owned),
-    }
-}
-
-/// Families from `spec.ipFamilies` / `spec.ipFamilyPolicy`; servers that leave them empty
-/// (headless or pre-dual-stack objects) get the family of the cluster IP, else IPv4.
-fn family_policy(
-    families: &[String],
-    policy: Option<&str>,
-    cluster_ip: Option<&str>,
-) -> FamilyPolicy {
-    let mut wanted: Vec<Family> = Vec::new();
-    for f in families {
-        let family = match f.as_str() {
-            "IPv4" => Family::V4,
-            "IPv6" => Family::V6,
-            _ => continue,
-        };
-        if !wanted.contains(&family) {
-            wanted.push(family);
-        }
-    }
-    if wanted.is_empty() {
-        let from_cluster_ip = cluster_ip
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-            .map_or(Family::V4, Family::of);
-        wanted.push(from_cluster_ip);
-    }
-    FamilyPolicy {
-        families: wanted,
-        require_all: policy == Some("RequireDualStack"),
-    }
-}
-
-/// The node an agent Lease belongs to, from its name; `None` for other Leases.
-pub fn agent_node(lease_name: &str) -> Option<&str> {
-    lease_name
-        .strip_prefix(AGENT_LEASE_PREFIX)
-        .filter(|n| !n.is_empty())
-}
+use crate::observe::service::digest;
 
 /// The agent's report on its Lease, read within the bounds of [`AgentReport::from_json`]
 /// (an agent's node may be compromised); an absent annotation is an empty report.
 pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
-    match lease
+    match lease_annotation(lease) {
+        Some(json) => AgentReport::from_json(json),
+        None => Ok(AgentReport::default()),
+    }
+}
+
+/// The report annotation of an agent Lease, as written.
+fn lease_annotation(lease: &Lease) -> Option<&str> {
+    lease
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys::ANNOTATION_AGENT_REPORT))
-    {
-        Some(json) => AgentReport::from_json(json),
-        None => Ok(AgentReport::default()),
-    }
+        .map(String::as_str)
 }
 
 /// What the planner takes from an agent's Lease: how fresh the agent is (from the
@@ -267,6 +100,8 @@ struct Seen {
     duration: Duration,
     /// Whether it names a holder.
     held: bool,
+    /// Digest of its report annotation (absent: `None`).
+    report: u64,
 }
 
 /// Freshness of agent Leases on the controller's own monotonic clock.
@@ -290,12 +125,19 @@ impl AgentClock {
     }
 
     /// Records `lease` as seen at `now`; the timestamp only moves when the Lease changed.
-    pub fn observe(&mut self, lease: &Lease, now: Instant) {
+    ///
+    /// Returns whether a planning pass could decide anything new from it: `false` only
+    /// for a renewal that changes nothing a pass reads, one of a Lease that was fresh
+    /// until now with the same holder state, duration and report, while every held Lease
+    /// is fresh (no agent waits for a renewal of another to be judged lost, see
+    /// [`Observer::judge`]). The loop still wakes when a Lease would go stale
+    /// ([`AgentClock::next_expiry`]), and then sees the renewal.
+    pub fn observe(&mut self, lease: &Lease, now: Instant) -> bool {
         let Some(name) = lease.metadata.name.as_deref() else {
-            return;
+            return true;
         };
-        if agent_node(name).is_none() {
-            return;
+        if keys::agent_lease_node(name).is_none() {
+            return true;
         }
         let spec = lease.spec.as_ref();
         let version = (
@@ -309,12 +151,25 @@ impl AgentClock {
             .filter(|s| *s > 0)
             .map_or(self.default_duration, Duration::from_secs);
         let held = is_held(lease);
+        let report = digest(&lease_annotation(lease));
+        let all_fresh = self
+            .seen
+            .values()
+            .all(|s| !s.held || now < s.at + s.duration);
         match self.seen.get_mut(name) {
             Some(seen) if seen.version == version => {
+                let same = (seen.duration, seen.held, seen.report) == (duration, held, report);
                 seen.duration = duration;
                 seen.held = held;
+                seen.report = report;
+                !same
             }
-            _ => {
+            previous => {
+                let idle_renewal = previous.is_some_and(|p| {
+                    p.held
+                        && now < p.at + p.duration
+                        && (p.duration, p.held, p.report) == (duration, held, report)
+                }) && all_fresh;
                 self.seen.insert(
                     name.to_owned(),
                     Seen {
@@ -322,8 +177,10 @@ impl AgentClock {
                         at: now,
                         duration,
                         held,
+                        report,
                     },
                 );
+                !idle_renewal
             }
         }
     }
@@ -464,366 +321,11 @@ impl Observer {
     }
 }
 
-/// Nodes as the planner sees them: `agents` maps node name -> (freshness, report).
-pub fn node_states(
-    nodes: &[std::sync::Arc<Node>],
-    agents: &BTreeMap<String, (Freshness, AgentReport)>,
-) -> Vec<NodeState> {
-    let mut out: Vec<NodeState> = nodes
-        .iter()
-        .filter_map(|node| {
-            let name = node.metadata.name.clone()?;
-            let agent = agents.get(&name);
-            Some(NodeState {
-                labels: node.metadata.labels.clone().unwrap_or_default(),
-                unschedulable: node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false),
-                agent_ready: agent.is_some_and(|(f, _)| *f == Freshness::Fresh),
-                agent_unconfirmed: agent.is_some_and(|(f, _)| *f == Freshness::Unconfirmed),
-                subnets: agent
-                    .map(|(_, r)| r.subnets().copied().collect())
-                    .unwrap_or_default(),
-                name,
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
-}
-
-/// Node address types that hold a name, not an IP.
-const NAME_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
-
-/// Every IP a Node lists in `status.addresses` (InternalIP, ExternalIP or any other type
-/// but the names: Hostname, InternalDNS, ExternalDNS), with the Node and the type: the
-/// planner never allocates them. An address two Nodes list goes with the first Node by
-/// name; one a Node lists twice, with the type it lists first.
-pub fn node_addresses<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
-) -> BTreeMap<IpAddr, NodeAddress> {
-    let mut out: BTreeMap<IpAddr, NodeAddress> = BTreeMap::new();
-    for node in nodes {
-        let Some(name) = node.metadata.name.as_deref() else {
-            continue;
-        };
-        let listed = node.status.as_ref().and_then(|s| s.addresses.as_ref());
-        for address in listed.into_iter().flatten() {
-            if NAME_TYPES.contains(&address.type_.as_str()) {
-                continue;
-            }
-            let Ok(ip) = address.address.trim().parse::<IpAddr>() else {
-                continue;
-            };
-            match out.get(&ip) {
-                Some(kept) if *kept.node <= *name => {}
-                _ => {
-                    out.insert(ip, NodeAddress::new(name, &address.type_));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The nodes with a ready endpoint of one Service, from one endpoints object: what the
-/// endpoints cache keeps of each object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointNodes {
-    /// The Service the object belongs to.
-    pub service: ServiceKey,
-    /// Nodes with at least one ready endpoint, sorted, without duplicates.
-    pub nodes: Box<[Box<str>]>,
-}
-
-impl EndpointNodes {
-    /// `None` without a ready node: only the nodes matter, and no entry means none.
-    fn new<'a>(service: ServiceKey, nodes: impl Iterator<Item = &'a str>) -> Option<Self> {
-        let nodes: BTreeSet<&str> = nodes.collect();
-        if nodes.is_empty() {
-            return None;
-        }
-        Some(EndpointNodes {
-            service,
-            nodes: nodes.into_iter().map(Box::from).collect(),
-        })
-    }
-}
-
-/// What an EndpointSlice (`discovery.k8s.io/v1`) says; `None` without a ready node.
-pub fn slice_nodes(slice: &EndpointSlice) -> Option<EndpointNodes> {
-    let ns = slice.metadata.namespace.as_deref()?;
-    let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
-    let ready = slice.endpoints.iter().filter_map(|endpoint| {
-        // Per the API, an unset `ready` means ready.
-        let ready = endpoint
-            .conditions
-            .as_ref()
-            .and_then(|c| c.ready)
-            .unwrap_or(true);
-        endpoint.node_name.as_deref().filter(|_| ready)
-    });
-    EndpointNodes::new(ServiceKey::new(ns, service), ready)
-}
-
-/// What a core/v1 Endpoints object says; `None` without a ready node.
-pub fn endpoints_nodes(ep: &Endpoints) -> Option<EndpointNodes> {
-    let ns = ep.metadata.namespace.as_deref()?;
-    let name = ep.metadata.name.as_deref()?;
-    let ready = ep
-        .subsets
-        .iter()
-        .flatten()
-        .flat_map(|subset| subset.addresses.iter().flatten())
-        .filter_map(|address| address.node_name.as_deref());
-    EndpointNodes::new(ServiceKey::new(ns, name), ready)
-}
-
-/// Service -> nodes with a ready endpoint, for the Services `wanted` accepts (the
-/// `externalTrafficPolicy: Local` ones: no other Service reads it).
-pub fn local_endpoints<'a>(
-    objects: impl IntoIterator<Item = &'a EndpointNodes>,
-    wanted: impl Fn(&ServiceKey) -> bool,
-) -> BTreeMap<ServiceKey, BTreeSet<String>> {
-    let mut out: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
-    for object in objects.into_iter().filter(|o| wanted(&o.service)) {
-        out.entry(object.service.clone())
-            .or_default()
-            .extend(object.nodes.iter().map(|n| n.to_string()));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::api::core::v1::{
-        EndpointAddress, EndpointSubset, LoadBalancerIngress, LoadBalancerStatus, ServicePort,
-        ServiceSpec, ServiceStatus,
-    };
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-
-    /// A LoadBalancer Service fixture.
-    struct Svc(Service);
-
-    fn lb_service(ns: &str, name: &str) -> Svc {
-        Svc(Service {
-            metadata: ObjectMeta {
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                uid: Some(format!("uid-{name}")),
-                ..ObjectMeta::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some("LoadBalancer".into()),
-                ports: Some(vec![ServicePort {
-                    port: 80,
-                    ..ServicePort::default()
-                }]),
-                ..ServiceSpec::default()
-            }),
-            status: None,
-        })
-    }
-
-    impl Svc {
-        fn annotated(mut self, key: &str, value: &str) -> Self {
-            self.0
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(key.into(), value.into());
-            self
-        }
-        fn spec(mut self, f: impl FnOnce(&mut ServiceSpec)) -> Self {
-            f(self.0.spec.as_mut().unwrap());
-            self
-        }
-        fn with_ingress(mut self, ip: &str) -> Self {
-            self.0.status = Some(ServiceStatus {
-                load_balancer: Some(LoadBalancerStatus {
-                    ingress: Some(vec![LoadBalancerIngress {
-                        ip: Some(ip.into()),
-                        ..LoadBalancerIngress::default()
-                    }]),
-                }),
-                conditions: None,
-            });
-            self
-        }
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    fn node_with(name: &str, addresses: &[(&str, &str)]) -> Node {
-        use k8s_openapi::api::core::v1::{NodeAddress as Listed, NodeStatus};
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-            status: Some(NodeStatus {
-                addresses: Some(
-                    addresses
-                        .iter()
-                        .map(|(type_, address)| Listed {
-                            type_: (*type_).into(),
-                            address: (*address).into(),
-                        })
-                        .collect(),
-                ),
-                ..NodeStatus::default()
-            }),
-        }
-    }
-
-    #[test]
-    fn node_addresses_are_the_ips_of_every_type_but_names() {
-        let nodes = [
-            node_with(
-                "n2",
-                &[
-                    ("InternalIP", "192.168.55.103"),
-                    ("ExternalIP", "2001:db8::3"),
-                    ("Hostname", "n2"),
-                    ("InternalDNS", "n2.lan"),
-                    ("ExternalIP", "192.168.55.103"),
-                    ("InternalIP", "not-an-ip"),
-                ],
-            ),
-            // Listed by two Nodes (a misconfiguration): the first Node by name is named.
-            node_with("n1", &[("ExternalIP", "192.168.55.103")]),
-            node_with("n3", &[]),
-            Node {
-                metadata: ObjectMeta {
-                    name: Some("no-status".into()),
-                    ..ObjectMeta::default()
-                },
-                ..Node::default()
-            },
-        ];
-        let got = node_addresses(&nodes);
-        assert_eq!(
-            got,
-            BTreeMap::from([
-                (ip("192.168.55.103"), NodeAddress::new("n1", "ExternalIP")),
-                (ip("2001:db8::3"), NodeAddress::new("n2", "ExternalIP")),
-            ])
-        );
-        let first_listed = node_addresses(&nodes[..1]);
-        assert_eq!(
-            first_listed[&ip("192.168.55.103")],
-            NodeAddress::new("n2", "InternalIP")
-        );
-    }
-
-    #[test]
-    fn ours_by_type_and_class() {
-        let config = ControllerConfig::default();
-        let classless = ControllerConfig {
-            ignore_classless: true,
-            ..ControllerConfig::default()
-        };
-        let table = [
-            (lb_service("a", "plain"), &config, true),
-            (lb_service("a", "plain"), &classless, false),
-            (
-                lb_service("a", "ours").spec(|s| {
-                    s.load_balancer_class = Some(keys::DEFAULT_LOAD_BALANCER_CLASS.into())
-                }),
-                &classless,
-                true,
-            ),
-            (
-                lb_service("a", "theirs").spec(|s| s.load_balancer_class = Some("other/x".into())),
-                &config,
-                false,
-            ),
-            (
-                lb_service("a", "cip").spec(|s| s.type_ = Some("ClusterIP".into())),
-                &config,
-                false,
-            ),
-        ];
-        for (svc, config, want) in table {
-            assert_eq!(is_ours(&svc.0, config), want, "{:?}", svc.0.metadata.name);
-        }
-    }
-
-    fn view_of(svc: &Service) -> ServiceView {
-        service_view(svc, &service_key(svc).unwrap(), &Arc::from("uid"))
-    }
-
-    #[test]
-    fn view_reads_requests_sharing_and_observed_state() {
-        let svc = lb_service("a", "web")
-            .annotated(keys::ANNOTATION_REQUESTED_IPS, "10.0.0.5, 2001:db8::5")
-            .annotated(keys::ANNOTATION_SHARING_KEY, "k")
-            .annotated(keys::ANNOTATION_NODE, "n1")
-            .spec(|s| {
-                s.ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
-                s.ip_family_policy = Some("RequireDualStack".into());
-                s.external_traffic_policy = Some("Local".into());
-            })
-            .with_ingress("10.0.0.5");
-        let view = view_of(&svc.0);
-        assert_eq!(view.key, ServiceKey::new("a", "web"));
-        assert_eq!(view.requested, Ok(vec![ip("10.0.0.5"), ip("2001:db8::5")]));
-        assert_eq!(view.families.families, vec![Family::V6, Family::V4]);
-        assert!(view.families.require_all);
-        assert!(view.local_traffic);
-        assert_eq!(view.sharing_key.as_deref(), Some("k"));
-        assert_eq!(view.observed_ips, vec![ip("10.0.0.5")]);
-        assert_eq!(view.observed_node.as_deref(), Some("n1"));
-        assert_eq!(
-            view.ports,
-            vec![PortKey {
-                port: 80,
-                protocol: "TCP".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn bad_requests_are_explained() {
-        let bad_annotation = lb_service("a", "x").annotated(keys::ANNOTATION_REQUESTED_IPS, "nope");
-        let err = view_of(&bad_annotation.0).requested.unwrap_err();
-        assert!(
-            err.contains("aliaslb.io/loadBalancerIPs") && err.contains("`nope`"),
-            "{err}"
-        );
-        let bad_field = lb_service("a", "y").spec(|s| s.load_balancer_ip = Some("1.2.3".into()));
-        let err = view_of(&bad_field.0).requested.unwrap_err();
-        assert!(err.contains("spec.loadBalancerIP `1.2.3`"), "{err}");
-        let field = lb_service("a", "z").spec(|s| s.load_balancer_ip = Some("10.1.1.1".into()));
-        assert_eq!(view_of(&field.0).requested, Ok(vec![ip("10.1.1.1")]));
-    }
-
-    #[test]
-    fn family_defaults_to_cluster_ip_family() {
-        let v6 = lb_service("a", "v6").spec(|s| s.cluster_ip = Some("fd00::1".into()));
-        assert_eq!(view_of(&v6.0).families.families, vec![Family::V6]);
-        let none = lb_service("a", "none");
-        assert_eq!(view_of(&none.0).families.families, vec![Family::V4]);
-    }
-
-    #[test]
-    fn marks_are_our_annotations_and_conditions() {
-        assert!(!has_our_marks(&lb_service("a", "x").0));
-        assert!(has_our_marks(
-            &lb_service("a", "x").annotated(keys::ANNOTATION_NODE, "n").0
-        ));
-        assert!(!has_our_marks(
-            &lb_service("a", "x").annotated("other.io/node", "n").0
-        ));
-    }
 
     fn lease(name: &str, rv: &str, holder: Option<&str>, secs: Option<i32>) -> Lease {
         Lease {
@@ -873,6 +375,53 @@ mod tests {
         clock.remove("aliaslb-agent-n2");
         assert!(!clock.is_fresh("aliaslb-agent-n2", t0));
         assert_eq!(clock.next_expiry(t0 + 3 * s), None);
+    }
+
+    #[test]
+    fn only_a_renewal_that_changes_nothing_is_not_worth_a_pass() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let reporting = |rv: &str, report: &str| {
+            let mut l = lease("aliaslb-agent-n1", rv, Some("n1"), Some(2));
+            l.metadata.annotations =
+                Some([(keys::ANNOTATION_AGENT_REPORT.to_owned(), report.to_owned())].into());
+            l
+        };
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        assert!(clock.observe(&reporting("1", "a"), t0), "first sight");
+        assert!(!clock.observe(&reporting("2", "a"), t0 + s), "idle renewal");
+        assert!(
+            !clock.observe(&reporting("2", "a"), t0 + s),
+            "the same version again"
+        );
+        assert!(clock.observe(&reporting("3", "b"), t0 + s), "a new report");
+        // Stale before its renewal: the agent becomes fresh again.
+        assert!(
+            clock.observe(&reporting("4", "b"), t0 + 4 * s),
+            "back from stale"
+        );
+        let mut held = reporting("5", "b");
+        held.spec.as_mut().unwrap().holder_identity = Some(String::new());
+        assert!(clock.observe(&held, t0 + 4 * s), "released");
+        assert!(
+            clock.observe(&reporting("6", "b"), t0 + 4 * s),
+            "held again"
+        );
+        let mut longer = reporting("7", "b");
+        longer.spec.as_mut().unwrap().lease_duration_seconds = Some(10);
+        assert!(clock.observe(&longer, t0 + 4 * s), "another duration");
+        // Another held Lease is stale: its loss is judged on others' renewals.
+        clock.observe(
+            &lease("aliaslb-agent-n2", "1", Some("n2"), Some(2)),
+            t0 + 4 * s,
+        );
+        let mut renewed = longer.clone();
+        renewed.metadata.resource_version = Some("8".into());
+        assert!(clock.observe(&renewed, t0 + 7 * s), "n2 is stale");
+        assert!(
+            clock.observe(&lease("other", "1", None, None), t0),
+            "not an agent's"
+        );
     }
 
     /// The observer over time: at each step, (seconds since t0, Leases renewed then as
@@ -1087,81 +636,6 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_give_ready_nodes() {
-        let slice = EndpointSlice {
-            metadata: ObjectMeta {
-                namespace: Some("a".into()),
-                name: Some("web-abc".into()),
-                labels: Some([(SERVICE_NAME_LABEL.to_owned(), "web".to_owned())].into()),
-                ..ObjectMeta::default()
-            },
-            address_type: "IPv4".into(),
-            endpoints: vec![
-                Endpoint {
-                    node_name: Some("n1".into()),
-                    ..Endpoint::default()
-                },
-                Endpoint {
-                    node_name: Some("n2".into()),
-                    conditions: Some(EndpointConditions {
-                        ready: Some(false),
-                        ..EndpointConditions::default()
-                    }),
-                    ..Endpoint::default()
-                },
-            ],
-            ports: None,
-        };
-        let from_slice = slice_nodes(&slice).unwrap();
-        assert_eq!(from_slice.service, ServiceKey::new("a", "web"));
-        assert_eq!(&*from_slice.nodes, [Box::from("n1")]);
-
-        let ep = Endpoints {
-            metadata: ObjectMeta {
-                namespace: Some("a".into()),
-                name: Some("web".into()),
-                ..ObjectMeta::default()
-            },
-            subsets: Some(vec![EndpointSubset {
-                addresses: Some(vec![EndpointAddress {
-                    ip: "10.1.0.1".into(),
-                    node_name: Some("n3".into()),
-                    ..EndpointAddress::default()
-                }]),
-                not_ready_addresses: Some(vec![EndpointAddress {
-                    ip: "10.1.0.2".into(),
-                    node_name: Some("n4".into()),
-                    ..EndpointAddress::default()
-                }]),
-                ports: None,
-            }]),
-        };
-        let from_endpoints = endpoints_nodes(&ep).unwrap();
-        assert_eq!(&*from_endpoints.nodes, [Box::from("n3")]);
-
-        // Objects of one Service merge; Services not wanted are left out.
-        let other = EndpointNodes {
-            service: ServiceKey::new("b", "db"),
-            nodes: [Box::from("n9")].into(),
-        };
-        let got = local_endpoints([&from_slice, &from_endpoints, &other], |k| {
-            &*k.namespace == "a"
-        });
-        assert_eq!(
-            got,
-            BTreeMap::from([(
-                ServiceKey::new("a", "web"),
-                BTreeSet::from(["n1".to_owned(), "n3".to_owned()])
-            )])
-        );
-
-        // Without a ready node, nothing is kept.
-        let mut unready = slice.clone();
-        unready.endpoints.truncate(0);
-        assert_eq!(slice_nodes(&unready), None);
-    }
-
-    #[test]
     fn a_report_out_of_bounds_counts_as_no_agent() {
         let with_report = |json: &str| {
             let mut l = lease("aliaslb-agent-n1", "1", Some("n1"), Some(4));
@@ -1190,12 +664,5 @@ mod tests {
             assert_eq!(report, AgentReport::default());
             assert!(error.is_some());
         }
-    }
-
-    #[test]
-    fn agent_lease_names() {
-        assert_eq!(agent_node("aliaslb-agent-n1"), Some("n1"));
-        assert_eq!(agent_node("aliaslb-agent-"), None);
-        assert_eq!(agent_node("aliaslb-controller"), None);
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{LanConflict, NodeAddress, ServiceKey, lan_conflicts};
-use aliaslb_core::pool::{ConfigError, PoolConfig};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -28,7 +28,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::views;
+use crate::observe::service::{self, OurCondition};
+use crate::observe::{agents, nodes};
 
 /// An agent Lease's duration when it does not say (the agents' default).
 const DEFAULT_AGENT_LEASE: Duration = Duration::from_secs(4);
@@ -226,7 +227,7 @@ fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConfli
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its
-/// agent Lease, `node_addresses` the addresses Nodes have ([`views::node_addresses`]).
+/// agent Lease, `node_addresses` the addresses Nodes have ([`nodes::node_addresses`]).
 pub fn compute(
     config: &PoolConfig,
     services: &[ServiceInfo],
@@ -471,25 +472,23 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
     if spec.type_.as_deref() != Some("LoadBalancer") {
         return None;
     }
-    let cond = |type_: &str| {
-        svc.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
-            .map(|c| ConditionInfo {
+    let cond = |which: OurCondition| {
+        service::our_conditions(svc)
+            .find(|(w, _)| *w == which)
+            .map(|(_, c)| ConditionInfo {
                 status: c.status == "True",
                 reason: c.reason.clone(),
                 message: c.message.clone(),
             })
     };
     Some(ServiceInfo {
-        key: views::service_key(svc)?,
+        key: service::service_key(svc)?,
         cluster_ip: spec.cluster_ip.clone(),
-        ips: views::ingress_ips(svc),
-        node: views::annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
-        sharing_key: views::annotation(svc, keys::ANNOTATION_SHARING_KEY).map(str::to_owned),
-        allocated: cond(keys::CONDITION_IP_ALLOCATED),
-        announced: cond(keys::CONDITION_ANNOUNCED),
+        ips: service::ingress_ips(svc),
+        node: service::annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
+        sharing_key: service::annotation(svc, keys::ANNOTATION_SHARING_KEY).map(str::to_owned),
+        allocated: cond(OurCondition::IpAllocated),
+        announced: cond(OurCondition::Announced),
     })
 }
 
@@ -498,7 +497,7 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
 /// JSON or out of bounds ([`AgentReport::from_json`]) reads as an empty one (shield
 /// `unknown`).
 pub fn agent_info(lease: &Lease, now: Timestamp) -> Option<(String, AgentInfo)> {
-    let node = views::agent_node(lease.metadata.name.as_deref()?)?;
+    let node = keys::agent_lease_node(lease.metadata.name.as_deref()?)?;
     let renewed = lease
         .spec
         .as_ref()
@@ -515,7 +514,7 @@ pub fn agent_info(lease: &Lease, now: Timestamp) -> Option<(String, AgentInfo)> 
     Some((
         node.to_owned(),
         AgentInfo {
-            report: views::agent_report(lease).unwrap_or_default(),
+            report: agents::agent_report(lease).unwrap_or_default(),
             renew_time: renewed.map(|t| t.to_string()),
             renewed_ago,
             fresh: renewed_ago.is_some_and(|ago| ago <= duration),
@@ -541,7 +540,7 @@ pub enum StatusError {
         /// `namespace/name`.
         name: String,
         /// Every error.
-        errors: Vec<ConfigError>,
+        errors: Vec<PoolConfigError>,
     },
 }
 
@@ -578,7 +577,7 @@ pub async fn fetch(
         .list(&ListParams::default())
         .await
         .map_err(api_err("Nodes".to_owned()))?;
-    let node_addresses = views::node_addresses(&nodes.items);
+    let node_addresses = nodes::node_addresses(&nodes.items);
     let observed = crate::assign::observed(&assignments.items);
     let now = Timestamp::now();
     let agents: BTreeMap<String, AgentInfo> = leases

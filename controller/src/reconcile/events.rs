@@ -1,0 +1,210 @@
+//! Events: the queue the pass fills and the worker that publishes it, behind the leader
+//! fence. The pass never waits for a plan Event; the few Events about the pool config are
+//! published at once ([`EventQueue::publish`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aliaslb_core::plan::{PlanOutput, ServiceKey};
+use aliaslb_core::text;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::MAX_IN_FLIGHT;
+use crate::apply;
+use crate::context::Context;
+use crate::observe::service;
+
+/// Longest Event note the API accepts (events.k8s.io/v1 `note`: 1 kB).
+pub(super) const MAX_NOTE: usize = 1000;
+/// Plan Events waiting for the worker at most; more are dropped (and counted). The first
+/// pass over N new Services queues 2N Events (IP allocated, node assigned): this holds
+/// that for 32,768 Services. A queued Event is about 200 bytes.
+const EVENT_QUEUE: usize = 65_536;
+
+/// What an Event is about.
+pub(super) enum Regarding {
+    /// A Service (its uid when known); the reference is built when the Event is sent, not
+    /// while it waits.
+    Service {
+        key: ServiceKey,
+        uid: Option<Arc<str>>,
+    },
+    /// Another object (an agent's Lease).
+    Object(Box<ObjectReference>),
+}
+
+/// One Event to publish.
+pub(super) struct Notice {
+    pub(super) regarding: Regarding,
+    pub(super) warning: bool,
+    pub(super) reason: &'static str,
+    pub(super) note: String,
+}
+
+impl Notice {
+    fn regarding(&self) -> ObjectReference {
+        match &self.regarding {
+            Regarding::Service { key, uid } => service::object_ref(key, uid.as_deref()),
+            Regarding::Object(reference) => (**reference).clone(),
+        }
+    }
+}
+
+/// Publishes Events behind the leader fence.
+///
+/// Each Event goes through a fresh [`Recorder`]: kube-runtime 5.0's Recorder folds Events
+/// that differ only in their note into one series that keeps the FIRST note (its cache key
+/// has no note), so a second `NodeMoved` would show the first move's reason for six
+/// minutes. The planner already emits transitions only, so no client-side aggregation is
+/// needed.
+#[derive(Clone)]
+pub(super) struct Events {
+    ctx: Arc<Context>,
+}
+
+impl Events {
+    /// Publishes one Event (behind the fence), `related` to a second object if given;
+    /// failures are logged and counted.
+    pub(super) async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        if !self.ctx.leader.is_leader() {
+            return;
+        }
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(text::bounded(note, MAX_NOTE)),
+            action: "Reconcile".to_owned(),
+            secondary: related,
+        };
+        let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
+        let publish = recorder.publish(&event, regarding);
+        match tokio::time::timeout(apply::WRITE_TIMEOUT, publish).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                self.ctx.metrics.inc_reconcile_error("event");
+                tracing::warn!(reason, object = ?regarding.name, error = %error, "publishing an Event failed");
+            }
+            Err(_) => {
+                self.ctx.metrics.inc_reconcile_error("event");
+                tracing::warn!(reason, object = ?regarding.name, "publishing an Event timed out");
+            }
+        }
+    }
+
+    /// Publishes queued Events, [`MAX_IN_FLIGHT`] at once, so that a burst of Events
+    /// never holds up the next pass.
+    async fn worker(self, queue: mpsc::Receiver<Notice>) {
+        receiver_stream(queue)
+            .for_each_concurrent(MAX_IN_FLIGHT, |n| {
+                let events = self.clone();
+                async move {
+                    let regarding = n.regarding();
+                    events
+                        .publish(&regarding, None, n.warning, n.reason, n.note)
+                        .await;
+                }
+            })
+            .await;
+    }
+}
+
+/// A stream over an mpsc receiver.
+fn receiver_stream<T>(rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}
+
+/// Aborts a task when dropped (the Event worker ends with its term's reconciler, the
+/// reconciler with `supervise`).
+pub(super) struct AbortOnDrop(pub(super) JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The Event side of one leadership term: the queue of plan Events and its worker.
+pub(super) struct EventQueue {
+    ctx: Arc<Context>,
+    events: Events,
+    /// Plan Events for the worker.
+    queue: mpsc::Sender<Notice>,
+    _worker: AbortOnDrop,
+}
+
+impl EventQueue {
+    /// A queue whose worker runs until the queue is dropped.
+    pub(super) fn new(ctx: Arc<Context>) -> Self {
+        let events = Events { ctx: ctx.clone() };
+        let (queue, rx) = mpsc::channel(EVENT_QUEUE);
+        let worker = AbortOnDrop(tokio::spawn(events.clone().worker(rx)));
+        EventQueue {
+            ctx,
+            events,
+            queue,
+            _worker: worker,
+        }
+    }
+
+    /// The publisher, for the few Events published at once, not through the queue (those
+    /// about the pool config: a pass waits for them).
+    pub(super) fn now(&self) -> &Events {
+        &self.events
+    }
+
+    /// Queues an Event for the worker; a full queue drops it (counted).
+    pub(super) fn enqueue(&self, notice: Notice) {
+        if let Err(error) = self.queue.try_send(notice) {
+            let notice = error.into_inner();
+            self.ctx.metrics.inc_reconcile_error("event_dropped");
+            tracing::warn!(
+                object = ?notice.regarding().name,
+                reason = %notice.reason,
+                "Event queue full: Event dropped"
+            );
+        }
+    }
+
+    /// Queues the pass's Events, on their Services (by their uid in `refs`, this pass's;
+    /// deleted ones by their last one, in `old_refs`).
+    pub(super) fn plan_events(
+        &self,
+        output: &PlanOutput,
+        refs: &HashMap<ServiceKey, Arc<str>>,
+        old_refs: &HashMap<ServiceKey, Arc<str>>,
+    ) {
+        for e in &output.events {
+            let uid = refs
+                .get(&e.service)
+                .or_else(|| old_refs.get(&e.service))
+                .cloned();
+            let notice = Notice {
+                regarding: Regarding::Service {
+                    key: e.service.clone(),
+                    uid,
+                },
+                warning: e.warning,
+                reason: e.reason,
+                note: e.message.clone(),
+            };
+            self.enqueue(notice);
+        }
+    }
+}

@@ -1,0 +1,874 @@
+//! The leader's reconcile loop: observe (caches) -> one pure [`Planner::plan`] pass ->
+//! apply the difference (the node assignments agents act on, Service annotations and
+//! status, Events) -> metrics. Does I/O.
+//!
+//! One leadership term is a `Reconciler`, split along the line of linkerd's index and
+//! controller: the pass here (observe -> the config in force -> plan -> jobs), the
+//! writer (`writer`: executes the jobs, settles their outcomes, keeps the memo and
+//! backoff; the only caller of the API writes), and the Events (`events`: a queue and its
+//! worker). Which pool configuration is in force is a step of its own
+//! (`config_in_force`) that returns its notice instead of publishing it.
+//!
+//! - The first pass of a term imports the current nodes from our own assignment objects
+//!   ([`crate::assign`]), never from the Services' `aliaslb.io/node` annotation, which a
+//!   tenant can write (not even when no assignment object exists yet, as after an upgrade
+//!   from a version without them: then the nodes are elected afresh, once).
+//!
+//! - [`run`] is the whole controller minus leader election and HTTP: it starts the caches
+//!   (in every replica), marks the process ready once they synced, and runs a
+//!   [`Reconciler`] for each leadership term (a fresh [`Planner`] per term: it imports the
+//!   observed assignments on its first pass, so a restart or failover keeps every IP).
+//! - Any cache change wakes the loop, but for an agent's renewal that changes nothing a
+//!   pass reads (same report, fresh before and after: see
+//!   [`agents::AgentClock::observe`]); it waits [`DEBOUNCE`] (bounded: not reset by later
+//!   changes), so everything that arrived meanwhile goes into one pass. It also wakes
+//!   exactly when the next agent Lease goes stale and when a write retry is due.
+//! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
+//!   once, each behind the leader fence and a timeout. The caches lag behind our own
+//!   writes: a write is not repeated while the cached object is a version we already know
+//!   (the one we wrote over, or one our writes returned).
+//! - Transient write failures back off per Service (`writer::Backoff`). A write the API server
+//!   refuses as invalid (422) would be refused again: it is logged, counted
+//!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
+//!   or the Service, changes (see `writer::attempt_key`).
+//! - The planner never allocates an address a Node lists in `status.addresses`
+//!   ([`nodes::node_addresses`]); when the pool entries covering one change, one Warning
+//!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
+//!   `Reconciler::node_address_notice`).
+//! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner's
+//!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
+//!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
+//!   mark first claims `probe` and list every agent's MACs under `node-macs`
+//!   ([`crate::assign`]).
+//! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
+//!   cannot be read makes its agent count as not ready, with one warning when it starts
+//!   (see `Reconciler::agents`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::assignment::NodeAssignments;
+use aliaslb_core::election::NodeState;
+use aliaslb_core::keys;
+use aliaslb_core::plan::{
+    Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServiceView,
+    node_address_clashes, reason,
+};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError};
+use aliaslb_core::range::Family;
+use aliaslb_core::report::{AgentReport, ReportError};
+use aliaslb_core::text;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::apply;
+use crate::assign;
+use crate::context::Context;
+use crate::http::Readiness;
+use crate::observe::agents::{self, Freshness, Observer, Sight};
+use crate::observe::endpoints;
+use crate::observe::nodes;
+use crate::observe::service::ServiceRecord;
+use crate::pool_state::{ConfigState, Notice as ConfigNotice};
+use crate::watch::{Caches, WatchError};
+
+/// How long the loop waits after the first change before a pass, to coalesce bursts.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+/// Writes in flight at once; the Event worker has its own bound of the same size.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// Reason of the Warning Event on an agent Lease whose report was rejected.
+pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
+/// Warning Event on the leader Lease: no agent is seen renewing, so the controller keeps
+/// every node assignment and elects no node until it sees them again
+/// ([`agents`] module docs).
+pub const AGENTS_UNOBSERVABLE: &str = aliaslb_core::plan::reason::AGENTS_UNOBSERVABLE;
+
+mod events;
+mod writer;
+
+use events::{AbortOnDrop, EventQueue, MAX_NOTE, Notice, Regarding};
+use writer::{Done, Writes};
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The API server's version could not be read.
+    #[error("reading the API server version")]
+    Version(#[source] kube::Error),
+    /// A cache did not sync.
+    #[error("caches did not sync")]
+    Watch(#[from] WatchError),
+}
+
+/// Runs the controller: caches, readiness, and the reconcile loop while leading (see the
+/// module docs). Returns only on a start-up error; abort the task to stop it.
+pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), ReconcileError> {
+    let version = ctx
+        .client
+        .apiserver_version()
+        .await
+        .map_err(ReconcileError::Version)?;
+    let ip_mode = apply::version_has_ip_mode(&version.major, &version.minor);
+    tracing::info!(
+        server = %version.git_version,
+        ip_mode,
+        "API server version"
+    );
+    let caches = Caches::start(&ctx.client, &ctx.config).await;
+    caches.synced().await?;
+    readiness.set_ready();
+    supervise(ctx, caches, ip_mode).await;
+    Ok(())
+}
+
+/// Follows leadership edges: a [`Reconciler`] while leading, none otherwise. The
+/// reconciler's task is aborted with this future: aborting [`run`] stops the loop.
+async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
+    let mut edges = ctx.leader.watch();
+    let mut running: Option<AbortOnDrop> = None;
+    loop {
+        let leading = *edges.borrow_and_update();
+        ctx.metrics.set_leader(leading);
+        match (leading, running.take()) {
+            (true, None) => {
+                let reconciler = Reconciler::new(ctx.clone(), caches.clone(), ip_mode);
+                running = Some(AbortOnDrop(tokio::spawn(reconciler.run())));
+            }
+            (true, Some(task)) => running = Some(task),
+            (false, Some(task)) => {
+                tracing::info!("not leading: reconcile loop stopped");
+                drop(task);
+                // Only the leader judges the agents.
+                ctx.metrics.set_agents_unobservable(false);
+            }
+            (false, None) => {}
+        }
+        if edges.changed().await.is_err() {
+            // Leadership can no longer change (a fixed one, or election ended after its
+            // last edge): keep the current state; every write still checks the fence.
+            if let Some(mut task) = running.take() {
+                let _ = (&mut task.0).await;
+            }
+            return;
+        }
+    }
+}
+
+/// Node name -> (freshness, report) of its agent.
+type AgentViews = BTreeMap<String, (Freshness, AgentReport)>;
+
+/// The loop of one leadership term.
+struct Reconciler {
+    ctx: Arc<Context>,
+    caches: Caches,
+    planner: Planner,
+    /// The writes and what they remember.
+    writes: Writes,
+    /// The Events.
+    events: EventQueue,
+    config: ConfigState,
+    /// The pool ConfigMap as last seen, for Events about its deletion.
+    configmap: Option<ObjectReference>,
+    /// The uids of the last pass's Services, for Events on deleted ones (the uid is
+    /// shared with the record: no copy). The reference is built per Event, not per
+    /// Service and pass (that was 7 % of the CPU at 10,000 Services).
+    refs: HashMap<ServiceKey, Arc<str>>,
+    /// Pool series currently exported.
+    pools: BTreeSet<(String, Family)>,
+    /// Agent Lease names whose report was last unreadable or out of bounds: warned about
+    /// once, on the edge.
+    bad_reports: HashSet<String>,
+    /// Whether the planner has imported the observed assignments (its first pass).
+    imported: bool,
+    /// The pool entries covering an address a Node has, as last warned about.
+    node_clashes: Vec<NodeAddressClash>,
+    /// The term's sight of the agents: blind or not, and since when it sees.
+    observer: Observer,
+    /// When the agents' freshness changes next without an event.
+    agents_change: Option<Instant>,
+}
+
+/// What one pass observed, read from the caches.
+struct Observed {
+    /// The planner's views of our Services.
+    views: Vec<Arc<ServiceView>>,
+    /// The records of our Services.
+    by_key: HashMap<ServiceKey, Arc<ServiceRecord>>,
+    /// Services that are not ours but carry our marks.
+    strangers: Vec<Arc<ServiceRecord>>,
+    /// The agents' reports by node.
+    reports: BTreeMap<String, AgentReport>,
+    sight: Sight,
+    nodes: Vec<NodeState>,
+    node_addresses: BTreeMap<IpAddr, NodeAddress>,
+    /// Nodes with a ready endpoint, for the `externalTrafficPolicy: Local` Services.
+    local: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// The node assignment objects, by node.
+    assignments: BTreeMap<String, assign::Texts>,
+    /// When the agents were judged.
+    now: Instant,
+}
+
+impl Reconciler {
+    fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool) -> Self {
+        ctx.metrics.set_agents_unobservable(false);
+        Reconciler {
+            events: EventQueue::new(ctx.clone()),
+            writes: Writes::new(ctx.clone(), ip_mode),
+            ctx,
+            caches,
+            planner: Planner::new(),
+            config: ConfigState::default(),
+            configmap: None,
+            refs: HashMap::new(),
+            pools: BTreeSet::new(),
+            bad_reports: HashSet::new(),
+            imported: false,
+            node_clashes: Vec::new(),
+            observer: Observer::new(Instant::now()),
+            agents_change: None,
+        }
+    }
+
+    async fn run(mut self) {
+        tracing::info!(
+            class = %self.ctx.config.load_balancer_class,
+            "leading: reconcile loop started"
+        );
+        let mut changes = self.caches.changes.clone();
+        loop {
+            changes.borrow_and_update();
+            let wake = self.pass().await;
+            let sleep = async {
+                match wake {
+                    Some(at) => {
+                        let at = at + Duration::from_millis(1);
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    tracing::error!("caches stopped: reconcile loop ends");
+                    return;
+                },
+                () = sleep => {}
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    }
+
+    /// One pass, in named steps; returns when the loop must wake up at the latest.
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn pass(&mut self) -> Option<Instant> {
+        let started = Instant::now();
+        let config = self.config_step().await?;
+        let mut observed = self.observe();
+        self.node_address_notice(&config, &observed.node_addresses);
+        let output = self.plan(&config, &mut observed);
+        // The agents act on the assignments: they go first.
+        self.write_assignments(&output, &mut observed).await;
+        let (services, writes) = self.write_services(&output, observed).await;
+        tracing::debug!(
+            services,
+            writes,
+            events = output.events.len(),
+            took = ?started.elapsed(),
+            "pass done"
+        );
+        self.ctx.metrics.observe_reconcile(started.elapsed());
+        self.agents_change
+            .into_iter()
+            .chain(self.writes.next_retry())
+            .min()
+    }
+
+    /// The pool config in force for this pass, its notice (if any) published; `None` while
+    /// no valid config was ever seen (planning on nothing would clear every assignment).
+    async fn config_step(&mut self) -> Option<PoolConfig> {
+        let cm = self.caches.configmap.state().into_iter().next();
+        if let Some(cm) = &cm {
+            self.configmap = Some(cm.object_ref(&()));
+        }
+        let caches = &self.caches;
+        let assigned = || {
+            !caches.assignments.is_empty()
+                || caches
+                    .services
+                    .snapshot()
+                    .iter()
+                    .any(|s| s.view.is_some() && s.ingress_ips().next().is_some())
+        };
+        let (config, notice) = config_in_force(&mut self.config, cm.as_deref(), assigned);
+        if let Some(notice) = notice {
+            self.ctx
+                .metrics
+                .set_config(self.config.valid(), self.config.stale());
+            self.config_notice(cm.as_deref(), notice).await;
+        }
+        config
+    }
+
+    /// Everything the planner reads, from the caches.
+    fn observe(&mut self) -> Observed {
+        let services = self.caches.services.snapshot();
+        let mut views: Vec<Arc<ServiceView>> = Vec::with_capacity(services.len());
+        let mut by_key: HashMap<ServiceKey, Arc<ServiceRecord>> =
+            HashMap::with_capacity(services.len());
+        let mut strangers = Vec::new();
+        for svc in services {
+            match &svc.view {
+                Some(view) => {
+                    views.push(view.clone());
+                    by_key.insert(svc.key.clone(), svc);
+                }
+                None => strangers.push(svc),
+            }
+        }
+
+        let now = Instant::now();
+        let (agents, reports, sight) = self.agents(now);
+        let node_objects = self.caches.nodes.state();
+        let nodes = nodes::node_states(&node_objects, &agents);
+        let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
+        drop(node_objects);
+        let local_services: HashSet<&ServiceKey> = views
+            .iter()
+            .filter(|v| v.local_traffic)
+            .map(|v| &v.key)
+            .collect();
+        let local = if local_services.is_empty() {
+            BTreeMap::new()
+        } else {
+            let objects = self.caches.endpoints.snapshot();
+            endpoints::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
+        };
+        let assignments = assign::observed(
+            self.caches
+                .assignments
+                .state()
+                .iter()
+                .map(|cm| &**cm)
+                .collect::<Vec<_>>(),
+        );
+        Observed {
+            views,
+            by_key,
+            strangers,
+            reports,
+            sight,
+            nodes,
+            node_addresses,
+            local,
+            assignments,
+            now,
+        }
+    }
+
+    /// One planner pass over what was observed (the first of a term imports the nodes
+    /// from our assignment objects first), and its metrics.
+    fn plan(&mut self, config: &PoolConfig, observed: &mut Observed) -> PlanOutput {
+        // Our IPs on Services that stopped being ours: not free while the API shows them.
+        let lingering: BTreeSet<IpAddr> = observed
+            .strangers
+            .iter()
+            .flat_map(|s| s.ingress_ips())
+            .collect();
+        if !self.imported {
+            import_trusted_nodes(&mut observed.views, &observed.assignments);
+            self.imported = true;
+        }
+        let output = self.planner.plan(&Inputs {
+            config,
+            services: &observed.views,
+            nodes: &observed.nodes,
+            agents: &observed.reports,
+            lingering: &lingering,
+            node_addresses: &observed.node_addresses,
+            local_endpoints: &observed.local,
+            respect_cordon: self.ctx.config.respect_cordon,
+            agents_unobservable: observed.sight == Sight::Blind,
+            now: observed.now,
+        });
+        self.record_metrics(&output);
+        output
+    }
+
+    /// The node assignments `output` asks for, written where they differ.
+    async fn write_assignments(&mut self, output: &PlanOutput, observed: &mut Observed) {
+        let views_by_key: HashMap<&ServiceKey, &ServiceView> =
+            observed.views.iter().map(|v| (&v.key, &**v)).collect();
+        let macs = assign::node_macs(&observed.reports);
+        let desired = assign::desired(output, &views_by_key, &macs);
+        drop(views_by_key);
+        let macs = NodeAssignments {
+            node_macs: macs,
+            ..NodeAssignments::default()
+        }
+        .render_node_macs();
+        let versions: HashMap<String, Option<String>> = self
+            .caches
+            .assignments
+            .state()
+            .iter()
+            .filter_map(|cm| {
+                let node = assign::node_of(cm.metadata.name.as_deref()?)?;
+                Some((node.to_owned(), cm.metadata.resource_version.clone()))
+            })
+            .collect();
+        let observed_assignments = std::mem::take(&mut observed.assignments);
+        self.writes
+            .write_assignments(versions, desired, observed_assignments, &macs, observed.now)
+            .await;
+    }
+
+    /// The Service writes `output` asks for, then its Events; returns how many Services
+    /// were planned and how many writes were made.
+    async fn write_services(&mut self, output: &PlanOutput, observed: Observed) -> (usize, usize) {
+        let Observed {
+            views,
+            by_key,
+            strangers,
+            now,
+            ..
+        } = observed;
+        let jobs = self.writes.jobs(output, &by_key, strangers, now);
+        // From here on the pass holds a Service's record only while its write is pending:
+        // each write brings a new version into the cache, and a pass over 10,000 Services
+        // would otherwise keep every old version until it ends.
+        let services = views.len();
+        drop(views);
+        let uids: HashMap<ServiceKey, Arc<str>> = by_key
+            .into_iter()
+            .map(|(key, svc)| (key, svc.uid.clone()))
+            .collect();
+        let done: Vec<Done> = self.writes.run_jobs(jobs).collect().await;
+        let now = Instant::now();
+        let writes = done.len();
+        for outcome in done {
+            self.writes.settle(outcome, now);
+        }
+        self.writes.forget_gone(&uids);
+        let old_refs = std::mem::replace(&mut self.refs, uids);
+        self.events.plan_events(output, &self.refs, &old_refs);
+        (services, writes)
+    }
+
+    /// Agent readiness and reports by node.
+    ///
+    /// A report that cannot be read (not JSON, or outside the bounds of
+    /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
+    /// its node is not eligible, and as holding nothing. That is warned about once when it
+    /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
+    /// `aliaslb_agent_reports_rejected_total`), not on every pass.
+    ///
+    /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
+    /// controller is blind rather than every node dead ([`agents`] module docs); that is
+    /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
+    /// Lease, gauge `aliaslb_agents_unobservable`).
+    fn agents(&mut self, now: Instant) -> (AgentViews, BTreeMap<String, AgentReport>, Sight) {
+        let judgement = {
+            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            self.observer.judge(&clock, now)
+        };
+        self.agents_change = judgement.next_change;
+        match judgement.edge {
+            Some(Sight::Blind) => self.blind_notice(&judgement.agents),
+            Some(Sight::Normal) => {
+                tracing::info!(
+                    "agent Leases seen renewing again: election resumes; every agent gets a lease duration to be seen before its node counts as lost"
+                );
+                self.ctx.metrics.set_agents_unobservable(false);
+            }
+            None => {}
+        }
+        let mut agents = BTreeMap::new();
+        let mut seen = HashSet::new();
+        let leases = self.caches.leases.state();
+        for lease in &leases {
+            let Some(name) = lease.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(node) = keys::agent_lease_node(name) else {
+                continue;
+            };
+            seen.insert(name);
+            let freshness = judgement
+                .agents
+                .get(name)
+                .copied()
+                .unwrap_or(Freshness::Lost);
+            let (agent, error) = agents::agent_view(lease, freshness);
+            match error {
+                None => {
+                    if self.bad_reports.remove(name) {
+                        tracing::info!(lease = name, "agent report readable again");
+                    }
+                }
+                Some(error) => {
+                    if self.bad_reports.insert(name.to_owned()) {
+                        self.reject_report(lease, node, &error);
+                    }
+                }
+            }
+            agents.insert(node.to_owned(), agent);
+        }
+        // Forget deleted Leases: a new one with a bad report is warned about again.
+        if !self.bad_reports.is_empty() {
+            self.bad_reports.retain(|n| seen.contains(n.as_str()));
+        }
+        let reports = agents
+            .iter()
+            .map(|(node, (_, report))| (node.clone(), report.clone()))
+            .collect();
+        (agents, reports, judgement.sight)
+    }
+
+    /// The warning for the controller going blind: log, gauge, one Warning Event on the
+    /// leader Lease (as for a deleted ConfigMap: see [`Reconciler::leader_lease_ref`]).
+    fn blind_notice(&self, agents: &BTreeMap<String, Freshness>) {
+        let held = agents
+            .values()
+            .filter(|f| **f == Freshness::Unconfirmed)
+            .count();
+        let lease = self.ctx.config.agent_lease_duration;
+        tracing::warn!(
+            agents = held,
+            "no agent Lease seen renewed within its lease duration: the controller cannot see the agents (kube-apiserver or watch interrupted?) rather than every node being lost; keeping every node assignment and electing no node until it sees them again"
+        );
+        self.ctx.metrics.set_agents_unobservable(true);
+        self.events.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(self.leader_lease_ref())),
+            warning: true,
+            reason: AGENTS_UNOBSERVABLE,
+            note: format!(
+                "none of the {held} agent Leases was seen renewed within its lease duration \
+                 (default {lease:?}): the controller takes it that it cannot see the agents, \
+                 not that every node is lost. Every node keeps what it carries and no node is \
+                 elected until a renewal is seen again. Check the kube-apiserver and the \
+                 controller's connection to it."
+            ),
+        });
+    }
+
+    /// The warning for a report that just became unusable: log, metric, Event on the Lease.
+    fn reject_report(&self, lease: &Lease, node: &str, error: &ReportError) {
+        let category = error.category();
+        // The error may quote the report (serde quotes what it did not expect).
+        let error = text::bounded(error.to_string(), MAX_NOTE);
+        tracing::warn!(
+            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            node,
+            reason = category,
+            error = %error,
+            "agent report rejected: the node is not eligible and holds nothing until its agent writes a valid one"
+        );
+        self.ctx.metrics.inc_agent_report_rejected(category);
+        self.events.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            warning: true,
+            reason: INVALID_AGENT_REPORT,
+            note: format!(
+                "report of the agent on {node} ignored: the node is not eligible and holds \
+                 nothing until it writes a valid one: {error}"
+            ),
+        });
+    }
+
+    /// Logs a change of the pool config and publishes its Event, if any.
+    async fn config_notice(&self, cm: Option<&ConfigMap>, notice: ConfigNotice) {
+        let namespace = &self.ctx.config.namespace;
+        let name = &self.ctx.config.pool_configmap;
+        match notice {
+            ConfigNotice::MissingAtStart => {
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    "pool ConfigMap missing: no pools, every Service stays pending"
+                );
+            }
+            ConfigNotice::MissingWithAssignments => {
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    "pool ConfigMap missing at start while IPs are assigned: it was deleted; nothing is planned and no IP is released until it exists again"
+                );
+                let note = format!(
+                    "pool ConfigMap {namespace}/{name} is missing while IPs are assigned: \
+                     nothing is planned and no IP is released until it exists again. A \
+                     deleted ConfigMap is not an instruction: re-create it."
+                );
+                self.events
+                    .now()
+                    .publish(
+                        &self.leader_lease_ref(),
+                        None,
+                        true,
+                        "ConfigMapMissing",
+                        note,
+                    )
+                    .await;
+            }
+            ConfigNotice::Deleted { pools } => {
+                let keeping = match pools {
+                    Some(n) => format!("keeping the last good pool config ({n} pools)"),
+                    None => "no valid config was seen, no assignment is made".to_owned(),
+                };
+                tracing::warn!(
+                    %namespace,
+                    %name,
+                    pools,
+                    "pool ConfigMap deleted: {keeping}; no IP is released until it exists again"
+                );
+                let note = format!(
+                    "pool ConfigMap {namespace}/{name} was deleted: {keeping}, no IP is \
+                     released. A deleted ConfigMap is not an instruction: re-create it to \
+                     change the config; to release a namespace's IPs, remove its key."
+                );
+                self.events
+                    .now()
+                    .publish(
+                        &self.leader_lease_ref(),
+                        self.configmap.clone(),
+                        true,
+                        "ConfigMapDeleted",
+                        note,
+                    )
+                    .await;
+            }
+            ConfigNotice::Loaded { pools, announce } => {
+                tracing::info!(pools, "pool config loaded");
+                if announce {
+                    let note = format!("pool config loaded: {pools} pools");
+                    self.config_event(cm, false, "ConfigLoaded", note).await;
+                }
+            }
+            ConfigNotice::Invalid { errors, stale } => {
+                tracing::warn!(
+                    errors = errors.len(),
+                    first = %errors[0],
+                    keeping_last_good = stale,
+                    "pool ConfigMap invalid: no assignment changes until it is fixed"
+                );
+                let note = invalid_note(&errors, stale);
+                self.config_event(cm, true, "InvalidConfig", note).await;
+            }
+        }
+    }
+
+    /// What the Warning about a deleted pool ConfigMap is put on: the controller's leader
+    /// Lease (`aliaslb_core::keys::CONTROLLER_LEASE`, in the controller namespace), with
+    /// the deleted ConfigMap as the Event's `related` object. Why this object:
+    /// - the ConfigMap is gone: `kubectl describe` no longer shows it, and a re-created one
+    ///   is a new object (new uid) that would not show the Event either;
+    /// - the Lease exists whenever the Event is written: only the leader publishes, and the
+    ///   leader holds it (with fixed leadership, as in tests, there is none: the Event then
+    ///   names it without a uid and is still listed);
+    /// - it sits in the controller namespace next to the ConfigMap, so `kubectl -n
+    ///   aliaslb-system get events` shows it with the ConfigMap's own Events, and
+    ///   `kubectl describe lease aliaslb-controller` shows it too;
+    /// - it is the controller's own object and outlives failovers and pod restarts (a Pod
+    ///   would not), and needs no permission the controller lacks;
+    /// - the Services are not what changed: one Event on each of them for one deletion
+    ///   would flood.
+    fn leader_lease_ref(&self) -> ObjectReference {
+        let namespace = &self.ctx.config.namespace;
+        let key = ObjectRef::<Lease>::new(keys::CONTROLLER_LEASE).within(namespace);
+        match self.caches.leases.get(&key) {
+            Some(lease) => lease.object_ref(&()),
+            None => ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(keys::CONTROLLER_LEASE.into()),
+                ..ObjectReference::default()
+            },
+        }
+    }
+
+    async fn config_event(
+        &self,
+        cm: Option<&ConfigMap>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let Some(cm) = cm else { return };
+        self.events
+            .now()
+            .publish(&cm.object_ref(&()), None, warning, reason, note)
+            .await;
+    }
+
+    /// Warns when the pool entries covering an address a Node has change (not on every
+    /// pass): log and one Warning Event `NodeAddress` on the pool ConfigMap naming key, line
+    /// and node. Without a ConfigMap to put it on, waits until there is one.
+    fn node_address_notice(
+        &mut self,
+        config: &PoolConfig,
+        addresses: &BTreeMap<std::net::IpAddr, NodeAddress>,
+    ) {
+        let clashes = node_address_clashes(config, addresses);
+        if clashes == self.node_clashes {
+            return;
+        }
+        if clashes.is_empty() {
+            tracing::info!("no pool address is a Node's any more");
+            self.node_clashes = clashes;
+            return;
+        }
+        let Some(cm) = self.caches.configmap.state().into_iter().next() else {
+            return;
+        };
+        let list: Vec<String> = clashes.iter().map(ToString::to_string).collect();
+        tracing::warn!(
+            clashes = list.len(),
+            first = %list[0],
+            "the pool lists addresses that Nodes have: never allocated"
+        );
+        let them = if list.len() == 1 { "it" } else { "them" };
+        self.events.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
+            warning: true,
+            reason: reason::NODE_ADDRESS,
+            note: format!("{}; remove {them} from the pool", list.join("; ")),
+        });
+        self.node_clashes = clashes;
+    }
+
+    fn record_metrics(&mut self, output: &PlanOutput) {
+        let metrics = &self.ctx.metrics;
+        let mut current = BTreeSet::new();
+        for usage in self.planner.usage() {
+            let pool = usage.pool.as_str().to_owned();
+            metrics.set_pool(
+                &pool,
+                usage.family,
+                usage.total,
+                u64::try_from(usage.in_use).unwrap_or(u64::MAX),
+            );
+            current.insert((pool, usage.family));
+        }
+        for (pool, family) in self.pools.difference(&current) {
+            metrics.remove_pool(pool, *family);
+        }
+        self.pools = current;
+        metrics.set_pending(self.planner.pending());
+        metrics.set_address_conflicts(self.planner.lan_conflicts().count());
+        for event in &output.events {
+            if event.reason == reason::IP_ALLOCATED {
+                metrics.inc_allocations();
+            }
+        }
+        for (_, ips) in &output.released {
+            for _ in ips {
+                metrics.inc_releases();
+            }
+        }
+    }
+}
+
+/// Which pool config is in force, given the pool ConfigMap `cm` as the cache shows it
+/// ([`ConfigState`]): `None` while no valid config was ever seen. `assigned` says whether
+/// anything is assigned already; it is asked at the first look only (see
+/// [`crate::pool_state`]). Publishes nothing: a change comes back as its notice, for the
+/// caller to log and publish ([`Reconciler::config_notice`]).
+fn config_in_force(
+    state: &mut ConfigState,
+    cm: Option<&ConfigMap>,
+    assigned: impl FnOnce() -> bool,
+) -> (Option<PoolConfig>, Option<ConfigNotice>) {
+    let empty = BTreeMap::new();
+    let data = cm.map(|cm| cm.data.as_ref().unwrap_or(&empty));
+    let assigned = state.first_look() && assigned();
+    let notice = state.observe(data, assigned);
+    (state.in_force().cloned(), notice)
+}
+
+/// Sets each Service's observed node from our own assignment objects (see the module
+/// docs), never from the annotation: a Service none of them lists has no node to keep.
+fn import_trusted_nodes(
+    views: &mut [Arc<aliaslb_core::plan::ServiceView>],
+    observed: &BTreeMap<String, assign::Texts>,
+) {
+    if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
+        tracing::warn!(
+            "no node assignment object yet: Services with an aliaslb.io/node annotation get their node elected afresh (the annotation is a view anyone with edit on the Service can write)"
+        );
+    }
+    let trusted = assign::trusted_nodes(observed);
+    for view in views.iter_mut() {
+        let node =
+            assign::trusted_node_of(&view.key, &view.observed_ips, &trusted).map(str::to_owned);
+        if view.observed_node != node {
+            Arc::make_mut(view).observed_node = node;
+        }
+    }
+}
+
+/// The Warning note for an invalid ConfigMap: every error with key and line.
+fn invalid_note(errors: &[PoolConfigError], stale: bool) -> String {
+    let keeping = if stale {
+        "keeping the last valid config"
+    } else {
+        "no valid config yet, no assignment is made"
+    };
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} error(s), {keeping}: {}", errors.len(), list.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_note_lists_key_and_line() {
+        let data = BTreeMap::from([("default".to_owned(), "10.0.0.1\nnope\n".to_owned())]);
+        let errors = PoolConfig::parse(&data).unwrap_err();
+        let note = invalid_note(&errors, true);
+        assert!(
+            note.starts_with("1 error(s), keeping the last valid config: key default, line 2:"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn the_config_in_force_comes_back_with_its_notice_and_asks_assigned_once() {
+        let mut state = ConfigState::default();
+        let mut asked = 0;
+        let (config, notice) = config_in_force(&mut state, None, || {
+            asked += 1;
+            true
+        });
+        assert!(
+            config.is_none(),
+            "deleted while assigned: nothing is planned"
+        );
+        assert!(matches!(notice, Some(ConfigNotice::MissingWithAssignments)));
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([(
+                "default".to_owned(),
+                "10.0.0.1-10.0.0.4\n".to_owned(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let (config, notice) = config_in_force(&mut state, Some(&cm), || {
+            asked += 1;
+            true
+        });
+        assert!(config.is_some());
+        assert!(matches!(
+            notice,
+            Some(ConfigNotice::Loaded { pools: 1, .. })
+        ));
+        let (config, notice) = config_in_force(&mut state, Some(&cm), || unreachable!());
+        assert!(config.is_some() && notice.is_none(), "unchanged: no notice");
+        assert_eq!(asked, 1, "assigned is read at the first look only");
+    }
+}

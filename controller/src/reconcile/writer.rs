@@ -1,0 +1,593 @@
+//! The writer: the only caller of the API writes of the reconcile loop. It turns a pass's
+//! plan into jobs (where desired differs from observed and no write of ours is pending),
+//! executes them ([`MAX_IN_FLIGHT`] at once, each behind the leader fence and a timeout),
+//! settles their outcomes into its memo, backoff and refusals, and writes the node
+//! assignments. Does I/O.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::assignment::NodeAssignments;
+use aliaslb_core::plan::{PlanOutput, ServiceKey, ServicePlan};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::Api;
+
+use super::MAX_IN_FLIGHT;
+use crate::apply::{self, ApplyError, ServiceWriter};
+use crate::assign;
+use crate::context::Context;
+use crate::observe::service::{ServiceRecord, digest};
+
+/// First retry delay after a transient write failure; doubles up to [`MAX_BACKOFF`].
+const BASE_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Versions remembered per Service (see the module docs).
+const KNOWN_VERSIONS: usize = 8;
+
+/// Per-Service retry state after transient failures.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    next: Instant,
+}
+
+impl Backoff {
+    fn after(failures: u32, now: Instant) -> Backoff {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+        Backoff {
+            failures,
+            next: now + BASE_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF),
+        }
+    }
+}
+
+// A [`Memo`] keeps [`digest`]s of writes and resourceVersions, so that it stays a few
+// dozen bytes per Service whatever the write said. A collision (odds 2^-64 per
+// comparison) would only hold a write back until the cache shows a version the memo does
+// not know.
+
+/// What the status write says, without the node (which is an annotation).
+fn status_key(plan: &ServicePlan) -> u64 {
+    digest(&(&plan.ips, &plan.allocated, &plan.announced))
+}
+
+/// What the annotation write says.
+fn annotations_key(plan: &ServicePlan) -> u64 {
+    digest(&(&plan.node, &plan.nodes, &plan.interface))
+}
+
+/// What the writes for `plan` on `svc` would say, and the version of `svc` they would
+/// apply to: a write the server refused as invalid (422) is tried again only once this
+/// changes. The server validates the object the apply makes, so a change by someone else
+/// (a user shortening their own annotations) can make the same write valid; a refused
+/// write changes nothing, so it cannot trigger itself. A cleanup (`plan` `None`) writes
+/// nothing of the plan.
+fn attempt_key(plan: Option<&ServicePlan>, svc: &ServiceRecord) -> u64 {
+    let writes = plan.map(|p| (annotations_key(p), status_key(p)));
+    digest(&(writes, &svc.resource_version))
+}
+
+/// What we last wrote on a Service and the versions our writes produced, as digests.
+#[derive(Debug, Default)]
+struct Memo {
+    annotations: Option<u64>,
+    status: Option<u64>,
+    versions: VecDeque<u64>,
+}
+
+impl Memo {
+    fn knows(&self, svc: &ServiceRecord) -> bool {
+        svc.resource_version
+            .as_ref()
+            .is_some_and(|rv| self.versions.contains(&digest(rv)))
+    }
+
+    fn remember(&mut self, version: Option<&str>) {
+        if let Some(v) = version.map(digest)
+            && !self.versions.contains(&v)
+        {
+            if self.versions.len() == KNOWN_VERSIONS {
+                self.versions.pop_front();
+            }
+            self.versions.push_back(v);
+        }
+    }
+}
+
+/// One unit of write work of a pass (borrowing the pass's plans).
+pub(super) enum Job<'a> {
+    /// Bring a Service of ours to its plan.
+    Sync {
+        svc: Arc<ServiceRecord>,
+        plan: &'a ServicePlan,
+        annotations: bool,
+        status: bool,
+    },
+    /// Remove what we wrote on a Service that is no longer ours.
+    Clear { svc: Arc<ServiceRecord> },
+}
+
+/// The outcome of one [`Job`]: small, a pass collects one per write.
+pub(super) struct Done {
+    key: ServiceKey,
+    /// [`attempt_key`] of the job.
+    attempt: u64,
+    /// For a sync: what the annotation and status writes said ([`annotations_key`],
+    /// [`status_key`]), `None` for a write not made. `None` for a cleanup.
+    sync: Option<(Option<u64>, Option<u64>)>,
+    before: Option<Box<str>>,
+    /// uid of a cleaned-up Service.
+    uid: Option<Arc<str>>,
+    /// The resourceVersions our writes returned (not the objects: a pass of 10,000 writes
+    /// would otherwise hold 10,000 Service copies until it ends). The error is boxed: it
+    /// is rare and several times the size of the rest.
+    result: Result<Vec<Box<str>>, Box<ApplyError>>,
+}
+
+/// The write side of one leadership term, with what it remembers between passes.
+pub(super) struct Writes {
+    ctx: Arc<Context>,
+    writer: ServiceWriter,
+    memos: HashMap<ServiceKey, Memo>,
+    backoff: HashMap<ServiceKey, Backoff>,
+    /// uids of foreign Services already cleaned up.
+    cleared: HashSet<Arc<str>>,
+    /// Services whose last write the API server refused as invalid (422), with the
+    /// [`attempt_key`] of that write: not retried while it stays the same.
+    refused: HashMap<ServiceKey, u64>,
+    /// The node assignments written and not yet seen in the cache: digest of the text and
+    /// the versions before and after our write.
+    assign_memo: HashMap<String, (u64, [Option<String>; 2])>,
+    /// Assignment writes the API server refused (digest of the text, version of the object):
+    /// not made again until one of them changes.
+    assign_refused: HashMap<String, (u64, Option<String>)>,
+    /// When failed assignment writes are retried, per node.
+    assign_retry: HashMap<String, Instant>,
+}
+
+impl Writes {
+    /// A writer that knows nothing yet; `ip_mode` from [`apply::version_has_ip_mode`].
+    pub(super) fn new(ctx: Arc<Context>, ip_mode: bool) -> Self {
+        Writes {
+            ctx,
+            writer: ServiceWriter::new(ip_mode),
+            memos: HashMap::new(),
+            backoff: HashMap::new(),
+            cleared: HashSet::new(),
+            refused: HashMap::new(),
+            assign_memo: HashMap::new(),
+            assign_retry: HashMap::new(),
+            assign_refused: HashMap::new(),
+        }
+    }
+
+    /// Forgets the memos of Services not in `present` (deleted).
+    pub(super) fn forget_gone<V>(&mut self, present: &HashMap<ServiceKey, V>) {
+        self.memos.retain(|k, _| present.contains_key(k));
+    }
+
+    /// When the next retry of a failed write is due, if any.
+    pub(super) fn next_retry(&self) -> Option<Instant> {
+        let retry = self.backoff.values().map(|b| b.next).min();
+        retry
+            .into_iter()
+            .chain(self.assign_retry.values().copied())
+            .min()
+    }
+
+    /// Writes every node assignment whose text differs from what the cache shows (and
+    /// that we did not just write: the cache lags behind our writes). A node with nothing
+    /// assigned gets an empty list and the node MACs `macs` (rendered).
+    ///
+    /// `versions` is the resourceVersion of each node's assignment object in the cache.
+    pub(super) async fn write_assignments(
+        &mut self,
+        versions: HashMap<String, Option<String>>,
+        desired: BTreeMap<String, NodeAssignments>,
+        observed: BTreeMap<String, assign::Texts>,
+        macs: &str,
+        now: Instant,
+    ) {
+        self.assign_retry.retain(|_, at| *at > now);
+        let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
+        let mut writes = Vec::new();
+        for node in nodes {
+            let text = desired.get(node).map_or_else(
+                || assign::Texts {
+                    ips: String::new(),
+                    node_macs: macs.to_owned(),
+                },
+                assign::Texts::of,
+            );
+            if observed.get(node) == Some(&text) {
+                self.assign_memo.remove(node);
+                self.assign_refused.remove(node);
+                continue;
+            }
+            if self.assign_retry.contains_key(node) {
+                continue;
+            }
+            let refused = (digest(&text), versions.get(node).cloned().flatten());
+            if self.assign_refused.get(node) == Some(&refused) {
+                continue;
+            }
+            let version = versions.get(node).cloned().flatten();
+            // The same text was just written (or refused) over this version: the cache has
+            // not caught up yet. A missing object (no version) is always written.
+            if version.is_some()
+                && let Some((written, seen)) = self.assign_memo.get(node)
+                && *written == digest(&text)
+                && seen.contains(&version)
+            {
+                continue;
+            }
+            writes.push((node.clone(), text, version));
+        }
+        if writes.is_empty() {
+            return;
+        }
+        let api = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.ctx.config.namespace);
+        let namespace = &self.ctx.config.namespace;
+        let leader = &self.ctx.leader;
+        let done: Vec<_> = futures::stream::iter(writes)
+            .map(|(node, text, before)| {
+                let api = &api;
+                async move {
+                    let result =
+                        assign::apply(api, namespace, &node, &text, || leader.write_deadline())
+                            .await;
+                    (node, text, before, result)
+                }
+            })
+            .buffer_unordered(MAX_IN_FLIGHT)
+            .collect()
+            .await;
+        for (node, text, before, result) in done {
+            match result {
+                Ok(written) => {
+                    self.assign_refused.remove(&node);
+                    tracing::info!(
+                        node,
+                        ips = text.ips.lines().count(),
+                        "node assignment written"
+                    );
+                    self.assign_memo.insert(
+                        node,
+                        (digest(&text), [before, written.metadata.resource_version]),
+                    );
+                }
+                Err(error) => {
+                    self.ctx.metrics.inc_reconcile_error(error.category());
+                    if error.is_transient() {
+                        tracing::warn!(node, error = %error, "node assignment write failed; retrying");
+                        self.assign_retry.insert(node, now + BASE_BACKOFF);
+                    } else if error.category() != "not_leader" {
+                        // Refused (e.g. 422: over the object size limit; 403: RBAC): not made
+                        // again until the text or the object changes.
+                        tracing::error!(node, error = %error, "node assignment write refused: this node's agent does not see the change");
+                        self.assign_refused.insert(node, (digest(&text), before));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The writes this pass needs.
+    pub(super) fn jobs<'a>(
+        &mut self,
+        output: &'a PlanOutput,
+        by_key: &HashMap<ServiceKey, Arc<ServiceRecord>>,
+        strangers: Vec<Arc<ServiceRecord>>,
+        now: Instant,
+    ) -> Vec<Job<'a>> {
+        let ip_mode = self.writer.ip_mode();
+        let mut jobs = Vec::new();
+        if !self.refused.is_empty() {
+            let strangers: HashSet<&ServiceKey> = strangers.iter().map(|s| &s.key).collect();
+            self.refused
+                .retain(|key, _| by_key.contains_key(key) || strangers.contains(key));
+        }
+        for (key, plan) in &output.services {
+            let Some(svc) = by_key.get(key) else { continue };
+            if self.backoff.get(key).is_some_and(|b| b.next > now) {
+                continue;
+            }
+            if self
+                .refused
+                .get(key)
+                .is_some_and(|a| *a == attempt_key(Some(plan), svc))
+            {
+                continue;
+            }
+            let memo = self.memos.get(key);
+            let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
+            let node = plan.node_annotation();
+            let annotations =
+                apply::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
+                    && !waiting(memo.is_some_and(|m| m.annotations == Some(annotations_key(plan))));
+            let status = apply::status_differs(svc, plan, ip_mode)
+                && !waiting(memo.is_some_and(|m| m.status == Some(status_key(plan))));
+            if annotations || status {
+                jobs.push(Job::Sync {
+                    svc: svc.clone(),
+                    plan,
+                    annotations,
+                    status,
+                });
+            }
+        }
+        let stranger_uids: HashSet<&Arc<str>> = strangers.iter().map(|s| &s.uid).collect();
+        self.cleared.retain(|uid| stranger_uids.contains(uid));
+        for svc in &strangers {
+            if self.cleared.contains(&svc.uid)
+                || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
+                || self
+                    .refused
+                    .get(&svc.key)
+                    .is_some_and(|a| *a == attempt_key(None, svc))
+            {
+                continue;
+            }
+            jobs.push(Job::Clear { svc: svc.clone() });
+        }
+        jobs
+    }
+
+    /// Runs `jobs`, [`MAX_IN_FLIGHT`] at once. One lifetime for the jobs and `self` (a
+    /// closure generic over the jobs' lifetime would not be `Send`).
+    pub(super) fn run_jobs<'a>(
+        &'a self,
+        jobs: Vec<Job<'a>>,
+    ) -> impl Stream<Item = Done> + Send + 'a {
+        futures::stream::iter(jobs)
+            .map(move |job| self.execute(job))
+            .buffer_unordered(MAX_IN_FLIGHT)
+    }
+
+    async fn execute(&self, job: Job<'_>) -> Done {
+        match job {
+            Job::Sync {
+                svc,
+                plan,
+                annotations,
+                status,
+            } => {
+                let key = svc.key.clone();
+                let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
+                let fence = || self.ctx.leader.write_deadline();
+                let mut written = Vec::new();
+                let result = async {
+                    // Status first: the IP is what users wait for. Its body repeats the
+                    // annotations, and servers whose Service status strategy keeps
+                    // metadata changes (1.20 does) store them with it: then the
+                    // annotation apply is not needed, which halves the writes of a
+                    // new assignment. Where the returned object still differs, the
+                    // annotation apply follows.
+                    let mut current = None;
+                    if status {
+                        let updated = self.writer.apply_status(&api, &svc, plan, fence).await?;
+                        written.extend(updated.resource_version.clone());
+                        current = Some(updated);
+                    }
+                    let observed: &ServiceRecord = current.as_ref().unwrap_or(&*svc);
+                    let node = plan.node_annotation();
+                    if annotations
+                        && apply::annotations_differ(
+                            observed,
+                            node.as_deref(),
+                            plan.interface.as_deref(),
+                        )
+                    {
+                        let updated = self
+                            .writer
+                            .apply_annotations(
+                                &api,
+                                observed,
+                                node.as_deref(),
+                                plan.interface.as_deref(),
+                                fence,
+                            )
+                            .await?;
+                        written.extend(updated.resource_version);
+                    }
+                    Ok::<_, ApplyError>(())
+                }
+                .await;
+                if result.is_ok() {
+                    tracing::info!(
+                        svc = %key,
+                        ips = ?plan.ips,
+                        node = plan.node_annotation().as_deref().unwrap_or("-"),
+                        announced = plan.announced.status,
+                        reason = %plan.announced.reason,
+                        "applied"
+                    );
+                }
+                Done {
+                    key,
+                    attempt: attempt_key(Some(plan), &svc),
+                    sync: Some((
+                        annotations.then(|| annotations_key(plan)),
+                        status.then(|| status_key(plan)),
+                    )),
+                    before: svc.resource_version.clone(),
+                    uid: None,
+                    result: result.map(|()| written).map_err(Box::new),
+                }
+            }
+            Job::Clear { svc } => {
+                let key = svc.key.clone();
+                let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
+                let result = self
+                    .writer
+                    .clear(&api, &svc, || self.ctx.leader.write_deadline())
+                    .await
+                    .map(|s| s.resource_version.into_iter().collect());
+                if result.is_ok() {
+                    tracing::info!(svc = %key, "no longer ours: removed our annotations and status");
+                }
+                Done {
+                    key,
+                    attempt: attempt_key(None, &svc),
+                    sync: None,
+                    before: None,
+                    uid: Some(svc.uid.clone()),
+                    result: result.map_err(Box::new),
+                }
+            }
+        }
+    }
+
+    pub(super) fn settle(&mut self, done: Done, now: Instant) {
+        match done.result {
+            Ok(written) => {
+                self.backoff.remove(&done.key);
+                self.refused.remove(&done.key);
+                let Some((annotations, status)) = done.sync else {
+                    if let Some(uid) = done.uid {
+                        self.cleared.insert(uid);
+                    }
+                    return;
+                };
+                let memo = self.memos.entry(done.key).or_default();
+                memo.remember(done.before.as_deref());
+                for version in &written {
+                    memo.remember(Some(version));
+                }
+                if annotations.is_some() {
+                    memo.annotations = annotations;
+                }
+                if status.is_some() {
+                    memo.status = status;
+                }
+            }
+            Err(error) => {
+                self.ctx.metrics.inc_reconcile_error(error.category());
+                if error.is_transient() {
+                    let failures = self.backoff.get(&done.key).map_or(0, |b| b.failures) + 1;
+                    let backoff = Backoff::after(failures, now);
+                    tracing::warn!(
+                        svc = %done.key,
+                        failures,
+                        retry_in = ?backoff.next.saturating_duration_since(now),
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        "write failed; retrying"
+                    );
+                    self.backoff.insert(done.key, backoff);
+                } else if error.is_invalid() {
+                    // The same write would be refused again: wait for the plan to change.
+                    tracing::warn!(
+                        svc = %done.key,
+                        error = %error,
+                        source = ?std::error::Error::source(&error),
+                        "write refused as invalid; not retried until it or the Service changes"
+                    );
+                    self.backoff.remove(&done.key);
+                    self.refused.insert(done.key, done.attempt);
+                } else {
+                    tracing::debug!(svc = %done.key, error = %error, "write skipped");
+                    self.backoff.remove(&done.key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_core::plan::reason;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let now = Instant::now();
+        let delays: Vec<Duration> = [1, 2, 3, 20]
+            .iter()
+            .map(|f| Backoff::after(*f, now).next - now)
+            .collect();
+        assert_eq!(
+            delays,
+            vec![
+                Duration::from_millis(200),
+                Duration::from_millis(400),
+                Duration::from_millis(800),
+                MAX_BACKOFF
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_write_is_retried_only_when_it_or_the_service_changes() {
+        let svc = |version: &str| ServiceRecord {
+            key: ServiceKey::new("a", "web"),
+            uid: "uid".into(),
+            resource_version: Some(version.into()),
+            generation: Some(1),
+            view: None,
+            node: None,
+            interface: None,
+            ingress: Box::default(),
+            conditions: Box::default(),
+        };
+        let plan = ServicePlan {
+            ips: vec!["10.0.0.1".parse().unwrap()],
+            node: Some("n1".into()),
+            nodes: Vec::new(),
+            interface: None,
+            allocated: aliaslb_core::plan::ConditionPlan {
+                status: true,
+                reason: reason::ALLOCATED,
+                message: "assigned".into(),
+            },
+            announced: aliaslb_core::plan::ConditionPlan {
+                status: false,
+                reason: reason::ADDRESS_CONFLICT,
+                message: "n1 reports a conflict".into(),
+            },
+        };
+        let refused = attempt_key(Some(&plan), &svc("7"));
+        assert_eq!(
+            attempt_key(Some(&plan), &svc("7")),
+            refused,
+            "the same write"
+        );
+        // A changed message, node or object is another write.
+        let mut reworded = plan.clone();
+        reworded.announced.message = "n1 reports another conflict".into();
+        assert_ne!(attempt_key(Some(&reworded), &svc("7")), refused);
+        let mut moved = plan.clone();
+        moved.node = Some("n2".into());
+        assert_ne!(attempt_key(Some(&moved), &svc("7")), refused);
+        assert_ne!(attempt_key(Some(&plan), &svc("8")), refused);
+        assert_ne!(attempt_key(None, &svc("7")), refused);
+    }
+
+    #[test]
+    fn memo_knows_versions_it_saw() {
+        let mut memo = Memo::default();
+        for v in 0..10 {
+            memo.remember(Some(&v.to_string()));
+        }
+        let at = |rv: &str| ServiceRecord {
+            key: ServiceKey::new("a", "web"),
+            uid: "uid".into(),
+            resource_version: Some(rv.into()),
+            generation: None,
+            view: None,
+            node: None,
+            interface: None,
+            ingress: Box::default(),
+            conditions: Box::default(),
+        };
+        assert!(memo.knows(&at("9")));
+        assert!(
+            !memo.knows(&at("1")),
+            "only the last {KNOWN_VERSIONS} are kept"
+        );
+        assert!(!memo.knows(&at("10")));
+    }
+}
