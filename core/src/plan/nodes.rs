@@ -507,16 +507,7 @@ fn announced(
         return (condition(false, reason::MOVING, message), None);
     }
     let Some(node) = &group.node else {
-        let message = group
-            .no_node
-            .clone()
-            .unwrap_or_else(|| "no node elected yet".to_owned());
-        let why = if inputs.agents_unobservable {
-            reason::AGENTS_UNOBSERVABLE
-        } else {
-            reason::NO_ELIGIBLE_NODE
-        };
-        return (condition(false, why, message), None);
+        return (unplaced(group, inputs, "no node elected yet"), None);
     };
     let report = inputs.agents.get(node);
     if let Some(c) = conflict_on(report, ips) {
@@ -622,16 +613,7 @@ fn announced_bgp(ips: &[IpAddr], group: Option<&Group>, inputs: &Inputs<'_>) -> 
         );
     };
     if group.announcers.is_empty() {
-        let message = group
-            .no_node
-            .clone()
-            .unwrap_or_else(|| "no node chosen yet".to_owned());
-        let why = if inputs.agents_unobservable {
-            reason::AGENTS_UNOBSERVABLE
-        } else {
-            reason::NO_ELIGIBLE_NODE
-        };
-        return condition(false, why, message);
+        return unplaced(group, inputs, "no node chosen yet");
     }
     let total = group.announcers.len();
     let mut on = Vec::new();
@@ -690,6 +672,18 @@ fn announced_bgp(ips: &[IpAddr], group: Option<&Group>, inputs: &Inputs<'_>) -> 
             off.join("; ")
         ),
     )
+}
+
+/// Announced False for a group on no node (L2) or no announcing node (L3): why no node
+/// may carry it, as last reported, else `yet` ("no node elected yet").
+fn unplaced(group: &Group, inputs: &Inputs<'_>, yet: &str) -> ConditionPlan {
+    let message = group.no_node.clone().unwrap_or_else(|| yet.to_owned());
+    let why = if inputs.agents_unobservable {
+        reason::AGENTS_UNOBSERVABLE
+    } else {
+        reason::NO_ELIGIBLE_NODE
+    };
+    condition(false, why, message)
 }
 
 /// A condition; its message is cut to [`MAX_MESSAGE`] bytes.
