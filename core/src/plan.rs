@@ -279,6 +279,19 @@ pub struct Inputs<'a> {
     pub now: Instant,
 }
 
+/// STUB: what changed since the previous pass.
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    /// Plan everything.
+    pub everything: bool,
+    /// Services added, changed or removed.
+    pub services: Vec<(ServiceKey, Option<Arc<ServiceView>>)>,
+    /// Nodes changed.
+    pub nodes: BTreeSet<String>,
+    /// Services whose local endpoints changed.
+    pub endpoints: BTreeSet<ServiceKey>,
+}
+
 /// Desired state of one Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServicePlan {
@@ -568,6 +581,11 @@ impl Planner {
     /// A planner with an empty table: its first pass imports observed assignments.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// STUB (replaced by the incremental planner): a full pass.
+    pub fn plan_changes(&mut self, inputs: &Inputs<'_>, _changes: &Changes) -> PlanOutput {
+        self.plan(inputs)
     }
 
     /// One global pass over every Service in `inputs`; see the module docs.
