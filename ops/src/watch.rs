@@ -37,9 +37,11 @@ pub enum AfterError {
 
 /// Polls the watch stream `make` returns forever, handing every event to `on_event`.
 ///
-/// After an error: waits the next [`WatchBackoff`] delay (from [`BACKOFF_MIN`](crate::api::BACKOFF_MIN), doubling,
-/// at most [`BACKOFF_MAX`](crate::api::BACKOFF_MAX), reset by any event but `Event::Init`), then polls the same
-/// stream ([`AfterError::Resume`]) or calls `make` for a new one ([`AfterError::Relist`]).
+/// After an error: waits the next [`WatchBackoff`] delay (from
+/// [`BACKOFF_MIN`](crate::api::BACKOFF_MIN), doubling, at most
+/// [`BACKOFF_MAX`](crate::api::BACKOFF_MAX), reset by any event but `Event::Init`), then
+/// polls the same stream ([`AfterError::Resume`]) or calls `make` for a new one
+/// ([`AfterError::Relist`]).
 /// A stream that ends is replaced by a new one after the same delay, in both modes.
 /// `kind` names the watch in the logs (e.g. `"Service"`); put further fields in a span
 /// around the call.
