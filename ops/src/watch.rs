@@ -5,11 +5,13 @@
 //!
 //! # The backoff rule
 //!
-//! The delay doubles from [`BACKOFF_MIN`](crate::api::BACKOFF_MIN) to [`BACKOFF_MAX`](crate::api::BACKOFF_MAX) for as long as the watch
-//! fails and is reset only by an event that proves the API answered: not `Event::Init`,
-//! which kube's watcher yields *before* its list request (a relist that fails right away
-//! yields `Init` then an error, so resetting on `Init` would keep the delay at its
-//! minimum for the whole outage, which is what kube's own `StreamBackoff` does).
+//! The delay doubles from [`BACKOFF_MIN`](crate::api::BACKOFF_MIN) to
+//! [`BACKOFF_MAX`](crate::api::BACKOFF_MAX) for as long as the watch fails and is reset
+//! only by an event that proves the API answered: not `Event::Init`, which kube's
+//! watcher yields *before* its list request (a relist that fails right away yields
+//! `Init` then an error, so resetting on `Init` would keep the delay at its minimum for
+//! the whole outage, which is what kube's own `StreamBackoff` does). The test
+//! `the_delay_grows_during_an_outage_and_only_a_real_event_resets_it` pins the times.
 //!
 //! # Logs
 //!
