@@ -11,19 +11,18 @@
 //! nothing is assigned; an unreadable one keeps the last good set (it is a bug or an edit
 //! by hand, not an instruction).
 //!
-//! A silently dead API connection is noticed by the client's TCP keepalives, and retries
-//! are at most 2 s apart, so a change made during an outage applies within about 3 s of
+//! A silently dead API connection is noticed by the client's TCP keepalives, and the
+//! watch driver ([`aliaslb_ops::watch`]) retries at most 2 s apart, so a change made during an outage applies within about 3 s of
 //! the API path healing: see [`aliaslb_ops::api`].
 
 use aliaslb_core::assignment::{AssignmentError, NodeAssignments};
 use aliaslb_core::keys;
-use aliaslb_ops::api::WatchBackoff;
-use futures::StreamExt;
+use aliaslb_ops::watch::{AfterError, drive};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use crate::aliases::DesiredSet;
 
@@ -119,9 +118,10 @@ impl Assignment {
     }
 }
 
-/// Watches this node's assignment object in `namespace` (forever; after an error, a
-/// [`WatchBackoff`] delay and a fresh list) and publishes the desired set on `tx` after
-/// every complete list and every change.
+/// Watches this node's assignment object in `namespace` (forever, through
+/// [`aliaslb_ops::watch::drive`]: after an error, a backoff delay and a fresh list) and
+/// publishes the desired set on `tx` after every complete list and every change. The
+/// aliases held stay while the watch fails.
 pub async fn watch_assignments(
     client: Client,
     namespace: String,
@@ -130,51 +130,24 @@ pub async fn watch_assignments(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let name = keys::assignment_configmap(&node);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut assignment = Assignment::new();
-    let mut backoff = WatchBackoff::new();
-    let mut failing = false;
+    let on_event = |event| {
+        if assignment.apply(event)
+            && let Some(desired) = assignment.desired()
+        {
+            debug!(desired = desired.len(), "desired set read");
+            tx.send_replace(Some(desired));
+        }
+    };
     // A new watcher (a fresh list) after every error: kube's watcher resumes a failed
     // watch from its resource version without listing, and a resumed watch that brings
     // no event never says it is current, so after an outage the agent would have no
     // desired set read after it (a LAN yield would never end while the assignment stays).
-    loop {
-        let stream = watcher(
-            api.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-        );
-        futures::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => {
-                    // `Init` comes before the list request: it proves nothing about the API.
-                    if !matches!(event, watcher::Event::Init) {
-                        backoff.reset();
-                        if failing {
-                            info!("assignment watch works again");
-                            failing = false;
-                        }
-                    }
-                    if assignment.apply(event)
-                        && let Some(desired) = assignment.desired()
-                    {
-                        debug!(desired = desired.len(), "desired set read");
-                        tx.send_replace(Some(desired));
-                    }
-                }
-                Err(error) => {
-                    let delay = backoff.next_delay();
-                    if failing {
-                        debug!(%error, ?delay, "assignment watch still failing");
-                    } else {
-                        warn!(%error, ?delay, configmap = %name, %namespace, "assignment watch failed; retrying with a fresh list (the aliases held stay)");
-                        failing = true;
-                    }
-                    tokio::time::sleep(delay).await;
-                    break;
-                }
-            }
-        }
-    }
+    let make = || watcher(api.clone(), config.clone());
+    drive("assignment ConfigMap", make, AfterError::Relist, on_event)
+        .instrument(info_span!("assignments", configmap = %name, %namespace))
+        .await;
 }
 
 #[cfg(test)]

@@ -13,19 +13,19 @@
 //! objects enter their caches without their `managedFields` and `kubectl apply`'s
 //! last-applied copy (see `trim`): nothing reads them.
 //!
-//! Every watch is retried after a [`WatchBackoff`] delay (at most 2 s), and the client
-//! from [`aliaslb_ops::api::client`] notices a silently dead connection within seconds
-//! (TCP keepalives), so a change made while the API path was cut reaches the caches
-//! within about 3 s of the heal: see [`aliaslb_ops::api`].
+//! Every watch is run by [`aliaslb_ops::watch::drive`], which resumes it after a backoff
+//! delay (at most 2 s) when it fails (kube's watcher relists when the resource version
+//! it resumes from is too old), and the client from [`aliaslb_ops::api::client`] notices
+//! a silently dead connection within seconds (TCP keepalives), so a change made while the
+//! API path was cut reaches the caches within about 3 s of the heal: see
+//! [`aliaslb_ops::api`].
 
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use aliaslb_core::plan::ServiceKey;
-
-use aliaslb_ops::api::WatchBackoff;
-use futures::{Stream, StreamExt};
+use aliaslb_ops::watch::{AfterError, drive};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -351,8 +351,8 @@ fn trim<K: Resource>(object: &mut K) {
     }
 }
 
-/// Starts one reflector: objects are [`trim`]med, every event goes to `on_event`, then
-/// bumps `tx` when `on_event` says the event is worth a pass.
+/// Starts one reflector: objects are [`trim`]med, every event goes to the cache and to
+/// `on_event`, then bumps `tx` when `on_event` says the event is worth a pass.
 fn spawn<K>(
     tasks: &mut Vec<JoinHandle<()>>,
     kind: &'static str,
@@ -365,15 +365,24 @@ where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher::watcher(api, config).modify(trim);
-    let stream = reflector::reflector(writer, stream);
-    tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
+    let (reader, mut writer) = reflector::store();
+    let make = move || watcher::watcher(api.clone(), config.clone()).modify(trim);
+    let on_event = move |event: Event<K>| {
+        // What `reflector::reflector` does for a store that is not shared.
+        writer.apply_watcher_event(&event);
+        bump(&tx, &event, on_event(&event));
+    };
+    tasks.push(tokio::spawn(drive(
+        kind,
+        make,
+        AfterError::Resume,
+        on_event,
+    )));
     reader
 }
 
 /// Starts one watch feeding a [`Records`] cache of `keep(object)`, noting every change
-/// in `dirty` (under the key `key` gives the object) after the cache has it, then bumping
+/// in `notes` (under the Service its key gives) after the cache has it, then bumping
 /// `tx`.
 fn spawn_records<K, T>(
     tasks: &mut Vec<JoinHandle<()>>,
@@ -388,60 +397,29 @@ where
     T: Send + Sync + 'static,
 {
     let (reader, mut writer) = store::records(keep);
-    let stream = watcher::watcher(api, watcher::Config::default());
-    let on_event = move |event: &Event<K>| {
-        writer.apply(event);
+    let make = move || watcher::watcher(api.clone(), watcher::Config::default());
+    let on_event = move |event: Event<K>| {
+        writer.apply(&event);
         notes
             .dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .note(notes.kind, event, notes.key);
-        true
+            .note(notes.kind, &event, notes.key);
+        bump(&tx, &event, true);
     };
-    tasks.push(tokio::spawn(drive(kind, stream, tx, on_event)));
+    tasks.push(tokio::spawn(drive(
+        kind,
+        make,
+        AfterError::Resume,
+        on_event,
+    )));
     reader
 }
 
-/// Feeds every event of `stream` to `on_event` and bumps `tx` when it returns `true`,
-/// forever. After an error
-/// waits a [`WatchBackoff`] delay before polling again (the watcher retries when polled).
-async fn drive<K>(
-    kind: &'static str,
-    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-    tx: Arc<watch::Sender<u64>>,
-    mut on_event: impl FnMut(&Event<K>) -> bool,
-) {
-    futures::pin_mut!(stream);
-    let mut backoff = WatchBackoff::new();
-    let mut failing = false;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => {
-                // `Init` comes before the list request: it proves nothing about the API.
-                if !matches!(event, Event::Init) {
-                    backoff.reset();
-                    if failing {
-                        tracing::info!(kind, "watch recovered");
-                        failing = false;
-                    }
-                }
-                let worth_a_pass = on_event(&event);
-                // `Init` starts a relist: nothing changed yet.
-                if worth_a_pass && !matches!(event, Event::Init) {
-                    tx.send_modify(|n| *n = n.wrapping_add(1));
-                }
-            }
-            Err(error) => {
-                let delay = backoff.next_delay();
-                if failing {
-                    tracing::debug!(kind, error = %error, ?delay, "watch still failing");
-                } else {
-                    tracing::warn!(kind, error = %error, ?delay, "watch failed; retrying with backoff");
-                    failing = true;
-                }
-                tokio::time::sleep(delay).await;
-            }
-        }
+/// Bumps the change trigger after `event` reached its cache, when it is `worth_a_pass`
+/// and not `Init` (a relist starts: nothing changed yet).
+fn bump<K>(tx: &watch::Sender<u64>, event: &Event<K>, worth_a_pass: bool) {
+    if worth_a_pass && !matches!(event, Event::Init) {
+        tx.send_modify(|n| *n = n.wrapping_add(1));
     }
-    tracing::error!(kind, "watch stream ended");
 }

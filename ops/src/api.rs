@@ -31,9 +31,10 @@
 //!   past Linux's second SYN retransmission (1 s, 3 s): an attempt either gets through
 //!   within 1 s of the heal or fails at most 1 s after it.
 //!
-//! A watch that errors is retried by its owner after a [`WatchBackoff`] delay, capped at
-//! [`BACKOFF_MAX`]. After a heal the worst case is therefore about 1 s (a pending
-//! connection attempt) + [`BACKOFF_MAX`] + one request: about 3 s, within the 5 s target.
+//! A watch that errors is retried by the watch driver ([`crate::watch::drive`]) after a
+//! [`WatchBackoff`] delay, capped at [`BACKOFF_MAX`]. After a heal the worst case is
+//! therefore about 1 s (a pending connection attempt) + [`BACKOFF_MAX`] + one request:
+//! about 3 s, within the 5 s target.
 //! A cut shorter than the 5 s detection leaves the connection alive: the peer's
 //! retransmission (exponential from 200 ms) then comes within about the cut's length
 //! after the heal, also under 5 s.
