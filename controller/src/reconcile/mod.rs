@@ -344,8 +344,10 @@ impl Reconciler {
     /// pass ([`World`]).
     fn observe(&mut self) -> Observed {
         let dirty = self.caches.take_dirty();
-        let services = self.world.services(&self.caches, &dirty);
-        let endpoints = self.world.endpoints(&self.caches, &dirty, &services);
+        let services = self.world.services(&self.caches.services, &dirty);
+        let endpoints = self
+            .world
+            .endpoints(&self.caches.endpoints, &dirty, &services);
 
         let now = Instant::now();
         let (agents, reports, sight) = self.agents(now);

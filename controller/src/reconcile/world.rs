@@ -19,9 +19,10 @@ use aliaslb_core::plan::{ServiceKey, ServiceView};
 use aliaslb_core::report::AgentReport;
 
 use crate::observe::agents::Freshness;
-use crate::observe::endpoints;
+use crate::observe::endpoints::{self, EndpointNodes};
 use crate::observe::service::ServiceRecord;
-use crate::watch::{Caches, Dirty};
+use crate::store::Records;
+use crate::watch::Dirty;
 
 /// Node name -> (freshness, report) of its agent.
 pub(super) type AgentViews = BTreeMap<String, (Freshness, AgentReport)>;
@@ -63,11 +64,10 @@ pub(super) struct ServiceDelta {
 impl World {
     /// Brings the Service records up to date: every record when `dirty` says a relist
     /// happened or on the first pass, else the keys `dirty` names.
-    pub fn services(&mut self, caches: &Caches, dirty: &Dirty) -> ServiceDelta {
+    pub fn services(&mut self, cache: &Records<ServiceRecord>, dirty: &Dirty) -> ServiceDelta {
         if dirty.everything || !self.seeded {
             self.seeded = true;
-            let records: HashMap<ServiceKey, Arc<ServiceRecord>> = caches
-                .services
+            let records: HashMap<ServiceKey, Arc<ServiceRecord>> = cache
                 .snapshot()
                 .into_iter()
                 .map(|r| (r.key.clone(), r))
@@ -104,7 +104,7 @@ impl World {
         let mut keys: Vec<&ServiceKey> = dirty.services.iter().collect();
         keys.sort();
         for key in keys {
-            let new = caches.services.get(key);
+            let new = cache.get(key);
             let old = self.records.get(key);
             if match (&new, old) {
                 (Some(new), Some(old)) => Arc::ptr_eq(new, old) || new == old,
@@ -172,7 +172,7 @@ impl World {
     /// endpoint object of such a Service changed, or such a Service appeared or went.
     pub fn endpoints(
         &mut self,
-        caches: &Caches,
+        cache: &Records<EndpointNodes>,
         dirty: &Dirty,
         services: &ServiceDelta,
     ) -> BTreeSet<ServiceKey> {
@@ -192,7 +192,7 @@ impl World {
         let local = if self.local_services.is_empty() {
             BTreeMap::new()
         } else {
-            let objects = caches.endpoints.snapshot();
+            let objects = cache.snapshot();
             let wanted = &self.local_services;
             endpoints::local_endpoints(objects.iter().map(|o| &**o), |k| wanted.contains(k))
         };
@@ -225,5 +225,210 @@ impl World {
         self.nodes = states;
         self.agents = agents.clone();
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ControllerConfig;
+    use crate::store;
+    use aliaslb_testenv::fixtures::lb_service;
+    use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, Endpoints, Service};
+    use kube::runtime::watcher::Event;
+
+    fn keep(svc: &Service) -> Option<ServiceRecord> {
+        ServiceRecord::keep(svc, &ControllerConfig::default())
+    }
+
+    fn key(name: &str) -> ServiceKey {
+        ServiceKey::new("a", name)
+    }
+
+    fn dirty(names: &[&str]) -> Dirty {
+        Dirty {
+            services: names.iter().map(|n| key(n)).collect(),
+            ..Dirty::default()
+        }
+    }
+
+    fn endpoints(name: &str, nodes: &[&str]) -> Endpoints {
+        let mut ep = Endpoints::default();
+        ep.metadata.namespace = Some("a".into());
+        ep.metadata.name = Some(name.into());
+        ep.subsets = Some(vec![EndpointSubset {
+            addresses: Some(
+                nodes
+                    .iter()
+                    .map(|n| EndpointAddress {
+                        ip: "10.1.0.1".into(),
+                        node_name: Some((*n).into()),
+                        ..EndpointAddress::default()
+                    })
+                    .collect(),
+            ),
+            ..EndpointSubset::default()
+        }]);
+        ep
+    }
+
+    #[tokio::test]
+    async fn services_are_read_by_the_keys_that_changed_and_everything_after_a_relist() {
+        let (cache, mut writer) = store::records(keep);
+        writer.apply(&Event::Init);
+        for name in ["web", "db", "old"] {
+            writer.apply(&Event::InitApply(lb_service("a", name).build()));
+        }
+        writer.apply(&Event::InitDone);
+        let mut world = World::default();
+
+        let first = world.services(&cache, &Dirty::default());
+        assert!(first.everything, "the first pass reads everything");
+        assert_eq!(first.views.len(), 3);
+        assert_eq!(world.views().len(), 3);
+
+        // Nothing noted: nothing read, even though the cache changed meanwhile.
+        writer.apply(&Event::Apply(lb_service("a", "web").port(443).build()));
+        let quiet = world.services(&cache, &Dirty::default());
+        assert!(!quiet.everything && quiet.records.is_empty() && quiet.views.is_empty());
+
+        // Noted: the new view; a noted key whose record is the same is no change.
+        let delta = world.services(&cache, &dirty(&["web", "db"]));
+        assert_eq!(delta.records, [key("web")]);
+        assert_eq!(delta.views.len(), 1);
+        assert_eq!(delta.views[0].0, key("web"));
+        assert_eq!(delta.views[0].1.as_ref().unwrap().ports[0].port, 443);
+        assert!(!delta.strangers);
+
+        // No longer ours but with our marks: a stranger, and its view goes.
+        writer.apply(&Event::Apply(
+            lb_service("a", "db")
+                .on_node("n1")
+                .spec(|s| s.type_ = Some("ClusterIP".into()))
+                .build(),
+        ));
+        writer.apply(&Event::Delete(lb_service("a", "old").build()));
+        let delta = world.services(&cache, &dirty(&["db", "old"]));
+        assert_eq!(delta.records, [key("db"), key("old")]);
+        assert_eq!(delta.views, [(key("db"), None), (key("old"), None)]);
+        assert!(delta.strangers);
+        assert_eq!(world.strangers.keys().collect::<Vec<_>>(), [&key("db")]);
+        assert_eq!(world.views().len(), 1);
+
+        // A relist reads everything again, and drops what went.
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(lb_service("a", "web").build()));
+        writer.apply(&Event::InitDone);
+        let relist = world.services(
+            &cache,
+            &Dirty {
+                everything: true,
+                ..Dirty::default()
+            },
+        );
+        assert!(relist.everything);
+        assert_eq!(relist.records, [key("web"), key("db")], "db went");
+        assert!(world.strangers.is_empty());
+        assert_eq!(world.views().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn endpoints_are_read_only_for_local_services_and_only_changes_come_back() {
+        let (services, mut svc_writer) = store::records(keep);
+        let (cache, mut writer) = store::records(endpoints::endpoints_nodes);
+        let local = |name: &str| {
+            lb_service("a", name)
+                .spec(|s| s.external_traffic_policy = Some("Local".into()))
+                .build()
+        };
+        svc_writer.apply(&Event::Init);
+        svc_writer.apply(&Event::InitApply(local("web")));
+        svc_writer.apply(&Event::InitApply(lb_service("a", "db").build()));
+        svc_writer.apply(&Event::InitDone);
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(endpoints("web", &["n1"])));
+        writer.apply(&Event::InitApply(endpoints("db", &["n1"])));
+        writer.apply(&Event::InitDone);
+        let mut world = World::default();
+        let delta = world.services(&services, &Dirty::default());
+        let changed = world.endpoints(&cache, &Dirty::default(), &delta);
+        assert_eq!(changed, BTreeSet::from([key("web")]), "db is not Local");
+        assert_eq!(world.local[&key("web")], BTreeSet::from(["n1".to_owned()]));
+
+        // db's endpoints move: nobody reads them.
+        writer.apply(&Event::Apply(endpoints("db", &["n2"])));
+        let noted = Dirty {
+            endpoints: [key("db")].into(),
+            ..Dirty::default()
+        };
+        let delta = world.services(&services, &noted);
+        assert!(world.endpoints(&cache, &noted, &delta).is_empty());
+
+        // web's move: web changed.
+        writer.apply(&Event::Apply(endpoints("web", &["n1", "n2"])));
+        let noted = Dirty {
+            endpoints: [key("web")].into(),
+            ..Dirty::default()
+        };
+        let delta = world.services(&services, &noted);
+        assert_eq!(
+            world.endpoints(&cache, &noted, &delta),
+            BTreeSet::from([key("web")])
+        );
+
+        // db becomes Local: its endpoints count from now on.
+        svc_writer.apply(&Event::Apply(local("db")));
+        let noted = dirty(&["db"]);
+        let delta = world.services(&services, &noted);
+        assert_eq!(
+            world.endpoints(&cache, &noted, &delta),
+            BTreeSet::from([key("db")])
+        );
+        assert_eq!(world.local[&key("db")], BTreeSet::from(["n2".to_owned()]));
+    }
+
+    #[test]
+    fn a_node_changed_when_its_state_or_its_agent_did() {
+        let node = |name: &str, ready: bool| NodeState {
+            name: name.into(),
+            agent_ready: ready,
+            ..NodeState::default()
+        };
+        let agent = |fresh: Freshness, held: &[&str]| {
+            let report = AgentReport {
+                held: held.iter().map(|ip| ip.parse().unwrap()).collect(),
+                ..AgentReport::default()
+            };
+            (fresh, report)
+        };
+        let mut world = World::default();
+        let nodes = [node("n1", true), node("n2", true)];
+        let agents: AgentViews = [
+            ("n1".to_owned(), agent(Freshness::Fresh, &[])),
+            ("n2".to_owned(), agent(Freshness::Fresh, &[])),
+        ]
+        .into();
+        assert_eq!(world.nodes_changed(&nodes, &agents).len(), 2, "all new");
+        assert!(world.nodes_changed(&nodes, &agents).is_empty());
+
+        let mut agents2 = agents.clone();
+        agents2.insert("n2".into(), agent(Freshness::Fresh, &["10.0.0.1"]));
+        assert_eq!(
+            world.nodes_changed(&nodes, &agents2),
+            BTreeSet::from(["n2".to_owned()]),
+            "a report"
+        );
+        let nodes2 = [node("n1", false), node("n2", true)];
+        assert_eq!(
+            world.nodes_changed(&nodes2, &agents2),
+            BTreeSet::from(["n1".to_owned()]),
+            "a state"
+        );
+        agents2.remove("n2");
+        assert_eq!(
+            world.nodes_changed(&nodes2[..1], &agents2),
+            BTreeSet::from(["n2".to_owned()]),
+            "gone"
+        );
     }
 }
