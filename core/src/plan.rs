@@ -83,6 +83,7 @@
 
 mod alloc;
 mod fence;
+mod incremental;
 mod node_addresses;
 mod nodes;
 mod sticky;
@@ -103,6 +104,7 @@ use crate::report::AgentReport;
 use crate::text;
 
 pub use fence::{FenceCause, LanConflict, lan_conflicts};
+pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
 
@@ -386,9 +388,22 @@ pub struct Planner {
     freed: usize,
     /// Whether this pass brought a new config (every Service is then re-checked).
     config_changed: bool,
-    /// IPs the API shows on one of the Services in this pass's inputs (their observed
-    /// status), whether or not the table still gives them those IPs.
-    visible: HashSet<IpAddr>,
+    /// IPs the API shows on one of the Services of this pass (their observed status),
+    /// whether or not the table still gives them those IPs, or on a Service no longer ours
+    /// ([`Inputs::lingering`]), or that a fresh agent reports holding: each with the number
+    /// of such sightings, kept up to date from what changed (see [`incremental`]).
+    visible: HashMap<IpAddr, u32>,
+    /// The Services of the last pass, by key: a narrowed pass reads the unchanged ones here.
+    views: HashMap<ServiceKey, Arc<ServiceView>>,
+    /// The Services whose allocation is not as asked (`Entry::failure` set): swept again
+    /// on every pass, narrowed or not.
+    unsettled: HashSet<ServiceKey>,
+    /// The groups with a first claim on a node ([`PlanOutput::probe`]), as of the last
+    /// time each was placed.
+    probing: HashSet<GroupId>,
+    /// What the last pass saw outside the Services, to tell what changed
+    /// ([`incremental::Seen`]).
+    seen: incremental::Seen,
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
@@ -531,6 +546,14 @@ impl<'a> Pass<'a> {
         Pass { inputs, pools }
     }
 
+    /// A pass that looks each pool up when asked (a narrowed pass, whose Services are few).
+    fn lazy(inputs: &'a Inputs<'a>) -> Self {
+        Pass {
+            inputs,
+            pools: HashMap::new(),
+        }
+    }
+
     /// The pool `namespace` draws from ([`PoolConfig::pool_for_namespace`]).
     fn pool(&self, namespace: &str) -> Option<(&'a PoolKey, &'a Pool)> {
         match self.pools.get(namespace) {
@@ -570,21 +593,56 @@ impl Planner {
         Self::default()
     }
 
-    /// One global pass over every Service in `inputs`; see the module docs.
+    /// One global pass over every Service in `inputs`; see the module docs. The same as
+    /// [`Planner::plan_changes`] with [`Changes::everything`].
     pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
+        self.plan_everything(inputs)
+    }
+
+    /// A pass that re-plans only what `changes` can affect (see "Narrowed passes" in the
+    /// module docs), or everything when `changes.everything` is set or something global
+    /// changed since the last pass (then the same as [`Planner::plan`]).
+    ///
+    /// `inputs` is as for [`Planner::plan`], every field current, except that a narrowed
+    /// pass does not read `inputs.services` at all (it may be empty): it reads the Services
+    /// from `changes.services` and its own copy of the views of the last pass. Of
+    /// `inputs.nodes` and `inputs.agents` it compares only the entries of
+    /// `changes.nodes` with what it saw before (and reads the others where a re-planned
+    /// group needs them); of `inputs.local_endpoints` only the entries of re-planned
+    /// Services. The output's `services` holds the plan of every Service re-planned this
+    /// pass: a superset of those whose plan changed (all of them on a full pass); `events`,
+    /// `released` and `probe` are complete, as from [`Planner::plan`].
+    pub fn plan_changes(&mut self, inputs: &Inputs<'_>, changes: &Changes) -> PlanOutput {
+        if changes.everything {
+            return self.plan_everything(inputs);
+        }
+        if self.must_plan_everything(inputs) {
+            // Something global changed: every Service, as this planner knows them.
+            let mut views = self.views.clone();
+            for (key, view) in &changes.services {
+                match view {
+                    Some(view) => views.insert(key.clone(), Arc::clone(view)),
+                    None => views.remove(key),
+                };
+            }
+            let services: Vec<Arc<ServiceView>> = views.into_values().collect();
+            return self.plan_everything(&Inputs {
+                services: &services,
+                ..*inputs
+            });
+        }
+        self.plan_narrowed(inputs, changes)
+    }
+
+    /// The full pass: every Service of `inputs`.
+    fn plan_everything(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
         let pass = Pass::new(inputs);
         let mut sink = Sink::default();
         let mut order: Vec<&ServiceView> = inputs.services.iter().map(|v| &**v).collect();
         order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
 
         self.recent.expire(inputs.now);
-        self.visible = inputs
-            .services
-            .iter()
-            .flat_map(|v| v.observed_ips.iter().copied())
-            .chain(inputs.lingering.iter().copied())
-            .chain(fresh_held(inputs))
-            .collect();
+        self.see_everything(inputs);
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
         self.fence(inputs, &mut sink);
@@ -593,14 +651,44 @@ impl Planner {
             self.import(&order, inputs.config, &mut sink);
             self.imported = true;
         }
-        // An IP freed in the middle of the sweep (a request moved, a RequireDualStack
-        // Service let go of half its addresses) belongs to the oldest pending Service, which
-        // may already have been looked at: sweep the pending ones again.
-        let mut sweep: Vec<&ServiceView> = order.clone();
+        self.sweep(order.clone(), &pass, &mut sink);
+        for view in &order {
+            self.report_failure(&view.key, &mut sink);
+        }
+        self.unsettled = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.failure.is_some())
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.place(&pass, &order, &mut sink);
+        let services = order
+            .iter()
+            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .collect();
+        self.probing = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.node.is_some() && g.claims.iter().any(|(_, probe)| *probe))
+            .map(|(id, _)| id.clone())
+            .collect();
+        PlanOutput {
+            services,
+            events: sink.events,
+            released: sink.released,
+            probe: self.probe(),
+        }
+    }
+
+    /// The allocation sweep over `sweep` (in (created, namespace, name) order). An IP freed
+    /// in the middle of the sweep (a request moved, a RequireDualStack Service let go of
+    /// half its addresses) belongs to the oldest pending Service, which may already have
+    /// been looked at: the pending ones are swept again.
+    fn sweep(&mut self, mut sweep: Vec<&ServiceView>, pass: &Pass<'_>, sink: &mut Sink) {
         for _ in 0..MAX_SWEEPS {
             self.freed = 0;
             for view in &sweep {
-                self.allocate(view, &pass, &mut sink);
+                self.allocate(view, pass, sink);
             }
             if self.freed == 0 {
                 break;
@@ -611,27 +699,17 @@ impl Planner {
                     .is_some_and(|e| e.failure.is_some())
             });
         }
-        for view in &order {
-            self.report_failure(&view.key, &mut sink);
-        }
-        self.place(&pass, &order, &mut sink);
-        let services = order
+    }
+
+    /// The planned IPs that are first claims ([`PlanOutput::probe`]).
+    fn probe(&self) -> BTreeSet<IpAddr> {
+        self.probing
             .iter()
-            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
-            .collect();
-        let probe = self
-            .groups
-            .values()
+            .filter_map(|id| self.groups.get(id))
             .filter(|g| g.node.is_some())
             .flat_map(|g| g.claims.iter().filter(|(_, probe)| *probe))
             .map(|(ip, _)| *ip)
-            .collect();
-        PlanOutput {
-            services,
-            events: sink.events,
-            released: sink.released,
-            probe,
-        }
+            .collect()
     }
 
     /// Size and use of every family of every pool, pools in key order, IPv4 first.
@@ -660,6 +738,50 @@ impl Planner {
         self.quarantined.iter().copied()
     }
 
+    /// The planner's table as text, every map sorted: entries, groups, IPs in use,
+    /// quarantine, fences, visible IPs and pending Services. For tests that compare two
+    /// planners (a full and a narrowed one); not a stable format.
+    #[doc(hidden)]
+    pub fn fingerprint(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let mut entries: Vec<_> = self.entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, entry) in entries {
+            let _ = writeln!(out, "entry {key}: {entry:?}");
+        }
+        let mut groups: Vec<_> = self.groups.iter().collect();
+        groups.sort_by(|a, b| a.0.cmp(b.0));
+        for (id, group) in groups {
+            let _ = writeln!(out, "group {id:?}: {group:?}");
+        }
+        let mut ips: Vec<_> = self.ips.iter().collect();
+        ips.sort_by(|a, b| a.0.cmp(b.0));
+        for (ip, used) in ips {
+            let _ = writeln!(out, "ip {ip}: {used:?}");
+        }
+        let mut visible: Vec<_> = self.visible.iter().collect();
+        visible.sort();
+        let mut unsettled: Vec<_> = self.unsettled.iter().collect();
+        unsettled.sort();
+        let mut probing: Vec<_> = self
+            .probing
+            .iter()
+            .filter(|id| {
+                self.groups
+                    .get(*id)
+                    .is_some_and(|g| g.node.is_some() && g.claims.iter().any(|c| c.1))
+            })
+            .collect();
+        probing.sort();
+        let _ = writeln!(out, "quarantined {:?}", self.quarantined);
+        let _ = writeln!(out, "fences {:?}", self.fences);
+        let _ = writeln!(out, "visible {visible:?}");
+        let _ = writeln!(out, "unsettled {unsettled:?}");
+        let _ = writeln!(out, "probing {probing:?}");
+        out
+    }
+
     /// Number of Services whose allocation is not as asked (missing an IP, or a request
     /// that cannot be honoured), as of the last pass.
     pub fn pending(&self) -> usize {
@@ -681,7 +803,13 @@ impl Planner {
             .map(|(key, _)| key.clone())
             .collect();
         gone.sort();
+        self.release(gone, inputs.now, sink);
+    }
+
+    /// Drops the Services `gone` (sorted) and frees their IPs at once.
+    fn release(&mut self, gone: Vec<ServiceKey>, now: Instant, sink: &mut Sink) {
         for key in gone {
+            self.unsettled.remove(&key);
             let Some(entry) = self.entries.remove(&key) else {
                 continue;
             };
@@ -691,7 +819,7 @@ impl Planner {
             }
             self.set_member(&entry.group, &key, false);
             if !ips.is_empty() {
-                self.recent.remember(key.clone(), ips.clone(), inputs.now);
+                self.recent.remember(key.clone(), ips.clone(), now);
                 sink.event(
                     &key,
                     false,
@@ -748,7 +876,7 @@ impl Planner {
         let Some(used) = self.ips.remove(&ip) else {
             return;
         };
-        if self.visible.contains(&ip) {
+        if self.visible.contains_key(&ip) {
             // Another pool may hold it now (a namespace left the fallback): not before
             // the API stops showing it on its old Service.
             self.quarantined.insert(ip);
@@ -786,7 +914,7 @@ impl Planner {
         let lifted: Vec<IpAddr> = self
             .quarantined
             .iter()
-            .filter(|ip| !self.visible.contains(ip))
+            .filter(|ip| !self.visible.contains_key(*ip))
             .copied()
             .collect();
         for ip in lifted {
@@ -826,7 +954,7 @@ impl Planner {
             return;
         }
         if let Some(used) = self.ips.remove(&ip) {
-            if self.visible.contains(&ip) {
+            if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
             } else if let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
@@ -872,14 +1000,4 @@ fn join(ips: &[IpAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The IPs the fresh agents report holding (see the quarantine in the module docs).
-fn fresh_held<'a>(inputs: &'a Inputs<'_>) -> impl Iterator<Item = IpAddr> + 'a {
-    inputs
-        .nodes
-        .iter()
-        .filter(|n| n.agent_ready)
-        .filter_map(|n| inputs.agents.get(&n.name))
-        .flat_map(|r| r.held.iter().copied())
 }

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use litemap::LiteMap;
 
@@ -79,25 +80,24 @@ impl Planner {
             inputs,
             by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         };
+        // The load of every node, counted over every group (a narrowed pass places only
+        // some): a walk over the groups, no allocation but one name per node.
         let mut load: BTreeMap<String, usize> = BTreeMap::new();
-        for node in self.groups.values().filter_map(|g| g.node.as_ref()) {
-            *load.entry(node.clone()).or_default() += 1;
+        for node in self.groups.values().filter_map(|g| g.node.as_deref()) {
+            match load.get_mut(node) {
+                Some(n) => *n += 1,
+                None => {
+                    load.insert(node.to_owned(), 1);
+                }
+            }
         }
         let no_selector = BTreeMap::new();
-        let no_endpoints = BTreeSet::new();
-        // Only `externalTrafficPolicy: Local` Services constrain the election by endpoints.
-        let local: HashMap<&ServiceKey, &BTreeSet<String>> = order
-            .iter()
-            .filter(|v| v.local_traffic)
-            .map(|v| {
-                let nodes = inputs.local_endpoints.get(&v.key);
-                (&v.key, nodes.unwrap_or(&no_endpoints))
-            })
-            .collect();
         let Planner {
             groups,
             ips,
             entries,
+            views,
+            probing,
             ..
         } = self;
         let mut seen: HashSet<&GroupId> = HashSet::with_capacity(groups.len());
@@ -129,7 +129,7 @@ impl Planner {
                 .and_then(|used| inputs.config.pool(&used.pool))
                 .map(|pool| &pool.options);
             let selector = options.map_or(&no_selector, |o| &o.node_selector);
-            let local = local_nodes(&group.members, &local);
+            let local = local_nodes(&group.members, views, inputs.local_endpoints);
             let input = ElectionInput {
                 ips: group_ips,
                 current: None,
@@ -147,6 +147,13 @@ impl Planner {
                 }
             }
             update_claims(group, group_ips, &world);
+            if group.node.is_some() && group.claims.iter().any(|(_, probe)| *probe) {
+                if !probing.contains(&entry.group) {
+                    probing.insert(entry.group.clone());
+                }
+            } else if !probing.is_empty() {
+                probing.remove(&entry.group);
+            }
         }
     }
 
@@ -455,20 +462,21 @@ fn why_leaving(node: &str, state: Option<&NodeState>, input: &ElectionInput<'_>)
 }
 
 /// For groups with `externalTrafficPolicy: Local` members: the nodes with a ready endpoint
-/// of every such member. `None` when no member is Local. `local` maps each Local Service
-/// to its endpoint nodes.
+/// of every such member (`endpoints`, a Service missing there has none). `None` when no
+/// member is Local. Only `externalTrafficPolicy: Local` Services constrain the election by
+/// endpoints.
 fn local_nodes(
     members: &LiteMap<ServiceKey, ()>,
-    local: &HashMap<&ServiceKey, &BTreeSet<String>>,
+    views: &HashMap<ServiceKey, Arc<ServiceView>>,
+    endpoints: &BTreeMap<ServiceKey, BTreeSet<String>>,
 ) -> Option<BTreeSet<String>> {
-    if local.is_empty() {
-        return None;
-    }
+    let none = BTreeSet::new();
     let mut nodes: Option<BTreeSet<String>> = None;
     for member in members.keys() {
-        let Some(here) = local.get(member).copied() else {
+        if !views.get(member).is_some_and(|v| v.local_traffic) {
             continue;
-        };
+        }
+        let here = endpoints.get(member).unwrap_or(&none);
         nodes = Some(match nodes {
             None => here.clone(),
             Some(so_far) => so_far.intersection(here).cloned().collect(),
