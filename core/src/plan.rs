@@ -401,6 +401,9 @@ pub struct Planner {
     /// The groups with a first claim on a node ([`PlanOutput::probe`]), as of the last
     /// time each was placed.
     probing: HashSet<GroupId>,
+    /// The number of groups on each node (zero or missing: none), kept up to date as
+    /// groups move: the election's load, which a narrowed pass does not count again.
+    load: BTreeMap<String, usize>,
     /// What the last pass saw outside the Services, to tell what changed
     /// ([`incremental::Seen`]).
     seen: incremental::Seen,
@@ -661,7 +664,7 @@ impl Planner {
             .filter(|(_, e)| e.failure.is_some())
             .map(|(key, _)| key.clone())
             .collect();
-        self.place(&pass, &order, &mut sink);
+        self.place(&pass, &order, true, &mut sink);
         let services = order
             .iter()
             .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
@@ -739,7 +742,8 @@ impl Planner {
     }
 
     /// The planner's table as text, every map sorted: entries, groups, IPs in use,
-    /// quarantine, fences, visible IPs and pending Services. For tests that compare two
+    /// quarantine, fences, visible IPs, pending Services, first claims and the load of
+    /// each node. For tests that compare two
     /// planners (a full and a narrowed one); not a stable format.
     #[doc(hidden)]
     pub fn fingerprint(&self) -> String {
@@ -779,6 +783,8 @@ impl Planner {
         let _ = writeln!(out, "visible {visible:?}");
         let _ = writeln!(out, "unsettled {unsettled:?}");
         let _ = writeln!(out, "probing {probing:?}");
+        let load: Vec<_> = self.load.iter().filter(|(_, n)| **n > 0).collect();
+        let _ = writeln!(out, "load {load:?}");
         out
     }
 
@@ -987,8 +993,12 @@ impl Planner {
             }
         } else if let Some(g) = self.groups.get_mut(group) {
             g.members.remove(key);
-            if g.members.is_empty() {
-                self.groups.remove(group);
+            if g.members.is_empty()
+                && let Some(Group {
+                    node: Some(node), ..
+                }) = self.groups.remove(group)
+            {
+                unload(&mut self.load, &node);
             }
         }
     }
@@ -1000,4 +1010,11 @@ fn join(ips: &[IpAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// One group fewer on `node` (see [`Planner::load`]).
+fn unload(load: &mut BTreeMap<String, usize>, node: &str) {
+    if let Some(n) = load.get_mut(node) {
+        *n = n.saturating_sub(1);
+    }
 }

@@ -360,7 +360,7 @@ impl Planner {
             .collect();
         render.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
         let order: Vec<&ServiceView> = render.iter().map(|v| &**v).collect();
-        self.place(&pass, &order, &mut sink);
+        self.place(&pass, &order, false, &mut sink);
         let services = order
             .iter()
             .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))

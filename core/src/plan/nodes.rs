@@ -74,20 +74,32 @@ impl Planner {
     /// Places every IP group on a node.
     /// Groups are visited in the order of their oldest member, so older Services get the
     /// first pick of the least-loaded nodes.
-    pub(super) fn place(&mut self, pass: &Pass<'_>, order: &[&ServiceView], sink: &mut Sink) {
+    /// `full`: every group is in `order` (a full pass).
+    pub(super) fn place(
+        &mut self,
+        pass: &Pass<'_>,
+        order: &[&ServiceView],
+        full: bool,
+        sink: &mut Sink,
+    ) {
+        if order.is_empty() && !full {
+            return;
+        }
         let inputs = pass.inputs;
         let world = World {
             inputs,
             by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         };
-        // The load of every node, counted over every group (a narrowed pass places only
-        // some): a walk over the groups, no allocation but one name per node.
-        let mut load: BTreeMap<String, usize> = BTreeMap::new();
-        for node in self.groups.values().filter_map(|g| g.node.as_deref()) {
-            match load.get_mut(node) {
-                Some(n) => *n += 1,
-                None => {
-                    load.insert(node.to_owned(), 1);
+        // The load of every node ([`Planner::load`]), kept up to date by every move; a
+        // full pass counts it again (cheap, and it cannot drift).
+        if full {
+            self.load.clear();
+            for node in self.groups.values().filter_map(|g| g.node.as_deref()) {
+                match self.load.get_mut(node) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.load.insert(node.to_owned(), 1);
+                    }
                 }
             }
         }
@@ -98,6 +110,7 @@ impl Planner {
             entries,
             views,
             probing,
+            load,
             ..
         } = self;
         let mut seen: HashSet<&GroupId> = HashSet::with_capacity(groups.len());
@@ -138,8 +151,8 @@ impl Planner {
                 respect_cordon: inputs.respect_cordon,
             };
             let notes = match options.filter(|o| o.announce == Announce::Bgp) {
-                Some(options) => step_bgp(group, &input, &world, options),
-                None => step(group, &input, &world, &mut load),
+                Some(options) => step_bgp(group, &input, &world, options, load),
+                None => step(group, &input, &world, load),
             };
             for (warning, why, message) in notes {
                 for member in group.members.keys() {
@@ -285,9 +298,7 @@ fn step(
     }
     if let Some(cur) = group.node.take() {
         let ready = world.ready(&cur);
-        if let Some(n) = load.get_mut(&cur) {
-            *n = n.saturating_sub(1);
-        }
+        super::unload(load, &cur);
         let why = why_leaving(&cur, world.by_name.get(cur.as_str()).copied(), input);
         if ready && world.holds_any(&cur, input.ips) {
             notes.push((
@@ -345,9 +356,12 @@ fn step_bgp(
     input: &ElectionInput<'_>,
     world: &World<'_>,
     options: &PoolOptions,
+    load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
-    group.node = None;
+    if let Some(node) = group.node.take() {
+        super::unload(load, &node);
+    }
     group.moving_from = None;
     group.claims.clear();
     if world.inputs.agents_unobservable {
