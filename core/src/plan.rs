@@ -1,5 +1,5 @@
-//! The controller's planner: one global, level-triggered pass from observed state to the
-//! desired state of every LoadBalancer Service. Pure: no I/O, no clock (time comes in as
+//! The controller's planner: a level-triggered pass from observed state to the desired
+//! state of every LoadBalancer Service, global or narrowed to what changed. Pure: no I/O, no clock (time comes in as
 //! [`Inputs::now`]).
 //!
 //! The [`Planner`] owns the authoritative assignment table for one leadership term. The
@@ -8,7 +8,7 @@
 //! allocating anything new. After that the table is the truth and observed status is only
 //! compared against the output to decide what to write.
 //!
-//! A pass ([`Planner::plan`]):
+//! A full pass ([`Planner::plan`]):
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
 //!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
@@ -23,6 +23,40 @@
 //! 6. places every IP group on a node, break-before-make ([`nodes`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
+//!
+//! **Narrowed passes.** [`Planner::plan_changes`] takes what changed since the last pass
+//! ([`Changes`]: Services, nodes with their agents, endpoint sets) and re-plans only what
+//! that can affect, with the same result as a full pass (the property test
+//! `tests/plan_incremental.rs` compares the two after every step of random histories). The
+//! planner keeps the views of the last pass (`Arc`s), what it saw of every node and agent
+//! report, and the IPs visible for the quarantine as counts, so a narrowed pass reads
+//! neither `inputs.services` nor the unchanged nodes. It escalates to a full pass by itself
+//! (over its own views, updated by `changes.services`) on the first pass and whenever
+//! something global differs from the last pass: the pool config, [`Inputs::lingering`],
+//! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the fences (the Node
+//! addresses, or the set of LAN conflicts the agents report). Otherwise a narrowed pass:
+//! 1. releases the Services gone (or re-created under a new uid);
+//! 2. sweeps, in (created, namespace, name) order, the changed Services and every one whose
+//!    allocation is not as asked (an address freed goes to the oldest pending one): the
+//!    full sweep skips every other Service (settled and unchanged), so this is the same
+//!    subsequence of it;
+//! 3. places again every group of a Service swept, changed (its group before and after) or
+//!    whose endpoints changed; every group using an address a changed agent report gained,
+//!    dropped or reports a conflict for; for a node whose Node or agent state changed,
+//!    every group on it, moving off it or announced by it, every group with an address in
+//!    its subnets before or after (the election's subnet rule compares nodes with each
+//!    other), and every group on no node (pending, or in L3 mode); for a report that
+//!    changed beyond single addresses (interfaces, routing, MACs), every group on it,
+//!    moving off it or announced by it. The election keeps a current holder that stays
+//!    eligible whatever the load ([`crate::election::elect`]), so a group not listed stays
+//!    where it is; the load is kept up to date as groups move, never counted again;
+//! 4. renders the members of those groups and the Services swept, in the order of a full
+//!    pass, so the Events come in the same order.
+//!
+//! Its output holds the plans of the Services it rendered only (a superset of those whose
+//! plan changed); Events, releases and first claims are complete. Cost: O(changes x log
+//! n) plus what they affect; a node's state changing walks the groups once (no
+//! allocation).
 //!
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
 //! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
@@ -76,7 +110,7 @@
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
 //!
-//! Cost: a pass is O(n log n) in Services plus O(groups x nodes) for election; every
+//! Cost: a full pass is O(n log n) in Services plus O(groups x nodes) for election; every
 //! look-up goes through an index (IP -> users and ports, group -> members and node,
 //! node -> load, namespace -> pool). Groups are placed in the order of their oldest member,
 //! so the output is deterministic.
@@ -257,9 +291,11 @@ pub struct ServiceView {
 pub struct Inputs<'a> {
     /// The last valid pool config.
     pub config: &'a PoolConfig,
-    /// Every LoadBalancer Service that is ours (one entry per key).
+    /// Every LoadBalancer Service that is ours (one entry per key). Not read by
+    /// [`Planner::plan_changes`] unless [`Changes::everything`] is set.
     pub services: &'a [Arc<ServiceView>],
-    /// Every node; `agent_ready` already judged on the controller's monotonic clock.
+    /// Every node (one entry per name); `agent_ready` already judged on the controller's
+    /// monotonic clock.
     pub nodes: &'a [NodeState],
     /// Node name -> its agent's latest report.
     pub agents: &'a BTreeMap<String, AgentReport>,
@@ -339,7 +375,9 @@ pub struct PlanEvent {
 /// Result of one pass.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PlanOutput {
-    /// Desired state of every Service in the inputs.
+    /// Desired state of every Service in the inputs; after a narrowed pass
+    /// ([`Planner::plan_changes`]) of every Service it re-planned, a superset of those
+    /// whose plan changed.
     pub services: BTreeMap<ServiceKey, ServicePlan>,
     /// Transition Events, in a deterministic order.
     pub events: Vec<PlanEvent>,
@@ -606,9 +644,10 @@ impl Planner {
     /// module docs), or everything when `changes.everything` is set or something global
     /// changed since the last pass (then the same as [`Planner::plan`]).
     ///
-    /// `inputs` is as for [`Planner::plan`], every field current, except that a narrowed
-    /// pass does not read `inputs.services` at all (it may be empty): it reads the Services
-    /// from `changes.services` and its own copy of the views of the last pass. Of
+    /// `inputs` is as for [`Planner::plan`], every field current, except that without
+    /// `changes.everything` `inputs.services` is not read at all (it may be empty): the
+    /// Services come from `changes.services` and the planner's own copy of the views of
+    /// the last pass, also when it escalates to a full pass. Of
     /// `inputs.nodes` and `inputs.agents` it compares only the entries of
     /// `changes.nodes` with what it saw before (and reads the others where a re-planned
     /// group needs them); of `inputs.local_endpoints` only the entries of re-planned

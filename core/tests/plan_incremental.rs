@@ -513,7 +513,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(800)
 }
 
 proptest! {
