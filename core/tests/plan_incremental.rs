@@ -478,6 +478,20 @@ fn plan_b(world: &World, planner: &mut Planner, changes: &Changes) -> PlanOutput
     )
 }
 
+/// Lists everything in `now` as changed, besides what `changes` says.
+fn overstate(changes: &mut Changes, now: &Snapshot) {
+    let listed: BTreeSet<ServiceKey> = changes.services.iter().map(|(k, _)| k.clone()).collect();
+    for (key, view) in &now.services {
+        if !listed.contains(key) {
+            changes
+                .services
+                .push((key.clone(), Some(Arc::new(view.clone()))));
+        }
+    }
+    changes.nodes.extend(now.nodes.keys().cloned());
+    changes.endpoints.extend(now.services.keys().cloned());
+}
+
 fn compare(
     world: &World,
     a: &Planner,
@@ -521,7 +535,7 @@ proptest! {
     #[test]
     fn narrowed_passes_equal_full_passes(
         initial in config_spec(),
-        ops in prop::collection::vec(op(), 1..50),
+        ops in prop::collection::vec((op(), prop::bool::weighted(0.1)), 1..50),
     ) {
         let mut world = World::new(initial.build(), Vec::new());
         world.nodes.push(node("c"));
@@ -538,7 +552,7 @@ proptest! {
         let mut last = out_a.services;
         let mut created = 0i64;
         let mut before = Snapshot::of(&model.world);
-        for op in &ops {
+        for (op, noisy) in &ops {
             model.apply(op, &mut created, &last);
             let restart = matches!(op, Op::Restart);
             if restart {
@@ -546,7 +560,11 @@ proptest! {
                 b = Planner::new();
             }
             let now = Snapshot::of(&model.world);
-            let changes = if restart { Changes::everything() } else { before.changes(&now) };
+            let mut changes = if restart { Changes::everything() } else { before.changes(&now) };
+            if *noisy {
+                // A caller may list more than changed: every Service, node and endpoint set.
+                overstate(&mut changes, &now);
+            }
             let out_a = model.world.plan(&mut a);
             let out_b = plan_b(&model.world, &mut b, &changes);
             compare(&model.world, &a, &b, &out_a, &out_b, &mut merged)?;
@@ -560,4 +578,113 @@ proptest! {
             last = out_a.services;
         }
     }
+}
+
+/// A settled world of `n` Services in namespace `shop` (pool of 64), nodes a and b, each
+/// agent holding what it carries; the planner and its last output.
+fn settled(n: usize) -> (World, Planner, PlanOutput) {
+    let mut world = World::new(config(&[("shop", "10.0.0.0/26")]), Vec::new());
+    for i in 0..n {
+        world
+            .services
+            .push(svc("shop", &format!("s{i}")).created(i as i64));
+    }
+    let mut planner = Planner::new();
+    let mut out = plan_b(&world, &mut planner, &Changes::everything());
+    for _ in 0..2 {
+        for s in &mut world.services {
+            let p = &out.services[&s.key];
+            s.observed_ips = p.ips.clone();
+            s.observed_node = p.node.clone();
+        }
+        for name in ["a", "b"] {
+            world.holds(name, "");
+            let held: Vec<String> = out
+                .services
+                .values()
+                .filter(|p| p.node.as_deref() == Some(name))
+                .flat_map(|p| p.ips.iter().map(ToString::to_string))
+                .collect();
+            world.holds(name, &held.join(","));
+        }
+        out = plan_b(&world, &mut planner, &Changes::everything());
+    }
+    (world, planner, out)
+}
+
+#[test]
+fn a_narrowed_pass_with_nothing_changed_plans_nothing() {
+    let (world, mut planner, _) = settled(20);
+    let out = plan_b(&world, &mut planner, &Changes::default());
+    assert!(out.services.is_empty(), "{:?}", out.services.keys());
+    assert!(out.events.is_empty(), "{:?}", out.events);
+}
+
+#[test]
+fn a_new_service_replans_only_itself() {
+    let (mut world, mut planner, _) = settled(20);
+    let view = svc("shop", "new").created(100);
+    world.services.push(view.clone());
+    let changes = Changes {
+        services: vec![(view.key.clone(), Some(Arc::new(view)))],
+        ..Changes::default()
+    };
+    let out = plan_b(&world, &mut planner, &changes);
+    let planned: Vec<String> = out.services.keys().map(ToString::to_string).collect();
+    assert_eq!(planned, ["shop/new"]);
+    assert_eq!(ips(&out, "shop", "new"), ["10.0.0.21"]);
+}
+
+#[test]
+fn one_more_held_ip_replans_only_its_service() {
+    let (mut world, mut planner, out) = settled(20);
+    let plan = plan_of(&out, "shop", "s3").clone();
+    let node = plan.node.clone().expect("s3 is placed");
+    world
+        .agents
+        .get_mut(&node)
+        .expect("report")
+        .held
+        .remove(&plan.ips[0]);
+    let changes = Changes {
+        nodes: BTreeSet::from([node.clone()]),
+        ..Changes::default()
+    };
+    let out = plan_b(&world, &mut planner, &changes);
+    let planned: Vec<String> = out.services.keys().map(ToString::to_string).collect();
+    assert_eq!(planned, ["shop/s3"]);
+    assert!(!plan_of(&out, "shop", "s3").announced.status);
+    world
+        .agents
+        .get_mut(&node)
+        .expect("report")
+        .held
+        .insert(plan.ips[0]);
+    let out = plan_b(&world, &mut planner, &changes);
+    assert_eq!(out.services.len(), 1);
+    assert!(plan_of(&out, "shop", "s3").announced.status);
+}
+
+#[test]
+fn a_cordoned_node_replans_its_groups_and_a_config_change_everything() {
+    let (mut world, mut planner, out) = settled(20);
+    let on_a = out
+        .services
+        .values()
+        .filter(|p| p.node.as_deref() == Some("a"))
+        .count();
+    world.node_mut("a").unschedulable = true;
+    let changes = Changes {
+        nodes: BTreeSet::from(["a".to_owned()]),
+        ..Changes::default()
+    };
+    let out = plan_b(&world, &mut planner, &changes);
+    assert_eq!(out.services.len(), on_a, "the groups on a, no other");
+    assert!(
+        out.services.values().all(|p| p.node.is_none()),
+        "moving off a"
+    );
+    world.config = config(&[("shop", "10.0.0.0/25")]);
+    let out = plan_b(&world, &mut planner, &Changes::default());
+    assert_eq!(out.services.len(), 20, "a new config plans every Service");
 }
