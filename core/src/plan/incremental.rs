@@ -22,9 +22,11 @@ use crate::report::AgentReport;
 pub struct Changes {
     /// Plan everything (first pass, relist, anything the caller cannot narrow down).
     pub everything: bool,
-    /// Services added, changed or removed since the last pass: the new view, or `None`
-    /// = gone (no longer a LoadBalancer Service of ours). A Service listed whose view did
-    /// not change costs a re-plan of its group, nothing else.
+    /// Services added, changed or removed since the last pass, by key (the key of the
+    /// view): the new view, or `None` = gone (no longer a LoadBalancer Service of ours).
+    /// Any field of the view counts, the observed status too (the quarantine reads it: a
+    /// write of the last pass landing is a change). A Service listed whose view did not
+    /// change costs a re-plan of its group, nothing else.
     pub services: Vec<(ServiceKey, Option<Arc<ServiceView>>)>,
     /// Nodes whose Node object, agent freshness or agent report changed (or appeared /
     /// went), by name. The planner compares each with what it saw of it last and re-plans
