@@ -60,6 +60,18 @@ pub(super) struct Seen {
     flags: Option<(bool, bool)>,
 }
 
+/// What changed on the nodes and agents of a narrowed pass.
+#[derive(Debug, Default)]
+struct NodeNews<'c> {
+    /// Nodes whose state changed, with their subnets before and after (the subnet rule of
+    /// the election compares nodes with each other).
+    moved: Vec<(&'c str, Vec<IpNet>)>,
+    /// Nodes whose report changed beyond single addresses (interfaces, routing, MACs).
+    whole: Vec<&'c str>,
+    /// Addresses an agent report gained, dropped or reports a conflict for, or stopped.
+    mentioned: BTreeSet<IpAddr>,
+}
+
 /// Counts one sighting of `ip` more (`up`) or less in `visible`.
 fn bump(visible: &mut HashMap<IpAddr, u32>, ip: IpAddr, up: bool) {
     if up {
@@ -164,17 +176,44 @@ impl Planner {
         let mut sink = Sink::default();
         self.recent.expire(inputs.now);
         self.config_changed = false;
-
-        // The Services: the new views, what the API shows, which are gone.
         let changed: BTreeMap<&ServiceKey, Option<&Arc<ServiceView>>> = changes
             .services
             .iter()
             .map(|(key, view)| (key, view.as_ref()))
             .collect();
-        // Groups to place again: those of every Service re-planned, before and after.
+        let (mut groups, gone) = self.see_services(&changed);
+        let news = self.see_nodes(inputs, &changes.nodes);
+        self.release(gone, inputs.now, &mut sink);
+        self.lift_quarantine();
+        let swept = self.sweep_narrowed(&changed, &pass, &mut sink);
+        groups.extend(self.groups_touched(&swept, &changes.endpoints, &news));
+        let order = self.members(groups, &swept, &changes.endpoints);
+        let order: Vec<&ServiceView> = order.iter().map(|v| &**v).collect();
+        self.place(&pass, &order, false, &mut sink);
+        let services = order
+            .iter()
+            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .collect();
+        let groups = &self.groups;
+        self.probing.retain(|id| groups.contains_key(id));
+        PlanOutput {
+            services,
+            events: sink.events,
+            released: sink.released,
+            probe: self.probe(),
+        }
+    }
+
+    /// Takes in the changed Services: their views, the IPs the API shows on them. Returns
+    /// the groups they were in (to place again) and those gone or re-created under a new
+    /// uid (sorted).
+    fn see_services(
+        &mut self,
+        changed: &BTreeMap<&ServiceKey, Option<&Arc<ServiceView>>>,
+    ) -> (Vec<GroupId>, Vec<ServiceKey>) {
         let mut groups: Vec<GroupId> = Vec::new();
         let mut gone: Vec<ServiceKey> = Vec::new();
-        for (&key, &new) in &changed {
+        for (&key, &new) in changed {
             if let Some(entry) = self.entries.get(key) {
                 groups.push(entry.group.clone());
                 if new.is_none_or(|v| *v.uid != *entry.uid) {
@@ -192,19 +231,18 @@ impl Planner {
                 bump(&mut self.visible, *ip, true);
             }
         }
+        (groups, gone)
+    }
 
-        // The nodes and agents: what differs from what the last pass saw.
+    /// Takes in the nodes `names`: compares each with what the last pass saw of it (the
+    /// Node, the agent's freshness and report), keeps the IPs fresh agents hold counted,
+    /// and remembers the new state.
+    fn see_nodes<'c>(&mut self, inputs: &Inputs<'_>, names: &'c BTreeSet<String>) -> NodeNews<'c> {
+        let mut news = NodeNews::default();
         let by_name: HashMap<&str, &NodeState> =
             inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-        // Nodes whose state changed, with their subnets before and after (the subnet rule
-        // of the election compares nodes with each other).
-        let mut moved: Vec<(&str, Vec<IpNet>)> = Vec::new();
-        // Nodes whose report changed beyond single addresses (interfaces, routing, ...).
-        let mut whole: Vec<&str> = Vec::new();
-        // Addresses whose state on some node changed (held, conflicts).
-        let mut mentioned: BTreeSet<IpAddr> = BTreeSet::new();
         let empty = BTreeSet::new();
-        for name in &changes.nodes {
+        for name in names {
             let new_state = by_name.get(name.as_str()).copied();
             let new_report = inputs.agents.get(name);
             let old_state = self.seen.nodes.get(name);
@@ -219,21 +257,23 @@ impl Planner {
             }
             match (old_report, new_report) {
                 (Some(a), Some(b)) => {
-                    mentioned.extend(a.held.symmetric_difference(&b.held).copied());
+                    news.mentioned
+                        .extend(a.held.symmetric_difference(&b.held).copied());
                     if a.conflicts != b.conflicts {
-                        mentioned.extend(a.conflicts.iter().chain(&b.conflicts).map(|c| c.ip));
+                        let ips = a.conflicts.iter().chain(&b.conflicts).map(|c| c.ip);
+                        news.mentioned.extend(ips);
                     }
                     if !same_but_addresses(a, b) {
-                        whole.push(name);
+                        news.whole.push(name);
                     }
                 }
                 (None, None) => {}
                 (a, b) => {
                     for r in a.into_iter().chain(b) {
-                        mentioned.extend(r.held.iter().copied());
-                        mentioned.extend(r.conflicts.iter().map(|c| c.ip));
+                        news.mentioned.extend(r.held.iter().copied());
+                        news.mentioned.extend(r.conflicts.iter().map(|c| c.ip));
                     }
-                    whole.push(name);
+                    news.whole.push(name);
                 }
             }
             if old_state != new_state {
@@ -242,35 +282,39 @@ impl Planner {
                     .chain(new_state)
                     .flat_map(|n| n.subnets.iter().copied())
                     .collect();
-                moved.push((name, subnets));
+                news.moved.push((name, subnets));
             }
             match new_state {
-                Some(state) => {
-                    if old_state != Some(state) {
-                        self.seen.nodes.insert(name.clone(), state.clone());
-                    }
+                Some(state) if old_state != Some(state) => {
+                    self.seen.nodes.insert(name.clone(), state.clone());
                 }
+                Some(_) => {}
                 None => {
                     self.seen.nodes.remove(name);
                 }
             }
             match new_report {
-                Some(report) => {
-                    if old_report != Some(report) {
-                        self.seen.reports.insert(name.clone(), report.clone());
-                    }
+                Some(report) if old_report != Some(report) => {
+                    self.seen.reports.insert(name.clone(), report.clone());
                 }
+                Some(_) => {}
                 None => {
                     self.seen.reports.remove(name);
                 }
             }
         }
+        news
+    }
 
-        self.release(gone, inputs.now, &mut sink);
-        self.lift_quarantine();
-
-        // The allocation sweep: the changed Services still there and every pending one,
-        // in the order of the full sweep.
+    /// The allocation sweep of a narrowed pass: the changed Services still there and every
+    /// pending one, in the order of the full sweep (of which it is the subsequence that
+    /// does anything). Returns them, in that order.
+    fn sweep_narrowed(
+        &mut self,
+        changed: &BTreeMap<&ServiceKey, Option<&Arc<ServiceView>>>,
+        pass: &Pass<'_>,
+        sink: &mut Sink,
+    ) -> Vec<Arc<ServiceView>> {
         let mut sweep: Vec<Arc<ServiceView>> =
             changed.values().filter_map(|v| v.map(Arc::clone)).collect();
         sweep.extend(
@@ -281,9 +325,9 @@ impl Planner {
         );
         sweep.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
         let order: Vec<&ServiceView> = sweep.iter().map(|v| &**v).collect();
-        self.sweep(order.clone(), &pass, &mut sink);
+        self.sweep(order.clone(), pass, sink);
         for view in &order {
-            self.report_failure(&view.key, &mut sink);
+            self.report_failure(&view.key, sink);
             match self.entries.get(&view.key) {
                 Some(entry) if entry.failure.is_some() => {
                     self.unsettled.insert(view.key.clone());
@@ -293,48 +337,68 @@ impl Planner {
                 }
             }
         }
+        sweep
+    }
 
-        // The groups to place again, then every member of each.
-        for view in &order {
-            if let Some(entry) = self.entries.get(&view.key) {
-                groups.push(entry.group.clone());
+    /// The groups to place again besides those the changed Services were in: the groups
+    /// of the Services `swept` and of those whose `endpoints` changed, and what `news`
+    /// can affect (see the module docs of [`crate::plan`]).
+    fn groups_touched(
+        &self,
+        swept: &[Arc<ServiceView>],
+        endpoints: &BTreeSet<ServiceKey>,
+        news: &NodeNews<'_>,
+    ) -> Vec<GroupId> {
+        let mut groups = Vec::new();
+        let keys = swept.iter().map(|v| &v.key).chain(endpoints);
+        groups.extend(keys.filter_map(|key| self.entries.get(key).map(|e| e.group.clone())));
+        groups.extend(
+            news.mentioned
+                .iter()
+                .filter_map(|ip| self.ips.get(ip).map(|used| used.group.clone())),
+        );
+        if news.moved.is_empty() && news.whole.is_empty() {
+            return groups;
+        }
+        // A node's state or report changed as a whole: one walk over the groups.
+        for (id, g) in &self.groups {
+            let on = |n: &str| {
+                g.node.as_deref() == Some(n)
+                    || g.moving_from.as_deref() == Some(n)
+                    || g.announcers.iter().any(|a| a == n)
+            };
+            let in_subnets = |subnets: &[IpNet]| {
+                g.ips
+                    .values()
+                    .any(|ip| subnets.iter().any(|net| net.contains(ip)))
+            };
+            // A group on no node (pending, or L3 mode) may get one when any node changes.
+            let hit = news.whole.iter().any(|n| on(n))
+                || (!news.moved.is_empty() && g.node.is_none())
+                || news
+                    .moved
+                    .iter()
+                    .any(|(n, subnets)| on(n) || in_subnets(subnets));
+            if hit {
+                groups.push(id.clone());
             }
         }
-        for key in &changes.endpoints {
-            if let Some(entry) = self.entries.get(key) {
-                groups.push(entry.group.clone());
-            }
-        }
-        for ip in &mentioned {
-            if let Some(used) = self.ips.get(ip) {
-                groups.push(used.group.clone());
-            }
-        }
-        if !moved.is_empty() || !whole.is_empty() {
-            // A node's state or report changed as a whole: a walk over the groups.
-            for (id, g) in &self.groups {
-                let on = |n: &str| {
-                    g.node.as_deref() == Some(n)
-                        || g.moving_from.as_deref() == Some(n)
-                        || g.announcers.iter().any(|a| a == n)
-                };
-                let hit = whole.iter().any(|n| on(n))
-                    || (!moved.is_empty() && g.node.is_none())
-                    || moved.iter().any(|(n, subnets)| {
-                        on(n)
-                            || g.ips
-                                .values()
-                                .any(|ip| subnets.iter().any(|net| net.contains(ip)))
-                    });
-                if hit {
-                    groups.push(id.clone());
-                }
-            }
-        }
-        let mut touched: HashSet<ServiceKey> = order.iter().map(|v| v.key.clone()).collect();
+        groups
+    }
+
+    /// Every member of `groups`, with the Services `swept` and those whose `endpoints`
+    /// changed, in (created, namespace, name) order: the Services a narrowed pass places
+    /// and renders. A member's own group is taken in too, so each group placed has all its
+    /// members and is met at its oldest one, as in a full pass.
+    fn members(
+        &self,
+        mut groups: Vec<GroupId>,
+        swept: &[Arc<ServiceView>],
+        endpoints: &BTreeSet<ServiceKey>,
+    ) -> Vec<Arc<ServiceView>> {
+        let mut touched: HashSet<ServiceKey> = swept.iter().map(|v| v.key.clone()).collect();
         touched.extend(
-            changes
-                .endpoints
+            endpoints
                 .iter()
                 .filter(|key| self.views.contains_key(*key))
                 .cloned(),
@@ -356,24 +420,11 @@ impl Planner {
             }
             placed.insert(id);
         }
-        let mut render: Vec<Arc<ServiceView>> = touched
+        let mut order: Vec<Arc<ServiceView>> = touched
             .iter()
             .filter_map(|key| self.views.get(key).map(Arc::clone))
             .collect();
-        render.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
-        let order: Vec<&ServiceView> = render.iter().map(|v| &**v).collect();
-        self.place(&pass, &order, false, &mut sink);
-        let services = order
-            .iter()
-            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
-            .collect();
-        let groups = &self.groups;
-        self.probing.retain(|id| groups.contains_key(id));
-        PlanOutput {
-            services,
-            events: sink.events,
-            released: sink.released,
-            probe: self.probe(),
-        }
+        order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
+        order
     }
 }
