@@ -1,5 +1,5 @@
-//! The controller's planner: one global, level-triggered pass from observed state to the
-//! desired state of every LoadBalancer Service. Pure: no I/O, no clock (time comes in as
+//! The controller's planner: a level-triggered pass from observed state to the desired
+//! state of every LoadBalancer Service, global or narrowed to what changed. Pure: no I/O, no clock (time comes in as
 //! [`Inputs::now`]).
 //!
 //! The [`Planner`] owns the authoritative assignment table for one leadership term. The
@@ -8,7 +8,7 @@
 //! allocating anything new. After that the table is the truth and observed status is only
 //! compared against the output to decide what to write.
 //!
-//! A pass ([`Planner::plan`]):
+//! A full pass ([`Planner::plan`]):
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
 //!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
@@ -23,6 +23,40 @@
 //! 6. places every IP group on a node, break-before-make ([`nodes`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
+//!
+//! **Narrowed passes.** [`Planner::plan_changes`] takes what changed since the last pass
+//! ([`Changes`]: Services, nodes with their agents, endpoint sets) and re-plans only what
+//! that can affect, with the same result as a full pass (the property test
+//! `tests/plan_incremental.rs` compares the two after every step of random histories). The
+//! planner keeps the views of the last pass (`Arc`s), what it saw of every node and agent
+//! report, and the IPs visible for the quarantine as counts, so a narrowed pass reads
+//! neither `inputs.services` nor the unchanged nodes. It escalates to a full pass by itself
+//! (over its own views, updated by `changes.services`) on the first pass and whenever
+//! something global differs from the last pass: the pool config, [`Inputs::lingering`],
+//! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the fences (the Node
+//! addresses, or the set of LAN conflicts the agents report). Otherwise a narrowed pass:
+//! 1. releases the Services gone (or re-created under a new uid);
+//! 2. sweeps, in (created, namespace, name) order, the changed Services and every one whose
+//!    allocation is not as asked (an address freed goes to the oldest pending one): the
+//!    full sweep skips every other Service (settled and unchanged), so this is the same
+//!    subsequence of it;
+//! 3. places again every group of a Service swept, changed (its group before and after) or
+//!    whose endpoints changed; every group using an address a changed agent report gained,
+//!    dropped or reports a conflict for; for a node whose Node or agent state changed,
+//!    every group on it, moving off it or announced by it, every group with an address in
+//!    its subnets before or after (the election's subnet rule compares nodes with each
+//!    other), and every group on no node (pending, or in L3 mode); for a report that
+//!    changed beyond single addresses (interfaces, routing, MACs), every group on it,
+//!    moving off it or announced by it. The election keeps a current holder that stays
+//!    eligible whatever the load ([`crate::election::elect`]), so a group not listed stays
+//!    where it is; the load is kept up to date as groups move, never counted again;
+//! 4. renders the members of those groups and the Services swept, in the order of a full
+//!    pass, so the Events come in the same order.
+//!
+//! Its output holds the plans of the Services it rendered only (a superset of those whose
+//! plan changed); Events, releases and first claims are complete. Cost: O(changes x log
+//! n) plus what they affect; a node's state changing walks the groups once (no
+//! allocation).
 //!
 //! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
 //! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
@@ -76,13 +110,14 @@
 //! An *IP group* is what moves between nodes as one: a Service without a sharing key, or
 //! all Services of a namespace with the same sharing key (which share one IP per family).
 //!
-//! Cost: a pass is O(n log n) in Services plus O(groups x nodes) for election; every
+//! Cost: a full pass is O(n log n) in Services plus O(groups x nodes) for election; every
 //! look-up goes through an index (IP -> users and ports, group -> members and node,
 //! node -> load, namespace -> pool). Groups are placed in the order of their oldest member,
 //! so the output is deterministic.
 
 mod alloc;
 mod fence;
+mod incremental;
 mod node_addresses;
 mod nodes;
 mod sticky;
@@ -103,6 +138,7 @@ use crate::report::AgentReport;
 use crate::text;
 
 pub use fence::{FenceCause, LanConflict, lan_conflicts};
+pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
 
@@ -255,9 +291,11 @@ pub struct ServiceView {
 pub struct Inputs<'a> {
     /// The last valid pool config.
     pub config: &'a PoolConfig,
-    /// Every LoadBalancer Service that is ours (one entry per key).
+    /// Every LoadBalancer Service that is ours (one entry per key). Not read by
+    /// [`Planner::plan_changes`] unless [`Changes::everything`] is set.
     pub services: &'a [Arc<ServiceView>],
-    /// Every node; `agent_ready` already judged on the controller's monotonic clock.
+    /// Every node (one entry per name); `agent_ready` already judged on the controller's
+    /// monotonic clock.
     pub nodes: &'a [NodeState],
     /// Node name -> its agent's latest report.
     pub agents: &'a BTreeMap<String, AgentReport>,
@@ -277,19 +315,6 @@ pub struct Inputs<'a> {
     pub agents_unobservable: bool,
     /// The controller's monotonic clock, for sticky re-creation.
     pub now: Instant,
-}
-
-/// STUB: what changed since the previous pass.
-#[derive(Debug, Clone, Default)]
-pub struct Changes {
-    /// Plan everything.
-    pub everything: bool,
-    /// Services added, changed or removed.
-    pub services: Vec<(ServiceKey, Option<Arc<ServiceView>>)>,
-    /// Nodes changed.
-    pub nodes: BTreeSet<String>,
-    /// Services whose local endpoints changed.
-    pub endpoints: BTreeSet<ServiceKey>,
 }
 
 /// Desired state of one Service.
@@ -350,7 +375,9 @@ pub struct PlanEvent {
 /// Result of one pass.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PlanOutput {
-    /// Desired state of every Service in the inputs.
+    /// Desired state of every Service in the inputs; after a narrowed pass
+    /// ([`Planner::plan_changes`]) of every Service it re-planned, a superset of those
+    /// whose plan changed.
     pub services: BTreeMap<ServiceKey, ServicePlan>,
     /// Transition Events, in a deterministic order.
     pub events: Vec<PlanEvent>,
@@ -399,9 +426,25 @@ pub struct Planner {
     freed: usize,
     /// Whether this pass brought a new config (every Service is then re-checked).
     config_changed: bool,
-    /// IPs the API shows on one of the Services in this pass's inputs (their observed
-    /// status), whether or not the table still gives them those IPs.
-    visible: HashSet<IpAddr>,
+    /// IPs the API shows on one of the Services of this pass (their observed status),
+    /// whether or not the table still gives them those IPs, or on a Service no longer ours
+    /// ([`Inputs::lingering`]), or that a fresh agent reports holding: each with the number
+    /// of such sightings, kept up to date from what changed (see [`incremental`]).
+    visible: HashMap<IpAddr, u32>,
+    /// The Services of the last pass, by key: a narrowed pass reads the unchanged ones here.
+    views: HashMap<ServiceKey, Arc<ServiceView>>,
+    /// The Services whose allocation is not as asked (`Entry::failure` set): swept again
+    /// on every pass, narrowed or not.
+    unsettled: HashSet<ServiceKey>,
+    /// The groups with a first claim on a node ([`PlanOutput::probe`]), as of the last
+    /// time each was placed.
+    probing: HashSet<GroupId>,
+    /// The number of groups on each node (zero or missing: none), kept up to date as
+    /// groups move: the election's load, which a narrowed pass does not count again.
+    load: BTreeMap<String, usize>,
+    /// What the last pass saw outside the Services, to tell what changed
+    /// ([`incremental::Seen`]).
+    seen: incremental::Seen,
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
@@ -544,6 +587,14 @@ impl<'a> Pass<'a> {
         Pass { inputs, pools }
     }
 
+    /// A pass that looks each pool up when asked (a narrowed pass, whose Services are few).
+    fn lazy(inputs: &'a Inputs<'a>) -> Self {
+        Pass {
+            inputs,
+            pools: HashMap::new(),
+        }
+    }
+
     /// The pool `namespace` draws from ([`PoolConfig::pool_for_namespace`]).
     fn pool(&self, namespace: &str) -> Option<(&'a PoolKey, &'a Pool)> {
         match self.pools.get(namespace) {
@@ -583,26 +634,57 @@ impl Planner {
         Self::default()
     }
 
-    /// STUB (replaced by the incremental planner): a full pass.
-    pub fn plan_changes(&mut self, inputs: &Inputs<'_>, _changes: &Changes) -> PlanOutput {
-        self.plan(inputs)
+    /// One global pass over every Service in `inputs`; see the module docs. The same as
+    /// [`Planner::plan_changes`] with [`Changes::everything`].
+    pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
+        self.plan_everything(inputs)
     }
 
-    /// One global pass over every Service in `inputs`; see the module docs.
-    pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
+    /// A pass that re-plans only what `changes` can affect (see "Narrowed passes" in the
+    /// module docs), or everything when `changes.everything` is set or something global
+    /// changed since the last pass (then the same as [`Planner::plan`]).
+    ///
+    /// `inputs` is as for [`Planner::plan`], every field current, except that without
+    /// `changes.everything` `inputs.services` is not read at all (it may be empty): the
+    /// Services come from `changes.services` and the planner's own copy of the views of
+    /// the last pass, also when it escalates to a full pass. Of
+    /// `inputs.nodes` and `inputs.agents` it compares only the entries of
+    /// `changes.nodes` with what it saw before (and reads the others where a re-planned
+    /// group needs them); of `inputs.local_endpoints` only the entries of re-planned
+    /// Services. The output's `services` holds the plan of every Service re-planned this
+    /// pass: a superset of those whose plan changed (all of them on a full pass); `events`,
+    /// `released` and `probe` are complete, as from [`Planner::plan`].
+    pub fn plan_changes(&mut self, inputs: &Inputs<'_>, changes: &Changes) -> PlanOutput {
+        if changes.everything {
+            return self.plan_everything(inputs);
+        }
+        if self.must_plan_everything(inputs) {
+            // Something global changed: every Service, as this planner knows them.
+            let mut views = self.views.clone();
+            for (key, view) in &changes.services {
+                match view {
+                    Some(view) => views.insert(key.clone(), Arc::clone(view)),
+                    None => views.remove(key),
+                };
+            }
+            let services: Vec<Arc<ServiceView>> = views.into_values().collect();
+            return self.plan_everything(&Inputs {
+                services: &services,
+                ..*inputs
+            });
+        }
+        self.plan_narrowed(inputs, changes)
+    }
+
+    /// The full pass: every Service of `inputs`.
+    fn plan_everything(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
         let pass = Pass::new(inputs);
         let mut sink = Sink::default();
         let mut order: Vec<&ServiceView> = inputs.services.iter().map(|v| &**v).collect();
         order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
 
         self.recent.expire(inputs.now);
-        self.visible = inputs
-            .services
-            .iter()
-            .flat_map(|v| v.observed_ips.iter().copied())
-            .chain(inputs.lingering.iter().copied())
-            .chain(fresh_held(inputs))
-            .collect();
+        self.see_everything(inputs);
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
         self.fence(inputs, &mut sink);
@@ -611,14 +693,44 @@ impl Planner {
             self.import(&order, inputs.config, &mut sink);
             self.imported = true;
         }
-        // An IP freed in the middle of the sweep (a request moved, a RequireDualStack
-        // Service let go of half its addresses) belongs to the oldest pending Service, which
-        // may already have been looked at: sweep the pending ones again.
-        let mut sweep: Vec<&ServiceView> = order.clone();
+        self.sweep(order.clone(), &pass, &mut sink);
+        for view in &order {
+            self.report_failure(&view.key, &mut sink);
+        }
+        self.unsettled = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.failure.is_some())
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.place(&pass, &order, true, &mut sink);
+        let services = order
+            .iter()
+            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .collect();
+        self.probing = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.node.is_some() && g.claims.iter().any(|(_, probe)| *probe))
+            .map(|(id, _)| id.clone())
+            .collect();
+        PlanOutput {
+            services,
+            events: sink.events,
+            released: sink.released,
+            probe: self.probe(),
+        }
+    }
+
+    /// The allocation sweep over `sweep` (in (created, namespace, name) order). An IP freed
+    /// in the middle of the sweep (a request moved, a RequireDualStack Service let go of
+    /// half its addresses) belongs to the oldest pending Service, which may already have
+    /// been looked at: the pending ones are swept again.
+    fn sweep(&mut self, mut sweep: Vec<&ServiceView>, pass: &Pass<'_>, sink: &mut Sink) {
         for _ in 0..MAX_SWEEPS {
             self.freed = 0;
             for view in &sweep {
-                self.allocate(view, &pass, &mut sink);
+                self.allocate(view, pass, sink);
             }
             if self.freed == 0 {
                 break;
@@ -629,27 +741,17 @@ impl Planner {
                     .is_some_and(|e| e.failure.is_some())
             });
         }
-        for view in &order {
-            self.report_failure(&view.key, &mut sink);
-        }
-        self.place(&pass, &order, &mut sink);
-        let services = order
+    }
+
+    /// The planned IPs that are first claims ([`PlanOutput::probe`]).
+    fn probe(&self) -> BTreeSet<IpAddr> {
+        self.probing
             .iter()
-            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
-            .collect();
-        let probe = self
-            .groups
-            .values()
+            .filter_map(|id| self.groups.get(id))
             .filter(|g| g.node.is_some())
             .flat_map(|g| g.claims.iter().filter(|(_, probe)| *probe))
             .map(|(ip, _)| *ip)
-            .collect();
-        PlanOutput {
-            services,
-            events: sink.events,
-            released: sink.released,
-            probe,
-        }
+            .collect()
     }
 
     /// Size and use of every family of every pool, pools in key order, IPv4 first.
@@ -678,6 +780,53 @@ impl Planner {
         self.quarantined.iter().copied()
     }
 
+    /// The planner's table as text, every map sorted: entries, groups, IPs in use,
+    /// quarantine, fences, visible IPs, pending Services, first claims and the load of
+    /// each node. For tests that compare two
+    /// planners (a full and a narrowed one); not a stable format.
+    #[doc(hidden)]
+    pub fn fingerprint(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let mut entries: Vec<_> = self.entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, entry) in entries {
+            let _ = writeln!(out, "entry {key}: {entry:?}");
+        }
+        let mut groups: Vec<_> = self.groups.iter().collect();
+        groups.sort_by(|a, b| a.0.cmp(b.0));
+        for (id, group) in groups {
+            let _ = writeln!(out, "group {id:?}: {group:?}");
+        }
+        let mut ips: Vec<_> = self.ips.iter().collect();
+        ips.sort_by(|a, b| a.0.cmp(b.0));
+        for (ip, used) in ips {
+            let _ = writeln!(out, "ip {ip}: {used:?}");
+        }
+        let mut visible: Vec<_> = self.visible.iter().collect();
+        visible.sort();
+        let mut unsettled: Vec<_> = self.unsettled.iter().collect();
+        unsettled.sort();
+        let mut probing: Vec<_> = self
+            .probing
+            .iter()
+            .filter(|id| {
+                self.groups
+                    .get(*id)
+                    .is_some_and(|g| g.node.is_some() && g.claims.iter().any(|c| c.1))
+            })
+            .collect();
+        probing.sort();
+        let _ = writeln!(out, "quarantined {:?}", self.quarantined);
+        let _ = writeln!(out, "fences {:?}", self.fences);
+        let _ = writeln!(out, "visible {visible:?}");
+        let _ = writeln!(out, "unsettled {unsettled:?}");
+        let _ = writeln!(out, "probing {probing:?}");
+        let load: Vec<_> = self.load.iter().filter(|(_, n)| **n > 0).collect();
+        let _ = writeln!(out, "load {load:?}");
+        out
+    }
+
     /// Number of Services whose allocation is not as asked (missing an IP, or a request
     /// that cannot be honoured), as of the last pass.
     pub fn pending(&self) -> usize {
@@ -699,7 +848,13 @@ impl Planner {
             .map(|(key, _)| key.clone())
             .collect();
         gone.sort();
+        self.release(gone, inputs.now, sink);
+    }
+
+    /// Drops the Services `gone` (sorted) and frees their IPs at once.
+    fn release(&mut self, gone: Vec<ServiceKey>, now: Instant, sink: &mut Sink) {
         for key in gone {
+            self.unsettled.remove(&key);
             let Some(entry) = self.entries.remove(&key) else {
                 continue;
             };
@@ -709,7 +864,7 @@ impl Planner {
             }
             self.set_member(&entry.group, &key, false);
             if !ips.is_empty() {
-                self.recent.remember(key.clone(), ips.clone(), inputs.now);
+                self.recent.remember(key.clone(), ips.clone(), now);
                 sink.event(
                     &key,
                     false,
@@ -766,7 +921,7 @@ impl Planner {
         let Some(used) = self.ips.remove(&ip) else {
             return;
         };
-        if self.visible.contains(&ip) {
+        if self.visible.contains_key(&ip) {
             // Another pool may hold it now (a namespace left the fallback): not before
             // the API stops showing it on its old Service.
             self.quarantined.insert(ip);
@@ -804,7 +959,7 @@ impl Planner {
         let lifted: Vec<IpAddr> = self
             .quarantined
             .iter()
-            .filter(|ip| !self.visible.contains(ip))
+            .filter(|ip| !self.visible.contains_key(*ip))
             .copied()
             .collect();
         for ip in lifted {
@@ -844,7 +999,7 @@ impl Planner {
             return;
         }
         if let Some(used) = self.ips.remove(&ip) {
-            if self.visible.contains(&ip) {
+            if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
             } else if let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
@@ -877,8 +1032,12 @@ impl Planner {
             }
         } else if let Some(g) = self.groups.get_mut(group) {
             g.members.remove(key);
-            if g.members.is_empty() {
-                self.groups.remove(group);
+            if g.members.is_empty()
+                && let Some(Group {
+                    node: Some(node), ..
+                }) = self.groups.remove(group)
+            {
+                unload(&mut self.load, &node);
             }
         }
     }
@@ -892,12 +1051,9 @@ fn join(ips: &[IpAddr]) -> String {
         .join(", ")
 }
 
-/// The IPs the fresh agents report holding (see the quarantine in the module docs).
-fn fresh_held<'a>(inputs: &'a Inputs<'_>) -> impl Iterator<Item = IpAddr> + 'a {
-    inputs
-        .nodes
-        .iter()
-        .filter(|n| n.agent_ready)
-        .filter_map(|n| inputs.agents.get(&n.name))
-        .flat_map(|r| r.held.iter().copied())
+/// One group fewer on `node` (see [`Planner::load`]).
+fn unload(load: &mut BTreeMap<String, usize>, node: &str) {
+    if let Some(n) = load.get_mut(node) {
+        *n = n.saturating_sub(1);
+    }
 }

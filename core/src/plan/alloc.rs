@@ -67,6 +67,7 @@ impl Planner {
                 && group.node.is_none()
             {
                 group.node = Some(node.clone());
+                *self.load.entry(node.clone()).or_default() += 1;
             }
         }
     }

@@ -209,7 +209,7 @@ impl Planner {
 
     /// Whether the fences are `nodes`, then `lan` for the addresses no Node has: the
     /// steady state, checked without building the map. O(fences x log n).
-    fn fences_are(
+    pub(super) fn fences_are(
         &self,
         nodes: &BTreeMap<IpAddr, NodeAddress>,
         lan: &BTreeMap<IpAddr, LanConflict>,

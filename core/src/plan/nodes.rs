@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use litemap::LiteMap;
 
@@ -73,31 +74,43 @@ impl Planner {
     /// Places every IP group on a node.
     /// Groups are visited in the order of their oldest member, so older Services get the
     /// first pick of the least-loaded nodes.
-    pub(super) fn place(&mut self, pass: &Pass<'_>, order: &[&ServiceView], sink: &mut Sink) {
+    /// `full`: every group is in `order` (a full pass).
+    pub(super) fn place(
+        &mut self,
+        pass: &Pass<'_>,
+        order: &[&ServiceView],
+        full: bool,
+        sink: &mut Sink,
+    ) {
+        if order.is_empty() && !full {
+            return;
+        }
         let inputs = pass.inputs;
         let world = World {
             inputs,
             by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         };
-        let mut load: BTreeMap<String, usize> = BTreeMap::new();
-        for node in self.groups.values().filter_map(|g| g.node.as_ref()) {
-            *load.entry(node.clone()).or_default() += 1;
+        // The load of every node ([`Planner::load`]), kept up to date by every move; a
+        // full pass counts it again (cheap, and it cannot drift).
+        if full {
+            self.load.clear();
+            for node in self.groups.values().filter_map(|g| g.node.as_deref()) {
+                match self.load.get_mut(node) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.load.insert(node.to_owned(), 1);
+                    }
+                }
+            }
         }
         let no_selector = BTreeMap::new();
-        let no_endpoints = BTreeSet::new();
-        // Only `externalTrafficPolicy: Local` Services constrain the election by endpoints.
-        let local: HashMap<&ServiceKey, &BTreeSet<String>> = order
-            .iter()
-            .filter(|v| v.local_traffic)
-            .map(|v| {
-                let nodes = inputs.local_endpoints.get(&v.key);
-                (&v.key, nodes.unwrap_or(&no_endpoints))
-            })
-            .collect();
         let Planner {
             groups,
             ips,
             entries,
+            views,
+            probing,
+            load,
             ..
         } = self;
         let mut seen: HashSet<&GroupId> = HashSet::with_capacity(groups.len());
@@ -129,7 +142,7 @@ impl Planner {
                 .and_then(|used| inputs.config.pool(&used.pool))
                 .map(|pool| &pool.options);
             let selector = options.map_or(&no_selector, |o| &o.node_selector);
-            let local = local_nodes(&group.members, &local);
+            let local = local_nodes(&group.members, views, inputs.local_endpoints);
             let input = ElectionInput {
                 ips: group_ips,
                 current: None,
@@ -138,8 +151,8 @@ impl Planner {
                 respect_cordon: inputs.respect_cordon,
             };
             let notes = match options.filter(|o| o.announce == Announce::Bgp) {
-                Some(options) => step_bgp(group, &input, &world, options),
-                None => step(group, &input, &world, &mut load),
+                Some(options) => step_bgp(group, &input, &world, options, load),
+                None => step(group, &input, &world, load),
             };
             for (warning, why, message) in notes {
                 for member in group.members.keys() {
@@ -147,6 +160,13 @@ impl Planner {
                 }
             }
             update_claims(group, group_ips, &world);
+            if group.node.is_some() && group.claims.iter().any(|(_, probe)| *probe) {
+                if !probing.contains(&entry.group) {
+                    probing.insert(entry.group.clone());
+                }
+            } else if !probing.is_empty() {
+                probing.remove(&entry.group);
+            }
         }
     }
 
@@ -278,9 +298,7 @@ fn step(
     }
     if let Some(cur) = group.node.take() {
         let ready = world.ready(&cur);
-        if let Some(n) = load.get_mut(&cur) {
-            *n = n.saturating_sub(1);
-        }
+        super::unload(load, &cur);
         let why = why_leaving(&cur, world.by_name.get(cur.as_str()).copied(), input);
         if ready && world.holds_any(&cur, input.ips) {
             notes.push((
@@ -338,9 +356,12 @@ fn step_bgp(
     input: &ElectionInput<'_>,
     world: &World<'_>,
     options: &PoolOptions,
+    load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
-    group.node = None;
+    if let Some(node) = group.node.take() {
+        super::unload(load, &node);
+    }
     group.moving_from = None;
     group.claims.clear();
     if world.inputs.agents_unobservable {
@@ -455,20 +476,21 @@ fn why_leaving(node: &str, state: Option<&NodeState>, input: &ElectionInput<'_>)
 }
 
 /// For groups with `externalTrafficPolicy: Local` members: the nodes with a ready endpoint
-/// of every such member. `None` when no member is Local. `local` maps each Local Service
-/// to its endpoint nodes.
+/// of every such member (`endpoints`, a Service missing there has none). `None` when no
+/// member is Local. Only `externalTrafficPolicy: Local` Services constrain the election by
+/// endpoints.
 fn local_nodes(
     members: &LiteMap<ServiceKey, ()>,
-    local: &HashMap<&ServiceKey, &BTreeSet<String>>,
+    views: &HashMap<ServiceKey, Arc<ServiceView>>,
+    endpoints: &BTreeMap<ServiceKey, BTreeSet<String>>,
 ) -> Option<BTreeSet<String>> {
-    if local.is_empty() {
-        return None;
-    }
+    let none = BTreeSet::new();
     let mut nodes: Option<BTreeSet<String>> = None;
     for member in members.keys() {
-        let Some(here) = local.get(member).copied() else {
+        if !views.get(member).is_some_and(|v| v.local_traffic) {
             continue;
-        };
+        }
+        let here = endpoints.get(member).unwrap_or(&none);
         nodes = Some(match nodes {
             None => here.clone(),
             Some(so_far) => so_far.intersection(here).cloned().collect(),
