@@ -98,7 +98,7 @@ mod world;
 mod writer;
 
 use events::{AbortOnDrop, EventQueue, MAX_NOTE, Notice, Regarding};
-use world::{AgentViews, ServiceDelta, World};
+use world::{ServiceDelta, World};
 use writer::{Done, Writes};
 
 /// Why the controller could not start.
@@ -199,10 +199,9 @@ struct Reconciler {
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
     /// once, on the edge.
     bad_reports: HashSet<String>,
-    /// Each agent Lease's report as last read, by Lease name: the resourceVersion read and
-    /// the report (`None`: unreadable). A report is parsed again only when its Lease
-    /// changed.
-    reports: HashMap<String, (Option<String>, Option<AgentReport>)>,
+    /// The resourceVersion of each agent Lease whose report was last read, by Lease name:
+    /// a report is parsed again only when its Lease changed.
+    lease_versions: HashMap<String, Option<String>>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -217,12 +216,10 @@ struct Reconciler {
 struct Observed {
     /// What changed since the last pass, for the planner.
     changes: Changes,
-    /// Every view of ours (what a full pass plans).
+    /// Every view of ours on a full pass (what it plans); empty on a narrowed one.
     views: Vec<Arc<ServiceView>>,
     /// What changed in the Service records.
     services: ServiceDelta,
-    /// The agents' reports by node.
-    reports: BTreeMap<String, AgentReport>,
     sight: Sight,
     nodes: Vec<NodeState>,
     node_addresses: BTreeMap<IpAddr, NodeAddress>,
@@ -250,7 +247,7 @@ impl Reconciler {
             refs: HashMap::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
-            reports: HashMap::new(),
+            lease_versions: HashMap::new(),
             imported: false,
             node_clashes: Vec::new(),
             observer: Observer::new(Instant::now()),
@@ -350,12 +347,12 @@ impl Reconciler {
             .endpoints(&self.caches.endpoints, &dirty, &services);
 
         let now = Instant::now();
-        let (agents, reports, sight) = self.agents(now);
+        let (mut changed_nodes, sight) = self.agents(now);
         let node_objects = self.caches.nodes.state();
-        let nodes = nodes::node_states(&node_objects, &agents);
+        let nodes = nodes::node_states(&node_objects, self.world.agents());
         let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
         drop(node_objects);
-        let changed_nodes = self.world.nodes_changed(&nodes, &agents);
+        changed_nodes.extend(self.world.nodes_changed(&nodes));
         let changes = Changes {
             everything: services.everything,
             services: if services.everything {
@@ -366,11 +363,16 @@ impl Reconciler {
             nodes: changed_nodes,
             endpoints,
         };
+        // A narrowed pass reads the changed views only (`Changes::services`).
+        let views = if services.everything {
+            self.world.views()
+        } else {
+            Vec::new()
+        };
         Observed {
             changes,
-            views: self.world.views(),
+            views,
             services,
-            reports,
             sight,
             nodes,
             node_addresses,
@@ -399,7 +401,7 @@ impl Reconciler {
             config,
             services: &observed.views,
             nodes: &observed.nodes,
-            agents: &observed.reports,
+            agents: self.world.reports(),
             lingering: &lingering,
             node_addresses: &observed.node_addresses,
             local_endpoints: &self.world.local,
@@ -513,7 +515,7 @@ impl Reconciler {
         observed: &Observed,
         touched: Option<BTreeSet<String>>,
     ) {
-        let macs_map = assign::node_macs(&observed.reports);
+        let macs_map = assign::node_macs(self.world.reports());
         let macs = NodeAssignments {
             node_macs: macs_map.clone(),
             ..NodeAssignments::default()
@@ -657,7 +659,7 @@ impl Reconciler {
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
     /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
     /// Lease, gauge `aliaslb_agents_unobservable`).
-    fn agents(&mut self, now: Instant) -> (AgentViews, BTreeMap<String, AgentReport>, Sight) {
+    fn agents(&mut self, now: Instant) -> (BTreeSet<String>, Sight) {
         let judgement = {
             let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
             self.observer.judge(&clock, now)
@@ -673,7 +675,7 @@ impl Reconciler {
             }
             None => {}
         }
-        let mut agents = BTreeMap::new();
+        let mut changed = BTreeSet::new();
         let mut seen = HashSet::new();
         let leases = self.caches.leases.state();
         for lease in &leases {
@@ -683,51 +685,54 @@ impl Reconciler {
             let Some(node) = keys::agent_lease_node(name) else {
                 continue;
             };
-            seen.insert(name);
+            seen.insert(node);
             let freshness = judgement
                 .agents
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
             let version = &lease.metadata.resource_version;
-            let report = match self.reports.get(name) {
-                Some((read, report)) if read == version && version.is_some() => report.clone(),
-                _ => {
-                    let report = match agents::agent_report(lease) {
-                        Ok(report) => {
-                            if self.bad_reports.remove(name) {
-                                tracing::info!(lease = name, "agent report readable again");
-                            }
-                            Some(report)
+            let reread = version.is_none() || self.lease_versions.get(name) != Some(version);
+            let report = if reread {
+                self.lease_versions.insert(name.to_owned(), version.clone());
+                match agents::agent_report(lease) {
+                    Ok(report) => {
+                        if self.bad_reports.remove(name) {
+                            tracing::info!(lease = name, "agent report readable again");
                         }
-                        Err(error) => {
-                            if self.bad_reports.insert(name.to_owned()) {
-                                self.reject_report(lease, node, &error);
-                            }
-                            None
+                        Some(report)
+                    }
+                    Err(error) => {
+                        if self.bad_reports.insert(name.to_owned()) {
+                            self.reject_report(lease, node, &error);
                         }
-                    };
-                    self.reports
-                        .insert(name.to_owned(), (version.clone(), report.clone()));
-                    report
+                        Some(AgentReport::default())
+                    }
                 }
+            } else {
+                None
             };
-            let agent = match report {
-                Some(report) => (freshness, report),
-                None => (Freshness::Lost, AgentReport::default()),
+            let freshness = if self.bad_reports.contains(name) {
+                Freshness::Lost
+            } else {
+                freshness
             };
-            agents.insert(node.to_owned(), agent);
+            if self.world.set_agent(node, freshness, report) {
+                changed.insert(node.to_owned());
+            }
         }
+        changed.extend(self.world.forget_agents_but(&seen));
         // Forget deleted Leases: a new one with a bad report is warned about again.
-        self.reports.retain(|n, _| seen.contains(n.as_str()));
-        if !self.bad_reports.is_empty() {
-            self.bad_reports.retain(|n| seen.contains(n.as_str()));
-        }
-        let reports = agents
+        let lease_seen: HashSet<&str> = leases
             .iter()
-            .map(|(node, (_, report))| (node.clone(), report.clone()))
+            .filter_map(|l| l.metadata.name.as_deref())
             .collect();
-        (agents, reports, judgement.sight)
+        self.lease_versions
+            .retain(|n, _| lease_seen.contains(n.as_str()));
+        if !self.bad_reports.is_empty() {
+            self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
+        }
+        (changed, judgement.sight)
     }
 
     /// The warning for the controller going blind: log, gauge, one Warning Event on the

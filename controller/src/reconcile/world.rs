@@ -11,7 +11,7 @@
 //!
 //! Pure bookkeeping over the caches: no API call.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use aliaslb_core::election::NodeState;
@@ -41,8 +41,11 @@ pub(super) struct World {
     pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
     /// The node states of the last pass, by name.
     nodes: BTreeMap<String, NodeState>,
-    /// The agents of the last pass.
+    /// Every agent, by node: its freshness and report (kept in place: a pass copies no
+    /// report).
     agents: AgentViews,
+    /// The agents' reports, by node (what the planner reads).
+    reports: BTreeMap<String, AgentReport>,
     /// Whether a first pass read everything.
     seeded: bool,
 }
@@ -206,9 +209,9 @@ impl World {
         changed
     }
 
-    /// The nodes whose state or agent differs from the last pass (appeared and gone
-    /// included); remembers these.
-    pub fn nodes_changed(&mut self, nodes: &[NodeState], agents: &AgentViews) -> BTreeSet<String> {
+    /// The nodes whose state differs from the last pass (appeared and gone included);
+    /// remembers these.
+    pub fn nodes_changed(&mut self, nodes: &[NodeState]) -> BTreeSet<String> {
         let mut changed = BTreeSet::new();
         let states: BTreeMap<String, NodeState> =
             nodes.iter().map(|n| (n.name.clone(), n.clone())).collect();
@@ -217,14 +220,63 @@ impl World {
                 changed.insert(name.clone());
             }
         }
-        for name in agents.keys().chain(self.agents.keys()) {
-            if agents.get(name) != self.agents.get(name) {
-                changed.insert(name.clone());
+        self.nodes = states;
+        changed
+    }
+
+    /// Every agent by node: freshness and report.
+    pub fn agents(&self) -> &AgentViews {
+        &self.agents
+    }
+
+    /// Every agent's report by node.
+    pub fn reports(&self) -> &BTreeMap<String, AgentReport> {
+        &self.reports
+    }
+
+    /// Sets the agent of `node`: its freshness, and its report when it was read again
+    /// (`None`: as before). Returns whether either changed.
+    pub fn set_agent(
+        &mut self,
+        node: &str,
+        freshness: Freshness,
+        report: Option<AgentReport>,
+    ) -> bool {
+        match self.agents.get_mut(node) {
+            Some((fresh, old)) => {
+                let mut changed = *fresh != freshness;
+                *fresh = freshness;
+                if let Some(report) = report
+                    && *old != report
+                {
+                    self.reports.insert(node.to_owned(), report.clone());
+                    *old = report;
+                    changed = true;
+                }
+                changed
+            }
+            None => {
+                let report = report.unwrap_or_default();
+                self.reports.insert(node.to_owned(), report.clone());
+                self.agents.insert(node.to_owned(), (freshness, report));
+                true
             }
         }
-        self.nodes = states;
-        self.agents = agents.clone();
-        changed
+    }
+
+    /// Forgets the agents of the nodes not in `present` (their Lease went); returns them.
+    pub fn forget_agents_but(&mut self, present: &HashSet<&str>) -> Vec<String> {
+        let gone: Vec<String> = self
+            .agents
+            .keys()
+            .filter(|n| !present.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for node in &gone {
+            self.agents.remove(node);
+            self.reports.remove(node);
+        }
+        gone
     }
 }
 
@@ -394,41 +446,50 @@ mod tests {
             agent_ready: ready,
             ..NodeState::default()
         };
-        let agent = |fresh: Freshness, held: &[&str]| {
-            let report = AgentReport {
-                held: held.iter().map(|ip| ip.parse().unwrap()).collect(),
-                ..AgentReport::default()
-            };
-            (fresh, report)
+        let report = |held: &[&str]| AgentReport {
+            held: held.iter().map(|ip| ip.parse().unwrap()).collect(),
+            ..AgentReport::default()
         };
         let mut world = World::default();
         let nodes = [node("n1", true), node("n2", true)];
-        let agents: AgentViews = [
-            ("n1".to_owned(), agent(Freshness::Fresh, &[])),
-            ("n2".to_owned(), agent(Freshness::Fresh, &[])),
-        ]
-        .into();
-        assert_eq!(world.nodes_changed(&nodes, &agents).len(), 2, "all new");
-        assert!(world.nodes_changed(&nodes, &agents).is_empty());
-
-        let mut agents2 = agents.clone();
-        agents2.insert("n2".into(), agent(Freshness::Fresh, &["10.0.0.1"]));
-        assert_eq!(
-            world.nodes_changed(&nodes, &agents2),
-            BTreeSet::from(["n2".to_owned()]),
-            "a report"
-        );
+        assert_eq!(world.nodes_changed(&nodes).len(), 2, "all new");
+        assert!(world.nodes_changed(&nodes).is_empty());
         let nodes2 = [node("n1", false), node("n2", true)];
         assert_eq!(
-            world.nodes_changed(&nodes2, &agents2),
+            world.nodes_changed(&nodes2),
             BTreeSet::from(["n1".to_owned()]),
             "a state"
         );
-        agents2.remove("n2");
         assert_eq!(
-            world.nodes_changed(&nodes2[..1], &agents2),
+            world.nodes_changed(&nodes2[..1]),
             BTreeSet::from(["n2".to_owned()]),
             "gone"
         );
+
+        assert!(
+            world.set_agent("n1", Freshness::Fresh, Some(report(&[]))),
+            "new"
+        );
+        assert!(
+            !world.set_agent("n1", Freshness::Fresh, None),
+            "not read again"
+        );
+        assert!(
+            !world.set_agent("n1", Freshness::Fresh, Some(report(&[]))),
+            "same"
+        );
+        assert!(world.set_agent("n1", Freshness::Fresh, Some(report(&["10.0.0.1"]))));
+        assert!(world.set_agent("n1", Freshness::Lost, None), "freshness");
+        assert_eq!(world.reports()["n1"], report(&["10.0.0.1"]));
+        assert_eq!(
+            world.agents()["n1"],
+            (Freshness::Lost, report(&["10.0.0.1"]))
+        );
+        assert!(world.set_agent("n2", Freshness::Fresh, None));
+        assert_eq!(
+            world.forget_agents_but(&HashSet::from(["n2"])),
+            ["n1".to_owned()]
+        );
+        assert!(!world.reports().contains_key("n1"));
     }
 }
