@@ -305,6 +305,7 @@ impl Reconciler {
             "pass done"
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
+        self.ctx.metrics.add_services_planned(output.services.len());
         self.agents_change
             .into_iter()
             .chain(self.writes.next_retry())
