@@ -1,33 +1,54 @@
-//! Controller scale and latency against the API floor, in one run, against the real
-//! kube-apiserver (testenv, v1.20.2). The controller is the release `aliaslb-controller`
-//! binary in a subprocess, so its peak RSS (`VmHWM`) is its own.
+//! Controller scale, latency and CPU against their floors, in one run, against the real
+//! kube-apiserver (testenv, v1.20.2): the figures of issue 14's performance targets, each
+//! printed beside the floor it is judged against. The controller is the release
+//! `aliaslb-controller` binary in a subprocess, so its peak RSS (`VmHWM`) and CPU time
+//! (`/proc/PID/stat`) are its own.
 //!
-//! Phases, all against the same apiserver and the same N Services:
+//! Fake agent Leases for `--nodes` nodes run in the bench process for the whole run (each
+//! renewed every second by its own task, the tasks spread over the second as real agents
+//! are; each reports as held what is assigned to its node). Phases, all against the same
+//! apiserver:
+//! 0. the floors with 0 Services: the controller binary starts; idle CPU over `--steady`
+//!    seconds right after `/readyz`; then `--latency` Services (`zero-0000`, ...) created one
+//!    at a time, each waited for (create -> ingress IP); then the controller is killed
+//!    (SIGKILL + wait) and those Services are deleted, and the bench waits until its watch
+//!    no longer has them;
 //! 1. create N `type: LoadBalancer` Services over `--namespaces` namespaces (each with its
 //!    own /22 pool), controller not running;
 //! 2. the floor: a minimal client merge-patches `status.loadBalancer.ingress` of every
 //!    Service, [`FLOOR_IN_FLIGHT`] requests at once (the controller's `MAX_IN_FLIGHT`),
 //!    then clears them again (a second, untimed-for-the-ratio pass);
-//! 3. the controller binary starts (fake agent Leases for `--nodes` nodes, renewed every
-//!    second, report as held what is assigned to them); timed until every Service has an
-//!    ingress IP, then until every one is `Announced=True`;
-//! 4. latency: `--latency` more Services created one at a time, each waited for, with the
-//!    N converged Services still in the controller's caches.
+//! 3. the controller binary starts again (same identity, so it renews the leader Lease the
+//!    killed one left at once, see [`IDENTITY`]); timed until every Service has an ingress
+//!    IP (ratio to the floor), then until every one is `Announced=True`;
+//! 4. latency: `--latency` more Services (`lat-0000`, ...) created one at a time, each
+//!    waited for, with the N converged Services still in the controller's caches (ratio to
+//!    phase 0's p50 and p99);
+//! 5. steady state: the controller's CPU over `--steady` seconds with the N Services and the
+//!    agents renewing (beside phase 0's idle figure), with the reconcile passes and their
+//!    mean time over the window (the controller's `/metrics`).
 //!
-//! API requests are the apiserver's own `apiserver_request_total` deltas per phase.
+//! API requests are the apiserver's own `apiserver_request_total` deltas per phase. A
+//! summary against the targets ends the output.
 //!
 //! ```text
 //! cargo build --release -p aliaslb-controller --bin aliaslb-controller
 //! KUBEBUILDER_ASSETS=$HOME/.cache/aliaslb/kube-v1.20.2/bin \
 //!   cargo run --release -p aliaslb-controller --example controller_scale -- \
-//!   [--services 1000] [--namespaces 50] [--nodes 5] [--latency 200]
+//!   [--services 1000] [--namespaces 50] [--nodes 5] [--latency 200] [--steady 20]
 //! ```
+//! - `--services N`: Services converged in phases 1-3 (and in the caches in 4-5);
+//! - `--namespaces M` (1..=60): namespaces (one /22 pool each) they are spread over;
+//! - `--nodes K`: Nodes, each with a fake agent Lease renewed at 1 Hz (100 works);
+//! - `--latency L`: Services created one by one in phases 0 and 4 (0 skips both);
+//! - `--steady S`: seconds of each CPU window (phase 0's idle floor and phase 5).
+//!
 //! `ALIASLB_CONTROLLER_BIN` overrides the binary (default `target/release/aliaslb-controller`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,7 +62,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::json;
@@ -57,6 +78,17 @@ const LABEL: &str = "aliaslb.io/bench";
 /// Fake agent renewal period (the agent's default) and lease duration.
 const RENEW_EVERY: Duration = Duration::from_secs(1);
 const LEASE_SECONDS: i32 = 4;
+/// The controller's `POD_NAME` (its leader-election identity), the same for both starts.
+/// The controller killed after phase 0 leaves the leader Lease naming it, unexpired; a
+/// replica whose identity is the Lease's holder renews it at its first look
+/// (`leader::decide` returns `Renew`), whereas any other identity would wait the Lease's
+/// duration (15 s by default) for it to expire. So the second start is not delayed, and
+/// the bench checks it: it prints when the new process first renewed the Lease.
+const IDENTITY: &str = "scale-controller";
+/// Clock ticks per second of the times in `/proc/PID/stat` (Linux's `USER_HZ`). Assumed,
+/// not read with `sysconf(_SC_CLK_TCK)`: the controller crate has no `libc` dependency, and
+/// `getconf CLK_TCK` is 100 on this machine (as on x86-64 and arm64 Linux generally).
+const CLK_TCK: f64 = 100.0;
 
 /// Command-line options.
 #[derive(Debug)]
@@ -65,6 +97,8 @@ struct Options {
     namespaces: usize,
     nodes: usize,
     latency: usize,
+    /// Seconds of each CPU window.
+    steady: usize,
 }
 
 impl Options {
@@ -74,6 +108,7 @@ impl Options {
             namespaces: 50,
             nodes: 5,
             latency: 200,
+            steady: 20,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -82,6 +117,7 @@ impl Options {
                 "--namespaces" => &mut o.namespaces,
                 "--nodes" => &mut o.nodes,
                 "--latency" => &mut o.latency,
+                "--steady" => &mut o.steady,
                 other => return Err(format!("unknown argument `{other}`")),
             };
             let value = args
@@ -91,15 +127,23 @@ impl Options {
                 .parse()
                 .map_err(|_| format!("{flag}: `{value}` is not a number"))?;
         }
-        if o.namespaces == 0 || o.namespaces > 60 || o.nodes == 0 {
-            return Err("--namespaces must be 1..=60 and --nodes at least 1".into());
+        if o.namespaces == 0 || o.namespaces > 60 || o.nodes == 0 || o.steady == 0 {
+            return Err("--namespaces must be 1..=60, --nodes and --steady at least 1".into());
         }
         // Each namespace has a /22 (1,024 addresses); the first one also takes the latency
-        // Services.
+        // Services (phase 0's are deleted before phase 1).
         if o.services.div_ceil(o.namespaces) + o.latency > 1000 {
             return Err("too many Services per namespace for a /22 pool".into());
         }
         Ok(o)
+    }
+
+    /// The command line these options stand for, every flag spelled out.
+    fn flags(&self) -> String {
+        format!(
+            "--services {} --namespaces {} --nodes {} --latency {} --steady {}",
+            self.services, self.namespaces, self.nodes, self.latency, self.steady
+        )
     }
 }
 
@@ -135,6 +179,8 @@ struct Progress {
     announced: usize,
     /// First moment each Service was seen with an ingress IP.
     first_ip: HashMap<String, Instant>,
+    /// Keys of the Services assigned to each node (so a renewal does not scan them all).
+    by_node: HashMap<String, HashSet<String>>,
 }
 
 impl Progress {
@@ -142,6 +188,9 @@ impl Progress {
         if let Some(old) = self.services.remove(&key) {
             self.with_ip -= usize::from(!old.ips.is_empty());
             self.announced -= usize::from(old.announced);
+            if let Some(keys) = old.node.and_then(|n| self.by_node.get_mut(&n)) {
+                keys.remove(&key);
+            }
         }
         if let Some(seen) = seen {
             if !seen.ips.is_empty() {
@@ -149,15 +198,23 @@ impl Progress {
                 self.first_ip.entry(key.clone()).or_insert(now);
             }
             self.announced += usize::from(seen.announced);
+            if let Some(node) = &seen.node {
+                self.by_node
+                    .entry(node.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
             self.services.insert(key, seen);
         }
     }
 
     /// IPs assigned to `node` (what its fake agent reports as held).
     fn held_by(&self, node: &str) -> BTreeSet<IpAddr> {
-        self.services
-            .values()
-            .filter(|s| s.node.as_deref() == Some(node))
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.services.get(key))
             .flat_map(|s| s.ips.iter().copied())
             .collect()
     }
@@ -216,34 +273,94 @@ async fn until(
     }
 }
 
-/// Renews the agent Lease of each node every [`RENEW_EVERY`], reporting as held every IP
-/// the watch sees assigned to it (what a real agent reports once it added them).
-async fn fake_agents(client: Client, system: String, nodes: Vec<String>, p: Arc<Mutex<Progress>>) {
+/// What the fake agents did, to check that every Lease really is renewed at 1 Hz.
+#[derive(Debug, Default, Clone, Copy)]
+struct AgentStats {
+    /// Renewals that succeeded.
+    renewals: u64,
+    /// Renewals the apiserver refused or that failed on the way.
+    failures: u64,
+    /// The slowest renewal PATCH.
+    slowest: Duration,
+    /// The longest time between the starts of two consecutive renewals of one Lease.
+    longest_gap: Duration,
+}
+
+/// Runs one fake agent per node, all at once: each renews its node's agent Lease every
+/// [`RENEW_EVERY`], the agents' phases spread evenly over the period (real agents start at
+/// unrelated moments), reporting as held every IP the watch sees assigned to its node (what
+/// a real agent reports once it added them). Concurrent, so K Leases really are K
+/// renewals a second however long one PATCH takes; `stats` shows whether they were.
+async fn fake_agents(
+    client: Client,
+    system: String,
+    nodes: Vec<String>,
+    p: Arc<Mutex<Progress>>,
+    stats: Arc<Mutex<AgentStats>>,
+) {
     let leases = Api::<Lease>::namespaced(client, &system);
+    let first = tokio::time::Instant::now();
+    let count = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+    let agents = nodes.into_iter().enumerate().map(|(i, node)| {
+        let phase = RENEW_EVERY * u32::try_from(i).unwrap_or(0) / count;
+        fake_agent(
+            leases.clone(),
+            node,
+            first + phase,
+            p.clone(),
+            stats.clone(),
+        )
+    });
+    futures::future::join_all(agents).await;
+}
+
+/// One fake agent: renews `node`'s Lease every [`RENEW_EVERY`] from `first` on.
+async fn fake_agent(
+    leases: Api<Lease>,
+    node: String,
+    first: tokio::time::Instant,
+    p: Arc<Mutex<Progress>>,
+    stats: Arc<Mutex<AgentStats>>,
+) {
     let params = PatchParams::apply(keys::AGENT_FIELD_MANAGER).force();
+    let name = keys::agent_lease_name(&node);
+    let mut every = tokio::time::interval_at(first, RENEW_EVERY);
+    // A renewal slower than the period delays the next one rather than bunching them.
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Instant> = None;
     loop {
-        for node in &nodes {
-            let held = p.lock().unwrap().held_by(node);
-            let report = AgentReport {
-                version: REPORT_VERSION,
-                held,
-                ..AgentReport::default()
-            };
-            let name = keys::agent_lease_name(node);
-            let lease = json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()}},
-                "spec": {
-                    "holderIdentity": node,
-                    "leaseDurationSeconds": LEASE_SECONDS,
-                    "renewTime": MicroTime(Timestamp::now()),
-                },
-            });
-            if let Err(e) = leases.patch(&name, &params, &Patch::Apply(lease)).await {
+        every.tick().await;
+        let started = Instant::now();
+        let held = p.lock().unwrap().held_by(&node);
+        let report = AgentReport {
+            version: REPORT_VERSION,
+            held,
+            ..AgentReport::default()
+        };
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()}},
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": MicroTime(Timestamp::now()),
+            },
+        });
+        let result = leases.patch(&name, &params, &Patch::Apply(lease)).await;
+        let took = started.elapsed();
+        let mut s = stats.lock().unwrap();
+        match result {
+            Ok(_) => s.renewals += 1,
+            Err(e) => {
+                s.failures += 1;
                 eprintln!("fake agent {node}: renewing failed: {e}");
             }
         }
-        tokio::time::sleep(RENEW_EVERY).await;
+        s.slowest = s.slowest.max(took);
+        if let Some(last) = last {
+            s.longest_gap = s.longest_gap.max(started - last);
+        }
+        last = Some(started);
     }
 }
 
@@ -328,24 +445,264 @@ fn malloc_arenas() -> String {
 }
 
 /// Stops the controller when the bench ends in any way: SIGTERM (so a profiler wrapping
-/// it writes its output), SIGKILL after 30 s.
-struct Running(Child);
+/// it writes its output), SIGKILL after 30 s. [`Running::kill`] stops it at once instead.
+struct Running(Option<Child>);
+
+impl Running {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL and reap it: a controller that dies without stepping down (the leader
+    /// Lease still names it).
+    fn kill(mut self) {
+        if let Some(mut child) = self.0.take() {
+            if let Err(e) = child.kill() {
+                eprintln!("controller_scale: killing the controller: {e}");
+            }
+            let _ = child.wait();
+        }
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
         let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
+            .args(["-TERM", &child.id().to_string()])
             .status();
         let end = Instant::now() + Duration::from_secs(30);
         while Instant::now() < end {
-            if let Ok(Some(_)) = self.0.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
+}
+
+/// A controller process that answered `/readyz`.
+struct Started {
+    controller: Running,
+    /// Its `/metrics`, `/healthz`, `/readyz` address.
+    addr: SocketAddr,
+    /// Just before the process was spawned.
+    started: Instant,
+    /// From spawn to the first 200 on `/readyz` (caches synced).
+    ready: Duration,
+    /// Its stderr.
+    log: PathBuf,
+}
+
+/// Spawns the controller binary with its own metrics port and log file (`which` names
+/// it), and waits for `/readyz`.
+async fn start_controller(binary: &Path, env: &TestEnv, system: &str, which: &str) -> Started {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("finding a free local port for the controller's metrics");
+    let log_path = std::env::temp_dir().join(format!(
+        "controller_scale-{}-{which}.log",
+        std::process::id()
+    ));
+    let log = std::fs::File::create(&log_path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+    let started = Instant::now();
+    let child = Command::new(binary)
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("POD_NAMESPACE", system)
+        // The fake agents' Leases are in the system namespace too.
+        .env("ALIASLB_AGENT_NAMESPACE", system)
+        .env("POD_NAME", IDENTITY)
+        .env("ALIASLB_METRICS_ADDR", addr.to_string())
+        .env("MALLOC_ARENA_MAX", malloc_arenas())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+    let mut controller = Running(Some(child));
+    let ready = loop {
+        if get(addr, "/readyz").is_some_and(|(status, _)| status.contains("200")) {
+            break started.elapsed();
+        }
+        if let Some(Ok(Some(status))) = controller.0.as_mut().map(Child::try_wait) {
+            panic!(
+                "the controller exited ({status}) before it was ready: see {}",
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    Started {
+        controller,
+        addr,
+        started,
+        ready,
+        log: log_path,
+    }
+}
+
+/// Waits until the leader Lease names [`IDENTITY`] in a version other than `not_version`
+/// (the one a killed controller left), polling every 20 ms; the moment it does. Panics
+/// after a minute (three default leader lease durations): the controller is not electing.
+async fn leading(leases: &Api<Lease>, not_version: Option<&str>) -> Instant {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            Instant::now() < give_up,
+            "the controller did not take the leader Lease {} within 60 s: see its log",
+            keys::CONTROLLER_LEASE
+        );
+        if let Ok(Some(lease)) = leases.get_opt(keys::CONTROLLER_LEASE).await {
+            let holder = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref());
+            if holder == Some(IDENTITY) && lease.metadata.resource_version.as_deref() != not_version
+            {
+                return Instant::now();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The leader Lease's `resourceVersion`, if it exists.
+async fn leader_version(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt(keys::CONTROLLER_LEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.metadata.resource_version)
+}
+
+/// User plus system CPU time of process `pid` so far, in clock ticks (`/proc/PID/stat`
+/// fields 14 and 15).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2 (the command) is in parentheses and may hold spaces: count from the last `)`,
+    // after which comes field 3.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The controller's `aliaslb_reconcile_duration_seconds` (count, sum) from its `/metrics`.
+fn reconcile_totals(addr: SocketAddr) -> Option<(f64, f64)> {
+    let (_, body) = get(addr, "/metrics")?;
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.split([' ', '{']).next() == Some(name))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .sum()
+    };
+    Some((
+        value("aliaslb_reconcile_duration_seconds_count"),
+        value("aliaslb_reconcile_duration_seconds_sum"),
+    ))
+}
+
+/// What the controller did over a window of wall-clock time.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    /// Length of the window.
+    wall: Duration,
+    /// Controller CPU (user + system) as a percentage of one core.
+    cpu_percent: f64,
+    /// Reconcile passes that ended in the window, and their summed time.
+    passes: f64,
+    pass_seconds: f64,
+    /// Fake agent renewals in the window.
+    renewals: u64,
+}
+
+impl Window {
+    /// `cpu %`, passes/s and the mean pass, for printing.
+    fn describe(&self) -> String {
+        let secs = self.wall.as_secs_f64();
+        let mean = if self.passes > 0.0 {
+            format!("{:.2} ms", self.pass_seconds / self.passes * 1000.0)
+        } else {
+            "-".to_owned()
+        };
+        format!(
+            "reconcile passes {} ({:.1}/s), mean pass {mean}, {:.1} % of the window in passes; fake agent renewals {} ({:.1}/s)",
+            self.passes,
+            self.passes / secs,
+            self.pass_seconds / secs * 100.0,
+            self.renewals,
+            self.renewals as f64 / secs,
+        )
+    }
+}
+
+/// Measures the controller `pid` (metrics at `addr`) over `length`.
+async fn window(
+    pid: u32,
+    addr: SocketAddr,
+    length: Duration,
+    agents: &Mutex<AgentStats>,
+) -> Window {
+    let renewals = || agents.lock().unwrap().renewals;
+    let (count0, sum0) = reconcile_totals(addr).unwrap_or_default();
+    let renewals0 = renewals();
+    let ticks0 = cpu_ticks(pid).expect("reading the controller's /proc/PID/stat");
+    let t0 = Instant::now();
+    tokio::time::sleep(length).await;
+    let ticks1 = cpu_ticks(pid).expect("reading the controller's /proc/PID/stat");
+    let wall = t0.elapsed();
+    let renewals1 = renewals();
+    let (count1, sum1) = reconcile_totals(addr).unwrap_or_default();
+    Window {
+        wall,
+        cpu_percent: (ticks1 - ticks0) as f64 / CLK_TCK / wall.as_secs_f64() * 100.0,
+        passes: count1 - count0,
+        pass_seconds: sum1 - sum0,
+        renewals: renewals1 - renewals0,
+    }
+}
+
+/// Creates `count` Services `{prefix}-0000`, ... in `api`'s namespace `ns` one at a time,
+/// each waited for until the watch sees its ingress IP: the create -> IP times, sorted,
+/// and the Services' keys.
+async fn latency(
+    api: &Api<Service>,
+    ns: &str,
+    prefix: &str,
+    count: usize,
+    progress: &Mutex<Progress>,
+    tick: &mut watch::Receiver<u64>,
+) -> (Vec<Duration>, Vec<String>) {
+    let mut to_ip = Vec::with_capacity(count);
+    let mut keys = Vec::with_capacity(count);
+    for l in 0..count {
+        let name = format!("{prefix}-{l:04}");
+        let key = format!("{ns}/{name}");
+        let t = Instant::now();
+        api.create(&PostParams::default(), &service(&name))
+            .await
+            .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
+        until(progress, tick, |p| p.first_ip.contains_key(&key)).await;
+        to_ip.push(progress.lock().unwrap().first_ip[&key] - t);
+        keys.push(key);
+    }
+    to_ip.sort();
+    (to_ip, keys)
+}
+
+/// `p50 .. p99 .. max` of sorted latencies.
+fn percentiles(sorted: &[Duration]) -> String {
+    format!(
+        "p50 {} p99 {} max {}",
+        ms(quantile(sorted, 0.5)),
+        ms(quantile(sorted, 0.99)),
+        ms(quantile(sorted, 1.0)),
+    )
 }
 
 fn controller_binary() -> PathBuf {
@@ -380,7 +737,7 @@ async fn main() {
         Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "controller_scale: {e}\nusage: controller_scale [--services N] [--namespaces 1..=60] [--nodes N] [--latency N]"
+                "controller_scale: {e}\nusage: controller_scale [--services N] [--namespaces 1..=60] [--nodes N] [--latency N] [--steady SECONDS]"
             );
             std::process::exit(2);
         }
@@ -393,7 +750,14 @@ async fn main() {
         );
         std::process::exit(2);
     }
+    println!("controller_scale {}", opts.flags());
+    println!(
+        "  controller binary {}, MALLOC_ARENA_MAX={}",
+        binary.display(),
+        malloc_arenas()
+    );
     let n = opts.services;
+    let steady = Duration::from_secs(opts.steady as u64);
     // 10,000 LoadBalancer Services need 10,000 node ports (1.20 always allocates them);
     // the default range has 2,768.
     let env = TestEnv::start_with(&["--service-node-port-range=20000-60000"])
@@ -440,12 +804,80 @@ async fn main() {
     let progress = Arc::new(Mutex::new(Progress::default()));
     let (tick_tx, mut tick) = watch::channel(0u64);
     let tracker = tokio::spawn(track(client.clone(), progress.clone(), tick_tx));
+    let agent_stats = Arc::new(Mutex::new(AgentStats::default()));
+    let agents_started = Instant::now();
     let agents = tokio::spawn(fake_agents(
         client.clone(),
         system.clone(),
         nodes.clone(),
         progress.clone(),
+        agent_stats.clone(),
     ));
+    // Every agent Lease exists before any controller starts.
+    while agent_stats.lock().unwrap().renewals < opts.nodes as u64 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let leases = Api::<Lease>::namespaced(client.clone(), &system);
+    let first_ns = Api::<Service>::namespaced(client.clone(), &namespaces[0]);
+
+    // Phase 0: the floors with 0 Services: idle CPU, then latency.
+    let zero = start_controller(&binary, env, &system, "0").await;
+    let zero_pid = zero.controller.id();
+    let zero_leading = leading(&leases, None).await - zero.started;
+    println!(
+        "phase 0, controller with 0 Services: ready (caches synced) after {}, leading after {}",
+        ms(zero.ready),
+        ms(zero_leading)
+    );
+    let idle = window(zero_pid, zero.addr, steady, &agent_stats).await;
+    println!(
+        "  idle floor over {} s with {} fake agents renewing at 1 Hz: controller CPU {:.1} % of one core",
+        opts.steady, opts.nodes, idle.cpu_percent
+    );
+    println!("    {}", idle.describe());
+    let zero_latency = if opts.latency > 0 {
+        let (to_ip, zero_keys) = latency(
+            &first_ns,
+            &namespaces[0],
+            "zero",
+            opts.latency,
+            &progress,
+            &mut tick,
+        )
+        .await;
+        println!(
+            "  latency with 0 other Services over {} created one by one: create -> ingress IP {}",
+            opts.latency,
+            percentiles(&to_ip)
+        );
+        Some((to_ip, zero_keys))
+    } else {
+        None
+    };
+    let zero_hwm = proc_kib(zero_pid, "VmHWM").unwrap_or(0);
+    println!(
+        "  peak RSS (VmHWM) with 0 Services: {:.1} MiB",
+        zero_hwm as f64 / 1024.0
+    );
+    println!("  controller log: {}", zero.log.display());
+    zero.controller.kill();
+    // The killed controller's leader Lease stays; the next start (same identity) renews it.
+    let dead_version = leader_version(&leases).await;
+    // Their Services go, so that they disturb neither the floor nor the convergence.
+    if let Some((_, zero_keys)) = &zero_latency {
+        for key in zero_keys {
+            let name = key.rsplit_once('/').map_or(key.as_str(), |(_, name)| name);
+            first_ns
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("deleting Service {key}: {e}"));
+        }
+        until(&progress, &mut tick, |p| {
+            zero_keys.iter().all(|k| !p.services.contains_key(k))
+        })
+        .await;
+    }
+    let zero_latency = zero_latency.map(|(to_ip, _)| to_ip);
 
     // Phase 1: the Services, controller not running.
     // Service j lives in namespace j % namespaces; `k` is its index there.
@@ -524,53 +956,38 @@ async fn main() {
         ms(cleared)
     );
 
-    // Phase 3: the controller binary.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let log_path =
-        std::env::temp_dir().join(format!("controller_scale-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path).unwrap();
+    // Phase 3: the controller binary again.
     let before = request_counts(&client).await;
-    let started = Instant::now();
-    let child = Command::new(&binary)
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("POD_NAMESPACE", &system)
-        .env("POD_NAME", "scale-controller")
-        .env("ALIASLB_METRICS_ADDR", addr.to_string())
-        .env("MALLOC_ARENA_MAX", malloc_arenas())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let controller = Running(child);
-    let pid = controller.0.id();
-    let ready = loop {
-        if get(addr, "/readyz").is_some_and(|(status, _)| status.contains("200")) {
-            break started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let lead_watch = {
+        let leases = leases.clone();
+        let dead_version = dead_version.clone();
+        tokio::spawn(async move { leading(&leases, dead_version.as_deref()).await })
     };
+    let run = start_controller(&binary, env, &system, "n").await;
+    let (started, ready, addr) = (run.started, run.ready, run.addr);
+    let pid = run.controller.id();
     let all_ip = until(&progress, &mut tick, |p| p.with_ip == n).await - started;
     let all_announced = until(&progress, &mut tick, |p| p.announced == n).await - started;
+    let lead = lead_watch
+        .await
+        .ok()
+        .map(|at| at.saturating_duration_since(started));
     // Let trailing Events land before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = request_counts(&client).await;
     let hwm = proc_kib(pid, "VmHWM").unwrap_or(0);
     println!(
-        "controller ({}, MALLOC_ARENA_MAX={}): ready (caches synced) after {}; every Service has an ingress IP {} after start, {} after ready ({:.0}/s); all Announced=True {} after start",
-        binary.display(),
-        malloc_arenas(),
+        "controller: ready (caches synced) after {}, leading after {} (renewed the killed one's leader Lease); every Service has an ingress IP {} after start, {} after ready ({:.0}/s); all Announced=True {} after start",
         ms(ready),
+        lead.map_or_else(|| "?".to_owned(), ms),
         ms(all_ip),
         ms(all_ip - ready),
         n as f64 / (all_ip - ready).as_secs_f64(),
         ms(all_announced),
     );
+    let convergence_ratio = (all_ip - ready).as_secs_f64() / floor_seen.as_secs_f64();
     println!(
-        "ratio controller / floor (watch-seen): {:.2} from ready, {:.2} from process start",
-        (all_ip - ready).as_secs_f64() / floor_seen.as_secs_f64(),
+        "ratio controller / floor (watch-seen): {convergence_ratio:.2} from ready (target <= 1.2), {:.2} from process start",
         all_ip.as_secs_f64() / floor_seen.as_secs_f64()
     );
     println!("  controller requests on services + events (apiserver_request_total delta):");
@@ -585,34 +1002,54 @@ async fn main() {
     );
 
     // Phase 4: latency, one Service at a time.
-    if opts.latency > 0 {
-        let api = Api::<Service>::namespaced(client.clone(), &namespaces[0]);
-        let mut to_ip = Vec::with_capacity(opts.latency);
-        for l in 0..opts.latency {
-            let name = format!("lat-{l:04}");
-            let key = format!("{}/{name}", namespaces[0]);
-            let t = Instant::now();
-            api.create(&PostParams::default(), &service(&name))
-                .await
-                .unwrap();
-            until(&progress, &mut tick, |p| p.first_ip.contains_key(&key)).await;
-            to_ip.push(progress.lock().unwrap().first_ip[&key] - t);
-        }
-        to_ip.sort();
-        println!(
-            "latency over {} Services created one by one ({n} others converged): create -> ingress IP p50 {} p99 {} max {}",
+    let mut latency_ratio = None;
+    if let Some(zero_latency) = &zero_latency {
+        let (to_ip, _) = latency(
+            &first_ns,
+            &namespaces[0],
+            "lat",
             opts.latency,
-            ms(quantile(&to_ip, 0.5)),
-            ms(quantile(&to_ip, 0.99)),
-            ms(quantile(&to_ip, 1.0)),
+            &progress,
+            &mut tick,
+        )
+        .await;
+        println!(
+            "latency over {} Services created one by one ({n} others converged): create -> ingress IP {}",
+            opts.latency,
+            percentiles(&to_ip)
         );
+        println!(
+            "latency with 0 other Services:                        create -> ingress IP {}",
+            percentiles(zero_latency)
+        );
+        let ratio = |q| quantile(&to_ip, q).as_secs_f64() / quantile(zero_latency, q).as_secs_f64();
+        let ratios = (ratio(0.5), ratio(0.99));
+        println!(
+            "latency ratio at {n} / at 0: p50 {:.2}, p99 {:.2} (target <= 1.2)",
+            ratios.0, ratios.1
+        );
+        latency_ratio = Some(ratios);
     }
+
+    // Phase 5: steady state.
+    let busy = window(pid, addr, steady, &agent_stats).await;
+    println!(
+        "steady state over {} s with {} fake agents renewing at 1 Hz: controller CPU {:.1} % of one core (target < 5 %)",
+        opts.steady, opts.nodes, busy.cpu_percent
+    );
+    println!("    {}", busy.describe());
+    println!(
+        "  idle floor (0 Services, same agents, phase 0): controller CPU {:.1} % of one core",
+        idle.cpu_percent
+    );
+
     let hwm = proc_kib(pid, "VmHWM").unwrap_or(0);
     let rss = proc_kib(pid, "VmRSS").unwrap_or(0);
     println!(
-        "controller peak RSS (VmHWM) {:.1} MiB, current RSS {:.1} MiB",
+        "controller peak RSS (VmHWM) {:.1} MiB, current RSS {:.1} MiB (0 Services: {:.1} MiB)",
         hwm as f64 / 1024.0,
-        rss as f64 / 1024.0
+        rss as f64 / 1024.0,
+        zero_hwm as f64 / 1024.0,
     );
     if let Some((_, body)) = get(addr, "/metrics") {
         for line in body.lines().filter(|l| {
@@ -623,8 +1060,36 @@ async fn main() {
             println!("  {line}");
         }
     }
-    println!("controller log: {}", log_path.display());
-    drop(controller);
+    let a = *agent_stats.lock().unwrap();
+    let agents_for = agents_started.elapsed().as_secs_f64();
+    println!(
+        "fake agents: {} Leases, {} renewals in {agents_for:.0} s ({:.1}/s), {} failed; slowest renewal {}, longest gap between two renewals of one Lease {}",
+        opts.nodes,
+        a.renewals,
+        a.renewals as f64 / agents_for,
+        a.failures,
+        ms(a.slowest),
+        ms(a.longest_gap),
+    );
+    println!("controller log: {}", run.log.display());
+
+    println!("summary against issue 14's targets ({}):", opts.flags());
+    println!("  first convergence: controller / floor {convergence_ratio:.2} (target <= 1.2)");
+    match latency_ratio {
+        Some((p50, p99)) => println!(
+            "  create -> IP at {n} / at 0 Services: p50 {p50:.2}, p99 {p99:.2} (target <= 1.2)"
+        ),
+        None => println!("  create -> IP: not measured (--latency 0)"),
+    }
+    println!(
+        "  steady CPU with {} agents at {n} Services: {:.1} % of one core, idle floor {:.1} % (target < 5 %)",
+        opts.nodes, busy.cpu_percent, idle.cpu_percent
+    );
+    println!(
+        "  peak RSS {:.1} MiB (target <= 64 MiB at 10,000 Services)",
+        hwm as f64 / 1024.0
+    );
+    drop(run);
     agents.abort();
     tracker.abort();
 }
