@@ -199,9 +199,10 @@ struct Reconciler {
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
     /// once, on the edge.
     bad_reports: HashSet<String>,
-    /// The resourceVersion of each agent Lease whose report was last read, by Lease name:
-    /// a report is parsed again only when its Lease changed.
-    lease_versions: HashMap<String, Option<String>>,
+    /// The digest of each agent Lease's report as last read, by Lease name
+    /// ([`agents::report_digest`]): a report is parsed again only when it changed, not on
+    /// every renewal.
+    report_digests: HashMap<String, u64>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -210,6 +211,14 @@ struct Reconciler {
     observer: Observer,
     /// When the agents' freshness changes next without an event.
     agents_change: Option<Instant>,
+}
+
+/// What [`Reconciler::merge`] found.
+struct Merged {
+    /// The nodes whose assignment may have changed (`None`: every node).
+    touched: Option<BTreeSet<String>>,
+    /// The Services the pass planned.
+    planned: Vec<ServiceKey>,
 }
 
 /// What one pass observed, read from the caches and [`World`].
@@ -247,7 +256,7 @@ impl Reconciler {
             refs: HashMap::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
-            lease_versions: HashMap::new(),
+            report_digests: HashMap::new(),
             imported: false,
             node_clashes: Vec::new(),
             observer: Observer::new(Instant::now()),
@@ -291,21 +300,21 @@ impl Reconciler {
         let config = self.config_step().await?;
         let mut observed = self.observe();
         self.node_address_notice(&config, &observed.node_addresses);
-        let output = self.plan(&config, &mut observed);
-        let touched = self.merge(&output, &observed);
+        let mut output = self.plan(&config, &mut observed);
+        let Merged { touched, planned } = self.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
         self.write_assignments(&output, &observed, touched).await;
-        let (services, writes) = self.write_services(&output, observed).await;
+        let (services, writes) = self.write_services(&output, &planned, observed).await;
         tracing::debug!(
             services,
-            planned = output.services.len(),
+            planned = planned.len(),
             writes,
             events = output.events.len(),
             took = ?started.elapsed(),
             "pass done"
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
-        self.ctx.metrics.add_services_planned(output.services.len());
+        self.ctx.metrics.add_services_planned(planned.len());
         self.agents_change
             .into_iter()
             .chain(self.writes.next_retry())
@@ -419,9 +428,9 @@ impl Reconciler {
         output
     }
 
-    /// Merges the pass's plans into [`Reconciler::plans`]; returns the nodes whose
-    /// assignment may have changed (`None`: every node).
-    fn merge(&mut self, output: &PlanOutput, observed: &Observed) -> Option<BTreeSet<String>> {
+    /// Moves the pass's plans into [`Reconciler::plans`] (`output.services` is empty
+    /// after); returns what they touched.
+    fn merge(&mut self, output: &mut PlanOutput, observed: &Observed) -> Merged {
         fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
             plan.node.iter().chain(&plan.nodes)
         }
@@ -464,32 +473,6 @@ impl Reconciler {
                 unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
             }
         }
-        // A changed view may change the lines (ports) even when its plan stays.
-        let viewed: HashSet<&ServiceKey> =
-            observed.changes.services.iter().map(|(k, _)| k).collect();
-        for (key, plan) in &output.services {
-            let old = self.plans.get(key);
-            if old == Some(plan) && !viewed.contains(key) {
-                continue;
-            }
-            if let Some(old) = old {
-                for node in nodes_of(old) {
-                    touched.insert(node.clone());
-                    if let Some(keys) = self.on_node.get_mut(node) {
-                        keys.remove(key);
-                    }
-                }
-            }
-            for node in nodes_of(plan) {
-                touched.insert(node.clone());
-                self.on_node
-                    .entry(node.clone())
-                    .or_default()
-                    .insert(key.clone());
-            }
-            self.plans.insert(key.clone(), plan.clone());
-        }
-        self.on_node.retain(|_, keys| !keys.is_empty());
         // A first claim that started or ended is a line's `probe` flag. Its Service is
         // re-planned with it; if not, every node is looked at rather than one missed.
         let mut every = everything;
@@ -504,7 +487,39 @@ impl Reconciler {
             touched.extend(nodes.cloned());
         }
         self.probe.clone_from(&output.probe);
-        (!every).then_some(touched)
+        // A changed view may change the lines (ports) even when its plan stays.
+        let viewed: HashSet<&ServiceKey> =
+            observed.changes.services.iter().map(|(k, _)| k).collect();
+        let mut planned = Vec::with_capacity(output.services.len());
+        // Moved, not copied: at 10,000 Services a first pass's plans are megabytes.
+        for (key, plan) in std::mem::take(&mut output.services) {
+            planned.push(key.clone());
+            let old = self.plans.get(&key);
+            if old == Some(&plan) && !viewed.contains(&key) {
+                continue;
+            }
+            if let Some(old) = old {
+                for node in nodes_of(old) {
+                    touched.insert(node.clone());
+                    if let Some(keys) = self.on_node.get_mut(node) {
+                        keys.remove(&key);
+                    }
+                }
+            }
+            for node in nodes_of(&plan) {
+                touched.insert(node.clone());
+                self.on_node
+                    .entry(node.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            self.plans.insert(key, plan);
+        }
+        self.on_node.retain(|_, keys| !keys.is_empty());
+        Merged {
+            touched: (!every).then_some(touched),
+            planned,
+        }
     }
 
     /// The node assignments the plans ask for, written where they differ: the nodes in
@@ -593,9 +608,14 @@ impl Reconciler {
     /// Services were looked at and how many writes were made. Looked at: the Services
     /// re-planned, those whose record changed, those whose retry is due, and every
     /// Service that is no longer ours but carries our marks.
-    async fn write_services(&mut self, output: &PlanOutput, observed: Observed) -> (usize, usize) {
+    async fn write_services(
+        &mut self,
+        output: &PlanOutput,
+        planned: &[ServiceKey],
+        observed: Observed,
+    ) -> (usize, usize) {
         let Observed { services, now, .. } = observed;
-        let mut examine: BTreeSet<ServiceKey> = output.services.keys().cloned().collect();
+        let mut examine: BTreeSet<ServiceKey> = planned.iter().cloned().collect();
         examine.extend(services.records.iter().cloned());
         examine.extend(self.writes.retries(now));
         // The uids of our Services, for the Events: those gone this pass stay readable
@@ -654,7 +674,7 @@ impl Reconciler {
     /// its node is not eligible, and as holding nothing. That is warned about once when it
     /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
     /// `aliaslb_agent_reports_rejected_total`), not on every pass. A report is read again
-    /// only when its Lease changed.
+    /// only when it changed.
     ///
     /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
@@ -692,10 +712,9 @@ impl Reconciler {
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
-            let version = &lease.metadata.resource_version;
-            let reread = version.is_none() || self.lease_versions.get(name) != Some(version);
-            let report = if reread {
-                self.lease_versions.insert(name.to_owned(), version.clone());
+            let version = agents::report_digest(lease);
+            let report = if self.report_digests.get(name) != Some(&version) {
+                self.report_digests.insert(name.to_owned(), version);
                 match agents::agent_report(lease) {
                     Ok(report) => {
                         if self.bad_reports.remove(name) {
@@ -728,7 +747,7 @@ impl Reconciler {
             .iter()
             .filter_map(|l| l.metadata.name.as_deref())
             .collect();
-        self.lease_versions
+        self.report_digests
             .retain(|n, _| lease_seen.contains(n.as_str()));
         if !self.bad_reports.is_empty() {
             self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
