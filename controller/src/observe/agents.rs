@@ -132,18 +132,21 @@ impl AgentClock {
 
     /// Records `lease` as seen at `now`; the timestamp only moves when the Lease changed.
     ///
-    /// Returns whether a planning pass could decide anything new from it: `false` only
-    /// for a renewal that changes nothing a pass reads, one of a Lease that was fresh
-    /// until now with the same holder state, duration and report, while every held Lease
-    /// is fresh (no agent waits for a renewal of another to be judged lost, see
-    /// [`Observer::judge`]). The loop still wakes when a Lease would go stale
+    /// Returns whether a planning pass could decide anything new from it: `false` for a
+    /// Lease that is not an agent's, and for a renewal that changes nothing a pass reads
+    /// (one of a Lease that was fresh until now with the same holder state, duration and
+    /// report, while every held Lease is fresh: no agent waits for a renewal of another to
+    /// be judged lost, see [`Observer::judge`]). The loop still wakes when a Lease would go
+    /// stale
     /// ([`AgentClock::next_expiry`]), and then sees the renewal.
     pub fn observe(&mut self, lease: &Lease, now: Instant) -> bool {
         let Some(name) = lease.metadata.name.as_deref() else {
             return true;
         };
         if keys::agent_lease_node(name).is_none() {
-            return true;
+            // Not an agent's (the agent namespace may hold others, e.g. the controller's
+            // own leader Lease when both share a namespace): no pass reads it.
+            return false;
         }
         let spec = lease.spec.as_ref();
         let version = (
@@ -425,8 +428,8 @@ mod tests {
         renewed.metadata.resource_version = Some("8".into());
         assert!(clock.observe(&renewed, t0 + 7 * s), "n2 is stale");
         assert!(
-            clock.observe(&lease("other", "1", None, None), t0),
-            "not an agent's"
+            !clock.observe(&lease("other", "1", None, None), t0),
+            "not an agent's: no pass reads it"
         );
     }
 
