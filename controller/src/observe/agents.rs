@@ -137,8 +137,7 @@ impl AgentClock {
     /// (one of a Lease that was fresh until now with the same holder state, duration and
     /// report, while every held Lease is fresh: no agent waits for a renewal of another to
     /// be judged lost, see [`Observer::judge`]). The loop still wakes when a Lease would go
-    /// stale
-    /// ([`AgentClock::next_expiry`]), and then sees the renewal.
+    /// stale ([`AgentClock::next_expiry`]), and then sees the renewal.
     pub fn observe(&mut self, lease: &Lease, now: Instant) -> bool {
         let Some(name) = lease.metadata.name.as_deref() else {
             return true;
