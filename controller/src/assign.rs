@@ -25,13 +25,13 @@
 //! ~30 bytes x interfaces x N each; MACs change rarely, so that is cheap next to the IP
 //! changes the objects carry anyway.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
-use aliaslb_core::plan::{PlanOutput, ServiceKey, ServiceView};
+use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView};
 use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -90,30 +90,30 @@ fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
     })
 }
 
-/// What every node must carry according to `output`: each Service with a node gets its
-/// IPs there, with its ports and the pool's interface, `probe` on the first claims; every
-/// node's object lists `macs`.
-pub fn desired(
-    output: &PlanOutput,
-    views: &HashMap<&ServiceKey, &ServiceView>,
+/// What the nodes `only` (every node when `None`) must carry according to `plans`: each
+/// Service with a node gets its IPs there, with its ports (from its view, if given) and
+/// the pool's interface, `probe` on the first claims (`probe`); every node's object lists
+/// `macs`. A node in `only` that carries nothing is missing from the result.
+pub fn desired<'a>(
+    plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan, Option<&'a ServiceView>)>,
+    probe: &BTreeSet<IpAddr>,
     macs: &BTreeMap<Mac, String>,
+    only: Option<&BTreeSet<String>>,
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
-    for (key, plan) in &output.services {
+    for (key, plan, view) in plans {
         // L2: the one elected node; L3: every announcing node, each line marked `bgp`.
         let (targets, bgp) = match &plan.node {
             Some(node) => (std::slice::from_ref(node), false),
             None => (plan.nodes.as_slice(), true),
         };
-        if targets.is_empty() {
+        let wanted = |node: &String| only.is_none_or(|only| only.contains(node));
+        if !targets.iter().any(wanted) {
             continue;
         }
-        let ports: Vec<OpenPort> = views
-            .get(key)
-            .map(|v| open_ports(v).collect())
-            .unwrap_or_default();
+        let ports: Vec<OpenPort> = view.map(|v| open_ports(v).collect()).unwrap_or_default();
         let service = key.to_string();
-        for node in targets {
+        for node in targets.iter().filter(|n| wanted(n)) {
             let assignments = nodes
                 .entry(node.clone())
                 .or_insert_with(|| NodeAssignments {
@@ -128,7 +128,7 @@ pub fn desired(
                     &service,
                 );
                 if let Some(line) = assignments.ips.get_mut(ip) {
-                    line.probe |= !bgp && output.probe.contains(ip);
+                    line.probe |= !bgp && probe.contains(ip);
                     line.bgp |= bgp;
                 }
             }
@@ -259,7 +259,7 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aliaslb_core::plan::{ConditionPlan, PortKey, ServicePlan};
+    use aliaslb_core::plan::{ConditionPlan, PlanOutput, PortKey};
     use std::sync::Arc;
 
     fn ip(s: &str) -> IpAddr {
@@ -306,6 +306,44 @@ mod tests {
         }
     }
 
+    /// [`desired`] over every plan of `output`.
+    fn desired_all(
+        output: &PlanOutput,
+        views: &HashMap<&ServiceKey, &ServiceView>,
+        macs: &BTreeMap<Mac, String>,
+    ) -> BTreeMap<String, NodeAssignments> {
+        let plans = output
+            .services
+            .iter()
+            .map(|(key, plan)| (key, plan, views.get(key).copied()));
+        desired(plans, &output.probe, macs, None)
+    }
+
+    #[test]
+    fn only_the_nodes_asked_for_are_rendered() {
+        let web = ServiceKey::new("default", "web");
+        let dns = ServiceKey::new("default", "dns");
+        let mut routed = plan(&["10.200.0.7"], None, None);
+        routed.nodes = vec!["n1".into(), "n3".into()];
+        let plans = [
+            (web.clone(), plan(&["10.0.0.1"], Some("n1"), None)),
+            (dns.clone(), routed),
+        ];
+        let only = BTreeSet::from(["n3".to_owned(), "n9".to_owned()]);
+        let d = desired(
+            plans.iter().map(|(k, p)| (k, p, None)),
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+            Some(&only),
+        );
+        assert_eq!(
+            d.keys().collect::<Vec<_>>(),
+            vec!["n3"],
+            "n9 carries nothing"
+        );
+        assert_eq!(d["n3"].render(), "10.200.0.7 - - default/dns bgp\n");
+    }
+
     #[test]
     fn plans_with_a_node_become_lines_on_that_node_only() {
         let web = ServiceKey::new("default", "web");
@@ -325,7 +363,7 @@ mod tests {
         let web_view = view(&web, &[(80, "TCP"), (443, "TCP")], &[]);
         let dns_view = view(&dns, &[(53, "UDP"), (0, "TCP"), (53, "QUIC")], &[]);
         let views = HashMap::from([(&web, &web_view), (&dns, &dns_view)]);
-        let d = desired(&output, &views, &BTreeMap::new());
+        let d = desired_all(&output, &views, &BTreeMap::new());
         assert_eq!(
             d.keys().collect::<Vec<_>>(),
             vec!["n1"],
@@ -349,7 +387,7 @@ mod tests {
         output.probe.insert(ip("10.200.0.7"));
         let front_view = view(&front, &[(443, "TCP")], &[]);
         let views = HashMap::from([(&front, &front_view)]);
-        let d = desired(&output, &views, &BTreeMap::new());
+        let d = desired_all(&output, &views, &BTreeMap::new());
         assert_eq!(d.keys().collect::<Vec<_>>(), vec!["n1", "n3"]);
         for node in ["n1", "n3"] {
             assert_eq!(d[node].render(), "10.200.0.7 - tcp:443 shop/front bgp\n");
@@ -410,7 +448,7 @@ mod tests {
         reports.insert("n3".to_owned(), n3);
         let macs = node_macs(&reports);
         let views = HashMap::new();
-        let d = desired(&output, &views, &macs);
+        let d = desired_all(&output, &views, &macs);
         assert_eq!(d["n1"].render(), "10.0.0.1 - - default/web\n");
         assert_eq!(
             d["n2"].render(),

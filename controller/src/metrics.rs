@@ -56,6 +56,7 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     agent_reports_rejected: Family<RejectedLabels, Counter>,
     reconcile_duration: Histogram,
+    services_planned: Counter,
     config_valid: Gauge,
     config_stale: Gauge,
     leader: Gauge,
@@ -118,6 +119,12 @@ impl Metrics {
             "Time spent in one reconcile",
             reconcile_duration.clone(),
         );
+        let services_planned = Counter::default();
+        registry.register(
+            "reconcile_services_planned",
+            "Services planned, summed over reconcile passes: a pass after a change plans what that change can affect, a full pass (first of a leadership term, relist) every Service",
+            services_planned.clone(),
+        );
         let config_valid = Gauge::default();
         registry.register(
             "config_valid",
@@ -158,6 +165,7 @@ impl Metrics {
             reconcile_errors,
             agent_reports_rejected,
             reconcile_duration,
+            services_planned,
             config_valid,
             config_stale,
             leader,
@@ -227,6 +235,12 @@ impl Metrics {
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
+    /// Count the Services one pass planned.
+    pub fn add_services_planned(&self, services: usize) {
+        self.services_planned
+            .inc_by(u64::try_from(services).unwrap_or(u64::MAX));
+    }
+
     /// Record whether the current pool config is valid and whether an older one is in use.
     pub fn set_config(&self, valid: bool, stale: bool) {
         self.config_valid.set(i64::from(valid));
@@ -270,6 +284,7 @@ mod tests {
         m.inc_reconcile_error("pool_exhausted");
         m.inc_agent_report_rejected("interface_name");
         m.observe_reconcile(Duration::from_millis(3));
+        m.add_services_planned(7);
         m.set_config(true, false);
         m.set_leader(true);
         m.set_agents_unobservable(true);
@@ -285,6 +300,7 @@ mod tests {
             r#"aliaslb_reconcile_errors_total{category="pool_exhausted"} 1"#,
             r#"aliaslb_agent_reports_rejected_total{reason="interface_name"} 1"#,
             "aliaslb_reconcile_duration_seconds_count 1",
+            "aliaslb_reconcile_services_planned_total 7",
             "aliaslb_config_valid 1",
             "aliaslb_config_stale 0",
             "aliaslb_leader 1",

@@ -47,6 +47,11 @@ impl<T> Records<T> {
         self.read().values().cloned().collect()
     }
 
+    /// The record of `key`, if any.
+    pub fn get(&self, key: &ServiceKey) -> Option<Arc<T>> {
+        self.read().get(key).cloned()
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.read().len()

@@ -20,9 +20,11 @@
 //! API path was cut reaches the caches within about 3 s of the heal: see
 //! [`aliaslb_ops::api`].
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use aliaslb_core::plan::ServiceKey;
 use aliaslb_ops::watch::{AfterError, drive};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
@@ -71,6 +73,9 @@ pub struct Caches {
     pub endpoint_source: EndpointSource,
     /// Agent freshness, updated as Lease changes arrive.
     pub agents: Arc<Mutex<AgentClock>>,
+    /// The Services and endpoints changed since the reconcile loop last looked
+    /// ([`Caches::take_dirty`]).
+    dirty: Arc<Mutex<Dirty>>,
     /// Bumped on every change of any cache.
     pub changes: watch::Receiver<u64>,
     _tasks: Arc<Tasks>,
@@ -99,6 +104,60 @@ impl Drop for Tasks {
     }
 }
 
+/// What changed in the caches with one object per Service (Services, endpoints) since
+/// the reconcile loop last took it: the loop re-reads those keys only, not every record.
+/// The other caches hold one object per node or fewer, and the loop compares them whole.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dirty {
+    /// A (re)list replaced one of these caches: any key may have changed.
+    pub everything: bool,
+    /// Services whose record may have changed (added, modified, deleted).
+    pub services: HashSet<ServiceKey>,
+    /// Services whose endpoints may have changed.
+    pub endpoints: HashSet<ServiceKey>,
+}
+
+/// Where a cache notes its changes: the shared [`Dirty`], which of its sets, and the
+/// Service an object belongs to.
+struct Notes<K> {
+    dirty: Arc<Mutex<Dirty>>,
+    kind: DirtyKind,
+    key: fn(&K) -> Option<ServiceKey>,
+}
+
+/// Which set of [`Dirty`] a cache's changes go to.
+#[derive(Debug, Clone, Copy)]
+enum DirtyKind {
+    Services,
+    Endpoints,
+}
+
+impl Dirty {
+    /// Records one watch event of a cache of `kind`; `key` names the Service of an object.
+    fn note<K>(
+        &mut self,
+        kind: DirtyKind,
+        event: &Event<K>,
+        key: impl Fn(&K) -> Option<ServiceKey>,
+    ) {
+        let object = match event {
+            Event::Apply(object) | Event::Delete(object) => object,
+            // The relist's contents replace the cache at once, on `InitDone`.
+            Event::InitDone => {
+                self.everything = true;
+                return;
+            }
+            Event::Init | Event::InitApply(_) => return,
+        };
+        if let Some(key) = key(object) {
+            match kind {
+                DirtyKind::Services => self.services.insert(key),
+                DirtyKind::Endpoints => self.endpoints.insert(key),
+            };
+        }
+    }
+}
+
 /// Why the caches could not start or sync.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -115,6 +174,7 @@ impl Caches {
         let tx = Arc::new(tx);
         let mut tasks = Vec::new();
         let agents = Arc::new(Mutex::new(AgentClock::new(config.agent_lease_duration)));
+        let dirty = Arc::new(Mutex::new(Dirty::default()));
 
         let classes = config.clone();
         let services = spawn_records(
@@ -123,6 +183,11 @@ impl Caches {
             Api::<Service>::all(client.clone()),
             tx.clone(),
             move |svc| ServiceRecord::keep(svc, &classes),
+            Notes {
+                dirty: dirty.clone(),
+                kind: DirtyKind::Services,
+                key: crate::observe::service::service_key,
+            },
         );
         let nodes = spawn(
             &mut tasks,
@@ -164,6 +229,11 @@ impl Caches {
                 Api::<EndpointSlice>::all(client.clone()),
                 tx,
                 endpoints::slice_nodes,
+                Notes {
+                    dirty: dirty.clone(),
+                    kind: DirtyKind::Endpoints,
+                    key: endpoints::slice_service,
+                },
             );
             (EndpointSource::Slices, records)
         } else {
@@ -173,6 +243,11 @@ impl Caches {
                 Api::<Endpoints>::all(client.clone()),
                 tx,
                 endpoints::endpoints_nodes,
+                Notes {
+                    dirty: dirty.clone(),
+                    kind: DirtyKind::Endpoints,
+                    key: endpoints::endpoints_service,
+                },
             );
             (EndpointSource::Legacy, records)
         };
@@ -186,9 +261,16 @@ impl Caches {
             endpoints,
             endpoint_source,
             agents,
+            dirty,
             changes,
             _tasks: Arc::new(Tasks(tasks)),
         }
+    }
+
+    /// Takes what changed in the Service and endpoint caches since the last call (see
+    /// [`Dirty`]); the caches start over with nothing changed.
+    pub fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Resolves once every cache holds a complete first list.
@@ -299,14 +381,16 @@ where
     reader
 }
 
-/// Starts one watch feeding a [`Records`] cache of `keep(object)`, bumping `tx` on
-/// every event.
+/// Starts one watch feeding a [`Records`] cache of `keep(object)`, noting every change
+/// in `notes` (under the Service its key gives) after the cache has it, then bumping
+/// `tx`.
 fn spawn_records<K, T>(
     tasks: &mut Vec<JoinHandle<()>>,
     kind: &'static str,
     api: Api<K>,
     tx: Arc<watch::Sender<u64>>,
     keep: impl Fn(&K) -> Option<T> + Send + Sync + 'static,
+    notes: Notes<K>,
 ) -> Records<T>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
@@ -316,6 +400,11 @@ where
     let make = move || watcher::watcher(api.clone(), watcher::Config::default());
     let on_event = move |event: Event<K>| {
         writer.apply(&event);
+        notes
+            .dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(notes.kind, &event, notes.key);
         bump(&tx, &event, true);
     };
     tasks.push(tokio::spawn(drive(

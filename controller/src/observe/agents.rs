@@ -56,6 +56,12 @@ pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
     }
 }
 
+/// A 64-bit digest of the report annotation of an agent Lease (absent and present differ):
+/// a renewal that leaves the report as it was keeps it, so the report is not read again.
+pub fn report_digest(lease: &Lease) -> u64 {
+    digest(&lease_annotation(lease))
+}
+
 /// The report annotation of an agent Lease, as written.
 fn lease_annotation(lease: &Lease) -> Option<&str> {
     lease
@@ -126,18 +132,20 @@ impl AgentClock {
 
     /// Records `lease` as seen at `now`; the timestamp only moves when the Lease changed.
     ///
-    /// Returns whether a planning pass could decide anything new from it: `false` only
-    /// for a renewal that changes nothing a pass reads, one of a Lease that was fresh
-    /// until now with the same holder state, duration and report, while every held Lease
-    /// is fresh (no agent waits for a renewal of another to be judged lost, see
-    /// [`Observer::judge`]). The loop still wakes when a Lease would go stale
-    /// ([`AgentClock::next_expiry`]), and then sees the renewal.
+    /// Returns whether a planning pass could decide anything new from it: `false` for a
+    /// Lease that is not an agent's, and for a renewal that changes nothing a pass reads
+    /// (one of a Lease that was fresh until now with the same holder state, duration and
+    /// report, while every held Lease is fresh: no agent waits for a renewal of another to
+    /// be judged lost, see [`Observer::judge`]). The loop still wakes when a Lease would go
+    /// stale ([`AgentClock::next_expiry`]), and then sees the renewal.
     pub fn observe(&mut self, lease: &Lease, now: Instant) -> bool {
         let Some(name) = lease.metadata.name.as_deref() else {
             return true;
         };
         if keys::agent_lease_node(name).is_none() {
-            return true;
+            // Not an agent's (the agent namespace may hold others, e.g. the controller's
+            // own leader Lease when both share a namespace): no pass reads it.
+            return false;
         }
         let spec = lease.spec.as_ref();
         let version = (
@@ -151,7 +159,7 @@ impl AgentClock {
             .filter(|s| *s > 0)
             .map_or(self.default_duration, Duration::from_secs);
         let held = is_held(lease);
-        let report = digest(&lease_annotation(lease));
+        let report = report_digest(lease);
         let all_fresh = self
             .seen
             .values()
@@ -419,8 +427,8 @@ mod tests {
         renewed.metadata.resource_version = Some("8".into());
         assert!(clock.observe(&renewed, t0 + 7 * s), "n2 is stale");
         assert!(
-            clock.observe(&lease("other", "1", None, None), t0),
-            "not an agent's"
+            !clock.observe(&lease("other", "1", None, None), t0),
+            "not an agent's: no pass reads it"
         );
     }
 

@@ -33,10 +33,24 @@ impl EndpointNodes {
     }
 }
 
-/// What an EndpointSlice (`discovery.k8s.io/v1`) says; `None` without a ready node.
-pub fn slice_nodes(slice: &EndpointSlice) -> Option<EndpointNodes> {
+/// The Service an EndpointSlice belongs to (its `kubernetes.io/service-name` label).
+pub fn slice_service(slice: &EndpointSlice) -> Option<ServiceKey> {
     let ns = slice.metadata.namespace.as_deref()?;
     let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some(ServiceKey::new(ns, service))
+}
+
+/// The Service a core/v1 Endpoints object belongs to (same namespace and name).
+pub fn endpoints_service(ep: &Endpoints) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        ep.metadata.namespace.as_deref()?,
+        ep.metadata.name.as_deref()?,
+    ))
+}
+
+/// What an EndpointSlice (`discovery.k8s.io/v1`) says; `None` without a ready node.
+pub fn slice_nodes(slice: &EndpointSlice) -> Option<EndpointNodes> {
+    let service = slice_service(slice)?;
     let ready = slice.endpoints.iter().filter_map(|endpoint| {
         // Per the API, an unset `ready` means ready.
         let ready = endpoint
@@ -46,20 +60,19 @@ pub fn slice_nodes(slice: &EndpointSlice) -> Option<EndpointNodes> {
             .unwrap_or(true);
         endpoint.node_name.as_deref().filter(|_| ready)
     });
-    EndpointNodes::new(ServiceKey::new(ns, service), ready)
+    EndpointNodes::new(service, ready)
 }
 
 /// What a core/v1 Endpoints object says; `None` without a ready node.
 pub fn endpoints_nodes(ep: &Endpoints) -> Option<EndpointNodes> {
-    let ns = ep.metadata.namespace.as_deref()?;
-    let name = ep.metadata.name.as_deref()?;
+    let service = endpoints_service(ep)?;
     let ready = ep
         .subsets
         .iter()
         .flatten()
         .flat_map(|subset| subset.addresses.iter().flatten())
         .filter_map(|address| address.node_name.as_deref());
-    EndpointNodes::new(ServiceKey::new(ns, name), ready)
+    EndpointNodes::new(service, ready)
 }
 
 /// Service -> nodes with a ready endpoint, for the Services `wanted` accepts (the

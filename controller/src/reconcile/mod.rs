@@ -1,6 +1,13 @@
-//! The leader's reconcile loop: observe (caches) -> one pure [`Planner::plan`] pass ->
-//! apply the difference (the node assignments agents act on, Service annotations and
-//! status, Events) -> metrics. Does I/O.
+//! The leader's reconcile loop: observe (caches) -> one pure planner pass -> apply the
+//! difference (the node assignments agents act on, Service annotations and status,
+//! Events) -> metrics. Does I/O.
+//!
+//! A pass costs what changed, not the number of Services: the term keeps what it observed
+//! ([`world`]) and the caches note which Services and endpoints their watches changed, so
+//! the planner re-plans what those changes can affect ([`Planner::plan_changes`]), only the
+//! nodes whose assignment may differ are rendered and compared, and only the Services
+//! re-planned, changed or due for a retry are compared with their plan. The first pass of
+//! a term and a relist read and plan everything ([`Planner::plan`]).
 //!
 //! One leadership term is a `Reconciler`, split along the line of linkerd's index and
 //! controller: the pass here (observe -> the config in force -> plan -> jobs), the
@@ -53,8 +60,8 @@ use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
-    Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServiceView,
-    node_address_clashes, reason,
+    Changes, Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
+    ServiceView, node_address_clashes, reason,
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::Family;
@@ -71,9 +78,7 @@ use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
 use crate::observe::agents::{self, Freshness, Observer, Sight};
-use crate::observe::endpoints;
 use crate::observe::nodes;
-use crate::observe::service::ServiceRecord;
 use crate::pool_state::{ConfigState, Notice as ConfigNotice};
 use crate::watch::{Caches, WatchError};
 
@@ -89,9 +94,11 @@ pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
 pub const AGENTS_UNOBSERVABLE: &str = aliaslb_core::plan::reason::AGENTS_UNOBSERVABLE;
 
 mod events;
+mod world;
 mod writer;
 
 use events::{AbortOnDrop, EventQueue, MAX_NOTE, Notice, Regarding};
+use world::{ServiceDelta, World};
 use writer::{Done, Writes};
 
 /// Why the controller could not start.
@@ -159,9 +166,6 @@ async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
     }
 }
 
-/// Node name -> (freshness, report) of its agent.
-type AgentViews = BTreeMap<String, (Freshness, AgentReport)>;
-
 /// The loop of one leadership term.
 struct Reconciler {
     ctx: Arc<Context>,
@@ -174,15 +178,31 @@ struct Reconciler {
     config: ConfigState,
     /// The pool ConfigMap as last seen, for Events about its deletion.
     configmap: Option<ObjectReference>,
-    /// The uids of the last pass's Services, for Events on deleted ones (the uid is
-    /// shared with the record: no copy). The reference is built per Event, not per
-    /// Service and pass (that was 7 % of the CPU at 10,000 Services).
+    /// What the term has observed, brought up to date every pass.
+    world: World,
+    /// The plan of every Service of ours, merged from the passes' outputs.
+    plans: HashMap<ServiceKey, ServicePlan>,
+    /// Node -> the Services planned on it (the L2 node, or an L3 announcer).
+    on_node: HashMap<String, BTreeSet<ServiceKey>>,
+    /// The first claims of the last pass.
+    probe: BTreeSet<IpAddr>,
+    /// The node MACs every assignment object lists, as last rendered.
+    macs: Option<String>,
+    /// The resourceVersion of each node's assignment object, as last seen.
+    assignment_versions: HashMap<String, Option<String>>,
+    /// The uids of our Services, for Events on deleted ones (the uid is shared with the
+    /// record: no copy). The reference is built per Event, not per Service and pass (that
+    /// was 7 % of the CPU at 10,000 Services).
     refs: HashMap<ServiceKey, Arc<str>>,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
     /// once, on the edge.
     bad_reports: HashSet<String>,
+    /// The digest of each agent Lease's report as last read, by Lease name
+    /// ([`agents::report_digest`]): a report is parsed again only when it changed, not on
+    /// every renewal.
+    report_digests: HashMap<String, u64>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -193,23 +213,25 @@ struct Reconciler {
     agents_change: Option<Instant>,
 }
 
-/// What one pass observed, read from the caches.
+/// What [`Reconciler::merge`] found.
+struct Merged {
+    /// The nodes whose assignment may have changed (`None`: every node).
+    touched: Option<BTreeSet<String>>,
+    /// The Services the pass planned.
+    planned: Vec<ServiceKey>,
+}
+
+/// What one pass observed, read from the caches and [`World`].
 struct Observed {
-    /// The planner's views of our Services.
+    /// What changed since the last pass, for the planner.
+    changes: Changes,
+    /// Every view of ours on a full pass (what it plans); empty on a narrowed one.
     views: Vec<Arc<ServiceView>>,
-    /// The records of our Services.
-    by_key: HashMap<ServiceKey, Arc<ServiceRecord>>,
-    /// Services that are not ours but carry our marks.
-    strangers: Vec<Arc<ServiceRecord>>,
-    /// The agents' reports by node.
-    reports: BTreeMap<String, AgentReport>,
+    /// What changed in the Service records.
+    services: ServiceDelta,
     sight: Sight,
     nodes: Vec<NodeState>,
     node_addresses: BTreeMap<IpAddr, NodeAddress>,
-    /// Nodes with a ready endpoint, for the `externalTrafficPolicy: Local` Services.
-    local: BTreeMap<ServiceKey, BTreeSet<String>>,
-    /// The node assignment objects, by node.
-    assignments: BTreeMap<String, assign::Texts>,
     /// When the agents were judged.
     now: Instant,
 }
@@ -225,9 +247,16 @@ impl Reconciler {
             planner: Planner::new(),
             config: ConfigState::default(),
             configmap: None,
+            world: World::default(),
+            plans: HashMap::new(),
+            on_node: HashMap::new(),
+            probe: BTreeSet::new(),
+            macs: None,
+            assignment_versions: HashMap::new(),
             refs: HashMap::new(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
+            report_digests: HashMap::new(),
             imported: false,
             node_clashes: Vec::new(),
             observer: Observer::new(Instant::now()),
@@ -271,18 +300,21 @@ impl Reconciler {
         let config = self.config_step().await?;
         let mut observed = self.observe();
         self.node_address_notice(&config, &observed.node_addresses);
-        let output = self.plan(&config, &mut observed);
+        let mut output = self.plan(&config, &mut observed);
+        let Merged { touched, planned } = self.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
-        self.write_assignments(&output, &mut observed).await;
-        let (services, writes) = self.write_services(&output, observed).await;
+        self.write_assignments(&output, &observed, touched).await;
+        let (services, writes) = self.write_services(&output, &planned, observed).await;
         tracing::debug!(
             services,
+            planned = planned.len(),
             writes,
             events = output.events.len(),
             took = ?started.elapsed(),
             "pass done"
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
+        self.ctx.metrics.add_services_planned(planned.len());
         self.agents_change
             .into_iter()
             .chain(self.writes.next_retry())
@@ -315,149 +347,324 @@ impl Reconciler {
         config
     }
 
-    /// Everything the planner reads, from the caches.
+    /// Everything the planner reads, brought up to date from what changed since the last
+    /// pass ([`World`]).
     fn observe(&mut self) -> Observed {
-        let services = self.caches.services.snapshot();
-        let mut views: Vec<Arc<ServiceView>> = Vec::with_capacity(services.len());
-        let mut by_key: HashMap<ServiceKey, Arc<ServiceRecord>> =
-            HashMap::with_capacity(services.len());
-        let mut strangers = Vec::new();
-        for svc in services {
-            match &svc.view {
-                Some(view) => {
-                    views.push(view.clone());
-                    by_key.insert(svc.key.clone(), svc);
-                }
-                None => strangers.push(svc),
-            }
-        }
+        let dirty = self.caches.take_dirty();
+        let services = self.world.services(&self.caches.services, &dirty);
+        let endpoints = self
+            .world
+            .endpoints(&self.caches.endpoints, &dirty, &services);
 
         let now = Instant::now();
-        let (agents, reports, sight) = self.agents(now);
+        let (mut changed_nodes, sight) = self.agents(now);
         let node_objects = self.caches.nodes.state();
-        let nodes = nodes::node_states(&node_objects, &agents);
+        let nodes = nodes::node_states(&node_objects, self.world.agents());
         let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
         drop(node_objects);
-        let local_services: HashSet<&ServiceKey> = views
-            .iter()
-            .filter(|v| v.local_traffic)
-            .map(|v| &v.key)
-            .collect();
-        let local = if local_services.is_empty() {
-            BTreeMap::new()
-        } else {
-            let objects = self.caches.endpoints.snapshot();
-            endpoints::local_endpoints(objects.iter().map(|o| &**o), |k| local_services.contains(k))
+        changed_nodes.extend(self.world.nodes_changed(&nodes));
+        let changes = Changes {
+            everything: services.everything,
+            services: if services.everything {
+                Vec::new()
+            } else {
+                services.views.clone()
+            },
+            nodes: changed_nodes,
+            endpoints,
         };
-        let assignments = assign::observed(
-            self.caches
-                .assignments
-                .state()
-                .iter()
-                .map(|cm| &**cm)
-                .collect::<Vec<_>>(),
-        );
+        // A narrowed pass reads the changed views only (`Changes::services`).
+        let views = if services.everything {
+            self.world.views()
+        } else {
+            Vec::new()
+        };
         Observed {
+            changes,
             views,
-            by_key,
-            strangers,
-            reports,
+            services,
             sight,
             nodes,
             node_addresses,
-            local,
-            assignments,
             now,
         }
     }
 
-    /// One planner pass over what was observed (the first of a term imports the nodes
-    /// from our assignment objects first), and its metrics.
+    /// One planner pass over what changed (the first of a term, and after a relist, over
+    /// everything: it imports the nodes from our assignment objects first), and its
+    /// metrics.
     fn plan(&mut self, config: &PoolConfig, observed: &mut Observed) -> PlanOutput {
         // Our IPs on Services that stopped being ours: not free while the API shows them.
-        let lingering: BTreeSet<IpAddr> = observed
+        let lingering: BTreeSet<IpAddr> = self
+            .world
             .strangers
-            .iter()
+            .values()
             .flat_map(|s| s.ingress_ips())
             .collect();
         if !self.imported {
-            import_trusted_nodes(&mut observed.views, &observed.assignments);
+            let assignments = self.caches.assignments.state();
+            let observed_assignments = assign::observed(assignments.iter().map(|cm| &**cm));
+            import_trusted_nodes(&mut observed.views, &observed_assignments);
             self.imported = true;
         }
-        let output = self.planner.plan(&Inputs {
+        let inputs = Inputs {
             config,
             services: &observed.views,
             nodes: &observed.nodes,
-            agents: &observed.reports,
+            agents: self.world.reports(),
             lingering: &lingering,
             node_addresses: &observed.node_addresses,
-            local_endpoints: &observed.local,
+            local_endpoints: &self.world.local,
             respect_cordon: self.ctx.config.respect_cordon,
             agents_unobservable: observed.sight == Sight::Blind,
             now: observed.now,
-        });
+        };
+        let output = if observed.changes.everything {
+            self.planner.plan(&inputs)
+        } else {
+            self.planner.plan_changes(&inputs, &observed.changes)
+        };
         self.record_metrics(&output);
         output
     }
 
-    /// The node assignments `output` asks for, written where they differ.
-    async fn write_assignments(&mut self, output: &PlanOutput, observed: &mut Observed) {
-        let views_by_key: HashMap<&ServiceKey, &ServiceView> =
-            observed.views.iter().map(|v| (&v.key, &**v)).collect();
-        let macs = assign::node_macs(&observed.reports);
-        let desired = assign::desired(output, &views_by_key, &macs);
-        drop(views_by_key);
+    /// Moves the pass's plans into [`Reconciler::plans`] (`output.services` is empty
+    /// after); returns what they touched.
+    fn merge(&mut self, output: &mut PlanOutput, observed: &Observed) -> Merged {
+        fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
+            plan.node.iter().chain(&plan.nodes)
+        }
+        let everything = observed.changes.everything;
+        let mut touched = BTreeSet::new();
+        let unplan = |key: &ServiceKey,
+                      plans: &mut HashMap<ServiceKey, ServicePlan>,
+                      on_node: &mut HashMap<String, BTreeSet<ServiceKey>>,
+                      touched: &mut BTreeSet<String>| {
+            if let Some(old) = plans.remove(key) {
+                for node in nodes_of(&old) {
+                    touched.insert(node.clone());
+                    if let Some(keys) = on_node.get_mut(node) {
+                        keys.remove(key);
+                    }
+                }
+            }
+        };
+        if everything {
+            let gone: Vec<ServiceKey> = self
+                .plans
+                .keys()
+                .filter(|k| !output.services.contains_key(*k))
+                .cloned()
+                .collect();
+            for key in &gone {
+                unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
+            }
+        }
+        for (key, _) in observed
+            .changes
+            .services
+            .iter()
+            .filter(|(_, view)| view.is_none())
+        {
+            unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
+        }
+        for (key, _) in &output.released {
+            if !output.services.contains_key(key) {
+                unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
+            }
+        }
+        // A first claim that started or ended is a line's `probe` flag. Its Service is
+        // re-planned with it; if not, every node is looked at rather than one missed.
+        let mut every = everything;
+        for ip in output.probe.symmetric_difference(&self.probe) {
+            let mut nodes = output
+                .services
+                .values()
+                .filter(|p| p.ips.contains(ip))
+                .flat_map(nodes_of)
+                .peekable();
+            every |= nodes.peek().is_none();
+            touched.extend(nodes.cloned());
+        }
+        self.probe.clone_from(&output.probe);
+        // A changed view may change the lines (ports) even when its plan stays.
+        let viewed: HashSet<&ServiceKey> =
+            observed.changes.services.iter().map(|(k, _)| k).collect();
+        let mut planned = Vec::with_capacity(output.services.len());
+        // Moved, not copied: at 10,000 Services a first pass's plans are megabytes.
+        for (key, plan) in std::mem::take(&mut output.services) {
+            planned.push(key.clone());
+            let old = self.plans.get(&key);
+            if old == Some(&plan) && !viewed.contains(&key) {
+                continue;
+            }
+            if let Some(old) = old {
+                for node in nodes_of(old) {
+                    touched.insert(node.clone());
+                    if let Some(keys) = self.on_node.get_mut(node) {
+                        keys.remove(&key);
+                    }
+                }
+            }
+            for node in nodes_of(&plan) {
+                touched.insert(node.clone());
+                self.on_node
+                    .entry(node.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            self.plans.insert(key, plan);
+        }
+        self.on_node.retain(|_, keys| !keys.is_empty());
+        Merged {
+            touched: (!every).then_some(touched),
+            planned,
+        }
+    }
+
+    /// The node assignments the plans ask for, written where they differ: the nodes in
+    /// `touched` (every node when `None`), and those whose object changed or whose write
+    /// is due for a retry.
+    async fn write_assignments(
+        &mut self,
+        output: &PlanOutput,
+        observed: &Observed,
+        touched: Option<BTreeSet<String>>,
+    ) {
+        let macs_map = assign::node_macs(self.world.reports());
         let macs = NodeAssignments {
-            node_macs: macs,
+            node_macs: macs_map.clone(),
             ..NodeAssignments::default()
         }
         .render_node_macs();
-        let versions: HashMap<String, Option<String>> = self
-            .caches
-            .assignments
-            .state()
+        let objects = self.caches.assignments.state();
+        let versions: HashMap<String, Option<String>> = objects
             .iter()
             .filter_map(|cm| {
                 let node = assign::node_of(cm.metadata.name.as_deref()?)?;
                 Some((node.to_owned(), cm.metadata.resource_version.clone()))
             })
             .collect();
-        let observed_assignments = std::mem::take(&mut observed.assignments);
+        let every = touched.is_none() || self.macs.as_ref() != Some(&macs);
+        let mut touched = touched.unwrap_or_default();
+        for (node, version) in &versions {
+            if self.assignment_versions.get(node) != Some(version) {
+                touched.insert(node.clone());
+            }
+        }
+        touched.extend(
+            self.assignment_versions
+                .keys()
+                .filter(|n| !versions.contains_key(*n))
+                .cloned(),
+        );
+        touched.extend(self.writes.assignment_retries(observed.now));
+        if every {
+            touched.extend(versions.keys().cloned());
+            touched.extend(self.on_node.keys().cloned());
+        }
+        self.assignment_versions.clone_from(&versions);
+        self.macs = Some(macs.clone());
+        if touched.is_empty() {
+            return;
+        }
+        let records = &self.world.records;
+        let plans = &self.plans;
+        let carried = touched
+            .iter()
+            .filter_map(|node| self.on_node.get(node))
+            .flatten()
+            .collect::<BTreeSet<&ServiceKey>>()
+            .into_iter()
+            .filter_map(|key| {
+                let plan = plans.get(key)?;
+                let view = records.get(key).and_then(|r| r.view.as_deref());
+                Some((key, plan, view))
+            });
+        let desired = assign::desired(carried, &output.probe, &macs_map, Some(&touched));
+        let observed_assignments = assign::observed(
+            objects
+                .iter()
+                .filter(|cm| {
+                    cm.metadata
+                        .name
+                        .as_deref()
+                        .and_then(assign::node_of)
+                        .is_some_and(|n| touched.contains(n))
+                })
+                .map(|cm| &**cm),
+        );
+        drop(objects);
+        let versions = versions
+            .into_iter()
+            .filter(|(node, _)| touched.contains(node))
+            .collect();
         self.writes
             .write_assignments(versions, desired, observed_assignments, &macs, observed.now)
             .await;
     }
 
-    /// The Service writes `output` asks for, then its Events; returns how many Services
-    /// were planned and how many writes were made.
-    async fn write_services(&mut self, output: &PlanOutput, observed: Observed) -> (usize, usize) {
-        let Observed {
-            views,
-            by_key,
-            strangers,
+    /// The Service writes the plans ask for, then the pass's Events; returns how many
+    /// Services were looked at and how many writes were made. Looked at: the Services
+    /// re-planned, those whose record changed, those whose retry is due, and every
+    /// Service that is no longer ours but carries our marks.
+    async fn write_services(
+        &mut self,
+        output: &PlanOutput,
+        planned: &[ServiceKey],
+        observed: Observed,
+    ) -> (usize, usize) {
+        let Observed { services, now, .. } = observed;
+        let mut examine: BTreeSet<ServiceKey> = planned.iter().cloned().collect();
+        examine.extend(services.records.iter().cloned());
+        examine.extend(self.writes.retries(now));
+        // The uids of our Services, for the Events: those gone this pass stay readable
+        // for this pass's Events.
+        let mut old_refs = HashMap::new();
+        if services.everything {
+            old_refs = std::mem::take(&mut self.refs);
+            self.refs = self
+                .world
+                .records
+                .values()
+                .filter(|r| r.view.is_some())
+                .map(|r| (r.key.clone(), r.uid.clone()))
+                .collect();
+            self.writes.forget_gone(&self.refs);
+        } else {
+            for key in &services.records {
+                match self.world.records.get(key).filter(|r| r.view.is_some()) {
+                    Some(record) => {
+                        if let Some(old) = self.refs.insert(key.clone(), record.uid.clone())
+                            && old != record.uid
+                        {
+                            old_refs.insert(key.clone(), old);
+                        }
+                    }
+                    None => {
+                        if let Some(old) = self.refs.remove(key) {
+                            old_refs.insert(key.clone(), old);
+                        }
+                        self.writes.forget(key);
+                    }
+                }
+            }
+        }
+        let looked_at = examine.len();
+        let jobs = self.writes.jobs(
+            examine.iter().filter_map(|k| Some((k, self.plans.get(k)?))),
+            &self.world.records,
+            &self.world.strangers,
             now,
-            ..
-        } = observed;
-        let jobs = self.writes.jobs(output, &by_key, strangers, now);
-        // From here on the pass holds a Service's record only while its write is pending:
-        // each write brings a new version into the cache, and a pass over 10,000 Services
-        // would otherwise keep every old version until it ends.
-        let services = views.len();
-        drop(views);
-        let uids: HashMap<ServiceKey, Arc<str>> = by_key
-            .into_iter()
-            .map(|(key, svc)| (key, svc.uid.clone()))
-            .collect();
+        );
         let done: Vec<Done> = self.writes.run_jobs(jobs).collect().await;
         let now = Instant::now();
         let writes = done.len();
         for outcome in done {
             self.writes.settle(outcome, now);
         }
-        self.writes.forget_gone(&uids);
-        let old_refs = std::mem::replace(&mut self.refs, uids);
         self.events.plan_events(output, &self.refs, &old_refs);
-        (services, writes)
+        (looked_at, writes)
     }
 
     /// Agent readiness and reports by node.
@@ -466,13 +673,14 @@ impl Reconciler {
     /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
     /// its node is not eligible, and as holding nothing. That is warned about once when it
     /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
-    /// `aliaslb_agent_reports_rejected_total`), not on every pass.
+    /// `aliaslb_agent_reports_rejected_total`), not on every pass. A report is read again
+    /// only when it changed.
     ///
     /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
     /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
     /// Lease, gauge `aliaslb_agents_unobservable`).
-    fn agents(&mut self, now: Instant) -> (AgentViews, BTreeMap<String, AgentReport>, Sight) {
+    fn agents(&mut self, now: Instant) -> (BTreeSet<String>, Sight) {
         let judgement = {
             let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
             self.observer.judge(&clock, now)
@@ -488,7 +696,7 @@ impl Reconciler {
             }
             None => {}
         }
-        let mut agents = BTreeMap::new();
+        let mut changed = BTreeSet::new();
         let mut seen = HashSet::new();
         let leases = self.caches.leases.state();
         for lease in &leases {
@@ -498,36 +706,53 @@ impl Reconciler {
             let Some(node) = keys::agent_lease_node(name) else {
                 continue;
             };
-            seen.insert(name);
+            seen.insert(node);
             let freshness = judgement
                 .agents
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
-            let (agent, error) = agents::agent_view(lease, freshness);
-            match error {
-                None => {
-                    if self.bad_reports.remove(name) {
-                        tracing::info!(lease = name, "agent report readable again");
+            let version = agents::report_digest(lease);
+            let report = if self.report_digests.get(name) != Some(&version) {
+                self.report_digests.insert(name.to_owned(), version);
+                match agents::agent_report(lease) {
+                    Ok(report) => {
+                        if self.bad_reports.remove(name) {
+                            tracing::info!(lease = name, "agent report readable again");
+                        }
+                        Some(report)
+                    }
+                    Err(error) => {
+                        if self.bad_reports.insert(name.to_owned()) {
+                            self.reject_report(lease, node, &error);
+                        }
+                        Some(AgentReport::default())
                     }
                 }
-                Some(error) => {
-                    if self.bad_reports.insert(name.to_owned()) {
-                        self.reject_report(lease, node, &error);
-                    }
-                }
+            } else {
+                None
+            };
+            let freshness = if self.bad_reports.contains(name) {
+                Freshness::Lost
+            } else {
+                freshness
+            };
+            if self.world.set_agent(node, freshness, report) {
+                changed.insert(node.to_owned());
             }
-            agents.insert(node.to_owned(), agent);
         }
+        changed.extend(self.world.forget_agents_but(&seen));
         // Forget deleted Leases: a new one with a bad report is warned about again.
-        if !self.bad_reports.is_empty() {
-            self.bad_reports.retain(|n| seen.contains(n.as_str()));
-        }
-        let reports = agents
+        let lease_seen: HashSet<&str> = leases
             .iter()
-            .map(|(node, (_, report))| (node.clone(), report.clone()))
+            .filter_map(|l| l.metadata.name.as_deref())
             .collect();
-        (agents, reports, judgement.sight)
+        self.report_digests
+            .retain(|n, _| lease_seen.contains(n.as_str()));
+        if !self.bad_reports.is_empty() {
+            self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
+        }
+        (changed, judgement.sight)
     }
 
     /// The warning for the controller going blind: log, gauge, one Warning Event on the

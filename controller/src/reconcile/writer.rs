@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::assignment::NodeAssignments;
-use aliaslb_core::plan::{PlanOutput, ServiceKey, ServicePlan};
+use aliaslb_core::plan::{ServiceKey, ServicePlan};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
@@ -169,6 +169,29 @@ impl Writes {
         self.memos.retain(|k, _| present.contains_key(k));
     }
 
+    /// Forgets what was remembered of the Service `key` (deleted, or no longer ours).
+    pub(super) fn forget(&mut self, key: &ServiceKey) {
+        self.memos.remove(key);
+    }
+
+    /// The Services whose failed write is due for a retry at `now`.
+    pub(super) fn retries(&self, now: Instant) -> Vec<ServiceKey> {
+        self.backoff
+            .iter()
+            .filter(|(_, b)| b.next <= now)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// The nodes whose failed assignment write is due for a retry at `now`.
+    pub(super) fn assignment_retries(&self, now: Instant) -> Vec<String> {
+        self.assign_retry
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
     /// When the next retry of a failed write is due, if any.
     pub(super) fn next_retry(&self) -> Option<Instant> {
         let retry = self.backoff.values().map(|b| b.next).min();
@@ -275,23 +298,25 @@ impl Writes {
         }
     }
 
-    /// The writes this pass needs.
+    /// The writes this pass needs: for each Service of `plans` (the ones the pass looks
+    /// at, with their plans) whatever differs from its record in `records`, and the
+    /// cleanup of every one of `strangers` (not ours, our marks) not cleaned up yet.
     pub(super) fn jobs<'a>(
         &mut self,
-        output: &'a PlanOutput,
-        by_key: &HashMap<ServiceKey, Arc<ServiceRecord>>,
-        strangers: Vec<Arc<ServiceRecord>>,
+        plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan)>,
+        records: &HashMap<ServiceKey, Arc<ServiceRecord>>,
+        strangers: &BTreeMap<ServiceKey, Arc<ServiceRecord>>,
         now: Instant,
     ) -> Vec<Job<'a>> {
         let ip_mode = self.writer.ip_mode();
         let mut jobs = Vec::new();
         if !self.refused.is_empty() {
-            let strangers: HashSet<&ServiceKey> = strangers.iter().map(|s| &s.key).collect();
-            self.refused
-                .retain(|key, _| by_key.contains_key(key) || strangers.contains(key));
+            self.refused.retain(|key, _| records.contains_key(key));
         }
-        for (key, plan) in &output.services {
-            let Some(svc) = by_key.get(key) else { continue };
+        for (key, plan) in plans {
+            let Some(svc) = records.get(key).filter(|r| r.view.is_some()) else {
+                continue;
+            };
             if self.backoff.get(key).is_some_and(|b| b.next > now) {
                 continue;
             }
@@ -319,9 +344,9 @@ impl Writes {
                 });
             }
         }
-        let stranger_uids: HashSet<&Arc<str>> = strangers.iter().map(|s| &s.uid).collect();
+        let stranger_uids: HashSet<&Arc<str>> = strangers.values().map(|s| &s.uid).collect();
         self.cleared.retain(|uid| stranger_uids.contains(uid));
-        for svc in &strangers {
+        for svc in strangers.values() {
             if self.cleared.contains(&svc.uid)
                 || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
                 || self
