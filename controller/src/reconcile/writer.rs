@@ -384,6 +384,7 @@ impl Writes {
                 let api = Api::<Service>::namespaced(self.ctx.client.clone(), &key.namespace);
                 let fence = || self.ctx.leader.write_deadline();
                 let mut written = Vec::new();
+                let mut wrote_annotations = false;
                 let result = async {
                     // Status first: the IP is what users wait for. Its body repeats the
                     // annotations, and servers whose Service status strategy keeps
@@ -399,7 +400,11 @@ impl Writes {
                     }
                     let observed: &ServiceRecord = current.as_ref().unwrap_or(&*svc);
                     let node = plan.node_annotation();
-                    if annotations
+                    // Also after a status write that was all the job asked for: a hand
+                    // edit of our annotations that landed in between is in the object it
+                    // returned, and that version is one we know, so no later pass would
+                    // write over it.
+                    if (annotations || current.is_some())
                         && apply::annotations_differ(
                             observed,
                             node.as_deref(),
@@ -417,6 +422,7 @@ impl Writes {
                             )
                             .await?;
                         written.extend(updated.resource_version);
+                        wrote_annotations = true;
                     }
                     Ok::<_, ApplyError>(())
                 }
@@ -435,7 +441,7 @@ impl Writes {
                     key,
                     attempt: attempt_key(Some(plan), &svc),
                     sync: Some((
-                        annotations.then(|| annotations_key(plan)),
+                        (annotations || wrote_annotations).then(|| annotations_key(plan)),
                         status.then(|| status_key(plan)),
                     )),
                     before: svc.resource_version.clone(),
