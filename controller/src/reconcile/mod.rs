@@ -351,7 +351,7 @@ impl Reconciler {
     /// pass ([`World`]).
     fn observe(&mut self) -> Observed {
         let dirty = self.caches.take_dirty();
-        let services = self.world.services(&self.caches.services, &dirty);
+        let mut services = self.world.services(&self.caches.services, &dirty);
         let endpoints = self
             .world
             .endpoints(&self.caches.endpoints, &dirty, &services);
@@ -365,10 +365,11 @@ impl Reconciler {
         changed_nodes.extend(self.world.nodes_changed(&nodes));
         let changes = Changes {
             everything: services.everything,
+            // Moved: nothing reads the delta's views after the endpoints.
             services: if services.everything {
                 Vec::new()
             } else {
-                services.views.clone()
+                std::mem::take(&mut services.views)
             },
             nodes: changed_nodes,
             endpoints,
@@ -475,16 +476,22 @@ impl Reconciler {
         }
         // A first claim that started or ended is a line's `probe` flag. Its Service is
         // re-planned with it; if not, every node is looked at rather than one missed.
+        // (One index of the pass's IPs, not a scan of every plan per flipped IP: a first
+        // pass flips as many IPs as it plans Services.)
         let mut every = everything;
-        for ip in output.probe.symmetric_difference(&self.probe) {
-            let mut nodes = output
-                .services
-                .values()
-                .filter(|p| p.ips.contains(ip))
-                .flat_map(nodes_of)
-                .peekable();
-            every |= nodes.peek().is_none();
-            touched.extend(nodes.cloned());
+        if !every && output.probe != self.probe {
+            let mut carriers: HashMap<IpAddr, Vec<&String>> = HashMap::new();
+            for plan in output.services.values() {
+                for ip in &plan.ips {
+                    carriers.entry(*ip).or_default().extend(nodes_of(plan));
+                }
+            }
+            for ip in output.probe.symmetric_difference(&self.probe) {
+                match carriers.get(ip).filter(|nodes| !nodes.is_empty()) {
+                    Some(nodes) => touched.extend(nodes.iter().map(|n| (*n).clone())),
+                    None => every = true,
+                }
+            }
         }
         self.probe.clone_from(&output.probe);
         // A changed view may change the lines (ports) even when its plan stays.
