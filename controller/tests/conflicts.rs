@@ -17,13 +17,12 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::reason;
 use support::{AGENT_LEASE, Cluster, eventually, lb_service, metric, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
+use support::SETTLE;
 /// The foreign host answering on the LAN.
 const FOREIGN: &str = "46:b0:48:e8:2d:96";
 const MAC1: &str = "02:00:00:00:00:01";

@@ -38,7 +38,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use support::{Cluster, Task, annotation, eventually, lb_service, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
+use support::SETTLE;
 /// The controller takes back a tenant's edit of its annotations within this. It reacts to
 /// the Service's watch event (debounce 20 ms) with one apply and, when the tenant's field
 /// manager owns the annotation, one merge patch: well under a second on this apiserver.
