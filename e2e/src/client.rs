@@ -131,6 +131,11 @@ pub fn get(ip: Ipv4Addr) -> Result<Result<Answer, String>, Error> {
     in_client(move || request(ip))
 }
 
+/// One request from the client to `http://ip/`, either family.
+pub fn get_ip(ip: IpAddr) -> Result<Result<Answer, String>, Error> {
+    in_client(move || request_to(SocketAddr::from((ip, 80)), CONNECT_TIMEOUT))
+}
+
 /// `count` requests in a row (no pause); the answers or the first failure.
 pub fn get_many(ip: Ipv4Addr, count: usize) -> Result<Result<Vec<Answer>, String>, Error> {
     in_client(move || (0..count).map(|_| request(ip)).collect())
