@@ -198,7 +198,7 @@ impl NetlinkBackend {
             .add(alias.ifindex, alias.ip, alias.prefix_len());
         let msg = req.message_mut();
         let mut cache_info = CacheInfo::default();
-        cache_info.ifa_preferred = lifetime.seconds;
+        cache_info.ifa_preferred = preferred_lifetime(alias.ip, lifetime);
         cache_info.ifa_valid = lifetime.seconds;
         msg.attributes.push(AddressAttribute::CacheInfo(cache_info));
         msg.attributes
@@ -220,6 +220,20 @@ impl NetlinkBackend {
             }
         }
         req
+    }
+}
+
+/// The preferred lifetime of an alias: its valid lifetime for IPv4, 0 (deprecated) for
+/// IPv6. A /128 that is preferred wins the kernel's source-address selection for its whole
+/// /64 (RFC 6724 rule 8, longest matching prefix, is capped at the address's own prefix
+/// length in `ipv6_get_saddr_eval`: 128 against the node's 64), so the node would send its
+/// own traffic from the VIP. A deprecated address is skipped as a source (rule 3) and
+/// still accepted and answered for (RFC 4862 5.5.4). IPv4 picks the primary address of the
+/// destination's subnet, never a /32 alias, and stays as it was.
+pub fn preferred_lifetime(ip: IpAddr, lifetime: Lifetime) -> u32 {
+    match ip {
+        IpAddr::V4(_) => lifetime.seconds,
+        IpAddr::V6(_) => 0,
     }
 }
 
