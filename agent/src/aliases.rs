@@ -688,6 +688,7 @@ mod tests {
             index,
             name: name.into(),
             mac: None,
+            kind: None,
             up: true,
         };
         HostState {

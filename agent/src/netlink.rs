@@ -17,7 +17,7 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
     AddressScope, CacheInfo,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::route::{
     RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -374,10 +374,17 @@ fn notification_kind(msg: &RouteNetlinkMessage) -> &'static str {
 fn parse_link(m: &LinkMessage) -> Link {
     let mut name = String::new();
     let mut mac = None;
+    let mut kind = None;
     for attr in &m.attributes {
         match attr {
             LinkAttribute::IfName(n) => name.clone_from(n),
             LinkAttribute::Address(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+            LinkAttribute::LinkInfo(infos) => {
+                kind = infos.iter().find_map(|info| match info {
+                    LinkInfo::Kind(k) => Some(k.to_string()),
+                    _ => None,
+                });
+            }
             _ => {}
         }
     }
@@ -385,6 +392,7 @@ fn parse_link(m: &LinkMessage) -> Link {
         index: m.header.index,
         name,
         mac,
+        kind,
         // Operationally up: administratively up AND with carrier. A pulled cable (or a veth
         // whose peer is down) clears IFF_LOWER_UP while IFF_UP stays set.
         up: m.header.flags.contains(LinkFlags::Up) && m.header.flags.contains(LinkFlags::LowerUp),

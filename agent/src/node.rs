@@ -632,9 +632,12 @@ where
     /// Tells the LAN port the links (with our MACs), and the IPs held when they changed.
     fn tell_lan(&mut self) {
         if let Some(host) = self.aliases.last_snapshot() {
+            // The node's own links only: no socket (and thread) per pod veth or CNI
+            // bridge, and no MAC of theirs in the report.
             let interfaces: Vec<(u32, Mac)> = host
                 .links
                 .iter()
+                .filter(|l| host::is_node_link(host, l))
                 .filter_map(|l| Some((l.index, Mac(l.mac?))))
                 // Loopback's all-zero address is no Ethernet interface.
                 .filter(|(_, mac)| mac.0 != [0; 6])
@@ -683,8 +686,9 @@ where
             conflicts,
             shield: self.aliases.shield_state(),
             held: held.clone(),
-            // Every Ethernet link's, with or without carrier or addresses of its own, so
-            // that no other agent takes this node for a foreign host.
+            // Every Ethernet link of the node's own (a NIC with or without carrier or
+            // addresses, not a pod's veth: `host::is_node_link`), so that no other agent
+            // takes this node for a foreign host.
             macs: self
                 .lan_interfaces
                 .iter()
@@ -796,6 +800,7 @@ mod tests {
             index,
             name: format!("eth{index}"),
             mac: Some([2, 0, 0, 0, 0, index as u8]),
+            kind: None,
             up,
         }
     }

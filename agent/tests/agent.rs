@@ -603,3 +603,70 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
         s.agent.log_text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_300_pod_veths_still_reports_validly_and_takes_ips() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("pods", |_| {}).await;
+    let c = s.cluster.clone();
+    let node = &s.node;
+    // 300 pods' veth pairs, both ends on the node (600 Ethernet links, none with an
+    // address of the node), made while the agent runs, and a CNI bridge holding the pod
+    // gateway address.
+    let mut batch = String::new();
+    for i in 0..300 {
+        batch.push_str(&format!(
+            "link add veth{i:04x} type veth peer name pod{i:04x}\nlink set veth{i:04x} up\nlink set pod{i:04x} up\n"
+        ));
+    }
+    batch
+        .push_str("link add cni0 type bridge\nlink set cni0 up\naddr add 10.244.0.1/24 dev cni0\n");
+    let file = std::env::temp_dir().join(format!("{}-veths.batch", node.name()));
+    std::fs::write(&file, batch).unwrap();
+    let made = Instant::now();
+    node.ip(&["-batch", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).unwrap();
+    eprintln!("300 veth pairs made in {:?}", made.elapsed());
+    let links = node.ip(&["-o", "link", "show"]).lines().count();
+    assert!(links > 600, "{links} links");
+
+    // The agent has seen them (a reconcile after the link changes), and its report is
+    // still valid (`Cluster::report` reads it within bounds) and lists only eth1.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.create("web").await;
+    let assigned = Instant::now();
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.130", "fd00:1::130"],
+    )
+    .await;
+    eventually(Duration::from_secs(10), "the aliases", async || {
+        alias(node, "10.0.0.130").and(alias(node, "fd00:1::130"))
+    })
+    .await;
+    let (report, _) = report_where(
+        &c,
+        &s.name,
+        "the aliases reported held",
+        Duration::from_secs(5),
+        |r| r.held == ips(&["10.0.0.130", "fd00:1::130"]),
+    )
+    .await;
+    eprintln!("assigned -> held and reported in {:?}", assigned.elapsed());
+    let names: Vec<&str> = report.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["eth1"], "pod and CNI links reported");
+    assert_eq!(report.macs.len(), 1, "{:?}", report.macs);
+
+    // No LAN socket, and no thread, per pod link.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", s.agent.pid()))
+        .unwrap()
+        .count();
+    let packet_sockets = node.exec("cat", &["/proc/net/packet"]).lines().count() - 1;
+    eprintln!("agent threads: {tasks}, packet sockets in the node: {packet_sockets}");
+    assert!(tasks < 40, "{tasks} threads");
+    assert!(packet_sockets <= 4, "{packet_sockets} AF_PACKET sockets");
+}

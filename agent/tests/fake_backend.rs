@@ -32,6 +32,7 @@ impl Fake {
                 index: 2,
                 name: "eth0".into(),
                 mac: Some([2, 0, 0, 0, 0, 2]),
+                kind: None,
                 up: true,
             }],
             addresses: vec![HostAddress {

@@ -54,12 +54,14 @@ impl Fake {
                     index: 1,
                     name: "lo".into(),
                     mac: Some([0; 6]),
+                    kind: None,
                     up: true,
                 },
                 Link {
                     index: 2,
                     name: "eth0".into(),
                     mac: Some([2, 0, 0, 0, 0, 2]),
+                    kind: None,
                     up: true,
                 },
             ],
@@ -699,6 +701,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
                 index: 4242,
                 name: "eth9".into(),
                 mac: Some([2, 0, 0, 0, 0, 9]),
+                kind: None,
                 up: true,
             });
             host.addresses.push(HostAddress {
