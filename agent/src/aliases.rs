@@ -395,6 +395,11 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         self.shield.as_ref()
     }
 
+    /// The host-port shield, to look at its table ([`Shield::look`]).
+    pub fn shield_mut(&mut self) -> Option<&mut Shield<S>> {
+        self.shield.as_mut()
+    }
+
     /// What the Lease report says of the shield.
     pub fn shield_state(&self) -> ShieldState {
         self.shield.as_ref().map_or(ShieldState::Off, Shield::state)

@@ -98,6 +98,8 @@ pub enum Cause {
     Probe,
     /// A guard timer (a re-probe due, a conflict to forget).
     Guard,
+    /// The shield's table was found deleted or altered: it is rewritten.
+    Shield,
 }
 
 /// What the loop does after claims were handled.
@@ -110,9 +112,6 @@ enum After {
     /// An IP must go: reconcile now.
     Reconcile,
 }
-
-/// How often the shield's drop counters are read for the metrics.
-const SHIELD_COUNTERS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Time a probe may take beyond its window before it counts as failed (a LAN port that
 /// never answers must not hold a first claim back for ever: it is retried with backoff).
@@ -199,9 +198,6 @@ where
         let mut resync = tokio::time::interval(inputs.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         resync.reset();
-        let mut counters = tokio::time::interval(SHIELD_COUNTERS_INTERVAL);
-        counters.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let shielded = self.aliases.shield().is_some();
         let mut synced = false;
         let mut watching = true;
         let mut routing_open = true;
@@ -235,8 +231,13 @@ where
                     inputs.health.beat();
                     self.metrics.set_authority_fresh(self.authority.is_fresh(Instant::now()));
                     let expired = self.refresh().await;
+                    // Within one renew interval: a table someone deleted or flushed is
+                    // noticed here and rewritten by the reconcile it asks for.
+                    let damaged = self.look_at_shield().await;
                     if synced && expired {
                         Cause::Resync
+                    } else if synced && damaged {
+                        Cause::Shield
                     } else if synced && retry {
                         Cause::Retry
                     } else {
@@ -267,10 +268,6 @@ where
                     }
                     self.routing = inputs.routing.borrow_and_update().clone();
                     self.publish();
-                    continue;
-                }
-                _ = counters.tick(), if shielded => {
-                    self.read_shield_counters().await;
                     continue;
                 }
                 Some(()) = inputs.changes.recv() => Cause::Netlink,
@@ -313,15 +310,35 @@ where
         report.expired
     }
 
-    /// Brings the shield's drop counters into the metrics.
-    async fn read_shield_counters(&self) {
-        let Some(shield) = self.aliases.shield() else {
-            return;
+    /// Looks at the shield's table: brings its drop counters into the metrics; returns
+    /// whether it was found deleted or altered (then the shield reads `failing`, in the
+    /// report and the metrics at once, until a reconcile has rewritten it).
+    async fn look_at_shield(&mut self) -> bool {
+        let Some(shield) = self.aliases.shield_mut() else {
+            return false;
         };
-        match shield.dropped().await {
-            Ok(dropped) => self.metrics.set_shield_dropped(dropped),
-            // The table is written at the first reconcile; until then there is none of ours.
-            Err(e) => debug!(error = %e, "cannot read the shield's counters"),
+        // A failed read is logged by the shield (warn, on the edge) and retried next time.
+        let Ok(look) = shield.look().await else {
+            return false;
+        };
+        if let Some(dropped) = look.dropped {
+            self.metrics.set_shield_dropped(dropped);
+        }
+        if look.damaged {
+            self.set_shield_metrics();
+            self.publish();
+        }
+        look.damaged
+    }
+
+    fn set_shield_metrics(&self) {
+        if let Some(shield) = self.aliases.shield() {
+            self.metrics.set_shield(
+                shield.state(),
+                shield.contents().len(),
+                shield.errors(),
+                shield.damaged(),
+            );
         }
     }
 
@@ -384,10 +401,7 @@ where
             .set_held(self.aliases.owned().map(|a| a.ifname.as_str()));
         self.metrics
             .set_desired(self.desired.len(), report.conflicts.len());
-        if let Some(shield) = self.aliases.shield() {
-            self.metrics
-                .set_shield(shield.state(), shield.contents().len(), shield.errors());
-        }
+        self.set_shield_metrics();
         self.publish();
         if report.changed() || !report.errors.is_empty() || first {
             info!(

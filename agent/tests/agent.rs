@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ShieldState};
 use aliaslb_testenv::TestEnv;
 use support::{AddrInfo, NetNs, node_and_lan, require_root};
 
@@ -669,4 +669,121 @@ async fn a_node_with_300_pod_veths_still_reports_validly_and_takes_ips() {
     eprintln!("agent threads: {tasks}, packet sockets in the node: {packet_sockets}");
     assert!(tasks < 40, "{tasks} threads");
     assert!(packet_sockets <= 4, "{packet_sockets} AF_PACKET sockets");
+}
+
+/// Whether the node's shield table is whole and guards `ip`: its rules are there (the
+/// `guard4` chain's drop rule) and `held4` lists `ip`.
+fn shield_guards(node: &NetNs, ip: &str) -> bool {
+    let Ok(table) = node.try_exec("nft", &["list", "table", "inet", "aliaslb"]) else {
+        return false;
+    };
+    let held4 = table
+        .split("set held4")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .unwrap_or_default();
+    table.contains("counter name \"dropped4\" drop") && held4.contains(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewritten() {
+    if !require_root() {
+        return;
+    }
+    // `nft` as the agent runs it: the real one, behind a wrapper that refuses writes
+    // (`-f`) while `fail-write` exists and reads (`-t`) while `fail-read` exists.
+    let dir = tempfile::tempdir().unwrap();
+    let real = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nft (apt-get install nftables)");
+    let d = dir.path().display();
+    let wrapper = format!(
+        "#!/bin/sh\ncase \"$1\" in\n  -f) [ -e {d}/fail-write ] && {{ echo 'Error: refused by the test' >&2; exit 1; }} ;;\n  -t) [ -e {d}/fail-read ] && {{ echo 'Error: refused by the test' >&2; exit 1; }} ;;\nesac\nexec {real} \"$@\"\n"
+    );
+    let nft = dir.path().join("nft");
+    std::fs::write(&nft, wrapper).unwrap();
+    std::fs::set_permissions(&nft, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{d}:{}", std::env::var("PATH").unwrap_or_default());
+    let s = setup("heal", |a| a.env.push(("PATH".into(), path))).await;
+    let c = s.cluster.clone();
+    let node = &s.node;
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.140"])
+        .await;
+    eventually(Duration::from_secs(5), "the alias, shielded", async || {
+        (alias(node, "10.0.0.140").is_some() && shield_guards(node, "10.0.0.140")).then_some(())
+    })
+    .await;
+    let shield_active = || s.agent.metric(node, "aliaslb_agent_shield_active");
+    assert_eq!(shield_active(), Some(1.0));
+
+    // Someone else's `nft flush ruleset` (nftables.service), then `nft flush table`
+    // (rules gone, sets kept): rewritten within one renew interval (500 ms) plus the
+    // time of one `nft` run.
+    for how in [
+        vec!["flush", "ruleset"],
+        vec!["flush", "table", "inet", "aliaslb"],
+    ] {
+        node.exec("nft", &how);
+        assert!(!shield_guards(node, "10.0.0.140"));
+        let start = Instant::now();
+        eventually(Duration::from_secs(5), "the table rewritten", async || {
+            shield_guards(node, "10.0.0.140").then_some(())
+        })
+        .await;
+        let healed = start.elapsed();
+        eprintln!("nft {} -> shield rewritten in {healed:?}", how.join(" "));
+        assert!(healed < Duration::from_millis(1500), "{how:?}: {healed:?}");
+    }
+    assert!(alias(node, "10.0.0.140").is_some());
+
+    // Deleted while nft cannot write: the state reads `failing` in the report and the
+    // metric, never `active`, until the rewrite works again.
+    std::fs::write(dir.path().join("fail-write"), "").unwrap();
+    node.exec("nft", &["delete", "table", "inet", "aliaslb"]);
+    report_where(
+        &c,
+        &s.name,
+        "the shield reported failing",
+        Duration::from_secs(3),
+        |r| r.shield == ShieldState::Failing,
+    )
+    .await;
+    let failing = Instant::now();
+    while failing.elapsed() < Duration::from_secs(2) {
+        assert_eq!(shield_active(), Some(0.0));
+        let r = c.report(&s.name).await.unwrap();
+        assert_eq!(r.shield, ShieldState::Failing, "while the table is gone");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::fs::remove_file(dir.path().join("fail-write")).unwrap();
+    report_where(
+        &c,
+        &s.name,
+        "the shield reported active again",
+        Duration::from_secs(3),
+        |r| r.shield == ShieldState::Active,
+    )
+    .await;
+    assert!(shield_guards(node, "10.0.0.140"));
+    assert_eq!(shield_active(), Some(1.0));
+    let damaged = s
+        .agent
+        .metric(node, "aliaslb_agent_shield_tables_damaged_total")
+        .unwrap();
+    assert!(damaged >= 3.0, "{damaged}");
+
+    // A read that fails is a warning, once, not a debug line every renewal.
+    std::fs::write(dir.path().join("fail-read"), "").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::remove_file(dir.path().join("fail-read")).unwrap();
+    let log = s.agent.log_text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cannot read the host-port shield's table"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("WARN"), "{}", warned[0]);
+    assert!(log.contains("deleted or altered by someone else"), "{log}");
 }

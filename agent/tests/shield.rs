@@ -27,8 +27,10 @@ use aliaslb_agent::backend::Lifetime;
 use aliaslb_agent::netlink::NetlinkBackend;
 use aliaslb_agent::nft::NftBackend;
 use aliaslb_agent::shield::{
-    Contents, Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, table_script,
+    Contents, Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
+    table_script,
 };
+use aliaslb_core::report::ShieldState;
 use serde_json::Value;
 use support::{NetNs, node_and_lan, require_root};
 
@@ -855,8 +857,8 @@ impl ShieldBackend for Watching {
     async fn check(&self, script: &str) -> Result<(), ShieldError> {
         self.nft.check(script).await
     }
-    async fn dropped(&self) -> Result<Dropped, ShieldError> {
-        self.nft.dropped().await
+    async fn inspect(&self) -> Result<Option<TableView>, ShieldError> {
+        self.nft.inspect().await
     }
 }
 
@@ -893,4 +895,85 @@ fn a_stale_alias_of_a_previous_agent_stays_shielded_until_deleted() {
         "an alias was on the node without its shield element:\n{}",
         unshielded.join("\n")
     );
+}
+
+/// [`Shield::look`] of `m`'s shield, failing the test when `nft` cannot list the table.
+async fn look(m: &mut Manager) -> aliaslb_agent::shield::Look {
+    m.shield_mut()
+        .unwrap()
+        .look()
+        .await
+        .expect("nft lists the table")
+}
+
+/// The shield's look at its own table, against the real `nft`: the table as written reads
+/// intact (in both kube-proxy modes: the expected rules match what the kernel lists);
+/// deleted, flushed or missing a rule it reads damaged, the shield `failing`; the next
+/// reconcile rewrites it whole and it is `active` again. Prerouting still guards the IP
+/// after the heal (the LAN's connection to a host port is dropped again).
+#[test]
+fn a_deleted_or_flushed_table_is_seen_damaged_and_the_next_reconcile_rewrites_it() {
+    if !require_root() {
+        return;
+    }
+    let (node, _lan) = node_and_lan("shheal");
+    let ns = node.name().to_string();
+    node.run(move || async move {
+        let mut m = manager();
+        let want = desired(&[(LB4, &[tcp(80)]), (LB6, &[tcp(80)])]);
+        apply(&mut m, &want).await;
+        assert!(!look(&mut m).await.damaged, "the table as written");
+        assert_eq!(m.shield_state(), ShieldState::Active);
+        let damage: [&[&str]; 4] = [
+            &["flush", "ruleset"],
+            &["flush", "table", "inet", "aliaslb"],
+            &["delete", "table", "inet", "aliaslb"],
+            &["flush", "chain", "inet", "aliaslb", "guard6"],
+        ];
+        for how in damage {
+            nft_ok(&ns, how);
+            let seen = look(&mut m).await;
+            assert!(seen.damaged, "nft {how:?} not seen");
+            assert_eq!(m.shield_state(), ShieldState::Failing, "nft {how:?}");
+            // Seen once: the rewrite is due, not seen again until it is done.
+            assert!(!look(&mut m).await.damaged, "nft {how:?} seen twice");
+            let r = m.reconcile(&want).await;
+            assert!(r.errors.is_empty(), "{:?}", r.errors);
+            assert_eq!(m.shield_state(), ShieldState::Active, "nft {how:?}");
+            assert!(
+                !look(&mut m).await.damaged,
+                "after the rewrite of nft {how:?}"
+            );
+            let when = format!("after nft {how:?} and a reconcile");
+            assert_set(&ns, "held4", &[LB4], &when);
+            assert_set(&ns, "ports6", &["fd00:1::50 . tcp . 80"], &when);
+        }
+        assert_eq!(m.shield().unwrap().damaged(), 4);
+        // kube-proxy in IPVS mode (its link; a veth here, the kernel has no dummy driver):
+        // the table without its input chain reads intact, and the iptables one, loaded by
+        // someone else, does not.
+        support::run_cmd(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "link",
+                "add",
+                "kube-ipvs0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "ipvsp",
+            ],
+        );
+        apply(&mut m, &want).await;
+        assert!(!shield_table(&ns).unwrap().contains("chain input"));
+        assert!(!look(&mut m).await.damaged, "the IPVS table as written");
+        nft_load(&ns, &table_script(m.shield().unwrap().contents(), false));
+        assert!(
+            look(&mut m).await.damaged,
+            "an input chain in the IPVS table"
+        );
+    });
 }
