@@ -28,6 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport};
 use crate::announce::Announcer;
+use crate::assignments::InForce;
 use crate::backend::{AddressBackend, BackendError};
 use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::host::{self, Alias, HostState, Link};
@@ -100,6 +101,9 @@ pub enum Cause {
     Guard,
     /// The shield's table was found deleted or altered: it is rewritten.
     Shield,
+    /// The authority went stale while the set in force is kept for a missing assignment
+    /// object.
+    Stale,
 }
 
 /// What the loop does after claims were handled.
@@ -133,8 +137,10 @@ pub struct Node<B, S, L> {
     guard: Guard,
     probe_config: ProbeConfig,
     probes: JoinSet<ProbeDone>,
-    /// The desired set as received, and as last given to the alias manager.
+    /// The desired set in force (as received, less a set kept for a missing object once
+    /// the authority is stale: [`InForce`]), and as last given to the alias manager.
     desired: DesiredSet,
+    in_force: InForce,
     effective: DesiredSet,
     /// Up/down state of every link at the last look, to re-announce on a link coming up.
     links_up: BTreeMap<u32, bool>,
@@ -166,6 +172,7 @@ where
             probe_config: setup.probe,
             probes: JoinSet::new(),
             desired: DesiredSet::new(),
+            in_force: InForce::new(),
             effective: DesiredSet::new(),
             links_up: BTreeMap::new(),
             interfaces: Vec::new(),
@@ -234,10 +241,13 @@ where
                     // Within one renew interval: a table someone deleted or flushed is
                     // noticed here and rewritten by the reconcile it asks for.
                     let damaged = self.look_at_shield().await;
+                    let fresh = self.authority.is_fresh(Instant::now());
                     if synced && expired {
                         Cause::Resync
                     } else if synced && damaged {
                         Cause::Shield
+                    } else if synced && InForce::must_drop(&self.desired, fresh) {
+                        Cause::Stale
                     } else if synced && retry {
                         Cause::Retry
                     } else {
@@ -252,7 +262,6 @@ where
                         watching = false;
                         continue;
                     }
-                    self.guard.desired_changed();
                     Cause::Desired
                 }
                 Some(done) = self.probes.join_next(), if !self.probes.is_empty() => {
@@ -275,13 +284,18 @@ where
                 () = inputs.api_back.notified() => Cause::ApiBack,
                 () = tokio::time::sleep_until(wake_at), if wake.is_some() => Cause::Guard,
             };
-            if inputs.desired_rx.has_changed().unwrap_or(false) {
-                self.guard.desired_changed();
-            }
-            let Some(desired) = inputs.desired_rx.borrow_and_update().clone() else {
+            let news = cause == Cause::Desired || inputs.desired_rx.has_changed().unwrap_or(false);
+            let Some(received) = inputs.desired_rx.borrow_and_update().clone() else {
                 continue;
             };
-            self.desired = desired;
+            // A set kept for a missing object was not written by the controller: it ends
+            // no yield.
+            if news && !received.object_missing() {
+                self.guard.desired_changed();
+            }
+            self.desired = self
+                .in_force
+                .of(&received, self.authority.is_fresh(Instant::now()));
             let first = !synced;
             retry = self.reconcile(cause, first).await;
             if first {

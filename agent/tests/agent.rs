@@ -605,6 +605,104 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("orphan", |_| {}).await;
+    let c = s.cluster.clone();
+    let object = aliaslb_core::keys::assignment_configmap(&s.name);
+    let delete = async || {
+        c.assignments
+            .delete(&object, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    };
+    c.create("web").await;
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.120", "fd00:1::120"],
+    )
+    .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "the aliases", async || {
+        alias(node, "10.0.0.120").and(alias(node, "fd00:1::120"))
+    })
+    .await;
+
+    // Deleted (by hand, a prune): three lease durations later everything is still held.
+    delete().await;
+    let deleted = Instant::now();
+    while deleted.elapsed() < Duration::from_secs(6) {
+        assert!(alias(node, "10.0.0.120").is_some(), "dropped on a deletion");
+        assert!(
+            alias(node, "fd00:1::120").is_some(),
+            "dropped on a deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let report = c.report(&s.name).await.unwrap();
+    assert_eq!(report.held, ips(&["10.0.0.120", "fd00:1::120"]));
+    assert!(
+        s.agent
+            .log_text()
+            .contains("the assignment object of this node is missing"),
+        "{}",
+        s.agent.log_text()
+    );
+
+    // Written again by the controller: it is in force at once (here without the v6 IP).
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.120"])
+        .await;
+    eventually(Duration::from_secs(5), "fd00:1::120 released", async || {
+        alias(node, "fd00:1::120").is_none().then_some(())
+    })
+    .await;
+
+    // Missing again, then the API is lost: once the agent's Lease is stale (2 s), the
+    // kept set is let go (the controller may have moved the IP), and it is not taken
+    // back when the API returns, only when the controller writes the object again.
+    delete().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(alias(node, "10.0.0.120").is_some());
+    s.relay.stop();
+    let cut = Instant::now();
+    eventually(
+        Duration::from_secs(6),
+        "the kept alias let go with stale authority",
+        async || alias(node, "10.0.0.120").is_none().then_some(()),
+    )
+    .await;
+    let let_go = cut.elapsed();
+    eprintln!("API cut -> kept alias let go in {let_go:?} (lease 2 s)");
+    assert!(
+        let_go >= Duration::from_millis(1500),
+        "let go before the Lease went stale: {let_go:?}"
+    );
+    s.relay.restart();
+    report_where(
+        &c,
+        &s.name,
+        "a report after the API returned",
+        Duration::from_secs(10),
+        |r| r.held.is_empty(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(alias(node, "10.0.0.120").is_none(), "taken back unasked");
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.120"])
+        .await;
+    eventually(
+        Duration::from_secs(5),
+        "the alias assigned again",
+        async || alias(node, "10.0.0.120"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_300_pod_veths_still_reports_validly_and_takes_ips() {
     if !require_root() {
         return;

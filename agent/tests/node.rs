@@ -838,3 +838,54 @@ async fn a_routed_address_goes_on_the_routed_device_off_the_lan_and_reports_its_
     })
     .await;
 }
+
+/// A set kept for a missing assignment object (`Assignment` marks it) holds while the
+/// Lease is fresh, is let go at the first renewal tick after it went stale, is not taken
+/// back when the Lease is fresh again, and a written set is in force at once.
+#[tokio::test(start_paused = true)]
+async fn a_set_kept_for_a_missing_object_is_let_go_once_the_lease_is_stale() {
+    local(async {
+        let h = Harness::start();
+        h.authority.record_renewal(Instant::now());
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        let mut kept = desired(&["192.168.1.50"], &[]);
+        kept.mark_object_missing();
+        h.want(kept.clone());
+        // Renewed every second for 10 s: kept.
+        for _ in 0..10 {
+            h.authority.record_renewal(Instant::now());
+            tokio::time::sleep(RENEW).await;
+            assert_eq!(
+                h.fake.ours(),
+                vec![ip("192.168.1.50")],
+                "dropped while fresh"
+            );
+        }
+        // No renewal any more: gone within the lease and one renew interval.
+        let last = Instant::now();
+        h.authority.record_renewal(last);
+        wait_for("the kept IP let go", LEASE + RENEW * 2, || {
+            h.fake.ours().is_empty()
+        })
+        .await;
+        assert!(last.elapsed() >= LEASE, "let go after {:?}", last.elapsed());
+        settle().await;
+        assert!(h.report().held.is_empty());
+        // Fresh again, the object still missing: not taken back.
+        for _ in 0..5 {
+            h.authority.record_renewal(Instant::now());
+            tokio::time::sleep(RENEW).await;
+        }
+        h.want(kept);
+        settle().await;
+        assert!(h.fake.ours().is_empty(), "taken back without a written set");
+        // Written again by the controller.
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        h.stop().await;
+    })
+    .await;
+}
