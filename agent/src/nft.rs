@@ -9,6 +9,7 @@
 //! hundreds of lines of struct literals. Every value we write is typed (IP, protocol, port),
 //! so the nft syntax leaves nothing to quote. The image ships Debian's `nftables`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -128,6 +129,35 @@ impl ShieldBackend for NftBackend {
             Err(e) => Err(e),
         }
     }
+
+    async fn chains(&self) -> Result<Option<BTreeSet<String>>, ShieldError> {
+        // Of every inet table: nft cannot list one table's chains without reading its
+        // sets, and chains are few.
+        let out = self
+            .run("list chains", &["-j", "list", "chains", "inet"], None)
+            .await?;
+        parse_chains(&out)
+    }
+}
+
+/// The chains of `inet aliaslb` in `nft -j list chains inet` output (`None`: none, so no
+/// table of ours, or one without a chain).
+fn parse_chains(json: &str) -> Result<Option<BTreeSet<String>>, ShieldError> {
+    let v: Value = serde_json::from_str(json).map_err(|e| ShieldError::Output {
+        what: "list chains",
+        detail: e.to_string(),
+    })?;
+    let chains: BTreeSet<String> = v
+        .get("nftables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.get("chain"))
+        .filter(|c| c.get("table").and_then(Value::as_str) == Some("aliaslb"))
+        .filter(|c| c.get("family").and_then(Value::as_str) == Some("inet"))
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    Ok((!chains.is_empty()).then_some(chains))
 }
 
 /// Reads the chains' rule counts, the sets and the counters `dropped4` and `dropped6` from
@@ -180,6 +210,13 @@ mod tests {
         );
         assert_eq!(view.sets, ["held4".to_owned()].into());
         assert!(matches!(parse_view("{}"), Err(ShieldError::Output { .. })));
+        // `nft -j list chains inet` with another inet table's chain.
+        let chains = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"chain": {"family": "inet", "table": "aliaslb", "name": "guard4", "handle": 1}}, {"chain": {"family": "inet", "table": "firewalld", "name": "filter_INPUT", "handle": 2}}]}"#;
+        assert_eq!(
+            parse_chains(chains).unwrap(),
+            Some(["guard4".to_owned()].into())
+        );
+        assert_eq!(parse_chains(r#"{"nftables": []}"#).unwrap(), None);
     }
 
     #[tokio::test]

@@ -816,23 +816,31 @@ async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewrit
     let shield_active = || s.agent.metric(node, "aliaslb_agent_shield_active");
     assert_eq!(shield_active(), Some(1.0));
 
-    // Someone else's `nft flush ruleset` (nftables.service), then `nft flush table`
-    // (rules gone, sets kept): rewritten within one renew interval (500 ms) plus the
-    // time of one `nft` run.
-    for how in [
-        vec!["flush", "ruleset"],
-        vec!["flush", "table", "inet", "aliaslb"],
-    ] {
+    // Someone else's `nft flush ruleset` (nftables.service), or the table deleted:
+    // rewritten within one renew interval (500 ms) plus the time of one `nft` run. Rules
+    // flushed from a table left in place: within the 5 s of the whole table's reading.
+    let cases = [
+        (vec!["flush", "ruleset"], Duration::from_millis(1500)),
+        (
+            vec!["delete", "table", "inet", "aliaslb"],
+            Duration::from_millis(1500),
+        ),
+        (
+            vec!["flush", "table", "inet", "aliaslb"],
+            Duration::from_millis(6000),
+        ),
+    ];
+    for (how, bound) in cases {
         node.exec("nft", &how);
         assert!(!shield_guards(node, "10.0.0.140"));
         let start = Instant::now();
-        eventually(Duration::from_secs(5), "the table rewritten", async || {
+        eventually(Duration::from_secs(8), "the table rewritten", async || {
             shield_guards(node, "10.0.0.140").then_some(())
         })
         .await;
         let healed = start.elapsed();
         eprintln!("nft {} -> shield rewritten in {healed:?}", how.join(" "));
-        assert!(healed < Duration::from_millis(1500), "{how:?}: {healed:?}");
+        assert!(healed < bound, "{how:?}: {healed:?}");
     }
     assert!(alias(node, "10.0.0.140").is_some());
 
@@ -870,7 +878,7 @@ async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewrit
         .agent
         .metric(node, "aliaslb_agent_shield_tables_damaged_total")
         .unwrap();
-    assert!(damaged >= 3.0, "{damaged}");
+    assert!(damaged >= 4.0, "{damaged}");
 
     // A read that fails is a warning, once, not a debug line every renewal.
     std::fs::write(dir.path().join("fail-read"), "").unwrap();

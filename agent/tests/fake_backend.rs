@@ -314,6 +314,13 @@ impl ShieldBackend for &FakeShield<'_> {
             dropped: Dropped::default(),
         }))
     }
+    async fn chains(&self) -> Result<Option<std::collections::BTreeSet<String>>, ShieldError> {
+        Ok(Some(
+            aliaslb_agent::shield::expected_rules(false)
+                .into_keys()
+                .collect(),
+        ))
+    }
 }
 
 fn shielded<'a>(

@@ -860,6 +860,9 @@ impl ShieldBackend for Watching {
     async fn inspect(&self) -> Result<Option<TableView>, ShieldError> {
         self.nft.inspect().await
     }
+    async fn chains(&self) -> Result<Option<std::collections::BTreeSet<String>>, ShieldError> {
+        self.nft.chains().await
+    }
 }
 
 /// A stale alias a previous agent left is deleted by the first reconcile of the next one;
@@ -906,11 +909,11 @@ async fn look(m: &mut Manager) -> aliaslb_agent::shield::Look {
         .expect("nft lists the table")
 }
 
-/// The shield's look at its own table, against the real `nft`: the table as written reads
-/// intact (in both kube-proxy modes: the expected rules match what the kernel lists);
-/// deleted, flushed or missing a rule it reads damaged, the shield `failing`; the next
-/// reconcile rewrites it whole and it is `active` again. Prerouting still guards the IP
-/// after the heal (the LAN's connection to a host port is dropped again).
+/// The shield's looks at its own table, against the real `nft`: the table as written reads
+/// intact (in both kube-proxy modes: the expected chains and rules match what the kernel
+/// lists); deleted or flushed away it reads damaged from its chains alone, missing rules
+/// from the whole listing; the shield then reads `failing`; the next reconcile rewrites it
+/// whole (elements included) and it is `active` again.
 #[test]
 fn a_deleted_or_flushed_table_is_seen_damaged_and_the_next_reconcile_rewrites_it() {
     if !require_root() {
@@ -923,17 +926,24 @@ fn a_deleted_or_flushed_table_is_seen_damaged_and_the_next_reconcile_rewrites_it
         let want = desired(&[(LB4, &[tcp(80)]), (LB6, &[tcp(80)])]);
         apply(&mut m, &want).await;
         assert!(!look(&mut m).await.damaged, "the table as written");
+        let chains = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+        assert!(!chains.damaged, "the chains as written");
         assert_eq!(m.shield_state(), ShieldState::Active);
-        let damage: [&[&str]; 4] = [
-            &["flush", "ruleset"],
-            &["flush", "table", "inet", "aliaslb"],
-            &["delete", "table", "inet", "aliaslb"],
-            &["flush", "chain", "inet", "aliaslb", "guard6"],
+        // (what someone else runs, whether the cheap look at the chains sees it)
+        let damage: [(&[&str], bool); 4] = [
+            (&["flush", "ruleset"], true),
+            (&["flush", "table", "inet", "aliaslb"], false),
+            (&["delete", "table", "inet", "aliaslb"], true),
+            (&["flush", "chain", "inet", "aliaslb", "guard6"], false),
         ];
-        for how in damage {
+        for (how, by_chains) in damage {
             nft_ok(&ns, how);
-            let seen = look(&mut m).await;
-            assert!(seen.damaged, "nft {how:?} not seen");
+            let quick = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+            assert_eq!(quick.damaged, by_chains, "nft {how:?}, chains looked at");
+            if !by_chains {
+                let seen = look(&mut m).await;
+                assert!(seen.damaged, "nft {how:?} not seen");
+            }
             assert_eq!(m.shield_state(), ShieldState::Failing, "nft {how:?}");
             // Seen once: the rewrite is due, not seen again until it is done.
             assert!(!look(&mut m).await.damaged, "nft {how:?} seen twice");
@@ -970,6 +980,8 @@ fn a_deleted_or_flushed_table_is_seen_damaged_and_the_next_reconcile_rewrites_it
         apply(&mut m, &want).await;
         assert!(!shield_table(&ns).unwrap().contains("chain input"));
         assert!(!look(&mut m).await.damaged, "the IPVS table as written");
+        let chains = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+        assert!(!chains.damaged, "the IPVS chains as written");
         nft_load(&ns, &table_script(m.shield().unwrap().contents(), false));
         assert!(
             look(&mut m).await.damaged,
