@@ -682,11 +682,19 @@ where
     fn tell_lan(&mut self) {
         if let Some(host) = self.aliases.last_snapshot() {
             // The node's own links only: no socket (and thread) per pod veth or CNI
-            // bridge, and no MAC of theirs in the report.
+            // bridge, and no MAC of theirs in the report. A link an L2 alias is on counts
+            // as the node's whatever its kind (`--interface` or the pool's `interface`
+            // may name a veth or bridge without an address of the node).
+            let carrying: BTreeSet<u32> = self
+                .aliases
+                .owned()
+                .filter(|a| !self.desired.is_routed(a.ip))
+                .map(|a| a.ifindex)
+                .collect();
             let interfaces: Vec<(u32, Mac)> = host
                 .links
                 .iter()
-                .filter(|l| host::is_node_link(host, l))
+                .filter(|l| host::is_node_link(host, l) || carrying.contains(&l.index))
                 .filter_map(|l| Some((l.index, Mac(l.mac?))))
                 // Loopback's all-zero address is no Ethernet interface.
                 .filter(|(_, mac)| mac.0 != [0; 6])

@@ -889,3 +889,43 @@ async fn a_set_kept_for_a_missing_object_is_let_go_once_the_lease_is_stale() {
     })
     .await;
 }
+
+/// Pod veths are no LAN: no LAN socket and no MAC in the report for them; a veth an alias
+/// is put on (the assignment names it) is watched, even without an address of the node.
+#[tokio::test(start_paused = true)]
+async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
+    local(async {
+        let fake = Fake::new();
+        {
+            let mut host = fake.host.lock().unwrap();
+            for (index, name) in [(30, "vethpod1"), (31, "lanv")] {
+                host.links.push(Link {
+                    index,
+                    name: name.into(),
+                    mac: Some([2, 0, 0, 0, 0, index as u8]),
+                    kind: Some("veth".into()),
+                    up: true,
+                });
+            }
+        }
+        let h = Harness::start_with(fake, None);
+        let mut d = desired(&["192.168.1.50"], &[]);
+        h.want(d.clone());
+        settle().await;
+        assert_eq!(
+            *h.lan.interfaces.lock().unwrap(),
+            vec![(2, Mac([2, 0, 0, 0, 0, 2]))],
+            "pod veths watched"
+        );
+        assert_eq!(h.report().macs, vec![Mac([2, 0, 0, 0, 0, 2])]);
+        d.insert(ip("192.168.1.60"), Some("lanv".into()));
+        h.want(d);
+        settle().await;
+        assert_eq!(
+            *h.lan.interfaces.lock().unwrap(),
+            vec![(2, Mac([2, 0, 0, 0, 0, 2])), (31, Mac([2, 0, 0, 0, 0, 31]))]
+        );
+        h.stop().await;
+    })
+    .await;
+}
