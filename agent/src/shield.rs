@@ -690,4 +690,37 @@ mod tests {
             "add element inet aliaslb held4 { 10.1.0.1 }\n"
         );
     }
+
+    #[test]
+    fn a_table_short_of_a_chain_rule_or_set_is_damaged() {
+        let chains = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        let whole: BTreeSet<String> = chains(&["guard4", "guard6", "input", "prerouting"]);
+        assert_eq!(chain_damage(Some(&whole), false), None);
+        assert!(
+            chain_damage(Some(&whole), true).is_some(),
+            "input with IPVS"
+        );
+        assert!(chain_damage(None, false).unwrap().contains("no table"));
+        let ipvs: BTreeSet<String> = chains(&["guard4", "guard6", "prerouting"]);
+        assert_eq!(chain_damage(Some(&ipvs), true), None);
+        assert!(chain_damage(Some(&ipvs), false).is_some());
+
+        let view = TableView {
+            rules: expected_rules(false),
+            sets: SETS.map(str::to_owned).into(),
+            dropped: Dropped::default(),
+        };
+        assert_eq!(damage(Some(&view), false), None);
+        let mut flushed = view.clone();
+        flushed.rules.values_mut().for_each(|n| *n = 0);
+        assert!(
+            damage(Some(&flushed), false)
+                .unwrap()
+                .contains("rules per chain")
+        );
+        let mut no_set = view.clone();
+        no_set.sets.remove("ports6");
+        assert!(damage(Some(&no_set), false).unwrap().contains("ports6"));
+        assert!(damage(None, false).is_some());
+    }
 }
