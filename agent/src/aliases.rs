@@ -37,6 +37,9 @@ pub struct DesiredSet {
     probe: BTreeSet<IpAddr>,
     routed: BTreeSet<IpAddr>,
     node_macs: BTreeMap<Mac, String>,
+    /// The assignment object is missing: this is the last set read, kept
+    /// ([`crate::assignments`]).
+    object_missing: bool,
 }
 
 impl DesiredSet {
@@ -115,6 +118,26 @@ impl DesiredSet {
     /// The node `mac` belongs to, if it is one of the cluster's.
     pub fn node_of_mac(&self, mac: Mac) -> Option<&str> {
         self.node_macs.get(&mac).map(String::as_str)
+    }
+
+    /// Marks this set as the one kept while the assignment object is missing.
+    pub fn mark_object_missing(&mut self) {
+        self.object_missing = true;
+    }
+
+    /// Whether this is the set kept while the assignment object is missing (not a set
+    /// the controller wrote: it ends no LAN yield).
+    pub fn object_missing(&self) -> bool {
+        self.object_missing
+    }
+
+    /// This set with no IP left (the node MACs and the missing mark stay).
+    pub fn without_ips(&self) -> DesiredSet {
+        DesiredSet {
+            node_macs: self.node_macs.clone(),
+            object_missing: self.object_missing,
+            ..DesiredSet::default()
+        }
     }
 
     /// This set without `ips` (the conflict guard holds them back from the reconcile).
@@ -393,6 +416,11 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     /// The host-port shield, if there is one.
     pub fn shield(&self) -> Option<&Shield<S>> {
         self.shield.as_ref()
+    }
+
+    /// The host-port shield, to look at its table ([`Shield::look`]).
+    pub fn shield_mut(&mut self) -> Option<&mut Shield<S>> {
+        self.shield.as_mut()
     }
 
     /// What the Lease report says of the shield.
@@ -688,6 +716,7 @@ mod tests {
             index,
             name: name.into(),
             mac: None,
+            kind: None,
             up: true,
         };
         HostState {

@@ -7,9 +7,17 @@
 //! [`Assignment`] is the pure state fed by watch events; [`watch_assignments`] does the
 //! API I/O (one watch of that one object, by a field selector on its name) and publishes
 //! the [`DesiredSet`] on a channel, only once the initial list is complete, so a restarted
-//! agent never drops aliases before it has read its assignment. A missing object means
-//! nothing is assigned; an unreadable one keeps the last good set (it is a bug or an edit
-//! by hand, not an instruction).
+//! agent never drops aliases before it has read its assignment.
+//!
+//! **Absence is not an instruction.** An unreadable object keeps the last good set (it is
+//! a bug or an edit by hand); so does a missing one (deleted by hand, by `kubectl delete
+//! -k` or a GitOps prune: the controller says "nothing assigned" with an empty object,
+//! never with an absence). The kept set is marked ([`DesiredSet::object_missing`]) and
+//! [`InForce`] lets the node act on it only while this agent's own authority is fresh
+//! (its Lease renewed within the lease duration): once it goes stale, the controller may
+//! have given the IPs to another node, so they are let go, and not taken back before the
+//! controller writes the object again. An agent that never read its object (it starts
+//! while the object is missing) has nothing to keep: nothing is assigned.
 //!
 //! A silently dead API connection is noticed by the client's TCP keepalives, and the
 //! watch driver ([`aliaslb_ops::watch`]) retries at most 2 s apart, so a change made during an outage applies within about 3 s of
@@ -22,7 +30,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::watch;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::aliases::DesiredSet;
 
@@ -97,24 +105,89 @@ impl Assignment {
     }
 
     /// Reads the current object: whether the desired set changed, `None` when the object
-    /// cannot be read (the last good set stays).
+    /// cannot be read (the last good set stays). A missing object keeps the last good set
+    /// too, marked as such (nothing read yet: nothing assigned).
     fn read(&mut self) -> Option<bool> {
-        match desired_from(self.current.as_ref()) {
-            Ok(set) => {
-                let changed = self.good.as_ref() != Some(&set);
-                self.good = Some(set);
-                Some(changed)
+        let set = match &self.current {
+            None => {
+                let mut kept = self.good.clone().unwrap_or_default();
+                if !kept.object_missing() && !kept.is_empty() {
+                    warn!(
+                        kept = kept.len(),
+                        "the assignment object of this node is missing: keeping the last one read \
+                         while this agent's Lease stays fresh, until the controller writes it again"
+                    );
+                }
+                kept.mark_object_missing();
+                kept
             }
-            Err(error) => {
-                warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
-                None
-            }
+            Some(cm) => match desired_from(Some(cm)) {
+                Ok(set) => set,
+                Err(error) => {
+                    warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
+                    return None;
+                }
+            },
+        };
+        if self.good.as_ref().is_some_and(DesiredSet::object_missing) && !set.object_missing() {
+            info!(
+                desired = set.len(),
+                "the assignment object of this node is back"
+            );
         }
+        let changed = self.good.as_ref() != Some(&set);
+        self.good = Some(set);
+        Some(changed)
     }
 
     /// The desired set, once a complete list was seen and read (`None` before).
     pub fn desired(&self) -> Option<DesiredSet> {
         if self.synced { self.good.clone() } else { None }
+    }
+}
+
+/// What the node acts on, from the desired set received: a set kept for a missing object
+/// ([`DesiredSet::object_missing`]) only while this agent's authority is fresh. Once the
+/// authority was stale with the object missing, its IPs stay dropped until a set the
+/// controller wrote arrives (a fresh authority later does not bring them back: the
+/// controller may have moved them meanwhile). Pure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InForce {
+    /// The kept set was let go for stale authority.
+    dropped: bool,
+}
+
+impl InForce {
+    /// Nothing dropped yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The set in force for `received`, with this agent's authority `fresh` or not.
+    pub fn of(&mut self, received: &DesiredSet, fresh: bool) -> DesiredSet {
+        if !received.object_missing() {
+            self.dropped = false;
+            return received.clone();
+        }
+        if !fresh && !self.dropped && !received.is_empty() {
+            warn!(
+                dropped = received.len(),
+                "the assignment object of this node is missing and this agent's Lease is \
+                 stale: letting go of the IPs kept for it"
+            );
+        }
+        self.dropped |= !fresh;
+        if self.dropped {
+            received.without_ips()
+        } else {
+            received.clone()
+        }
+    }
+
+    /// Whether `in_force` (what [`of`](Self::of) returned) must be recomputed now that the
+    /// authority is `fresh` or not: a kept set still held while the authority is stale.
+    pub fn must_drop(in_force: &DesiredSet, fresh: bool) -> bool {
+        in_force.object_missing() && !in_force.is_empty() && !fresh
     }
 }
 
@@ -250,19 +323,73 @@ mod tests {
         assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
     }
 
+    /// `set` marked as kept for a missing object.
+    fn kept(entries: &[(&str, Option<&str>)]) -> DesiredSet {
+        let mut s = set(entries);
+        s.mark_object_missing();
+        s
+    }
+
     #[test]
-    fn no_object_means_nothing_assigned() {
+    fn no_object_ever_read_means_nothing_assigned() {
         let mut a = Assignment::new();
         a.apply(watcher::Event::Init);
         assert!(a.apply(watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(DesiredSet::new()));
+        assert_eq!(a.desired(), Some(kept(&[])));
         assert!(a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))));
         assert!(
             !a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))),
             "same content"
         );
-        assert!(a.apply(watcher::Event::Delete(object(""))));
-        assert_eq!(a.desired(), Some(DesiredSet::new()));
+        assert!(a.apply(watcher::Event::Apply(object(""))));
+        assert_eq!(
+            a.desired(),
+            Some(DesiredSet::new()),
+            "an empty object: nothing"
+        );
+    }
+
+    #[test]
+    fn a_deleted_object_keeps_the_last_good_set_until_one_is_written_again() {
+        let mut a = Assignment::new();
+        a.apply(watcher::Event::Init);
+        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
+        a.apply(watcher::Event::InitDone);
+        assert!(a.apply(watcher::Event::Delete(object("10.0.0.1 - - a/b"))));
+        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
+        // Relisted while it is still missing: still kept.
+        a.apply(watcher::Event::Init);
+        assert!(a.apply(watcher::Event::InitDone));
+        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
+        // The controller writes it again: that set, not marked.
+        assert!(a.apply(watcher::Event::Apply(object("10.0.0.2 - - a/b"))));
+        assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
+    }
+
+    #[test]
+    fn a_kept_set_is_in_force_only_while_the_authority_is_fresh() {
+        let written = set(&[("10.0.0.1", None)]);
+        let missing = kept(&[("10.0.0.1", None)]);
+        let mut f = InForce::new();
+        // (received, authority fresh, IPs in force)
+        let steps: &[(&DesiredSet, bool, usize)] = &[
+            (&written, false, 1), // a written set holds whatever the authority
+            (&missing, true, 1),  // deleted: kept while fresh
+            (&missing, false, 0), // stale: let go
+            (&missing, true, 0),  // fresh again: not taken back
+            (&written, true, 1),  // written again: in force
+            (&missing, false, 0),
+            (&written, false, 1),
+        ];
+        for (i, (received, fresh, want)) in steps.iter().enumerate() {
+            let now = f.of(received, *fresh);
+            assert_eq!(now.len(), *want, "step {i}");
+            assert_eq!(now.object_missing(), received.object_missing(), "step {i}");
+            assert!(!InForce::must_drop(&now, *fresh), "step {i}");
+        }
+        assert!(InForce::must_drop(&missing, false));
+        assert!(!InForce::must_drop(&missing, true));
+        assert!(!InForce::must_drop(&written, false));
     }
 
     #[test]
@@ -291,7 +418,7 @@ mod tests {
             "kept while relisting"
         );
         assert!(a.apply(watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(DesiredSet::new()));
+        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])), "kept");
         // A relist reading the same set is published too: a set read after an outage.
         a.apply(watcher::Event::Init);
         assert!(a.apply(watcher::Event::InitDone), "same set, freshly read");

@@ -147,7 +147,8 @@ impl<B: AddressBackend> AddressBackend for Timed<B> {
 /// alias by itself if the agent dies or hangs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime {
-    /// `valid_lft` = `preferred_lft`, in whole seconds (at least 1).
+    /// `valid_lft`, in whole seconds (at least 1); `preferred_lft` is the same for IPv4
+    /// and 0 for IPv6 ([`crate::netlink::preferred_lifetime`]).
     pub seconds: u32,
 }
 

@@ -21,6 +21,9 @@ pub struct Link {
     pub name: String,
     /// Hardware address, when the link has an Ethernet one.
     pub mac: Option<[u8; 6]>,
+    /// The kernel's link kind (IFLA_INFO_KIND: `veth`, `bridge`, `vxlan`, `bond`...);
+    /// `None` for a physical NIC (and loopback). See [`is_node_link`].
+    pub kind: Option<String>,
     /// Whether the link is operationally up: administratively up and with carrier. A link
     /// that is down (cable out) is left out of the interface report, and aliases on it do
     /// not count as held, so the controller moves their IPs instead of waiting for them.
@@ -156,14 +159,85 @@ pub fn choose_interface<'a>(
         .ok_or(InterfaceError::NoCandidate { ip, family })
 }
 
+/// Link kinds that pods, overlays and the node's own plumbing use: each pod's veth, the
+/// CNI's bridge, VXLAN / Geneve / IP-in-IP / GRE / WireGuard tunnels, dummies (kube-ipvs0,
+/// nodelocaldns, aliaslb0), Open vSwitch ports.
+pub const VIRTUAL_KINDS: &[&str] = &[
+    "veth",
+    "bridge",
+    "vxlan",
+    "geneve",
+    "ipip",
+    "ip6tnl",
+    "sit",
+    "gre",
+    "gretap",
+    "ip6gre",
+    "ip6gretap",
+    "wireguard",
+    "tun",
+    "dummy",
+    "ifb",
+    "nlmon",
+    "openvswitch",
+];
+
+/// Name prefixes of the links CNIs and kube-proxy create and address themselves (`cni0`,
+/// `flannel.1`, `cali*`, `vxlan.calico`, `tunl0`, `cilium_host`, `lxc*`, `docker0`,
+/// `kube-ipvs0`, `weave`, `antrea-gw0`, `ovn-k8s-mp0`, `genev_sys_6081`, `nodelocaldns`).
+pub const CNI_NAME_PREFIXES: &[&str] = &[
+    "cni",
+    "flannel",
+    "cali",
+    "vxlan",
+    "tunl",
+    "cilium",
+    "lxc",
+    "docker",
+    "kube-",
+    "weave",
+    "antrea-",
+    "ovn-k8s-",
+    "genev_sys",
+    "nodelocaldns",
+    "veth",
+];
+
+/// Whether `link` is one of the node's own links, the ones the report lists and the LAN is
+/// watched on, rather than a pod's or an overlay's (a node with 300 pods has 300 veths; one
+/// LAN socket and one report entry each would make the report too large and cost a thread
+/// per pod). Decided by the link's kind first: a physical NIC, bond, VLAN, macvlan (any
+/// kind not in [`VIRTUAL_KINDS`]) is the node's, whatever its name. A virtual link is the
+/// node's only when it carries one of the node's own addresses (global scope, not an
+/// alias: a bridge holding the node IP, a veth as the LAN link of a node in a network
+/// namespace) and does not have a CNI's name ([`CNI_NAME_PREFIXES`]: `cni0` and
+/// `flannel.1` hold the pod network's gateway address, not the node's).
+pub fn is_node_link(host: &HostState, link: &Link) -> bool {
+    let virtual_kind = link
+        .kind
+        .as_deref()
+        .is_some_and(|kind| VIRTUAL_KINDS.contains(&kind));
+    if !virtual_kind {
+        return true;
+    }
+    let cni_name = CNI_NAME_PREFIXES
+        .iter()
+        .any(|prefix| link.name.starts_with(prefix));
+    !cni_name
+        && host
+            .addresses
+            .iter()
+            .any(|a| a.ifindex == link.index && a.global && !a.owned)
+}
+
 /// The node's interfaces with the connected subnets (network addresses, e.g.
 /// `10.0.0.0/24`) of their global-scope, non-alias addresses, in the Lease report's
-/// shape. Interfaces that are down (see [`Link::up`]) or without such an address are left
-/// out.
+/// shape. Interfaces that are down (see [`Link::up`]), not the node's own (pod and CNI
+/// links, [`is_node_link`]) or without such an address are left out.
 pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
     host.links
         .iter()
-        .filter(|link| link.up)
+        .filter(|link| link.up && is_node_link(host, link))
         .filter_map(|link| {
             let mut subnets: Vec<IpNet> = host
                 .addresses
@@ -195,6 +269,7 @@ mod tests {
             index,
             name: name.into(),
             mac: Some([2, 0, 0, 0, 0, index as u8]),
+            kind: None,
             up: true,
         }
     }
@@ -324,5 +399,53 @@ mod tests {
         h.links[1].up = false; // eth0: cable out
         let names: Vec<String> = interfaces(&h).into_iter().map(|i| i.name).collect();
         assert_eq!(names, ["eth1"]);
+    }
+
+    #[test]
+    fn pod_and_cni_links_are_not_the_nodes_by_kind_then_address_then_name() {
+        let virt = |index: u32, name: &str, kind: &str| Link {
+            kind: Some(kind.into()),
+            ..link(index, name)
+        };
+        let mut h = host();
+        h.links.extend([
+            virt(10, "veth1a2b", "veth"),   // a pod's veth: no address of the node
+            virt(11, "cali0123", "veth"),   // calico's
+            virt(12, "cni0", "bridge"),     // holds the pod gateway 10.244.0.1/24
+            virt(13, "flannel.1", "vxlan"), // holds 10.244.0.0/32
+            virt(14, "br0", "bridge"),      // holds the node's own address
+            virt(15, "eth9", "veth"),       // a netns node's LAN link, addressed
+            Link {
+                kind: Some("bond".into()),
+                ..link(16, "cni-looking-bond") // a bond is the node's whatever its name
+            },
+            virt(17, "lan7", "veth"), // addressed only by one of our aliases
+        ]);
+        h.addresses.extend([
+            addr(12, "10.244.0.1/24"),
+            addr(13, "10.244.0.0/32"),
+            addr(14, "192.168.7.2/24"),
+            addr(15, "10.9.0.2/24"),
+            addr(16, "10.8.0.2/24"),
+            HostAddress {
+                owned: true,
+                ..addr(17, "10.7.0.9/32")
+            },
+        ]);
+        let node: Vec<&str> = h
+            .links
+            .iter()
+            .filter(|l| is_node_link(&h, l))
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(
+            node,
+            ["lo", "eth0", "eth1", "br0", "eth9", "cni-looking-bond"]
+        );
+        let reported: Vec<String> = interfaces(&h).into_iter().map(|i| i.name).collect();
+        assert_eq!(
+            reported,
+            ["eth0", "eth1", "br0", "eth9", "cni-looking-bond"]
+        );
     }
 }

@@ -87,6 +87,7 @@ pub struct Metrics {
     shield_active: Gauge,
     shield_ips: Gauge,
     shield_sync_errors: Counter,
+    shield_damaged: Counter,
     shield_dropped: Family<FamilyLabels, Counter>,
     /// The nftables counters at the last reading (they restart at 0 with a new table).
     shield_seen: [AtomicU64; 2],
@@ -248,6 +249,12 @@ impl Metrics {
             "1 when the host-port shield guards every held address, 0 when off or failing",
             shield_active.clone(),
         );
+        let shield_damaged = Counter::default();
+        registry.register(
+            "shield_tables_damaged",
+            "Times the host-port shield's nftables table was found deleted or altered by someone else (then rewritten)",
+            shield_damaged.clone(),
+        );
         let shield_ips = Gauge::default();
         registry.register(
             "shield_addresses",
@@ -293,6 +300,7 @@ impl Metrics {
             shield_active,
             shield_ips,
             shield_sync_errors,
+            shield_damaged,
             shield_dropped,
             shield_seen: [AtomicU64::new(0), AtomicU64::new(0)],
             announcer: OnceLock::new(),
@@ -423,14 +431,17 @@ impl Metrics {
         self.api_reachable.set(i64::from(ok));
     }
 
-    /// Record the shield's state, its size and its failed writes since start.
-    pub fn set_shield(&self, state: ShieldState, addresses: usize, errors: u64) {
+    /// Record the shield's state, its size, its failed writes and the damaged tables found
+    /// since start.
+    pub fn set_shield(&self, state: ShieldState, addresses: usize, errors: u64, damaged: u64) {
         self.shield_active
             .set(i64::from(state == ShieldState::Active));
         self.shield_ips
             .set(i64::try_from(addresses).unwrap_or(i64::MAX));
         self.shield_sync_errors
             .inc_by(errors.saturating_sub(self.shield_sync_errors.get()));
+        self.shield_damaged
+            .inc_by(damaged.saturating_sub(self.shield_damaged.get()));
     }
 
     /// Bring the drop counters up to the table's counters; a table replaced since the last
@@ -477,7 +488,7 @@ mod tests {
         m.set_announcements(8, 1);
         m.record_renewal(false);
         m.record_renewal(false);
-        m.set_shield(ShieldState::Active, 2, 1);
+        m.set_shield(ShieldState::Active, 2, 1, 1);
         m.set_shield_dropped(Dropped { v4: 5, v6: 1 });
         // The table was replaced: its counters restarted.
         m.set_shield_dropped(Dropped { v4: 2, v6: 1 });
@@ -509,6 +520,7 @@ mod tests {
             "aliaslb_agent_shield_active 1",
             "aliaslb_agent_shield_addresses 2",
             "aliaslb_agent_shield_sync_errors_total 1",
+            "aliaslb_agent_shield_tables_damaged_total 1",
             r#"aliaslb_agent_shield_dropped_packets_total{family="ipv4"} 7"#,
             r#"aliaslb_agent_shield_dropped_packets_total{family="ipv6"} 1"#,
             r#"aliaslb_agent_netlink_timeouts_total{operation="dump"} 1"#,

@@ -17,7 +17,7 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
     AddressScope, CacheInfo,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::route::{
     RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -198,7 +198,7 @@ impl NetlinkBackend {
             .add(alias.ifindex, alias.ip, alias.prefix_len());
         let msg = req.message_mut();
         let mut cache_info = CacheInfo::default();
-        cache_info.ifa_preferred = lifetime.seconds;
+        cache_info.ifa_preferred = preferred_lifetime(alias.ip, lifetime);
         cache_info.ifa_valid = lifetime.seconds;
         msg.attributes.push(AddressAttribute::CacheInfo(cache_info));
         msg.attributes
@@ -220,6 +220,20 @@ impl NetlinkBackend {
             }
         }
         req
+    }
+}
+
+/// The preferred lifetime of an alias: its valid lifetime for IPv4, 0 (deprecated) for
+/// IPv6. A /128 that is preferred wins the kernel's source-address selection for its whole
+/// /64 (RFC 6724 rule 8, longest matching prefix, is capped at the address's own prefix
+/// length in `ipv6_get_saddr_eval`: 128 against the node's 64), so the node would send its
+/// own traffic from the VIP. A deprecated address is skipped as a source (rule 3) and
+/// still accepted and answered for (RFC 4862 5.5.4). IPv4 picks the primary address of the
+/// destination's subnet, never a /32 alias, and stays as it was.
+pub fn preferred_lifetime(ip: IpAddr, lifetime: Lifetime) -> u32 {
+    match ip {
+        IpAddr::V4(_) => lifetime.seconds,
+        IpAddr::V6(_) => 0,
     }
 }
 
@@ -360,10 +374,17 @@ fn notification_kind(msg: &RouteNetlinkMessage) -> &'static str {
 fn parse_link(m: &LinkMessage) -> Link {
     let mut name = String::new();
     let mut mac = None;
+    let mut kind = None;
     for attr in &m.attributes {
         match attr {
             LinkAttribute::IfName(n) => name.clone_from(n),
             LinkAttribute::Address(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+            LinkAttribute::LinkInfo(infos) => {
+                kind = infos.iter().find_map(|info| match info {
+                    LinkInfo::Kind(k) => Some(k.to_string()),
+                    _ => None,
+                });
+            }
             _ => {}
         }
     }
@@ -371,6 +392,7 @@ fn parse_link(m: &LinkMessage) -> Link {
         index: m.header.index,
         name,
         mac,
+        kind,
         // Operationally up: administratively up AND with carrier. A pulled cable (or a veth
         // whose peer is down) clears IFF_LOWER_UP while IFF_UP stays set.
         up: m.header.flags.contains(LinkFlags::Up) && m.header.flags.contains(LinkFlags::LowerUp),

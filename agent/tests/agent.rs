@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::report::{AgentReport, ShieldState};
 use aliaslb_testenv::TestEnv;
 use support::{AddrInfo, NetNs, node_and_lan, require_root};
 
@@ -602,4 +602,294 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
         "after the heal: removed in {removed:?}, added in {added:?} (want <= 5 s)\n{}",
         s.agent.log_text()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("orphan", |_| {}).await;
+    let c = s.cluster.clone();
+    let object = aliaslb_core::keys::assignment_configmap(&s.name);
+    let delete = async || {
+        c.assignments
+            .delete(&object, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    };
+    c.create("web").await;
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.120", "fd00:1::120"],
+    )
+    .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "the aliases", async || {
+        alias(node, "10.0.0.120").and(alias(node, "fd00:1::120"))
+    })
+    .await;
+
+    // Deleted (by hand, a prune): three lease durations later everything is still held.
+    delete().await;
+    let deleted = Instant::now();
+    while deleted.elapsed() < Duration::from_secs(6) {
+        assert!(alias(node, "10.0.0.120").is_some(), "dropped on a deletion");
+        assert!(
+            alias(node, "fd00:1::120").is_some(),
+            "dropped on a deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let report = c.report(&s.name).await.unwrap();
+    assert_eq!(report.held, ips(&["10.0.0.120", "fd00:1::120"]));
+    assert!(
+        s.agent
+            .log_text()
+            .contains("the assignment object of this node is missing"),
+        "{}",
+        s.agent.log_text()
+    );
+
+    // Written again by the controller: it is in force at once (here without the v6 IP).
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.120"])
+        .await;
+    eventually(Duration::from_secs(5), "fd00:1::120 released", async || {
+        alias(node, "fd00:1::120").is_none().then_some(())
+    })
+    .await;
+
+    // Missing again, then the API is lost: once the agent's Lease is stale (2 s), the
+    // kept set is let go (the controller may have moved the IP), and it is not taken
+    // back when the API returns, only when the controller writes the object again.
+    delete().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(alias(node, "10.0.0.120").is_some());
+    s.relay.stop();
+    let cut = Instant::now();
+    eventually(
+        Duration::from_secs(6),
+        "the kept alias let go with stale authority",
+        async || alias(node, "10.0.0.120").is_none().then_some(()),
+    )
+    .await;
+    let let_go = cut.elapsed();
+    eprintln!("API cut -> kept alias let go in {let_go:?} (lease 2 s)");
+    assert!(
+        let_go >= Duration::from_millis(1500),
+        "let go before the Lease went stale: {let_go:?}"
+    );
+    s.relay.restart();
+    report_where(
+        &c,
+        &s.name,
+        "a report after the API returned",
+        Duration::from_secs(10),
+        |r| r.held.is_empty(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(alias(node, "10.0.0.120").is_none(), "taken back unasked");
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.120"])
+        .await;
+    eventually(
+        Duration::from_secs(5),
+        "the alias assigned again",
+        async || alias(node, "10.0.0.120"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_300_pod_veths_still_reports_validly_and_takes_ips() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("pods", |_| {}).await;
+    let c = s.cluster.clone();
+    let node = &s.node;
+    // 300 pods' veth pairs, both ends on the node (600 Ethernet links, none with an
+    // address of the node), made while the agent runs, and a CNI bridge holding the pod
+    // gateway address.
+    let mut batch = String::new();
+    for i in 0..300 {
+        batch.push_str(&format!(
+            "link add veth{i:04x} type veth peer name pod{i:04x}\nlink set veth{i:04x} up\nlink set pod{i:04x} up\n"
+        ));
+    }
+    batch
+        .push_str("link add cni0 type bridge\nlink set cni0 up\naddr add 10.244.0.1/24 dev cni0\n");
+    let file = std::env::temp_dir().join(format!("{}-veths.batch", node.name()));
+    std::fs::write(&file, batch).unwrap();
+    let made = Instant::now();
+    node.ip(&["-batch", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).unwrap();
+    eprintln!("300 veth pairs made in {:?}", made.elapsed());
+    let links = node.ip(&["-o", "link", "show"]).lines().count();
+    assert!(links > 600, "{links} links");
+
+    // The agent has seen them (a reconcile after the link changes), and its report is
+    // still valid (`Cluster::report` reads it within bounds) and lists only eth1.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.create("web").await;
+    let assigned = Instant::now();
+    c.assign(
+        "web",
+        Some(s.name.as_str()),
+        None,
+        &["10.0.0.130", "fd00:1::130"],
+    )
+    .await;
+    eventually(Duration::from_secs(10), "the aliases", async || {
+        alias(node, "10.0.0.130").and(alias(node, "fd00:1::130"))
+    })
+    .await;
+    let (report, _) = report_where(
+        &c,
+        &s.name,
+        "the aliases reported held",
+        Duration::from_secs(5),
+        |r| r.held == ips(&["10.0.0.130", "fd00:1::130"]),
+    )
+    .await;
+    eprintln!("assigned -> held and reported in {:?}", assigned.elapsed());
+    let names: Vec<&str> = report.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["eth1"], "pod and CNI links reported");
+    assert_eq!(report.macs.len(), 1, "{:?}", report.macs);
+
+    // No LAN socket, and no thread, per pod link.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", s.agent.pid()))
+        .unwrap()
+        .count();
+    let packet_sockets = node.exec("cat", &["/proc/net/packet"]).lines().count() - 1;
+    eprintln!("agent threads: {tasks}, packet sockets in the node: {packet_sockets}");
+    assert!(tasks < 40, "{tasks} threads");
+    assert!(packet_sockets <= 4, "{packet_sockets} AF_PACKET sockets");
+}
+
+/// Whether the node's shield table is whole and guards `ip`: its rules are there (the
+/// `guard4` chain's drop rule) and `held4` lists `ip`.
+fn shield_guards(node: &NetNs, ip: &str) -> bool {
+    let Ok(table) = node.try_exec("nft", &["list", "table", "inet", "aliaslb"]) else {
+        return false;
+    };
+    let held4 = table
+        .split("set held4")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .unwrap_or_default();
+    table.contains("counter name \"dropped4\" drop") && held4.contains(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewritten() {
+    if !require_root() {
+        return;
+    }
+    // `nft` as the agent runs it: the real one, behind a wrapper that refuses writes
+    // (`-f`) while `fail-write` exists and reads (`-t`) while `fail-read` exists.
+    let dir = tempfile::tempdir().unwrap();
+    let real = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nft (apt-get install nftables)");
+    let d = dir.path().display();
+    let wrapper = format!(
+        "#!/bin/sh\ncase \"$1\" in\n  -f) [ -e {d}/fail-write ] && {{ echo 'Error: refused by the test' >&2; exit 1; }} ;;\n  -t) [ -e {d}/fail-read ] && {{ echo 'Error: refused by the test' >&2; exit 1; }} ;;\nesac\nexec {real} \"$@\"\n"
+    );
+    let nft = dir.path().join("nft");
+    std::fs::write(&nft, wrapper).unwrap();
+    std::fs::set_permissions(&nft, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{d}:{}", std::env::var("PATH").unwrap_or_default());
+    let s = setup("heal", |a| a.env.push(("PATH".into(), path))).await;
+    let c = s.cluster.clone();
+    let node = &s.node;
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.140"])
+        .await;
+    eventually(Duration::from_secs(5), "the alias, shielded", async || {
+        (alias(node, "10.0.0.140").is_some() && shield_guards(node, "10.0.0.140")).then_some(())
+    })
+    .await;
+    let shield_active = || s.agent.metric(node, "aliaslb_agent_shield_active");
+    assert_eq!(shield_active(), Some(1.0));
+
+    // Someone else's `nft flush ruleset` (nftables.service), or the table deleted:
+    // rewritten within one renew interval (500 ms) plus the time of one `nft` run. Rules
+    // flushed from a table left in place: within the 5 s of the whole table's reading.
+    let cases = [
+        (vec!["flush", "ruleset"], Duration::from_millis(1500)),
+        (
+            vec!["delete", "table", "inet", "aliaslb"],
+            Duration::from_millis(1500),
+        ),
+        (
+            vec!["flush", "table", "inet", "aliaslb"],
+            Duration::from_millis(6000),
+        ),
+    ];
+    for (how, bound) in cases {
+        node.exec("nft", &how);
+        assert!(!shield_guards(node, "10.0.0.140"));
+        let start = Instant::now();
+        eventually(Duration::from_secs(8), "the table rewritten", async || {
+            shield_guards(node, "10.0.0.140").then_some(())
+        })
+        .await;
+        let healed = start.elapsed();
+        eprintln!("nft {} -> shield rewritten in {healed:?}", how.join(" "));
+        assert!(healed < bound, "{how:?}: {healed:?}");
+    }
+    assert!(alias(node, "10.0.0.140").is_some());
+
+    // Deleted while nft cannot write: the state reads `failing` in the report and the
+    // metric, never `active`, until the rewrite works again.
+    std::fs::write(dir.path().join("fail-write"), "").unwrap();
+    node.exec("nft", &["delete", "table", "inet", "aliaslb"]);
+    report_where(
+        &c,
+        &s.name,
+        "the shield reported failing",
+        Duration::from_secs(3),
+        |r| r.shield == ShieldState::Failing,
+    )
+    .await;
+    let failing = Instant::now();
+    while failing.elapsed() < Duration::from_secs(2) {
+        assert_eq!(shield_active(), Some(0.0));
+        let r = c.report(&s.name).await.unwrap();
+        assert_eq!(r.shield, ShieldState::Failing, "while the table is gone");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::fs::remove_file(dir.path().join("fail-write")).unwrap();
+    report_where(
+        &c,
+        &s.name,
+        "the shield reported active again",
+        Duration::from_secs(3),
+        |r| r.shield == ShieldState::Active,
+    )
+    .await;
+    assert!(shield_guards(node, "10.0.0.140"));
+    assert_eq!(shield_active(), Some(1.0));
+    let damaged = s
+        .agent
+        .metric(node, "aliaslb_agent_shield_tables_damaged_total")
+        .unwrap();
+    assert!(damaged >= 4.0, "{damaged}");
+
+    // A read that fails is a warning, once, not a debug line every renewal.
+    std::fs::write(dir.path().join("fail-read"), "").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::remove_file(dir.path().join("fail-read")).unwrap();
+    let log = s.agent.log_text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cannot read the host-port shield's table"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("WARN"), "{}", warned[0]);
+    assert!(log.contains("deleted or altered by someone else"), "{log}");
 }

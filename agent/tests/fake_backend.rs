@@ -10,7 +10,9 @@ use std::sync::Mutex;
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
 use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime};
 use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
-use aliaslb_agent::shield::{Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError};
+use aliaslb_agent::shield::{
+    Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
+};
 use aliaslb_core::report::ShieldState;
 
 const EPERM: i32 = 1;
@@ -32,6 +34,7 @@ impl Fake {
                 index: 2,
                 name: "eth0".into(),
                 mac: Some([2, 0, 0, 0, 0, 2]),
+                kind: None,
                 up: true,
             }],
             addresses: vec![HostAddress {
@@ -304,8 +307,19 @@ impl ShieldBackend for &FakeShield<'_> {
     async fn check(&self, _: &str) -> Result<(), ShieldError> {
         Ok(())
     }
-    async fn dropped(&self) -> Result<Dropped, ShieldError> {
-        Ok(Dropped::default())
+    async fn inspect(&self) -> Result<Option<TableView>, ShieldError> {
+        Ok(Some(TableView {
+            rules: aliaslb_agent::shield::expected_rules(false),
+            sets: aliaslb_agent::shield::SETS.map(str::to_owned).into(),
+            dropped: Dropped::default(),
+        }))
+    }
+    async fn chains(&self) -> Result<Option<std::collections::BTreeSet<String>>, ShieldError> {
+        Ok(Some(
+            aliaslb_agent::shield::expected_rules(false)
+                .into_keys()
+                .collect(),
+        ))
     }
 }
 

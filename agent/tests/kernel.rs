@@ -538,3 +538,93 @@ fn routed_addresses_go_on_the_routed_device_with_their_lifetime() {
     assert!(eth1.contains(&"10.0.0.50".to_owned()), "{eth1:?}");
     assert!(!eth1.contains(&"10.200.0.7".to_owned()), "{eth1:?}");
 }
+
+/// `ip -6 route get <to>` (or `ip -4`) inside `ns`: the source address the kernel picks.
+fn route_source(ns: &str, to: &str) -> String {
+    let family = if to.contains(':') { "-6" } else { "-4" };
+    let out = support::run_cmd("ip", &["-n", ns, family, "route", "get", to]);
+    let mut words = out.split_whitespace();
+    words
+        .by_ref()
+        .find(|w| *w == "src")
+        .and_then(|_| words.next())
+        .unwrap_or_else(|| panic!("no src in `ip route get {to}`: {out}"))
+        .to_owned()
+}
+
+#[test]
+fn an_ipv6_alias_is_deprecated_so_the_node_keeps_its_own_source_address() {
+    if !require_root() {
+        return;
+    }
+    // The VIP fd00:1::50/128 shares the node's /64 (fd00:1::2/64) and the LAN neighbour's
+    // (fd00:1::1): with a preferred /128 the kernel picks the VIP as the node's source
+    // for the whole LAN (the longest-prefix rule is capped at each address's prefix
+    // length, 128 against 64).
+    let (node, lan) = support::node_and_lan("src6");
+    let node_name = node.name().to_string();
+    let lan_listener = lan.run_sync(|| std::net::TcpListener::bind("[::]:7000").unwrap());
+    let (route6, route4, from6, preferred) = node.run(move || async move {
+        let mut m = manager(30);
+        let r = m.reconcile(&desired(&["10.0.0.50", "fd00:1::50"])).await;
+        assert_eq!(r.added.len(), 2, "{r:?}");
+        let refreshed = m.refresh_lifetimes().await;
+        assert!(refreshed.errors.is_empty(), "{:?}", refreshed.errors);
+        let route6 = route_source(&node_name, "fd00:1::1");
+        let route4 = route_source(&node_name, "10.0.0.1");
+        // A real connection from the node to its neighbour, seen from the neighbour.
+        let stream = std::net::TcpStream::connect_timeout(
+            &"[fd00:1::1]:7000".parse().unwrap(),
+            Duration::from_secs(3),
+        )
+        .expect("the node reaches its LAN neighbour");
+        let from6 = stream.local_addr().unwrap().ip();
+        let preferred: Vec<(String, u64, u64)> = support::addrs_in(&node_name, "eth1")
+            .into_iter()
+            .filter(|a| a.local.ends_with("::50") || a.local == "10.0.0.50")
+            .map(|a| (a.local, a.valid_life_time, a.preferred_life_time))
+            .collect();
+        drop(stream);
+        (route6, route4, from6, preferred)
+    });
+    let (_, peer) = lan_listener.accept().unwrap();
+    assert_eq!(route6, "fd00:1::2", "the VIP became the node's IPv6 source");
+    assert_eq!(from6, ip("fd00:1::2"), "a connection left from the VIP");
+    assert_eq!(peer.ip(), ip("fd00:1::2"), "the neighbour saw the VIP");
+    assert_eq!(route4, "10.0.0.2", "IPv4 source");
+    // After a refresh too: IPv6 preferred_lft 0 (deprecated), IPv4 preferred = valid.
+    for (local, valid, preferred) in &preferred {
+        if local.contains(':') {
+            assert_eq!(
+                *preferred, 0,
+                "{local}: valid {valid}, preferred {preferred}"
+            );
+            assert!(*valid > 0 && *valid <= 30, "{local}: valid {valid}");
+        } else {
+            assert_eq!(preferred, valid, "{local}");
+        }
+    }
+    assert_eq!(preferred.len(), 2, "{preferred:?}");
+    // A deprecated address is still an address of the node: the LAN reaches the VIP.
+    let vip_listener = node.run_sync(|| std::net::TcpListener::bind("[fd00:1::50]:7001").unwrap());
+    let reached = lan.run_sync(|| {
+        let start = Instant::now();
+        loop {
+            // The first solicitation may precede the kernel's join of the VIP's
+            // solicited-node group: retry for a while.
+            match std::net::TcpStream::connect_timeout(
+                &"[fd00:1::50]:7001".parse().unwrap(),
+                Duration::from_millis(500),
+            ) {
+                Ok(s) => break Ok(s.local_addr().unwrap().ip()),
+                Err(e) if start.elapsed() > Duration::from_secs(5) => break Err(e),
+                Err(_) => {}
+            }
+        }
+    });
+    let (_, client) = vip_listener.accept().unwrap();
+    assert_eq!(
+        reached.expect("the LAN reaches the deprecated VIP"),
+        client.ip()
+    );
+}

@@ -54,12 +54,14 @@ impl Fake {
                     index: 1,
                     name: "lo".into(),
                     mac: Some([0; 6]),
+                    kind: None,
                     up: true,
                 },
                 Link {
                     index: 2,
                     name: "eth0".into(),
                     mac: Some([2, 0, 0, 0, 0, 2]),
+                    kind: None,
                     up: true,
                 },
             ],
@@ -699,6 +701,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
                 index: 4242,
                 name: "eth9".into(),
                 mac: Some([2, 0, 0, 0, 0, 9]),
+                kind: None,
                 up: true,
             });
             host.addresses.push(HostAddress {
@@ -831,6 +834,97 @@ async fn a_routed_address_goes_on_the_routed_device_off_the_lan_and_reports_its_
         let routing = h.report().routing.expect("the daemon's state is reported");
         assert_eq!(routing.exported, [ip("10.200.0.7")].into());
         assert_eq!((routing.sessions, routing.established), (1, 1));
+        h.stop().await;
+    })
+    .await;
+}
+
+/// A set kept for a missing assignment object (`Assignment` marks it) holds while the
+/// Lease is fresh, is let go at the first renewal tick after it went stale, is not taken
+/// back when the Lease is fresh again, and a written set is in force at once.
+#[tokio::test(start_paused = true)]
+async fn a_set_kept_for_a_missing_object_is_let_go_once_the_lease_is_stale() {
+    local(async {
+        let h = Harness::start();
+        h.authority.record_renewal(Instant::now());
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        let mut kept = desired(&["192.168.1.50"], &[]);
+        kept.mark_object_missing();
+        h.want(kept.clone());
+        // Renewed every second for 10 s: kept.
+        for _ in 0..10 {
+            h.authority.record_renewal(Instant::now());
+            tokio::time::sleep(RENEW).await;
+            assert_eq!(
+                h.fake.ours(),
+                vec![ip("192.168.1.50")],
+                "dropped while fresh"
+            );
+        }
+        // No renewal any more: gone within the lease and one renew interval.
+        let last = Instant::now();
+        h.authority.record_renewal(last);
+        wait_for("the kept IP let go", LEASE + RENEW * 2, || {
+            h.fake.ours().is_empty()
+        })
+        .await;
+        assert!(last.elapsed() >= LEASE, "let go after {:?}", last.elapsed());
+        settle().await;
+        assert!(h.report().held.is_empty());
+        // Fresh again, the object still missing: not taken back.
+        for _ in 0..5 {
+            h.authority.record_renewal(Instant::now());
+            tokio::time::sleep(RENEW).await;
+        }
+        h.want(kept);
+        settle().await;
+        assert!(h.fake.ours().is_empty(), "taken back without a written set");
+        // Written again by the controller.
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        h.stop().await;
+    })
+    .await;
+}
+
+/// Pod veths are no LAN: no LAN socket and no MAC in the report for them; a veth an alias
+/// is put on (the assignment names it) is watched, even without an address of the node.
+#[tokio::test(start_paused = true)]
+async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
+    local(async {
+        let fake = Fake::new();
+        {
+            let mut host = fake.host.lock().unwrap();
+            for (index, name) in [(30, "vethpod1"), (31, "lanv")] {
+                host.links.push(Link {
+                    index,
+                    name: name.into(),
+                    mac: Some([2, 0, 0, 0, 0, index as u8]),
+                    kind: Some("veth".into()),
+                    up: true,
+                });
+            }
+        }
+        let h = Harness::start_with(fake, None);
+        let mut d = desired(&["192.168.1.50"], &[]);
+        h.want(d.clone());
+        settle().await;
+        assert_eq!(
+            *h.lan.interfaces.lock().unwrap(),
+            vec![(2, Mac([2, 0, 0, 0, 0, 2]))],
+            "pod veths watched"
+        );
+        assert_eq!(h.report().macs, vec![Mac([2, 0, 0, 0, 0, 2])]);
+        d.insert(ip("192.168.1.60"), Some("lanv".into()));
+        h.want(d);
+        settle().await;
+        assert_eq!(
+            *h.lan.interfaces.lock().unwrap(),
+            vec![(2, Mac([2, 0, 0, 0, 0, 2])), (31, Mac([2, 0, 0, 0, 0, 31]))]
+        );
         h.stop().await;
     })
     .await;

@@ -27,8 +27,10 @@ use aliaslb_agent::backend::Lifetime;
 use aliaslb_agent::netlink::NetlinkBackend;
 use aliaslb_agent::nft::NftBackend;
 use aliaslb_agent::shield::{
-    Contents, Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, table_script,
+    Contents, Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
+    table_script,
 };
+use aliaslb_core::report::ShieldState;
 use serde_json::Value;
 use support::{NetNs, node_and_lan, require_root};
 
@@ -855,8 +857,11 @@ impl ShieldBackend for Watching {
     async fn check(&self, script: &str) -> Result<(), ShieldError> {
         self.nft.check(script).await
     }
-    async fn dropped(&self) -> Result<Dropped, ShieldError> {
-        self.nft.dropped().await
+    async fn inspect(&self) -> Result<Option<TableView>, ShieldError> {
+        self.nft.inspect().await
+    }
+    async fn chains(&self) -> Result<Option<std::collections::BTreeSet<String>>, ShieldError> {
+        self.nft.chains().await
     }
 }
 
@@ -893,4 +898,94 @@ fn a_stale_alias_of_a_previous_agent_stays_shielded_until_deleted() {
         "an alias was on the node without its shield element:\n{}",
         unshielded.join("\n")
     );
+}
+
+/// [`Shield::look`] of `m`'s shield, failing the test when `nft` cannot list the table.
+async fn look(m: &mut Manager) -> aliaslb_agent::shield::Look {
+    m.shield_mut()
+        .unwrap()
+        .look()
+        .await
+        .expect("nft lists the table")
+}
+
+/// The shield's looks at its own table, against the real `nft`: the table as written reads
+/// intact (in both kube-proxy modes: the expected chains and rules match what the kernel
+/// lists); deleted or flushed away it reads damaged from its chains alone, missing rules
+/// from the whole listing; the shield then reads `failing`; the next reconcile rewrites it
+/// whole (elements included) and it is `active` again.
+#[test]
+fn a_deleted_or_flushed_table_is_seen_damaged_and_the_next_reconcile_rewrites_it() {
+    if !require_root() {
+        return;
+    }
+    let (node, _lan) = node_and_lan("shheal");
+    let ns = node.name().to_string();
+    node.run(move || async move {
+        let mut m = manager();
+        let want = desired(&[(LB4, &[tcp(80)]), (LB6, &[tcp(80)])]);
+        apply(&mut m, &want).await;
+        assert!(!look(&mut m).await.damaged, "the table as written");
+        let chains = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+        assert!(!chains.damaged, "the chains as written");
+        assert_eq!(m.shield_state(), ShieldState::Active);
+        // (what someone else runs, whether the cheap look at the chains sees it)
+        let damage: [(&[&str], bool); 4] = [
+            (&["flush", "ruleset"], true),
+            (&["flush", "table", "inet", "aliaslb"], false),
+            (&["delete", "table", "inet", "aliaslb"], true),
+            (&["flush", "chain", "inet", "aliaslb", "guard6"], false),
+        ];
+        for (how, by_chains) in damage {
+            nft_ok(&ns, how);
+            let quick = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+            assert_eq!(quick.damaged, by_chains, "nft {how:?}, chains looked at");
+            if !by_chains {
+                let seen = look(&mut m).await;
+                assert!(seen.damaged, "nft {how:?} not seen");
+            }
+            assert_eq!(m.shield_state(), ShieldState::Failing, "nft {how:?}");
+            // Seen once: the rewrite is due, not seen again until it is done.
+            assert!(!look(&mut m).await.damaged, "nft {how:?} seen twice");
+            let r = m.reconcile(&want).await;
+            assert!(r.errors.is_empty(), "{:?}", r.errors);
+            assert_eq!(m.shield_state(), ShieldState::Active, "nft {how:?}");
+            assert!(
+                !look(&mut m).await.damaged,
+                "after the rewrite of nft {how:?}"
+            );
+            let when = format!("after nft {how:?} and a reconcile");
+            assert_set(&ns, "held4", &[LB4], &when);
+            assert_set(&ns, "ports6", &["fd00:1::50 . tcp . 80"], &when);
+        }
+        assert_eq!(m.shield().unwrap().damaged(), 4);
+        // kube-proxy in IPVS mode (its link; a veth here, the kernel has no dummy driver):
+        // the table without its input chain reads intact, and the iptables one, loaded by
+        // someone else, does not.
+        support::run_cmd(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "link",
+                "add",
+                "kube-ipvs0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "ipvsp",
+            ],
+        );
+        apply(&mut m, &want).await;
+        assert!(!shield_table(&ns).unwrap().contains("chain input"));
+        assert!(!look(&mut m).await.damaged, "the IPVS table as written");
+        let chains = m.shield_mut().unwrap().look_at_chains().await.unwrap();
+        assert!(!chains.damaged, "the IPVS chains as written");
+        nft_load(&ns, &table_script(m.shield().unwrap().contents(), false));
+        assert!(
+            look(&mut m).await.damaged,
+            "an input chain in the IPVS table"
+        );
+    });
 }

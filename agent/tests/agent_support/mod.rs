@@ -69,6 +69,8 @@ pub struct AgentArgs {
     pub renew: &'static str,
     /// More flags.
     pub extra: Vec<String>,
+    /// More environment variables (e.g. a `PATH` with a wrapped `nft` first).
+    pub env: Vec<(String, String)>,
 }
 
 impl AgentArgs {
@@ -81,6 +83,7 @@ impl AgentArgs {
             lease: "2s",
             renew: "500ms",
             extra: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -107,6 +110,7 @@ impl Agent {
         .args(["--renew-interval", args.renew])
         .args(["--metrics-addr", METRICS_ADDR])
         .args(&args.extra)
+        .envs(args.env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", TestEnv::global().kubeconfig_path())
         .env_remove("RUST_LOG")
         .env_remove("NODE_NAME")
