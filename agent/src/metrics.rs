@@ -40,6 +40,20 @@ struct FamilyLabels {
     family: &'static str,
 }
 
+/// Labels of the shield's state gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    /// `active`, `failing`, `off` (`ShieldState::as_str`).
+    state: &'static str,
+}
+
+/// Labels of the routing daemon gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DaemonLabels {
+    /// `bird` or `frr`.
+    daemon: &'static str,
+}
+
 /// Labels of the probe counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -78,6 +92,7 @@ pub struct Metrics {
     authority_fresh: Gauge,
     lan_conflicts: Gauge,
     routing_daemon_up: Gauge,
+    routing_daemon_info: Family<DaemonLabels, Gauge>,
     bgp_sessions_established: Gauge,
     routes_exported: Gauge,
     yields: Counter,
@@ -85,6 +100,7 @@ pub struct Metrics {
     probes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
     shield_active: Gauge,
+    shield_state: Family<StateLabels, Gauge>,
     shield_ips: Gauge,
     shield_sync_errors: Counter,
     shield_dropped: Family<FamilyLabels, Counter>,
@@ -193,6 +209,12 @@ impl Metrics {
             "L3 mode: 1 when the last reading of the node's routing daemon (--routing-daemon) succeeded, 0 when it failed",
             routing_daemon_up.clone(),
         );
+        let routing_daemon_info = Family::<DaemonLabels, Gauge>::default();
+        registry.register(
+            "routing_daemon_info",
+            "L3 mode: 1, labelled with the routing daemon the agent reads (--routing-daemon); no series in L2 mode",
+            routing_daemon_info.clone(),
+        );
         let bgp_sessions_established = Gauge::default();
         registry.register(
             "bgp_sessions_established",
@@ -248,6 +270,12 @@ impl Metrics {
             "1 when the host-port shield guards every held address, 0 when off or failing",
             shield_active.clone(),
         );
+        let shield_state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "shield_state",
+            "The host-port shield's state: 1 for the current one of active, failing (the last table write failed: no alias is added until one succeeds), off (--host-port-shield=off), 0 for the others",
+            shield_state.clone(),
+        );
         let shield_ips = Gauge::default();
         registry.register(
             "shield_addresses",
@@ -284,6 +312,7 @@ impl Metrics {
             authority_fresh,
             lan_conflicts,
             routing_daemon_up,
+            routing_daemon_info,
             bgp_sessions_established,
             routes_exported,
             yields,
@@ -291,6 +320,7 @@ impl Metrics {
             probes,
             reconcile_duration,
             shield_active,
+            shield_state,
             shield_ips,
             shield_sync_errors,
             shield_dropped,
@@ -378,9 +408,12 @@ impl Metrics {
         self.lan_conflicts.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// L3 mode: the last reading of the routing daemon: whether it succeeded, its
+    /// L3 mode: the last reading of the routing daemon `daemon`: whether it succeeded, its
     /// Established sessions and its exported host routes.
-    pub fn set_routing(&self, up: bool, established: u32, exported: usize) {
+    pub fn set_routing(&self, daemon: &'static str, up: bool, established: u32, exported: usize) {
+        self.routing_daemon_info
+            .get_or_create(&DaemonLabels { daemon })
+            .set(1);
         self.routing_daemon_up.set(i64::from(up));
         self.bgp_sessions_established.set(i64::from(established));
         self.routes_exported
@@ -427,6 +460,13 @@ impl Metrics {
     pub fn set_shield(&self, state: ShieldState, addresses: usize, errors: u64) {
         self.shield_active
             .set(i64::from(state == ShieldState::Active));
+        for each in [ShieldState::Active, ShieldState::Failing, ShieldState::Off] {
+            self.shield_state
+                .get_or_create(&StateLabels {
+                    state: each.as_str(),
+                })
+                .set(i64::from(state == each));
+        }
         self.shield_ips
             .set(i64::try_from(addresses).unwrap_or(i64::MAX));
         self.shield_sync_errors
@@ -485,7 +525,7 @@ mod tests {
         m.record_renewal_gated();
         m.set_authority_fresh(true);
         m.set_lan_conflicts(3);
-        m.set_routing(true, 2, 5);
+        m.set_routing("bird", true, 2, 5);
         m.inc_yield();
         m.inc_defence();
         m.inc_defence();
@@ -507,6 +547,10 @@ mod tests {
             "aliaslb_agent_api_reachable 0",
             "aliaslb_agent_reconcile_duration_seconds_count 1",
             "aliaslb_agent_shield_active 1",
+            r#"aliaslb_agent_shield_state{state="active"} 1"#,
+            r#"aliaslb_agent_shield_state{state="failing"} 0"#,
+            r#"aliaslb_agent_shield_state{state="off"} 0"#,
+            r#"aliaslb_agent_routing_daemon_info{daemon="bird"} 1"#,
             "aliaslb_agent_shield_addresses 2",
             "aliaslb_agent_shield_sync_errors_total 1",
             r#"aliaslb_agent_shield_dropped_packets_total{family="ipv4"} 7"#,
@@ -528,6 +572,7 @@ mod tests {
         }
         m.record_renewal(true);
         m.set_held(["eth0"]);
+        m.set_shield(ShieldState::Failing, 2, 2);
         // A tracked announcer is read at encode time: it sent nothing, the totals stay.
         m.track_announcer(Announcer::new(crate::announce::AnnounceConfig::default()));
         let text = m.encode().unwrap();
@@ -537,5 +582,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#"interface="eth1""#), "{text}");
+        assert!(
+            text.contains(r#"aliaslb_agent_shield_state{state="failing"} 1"#)
+                && text.contains(r#"aliaslb_agent_shield_state{state="active"} 0"#),
+            "{text}"
+        );
     }
 }
