@@ -588,4 +588,45 @@ mod tests {
             "{text}"
         );
     }
+
+    /// Every agent metric the alert rules (`manifests/optional/monitoring/aliaslb.rules.yaml`)
+    /// use is served: a rename breaks this test. (The controller's: controller/tests/alerts.rs.)
+    #[test]
+    fn every_agent_metric_the_alert_rules_use_is_registered() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../manifests/optional/monitoring/aliaslb.rules.yaml"
+        );
+        let rules = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut names = std::collections::BTreeSet::new();
+        let mut rest = rules.as_str();
+        while let Some(at) = rest.find("aliaslb_agent_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.insert(&tail[..end]);
+            rest = &tail[end..];
+        }
+        assert!(names.len() >= 4, "{names:?}");
+        // A labelled family is in the text once it has a series.
+        let m = Metrics::new();
+        m.set_routing("bird", true, 1, 1);
+        m.set_shield(ShieldState::Active, 0, 0);
+        let text = m.encode().unwrap();
+        let typed = |name: &str, kind: &str| text.contains(&format!("# TYPE {name} {kind}\n"));
+        for name in names {
+            let served = typed(name, "gauge")
+                || name
+                    .strip_suffix("_total")
+                    .is_some_and(|b| typed(b, "counter"))
+                || ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|s| name.strip_suffix(s).is_some_and(|b| typed(b, "histogram")));
+            assert!(
+                served,
+                "the alert rules use {name}, which the agent does not serve:\n{text}"
+            );
+        }
+    }
 }
