@@ -218,7 +218,7 @@ impl Metrics {
         let failovers = Family::<CauseLabels, Counter>::default();
         registry.register(
             "failovers",
-            "Services whose IPs left the node that carried them, by cause: hard (its agent was not ready), graceful (it was: cordon, exclusion, agent shutdown), conflict (an IP fenced by a LAN conflict was replaced); counted when it starts",
+            "Services whose IPs left the node that carried them, by cause: hard (its agent was not ready), graceful (its agent was ready, or shut down in order: cordon, exclusion, agent SIGTERM), conflict (an IP fenced by a LAN conflict was replaced); counted when it starts",
             failovers.clone(),
         );
         let failover_duration =

@@ -7,8 +7,9 @@
 //! [`Cause`]:
 //! - `hard`: the old node's agent was not ready (lost, stale, its report rejected) when the
 //!   IPs left it;
-//! - `graceful`: its agent was ready (cordon, exclude label, agent SIGTERM, local endpoints
-//!   gone): break-before-make, the `Moving` state first;
+//! - `graceful`: its agent was ready (cordon, exclude label, local endpoints gone:
+//!   break-before-make, the `Moving` state first), or had released its Lease (agent
+//!   SIGTERM: it let go of the IPs in order);
 //! - `conflict`: one of its IPs was replaced because a foreign host answers for it on the
 //!   LAN (the address was fenced).
 //!
@@ -32,7 +33,7 @@ use aliaslb_core::plan::{ServiceKey, ServicePlan, reason};
 pub enum Cause {
     /// The old node's agent was not ready.
     Hard,
-    /// The old node's agent was ready: a planned move.
+    /// The old node's agent was ready, or shut down in order: a planned move.
     Graceful,
     /// An IP was fenced by a LAN conflict and replaced.
     Conflict,
@@ -66,14 +67,15 @@ pub struct Failovers {
 
 impl Failovers {
     /// Takes the Service `key` from its plan of the previous pass `old` (`None`: it had
-    /// none) to `new`, at `now`. `ready` says whether a node's agent is ready,
-    /// `conflicted` whether an address is fenced by a LAN conflict.
+    /// none) to `new`, at `now`. `orderly` says whether a node's agent is ready or shut down
+    /// in order (released its Lease), `conflicted` whether an address is fenced by a LAN
+    /// conflict.
     pub fn observe(
         &mut self,
         key: &ServiceKey,
         old: Option<&ServicePlan>,
         new: &ServicePlan,
-        ready: impl Fn(&str) -> bool,
+        orderly: impl Fn(&str) -> bool,
         conflicted: impl Fn(IpAddr) -> bool,
         now: Instant,
     ) -> Step {
@@ -89,7 +91,7 @@ impl Failovers {
             let cause = if replaced {
                 Some(Cause::Conflict)
             } else if new.node.as_deref() != Some(from) {
-                Some(if ready(from) {
+                Some(if orderly(from) {
                     Cause::Graceful
                 } else {
                     Cause::Hard

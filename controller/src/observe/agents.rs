@@ -222,6 +222,15 @@ impl AgentClock {
             })
     }
 
+    /// The nodes whose agent Lease names no holder: their agent shut down in order (it
+    /// releases its Lease on SIGTERM).
+    pub fn released(&self) -> impl Iterator<Item = &str> + '_ {
+        self.seen
+            .iter()
+            .filter(|(_, s)| !s.held)
+            .filter_map(|(name, _)| keys::agent_lease_node(name))
+    }
+
     /// The earliest moment after `now` at which a fresh Lease goes stale, if any: the
     /// loop wakes up then, so a hard node loss is acted upon without any event.
     pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
@@ -394,6 +403,7 @@ mod tests {
         );
         clock.remove("aliaslb-agent-n2");
         assert_eq!(clock.renewal_ages(t0 + 5 * s).count(), 1);
+        assert_eq!(clock.released().collect::<Vec<_>>(), ["n3"]);
     }
 
     #[test]

@@ -1037,19 +1037,24 @@ impl Reconciler {
                 .retain(|key| output.services.contains_key(key));
             self.unannounced.clear();
         }
-        let ready: HashSet<&str> = observed
+        // A node left in order: its agent is ready, or released its Lease (SIGTERM).
+        let mut orderly: HashSet<String> = observed
             .nodes
             .iter()
             .filter(|n| n.agent_ready)
-            .map(|n| n.name.as_str())
+            .map(|n| n.name.clone())
             .collect();
+        {
+            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            orderly.extend(clock.released().map(str::to_owned));
+        }
         let fenced: HashSet<IpAddr> = self.planner.lan_conflicts().map(|(ip, _)| ip).collect();
         for (key, plan) in &output.services {
             let step = self.failovers.observe(
                 key,
                 self.plans.get(key),
                 plan,
-                |node| ready.contains(node),
+                |node| orderly.contains(node),
                 |ip| fenced.contains(&ip),
                 observed.now,
             );
