@@ -81,6 +81,28 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
         metric(&metrics, "aliaslb_services_pending ").as_deref(),
         Some("1")
     );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} "#
+        )
+        .as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_service_create_to_ip_seconds_count ").as_deref(),
+        Some("3"),
+        "once per Service that got its first IP"
+    );
+    let age = metric(
+        &metrics,
+        &format!(r#"aliaslb_node_agent_renewal_age_seconds{{node="{node}"}} "#),
+    )
+    .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        age.is_some_and(|a| a < support::AGENT_LEASE.as_secs_f64()),
+        "renewal age of {node}: {age:?}"
+    );
 
     // Hand-over: the freed address reaches the pending Service within a second.
     let started = Instant::now();
@@ -313,7 +335,7 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
         (a.clone(), Some(c.fake_agent(&a))),
         (b.clone(), Some(c.fake_agent(&b))),
     ];
-    let (_controller, _metrics) = c.start_controller();
+    let (_controller, metrics) = c.start_controller();
     c.create(lb_service("web")).await;
     let node_of =
         async || support::annotation(&c.get("web").await, keys::ANNOTATION_NODE).map(str::to_owned);
@@ -349,6 +371,20 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
             .is_some_and(|(s, _, _)| s == "True")
     })
     .await;
+    // One hard failover, measured until the new node's agent reported the IP.
+    eventually(SETTLE, "the failover measured", async || {
+        metric(
+            &metrics,
+            r#"aliaslb_failover_duration_seconds_count{cause="hard"} "#,
+        )
+        .as_deref()
+            == Some("1")
+    })
+    .await;
+    assert_eq!(
+        metric(&metrics, r#"aliaslb_failovers_total{cause="hard"} "#).as_deref(),
+        Some("1")
+    );
     c.cleanup().await;
 }
 
