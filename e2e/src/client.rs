@@ -121,6 +121,8 @@ pub fn parse_answer(text: &str) -> Result<Answer, String> {
     let client = lines
         .next()
         .and_then(|l| l.strip_prefix("client="))
+        // socat writes an IPv6 peer in brackets.
+        .map(|c| c.trim_start_matches('[').trim_end_matches(']'))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no client= line in {body:?}"))?;
     Ok(Answer { pod, client })
