@@ -584,7 +584,7 @@ mod tests {
         }
         m.record_renewal(true);
         m.set_held(["eth0"]);
-        m.set_shield(ShieldState::Failing, 2, 2);
+        m.set_shield(ShieldState::Failing, 2, 2, 0);
         // A tracked announcer is read at encode time: it sent nothing, the totals stay.
         m.track_announcer(Announcer::new(crate::announce::AnnounceConfig::default()));
         let text = m.encode().unwrap();
@@ -624,7 +624,7 @@ mod tests {
         // A labelled family is in the text once it has a series.
         let m = Metrics::new();
         m.set_routing("bird", true, 1, 1);
-        m.set_shield(ShieldState::Active, 0, 0);
+        m.set_shield(ShieldState::Active, 0, 0, 0);
         let text = m.encode().unwrap();
         let typed = |name: &str, kind: &str| text.contains(&format!("# TYPE {name} {kind}\n"));
         for name in names {
