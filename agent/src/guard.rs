@@ -647,6 +647,7 @@ fn protocol(ip: IpAddr) -> &'static str {
 
 fn report(ip: IpAddr, who: &Sighting, reason: String) -> Conflict {
     Conflict {
+        while_held: false,
         ip,
         reason,
         mac: Some(who.mac),

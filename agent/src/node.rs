@@ -721,6 +721,7 @@ where
             .aliases
             .conflicts()
             .map(|c| Conflict {
+                while_held: false,
                 mac: None,
                 interface: None,
                 ip: c.ip,

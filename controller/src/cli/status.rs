@@ -210,7 +210,10 @@ pub const CONFLICT: &str = "conflict";
 
 /// The addresses the controller fences for a LAN conflict, by the rule it uses
 /// ([`lan_conflicts`]), with freshness judged from the Leases' renewTime.
-fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConflict> {
+fn conflicts(
+    config: &PoolConfig,
+    agents: &BTreeMap<String, AgentInfo>,
+) -> BTreeMap<IpAddr, LanConflict> {
     let nodes: Vec<NodeState> = agents
         .iter()
         .map(|(node, a)| NodeState {
@@ -223,7 +226,7 @@ fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConfli
         .iter()
         .map(|(node, a)| (node.clone(), a.report.clone()))
         .collect();
-    lan_conflicts(&nodes, &reports)
+    lan_conflicts(&nodes, &reports, config)
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its
@@ -240,7 +243,7 @@ pub fn compute(
             users.entry(*ip).or_default().push(svc);
         }
     }
-    let lan = conflicts(agents);
+    let lan = conflicts(config, agents);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -902,6 +905,7 @@ IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE     
         use aliaslb_core::report::Conflict;
         let config = config(&[("default", "192.168.55.200-192.168.55.203")]);
         let lan = |ip: &str| Conflict {
+            while_held: false,
             ip: ip.parse().unwrap(),
             reason: "answered".into(),
             mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),

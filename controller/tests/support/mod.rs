@@ -556,6 +556,7 @@ impl Cluster {
                     .conflicts
                     .iter()
                     .map(|(ip, foreign)| Conflict {
+                        while_held: false,
                         ip: *ip,
                         reason: format!("{ip} answered an ARP probe from {foreign}"),
                         mac: Some(*foreign),
