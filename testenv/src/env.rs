@@ -134,8 +134,6 @@ impl TestEnv {
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
             format!("--secure-port={api_port}"),
-            // 1.20 still opens an unauthenticated port 8080 unless told not to.
-            "--insecure-port=0".to_owned(),
             format!("--cert-dir={}", dir.join("apiserver-certs").display()),
             format!("--tls-cert-file={}", certs.server_cert.display()),
             format!("--tls-private-key-file={}", certs.server_key.display()),
@@ -323,7 +321,6 @@ impl TestEnv {
             "--use-service-account-credentials=false".to_owned(),
             "--leader-elect=false".to_owned(),
             // No serving: nothing scrapes it, and it would need its own certificates.
-            "--port=0".to_owned(),
             "--secure-port=0".to_owned(),
             "--controllers=*".to_owned(),
             "--v=1".to_owned(),
