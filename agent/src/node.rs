@@ -660,7 +660,7 @@ where
 
     /// Sends one defence of held `ip` from its link's MAC.
     fn defend(&self, ip: IpAddr) {
-        let Some(alias) = self.aliases.owned().find(|a| a.ip == ip) else {
+        let Some(alias) = self.aliases.owned_alias(ip) else {
             return;
         };
         let mac = self
@@ -681,7 +681,8 @@ where
     /// The link `ip`'s claims count on: its alias's, else the one its alias would go on
     /// (where a first claim is probed). `None`: no such link.
     fn own_link(&self, ip: IpAddr) -> Option<u32> {
-        if let Some(alias) = self.aliases.owned().find(|a| a.ip == ip) {
+        // Per claim, and a flood of forged claims must stay cheap: a look-up, not a scan.
+        if let Some(alias) = self.aliases.owned_alias(ip) {
             return Some(alias.ifindex);
         }
         let host = self.aliases.last_snapshot()?;
