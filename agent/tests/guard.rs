@@ -179,6 +179,44 @@ fn peer_claims(s: &Setup, addr: &str) -> Instant {
     })
 }
 
+/// The peer claims `addr` `n` times as fast as one socket sends (a dropped frame is not
+/// retried); returns how long that took and how many the kernel accepted.
+fn peer_floods(s: &Setup, addr: &str, n: usize) -> (Duration, usize) {
+    let (ifindex, mac, target) = (s.peer_ifindex, s.peer_mac, ip(addr));
+    s.lan.run_sync(move || {
+        let frame = announcement_frame(mac.0, target);
+        let iface = pnet_datalink::NetworkInterface {
+            name: String::new(),
+            description: String::new(),
+            index: ifindex,
+            mac: None,
+            ips: Vec::new(),
+            flags: 0,
+        };
+        let Ok(pnet_datalink::Channel::Ethernet(mut tx, _rx)) =
+            pnet_datalink::channel(&iface, pnet_datalink::Config::default())
+        else {
+            panic!("no Ethernet channel on the peer's link");
+        };
+        let start = Instant::now();
+        let sent = (0..n)
+            .filter(|_| matches!(tx.send_to(&frame, None), Some(Ok(()))))
+            .count();
+        (start.elapsed(), sent)
+    })
+}
+
+/// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the `(comm)`, which may hold spaces: utime and stime are 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
 /// The peer claims `addr` and listens on its link for `listen`: the claims of `addr` it
 /// receives from other MACs (the node's defence), with the time since the claim was sent.
 fn peer_claims_and_listens(s: &Setup, addr: &str, listen: Duration) -> Vec<(Observed, Duration)> {
@@ -593,6 +631,21 @@ async fn with_fresh_authority_a_claim_is_defended_once_per_interval_and_the_alia
     assert!(
         heard.iter().any(|(o, _)| o.mac == s.node_mac),
         "{f4}: not defended again after 10 s: {heard:?}"
+    );
+    // A sustained flood: 10,000 forged claims; still one defence per 10 s, and what it
+    // costs the agent.
+    let (defences, cpu) = (
+        metric(&s, "aliaslb_agent_defences_total"),
+        cpu_time(s.agent.pid()),
+    );
+    let (took, sent) = peer_floods(&s, f6, 10_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let used = cpu_time(s.agent.pid()).saturating_sub(cpu);
+    eprintln!("{f6}: {sent} of 10,000 forged claims sent in {took:?}: agent CPU {used:?}");
+    assert!(present(&s.node, f6), "{f6}: gone after 10,000 claims");
+    assert!(
+        metric(&s, "aliaslb_agent_defences_total") - defences <= 1.0,
+        "more than one defence for a flood within 10 s"
     );
     assert!(
         [d4, d6, f4, f6].iter().all(|a| present(&s.node, a)),
