@@ -117,20 +117,29 @@ struct Foreign {
     next: Instant,
     /// When the re-probe in flight started.
     probing: Option<Instant>,
+    /// This agent held the IP before (a recheck after a carrier loss was answered): an
+    /// owner of an established address, reported `whileHeld` like a claim.
+    held_before: bool,
 }
 
 /// The guard's view of one IP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    /// A first-claim probe is in flight; `backoff`: the wait after the last failed attempt.
+    /// A first-claim probe is in flight; `backoff`: the wait after the last failed attempt;
+    /// `recheck`: of an IP held before ([`Guard::recheck`]), not a first claim.
     Probing {
         started: Instant,
         backoff: Option<Duration>,
+        recheck: bool,
     },
     /// Nobody answered (or we hold it): may be held.
     Cleared,
-    /// The probe could not run: retried at `next`.
-    Unprobed { backoff: Duration, next: Instant },
+    /// The probe could not run (or a recheck is due): retried at `next`.
+    Unprobed {
+        backoff: Duration,
+        next: Instant,
+        recheck: bool,
+    },
     /// Another host uses it.
     Foreign(Foreign),
     /// Given up to another node while our authority was stale.
@@ -290,6 +299,7 @@ impl Guard {
             Entry::Unprobed {
                 backoff: self.config.first_backoff,
                 next: now,
+                recheck: true,
             },
         );
     }
@@ -325,6 +335,7 @@ impl Guard {
                     Entry::Probing {
                         started: now,
                         backoff: None,
+                        recheck: false,
                     },
                 );
                 due.push(ProbeRequest { ip, ifindex: None });
@@ -332,11 +343,16 @@ impl Guard {
         }
         for (ip, entry) in &mut self.ips {
             match entry {
-                Entry::Unprobed { backoff, next } if *next <= now => {
-                    let backoff = Some(*backoff);
+                Entry::Unprobed {
+                    backoff,
+                    next,
+                    recheck,
+                } if *next <= now => {
+                    let (backoff, recheck) = (Some(*backoff), *recheck);
                     *entry = Entry::Probing {
                         started: now,
                         backoff,
+                        recheck,
                     };
                     due.push(ProbeRequest {
                         ip: *ip,
@@ -362,13 +378,16 @@ impl Guard {
     pub fn probe_failed(&mut self, ip: IpAddr, now: Instant) {
         let config = self.config;
         match self.ips.get_mut(&ip) {
-            Some(Entry::Probing { backoff, .. }) => {
-                let backoff = next_backoff(&config, *backoff);
+            Some(Entry::Probing {
+                backoff, recheck, ..
+            }) => {
+                let (backoff, recheck) = (next_backoff(&config, *backoff), *recheck);
                 self.ips.insert(
                     ip,
                     Entry::Unprobed {
                         backoff,
                         next: now + backoff,
+                        recheck,
                     },
                 );
             }
@@ -404,9 +423,11 @@ impl Guard {
                 }
                 ProbeChange::Cleared
             }
-            (Entry::Probing { .. }, ProbeOutcome::Taken { mac }) => {
+            (Entry::Probing { recheck, .. }, ProbeOutcome::Taken { mac }) => {
                 let who = who.unwrap_or_else(|| unknown(mac));
-                self.insert_foreign(ip, Foreign::new(who, How::Answered, &config, now), desired);
+                let mut foreign = Foreign::new(who, How::Answered, &config, now);
+                foreign.held_before = *recheck;
+                self.insert_foreign(ip, foreign, desired);
                 ProbeChange::Conflict
             }
             (Entry::Foreign(f), ProbeOutcome::Free) => {
@@ -508,11 +529,14 @@ impl Guard {
         }
         let config = self.config;
         match self.ips.get_mut(&ip) {
-            Some(Entry::Probing { started, .. }) => {
+            Some(Entry::Probing {
+                started, recheck, ..
+            }) => {
                 // The probe in flight still reports; its "free" does not clear this.
-                let started = *started;
+                let (started, recheck) = (*started, *recheck);
                 let mut foreign = Foreign::new(who, How::Answered, &config, now);
                 foreign.probing = Some(started);
+                foreign.held_before = recheck;
                 self.insert_foreign(ip, foreign, desired);
                 Verdict::Taken
             }
@@ -549,7 +573,7 @@ impl Guard {
                             f.who.ifname, f.who.mac
                         ),
                     };
-                    report(*ip, &f.who, reason, f.how == How::Claimed)
+                    report(*ip, &f.who, reason, f.how == How::Claimed || f.held_before)
                 }
                 Entry::Yielded { who, .. } => report(
                     *ip,
@@ -650,6 +674,7 @@ impl Foreign {
             backoff: config.first_backoff,
             next: now + config.first_backoff,
             probing: None,
+            held_before: false,
         }
     }
 }
@@ -819,6 +844,10 @@ mod tests {
         assert_eq!(
             c[0].reason,
             "answered ARP on eth1 from 02:aa:00:00:00:01 (not a node of this cluster)"
+        );
+        assert!(
+            !c[0].while_held,
+            "a first claim's probe: the controller fences it"
         );
         // Re-probes: 1 s, 2 s, 4 s ... capped at 60 s.
         let mut at = t;
@@ -1115,6 +1144,36 @@ mod tests {
         assert_eq!(change, ProbeChange::StillTaken);
         assert_eq!(g.held_back(&d, &none), held(&["fd00::2"]));
         assert!(g.conflicts()[0].reason.starts_with("answered NDP on eth1"));
+    }
+
+    #[test]
+    fn an_answered_recheck_of_a_held_ip_is_reported_while_held() {
+        // The link regained carrier while stale: held back and probed again; an answer is
+        // an owner of an established address, not a first claim's: never a fence by
+        // itself at the controller.
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        g.update(&d, &h, false, t);
+        g.recheck(ip("10.0.0.1"), t);
+        assert_eq!(g.held_back(&d, &h), held(&["10.0.0.1"]));
+        let none = held(&[]);
+        assert_eq!(g.due_probes(&d, &none, t).len(), 1);
+        g.probe_failed(ip("10.0.0.1"), t);
+        assert_eq!(g.due_probes(&d, &none, t + secs(2)).len(), 1, "retried");
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        let change = g.probe_result(
+            ip("10.0.0.1"),
+            taken,
+            Some(who(STRANGER, &d)),
+            &d,
+            t + secs(2),
+        );
+        assert_eq!(change, ProbeChange::Conflict);
+        let c = g.conflicts();
+        assert!(c[0].while_held, "{c:?}");
+        assert_eq!(c[0].mac, Some(STRANGER));
     }
 
     #[test]
