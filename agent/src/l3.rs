@@ -68,7 +68,7 @@ pub async fn watch_daemon<V: RoutingView>(
             was_up = Some(up);
         }
         let report = report_of(daemon, reading);
-        metrics.set_routing(up, report.established, report.exported.len());
+        metrics.set_routing(daemon, up, report.established, report.exported.len());
         tx.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&report);
             if changed {

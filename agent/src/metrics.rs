@@ -40,6 +40,20 @@ struct FamilyLabels {
     family: &'static str,
 }
 
+/// Labels of the shield's state gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    /// `active`, `failing`, `off` (`ShieldState::as_str`).
+    state: &'static str,
+}
+
+/// Labels of the routing daemon gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DaemonLabels {
+    /// `bird` or `frr`.
+    daemon: &'static str,
+}
+
 /// Labels of the probe counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -78,6 +92,7 @@ pub struct Metrics {
     authority_fresh: Gauge,
     lan_conflicts: Gauge,
     routing_daemon_up: Gauge,
+    routing_daemon_info: Family<DaemonLabels, Gauge>,
     bgp_sessions_established: Gauge,
     routes_exported: Gauge,
     yields: Counter,
@@ -86,6 +101,7 @@ pub struct Metrics {
     probes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
     shield_active: Gauge,
+    shield_state: Family<StateLabels, Gauge>,
     shield_ips: Gauge,
     shield_sync_errors: Counter,
     shield_damaged: Counter,
@@ -195,6 +211,12 @@ impl Metrics {
             "L3 mode: 1 when the last reading of the node's routing daemon (--routing-daemon) succeeded, 0 when it failed",
             routing_daemon_up.clone(),
         );
+        let routing_daemon_info = Family::<DaemonLabels, Gauge>::default();
+        registry.register(
+            "routing_daemon_info",
+            "L3 mode: 1, labelled with the routing daemon the agent reads (--routing-daemon); no series in L2 mode",
+            routing_daemon_info.clone(),
+        );
         let bgp_sessions_established = Gauge::default();
         registry.register(
             "bgp_sessions_established",
@@ -262,6 +284,12 @@ impl Metrics {
             "Times the host-port shield's nftables table was found deleted or altered by someone else (then rewritten)",
             shield_damaged.clone(),
         );
+        let shield_state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "shield_state",
+            "The host-port shield's state: 1 for the current one of active, failing (the last table write failed, or the table was found deleted or altered, until it is rewritten), off (--host-port-shield=off), 0 for the others",
+            shield_state.clone(),
+        );
         let shield_ips = Gauge::default();
         registry.register(
             "shield_addresses",
@@ -298,6 +326,7 @@ impl Metrics {
             authority_fresh,
             lan_conflicts,
             routing_daemon_up,
+            routing_daemon_info,
             bgp_sessions_established,
             routes_exported,
             yields,
@@ -306,6 +335,7 @@ impl Metrics {
             probes,
             reconcile_duration,
             shield_active,
+            shield_state,
             shield_ips,
             shield_sync_errors,
             shield_damaged,
@@ -394,9 +424,12 @@ impl Metrics {
         self.lan_conflicts.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// L3 mode: the last reading of the routing daemon: whether it succeeded, its
+    /// L3 mode: the last reading of the routing daemon `daemon`: whether it succeeded, its
     /// Established sessions and its exported host routes.
-    pub fn set_routing(&self, up: bool, established: u32, exported: usize) {
+    pub fn set_routing(&self, daemon: &'static str, up: bool, established: u32, exported: usize) {
+        self.routing_daemon_info
+            .get_or_create(&DaemonLabels { daemon })
+            .set(1);
         self.routing_daemon_up.set(i64::from(up));
         self.bgp_sessions_established.set(i64::from(established));
         self.routes_exported
@@ -449,6 +482,13 @@ impl Metrics {
     pub fn set_shield(&self, state: ShieldState, addresses: usize, errors: u64, damaged: u64) {
         self.shield_active
             .set(i64::from(state == ShieldState::Active));
+        for each in [ShieldState::Active, ShieldState::Failing, ShieldState::Off] {
+            self.shield_state
+                .get_or_create(&StateLabels {
+                    state: each.as_str(),
+                })
+                .set(i64::from(state == each));
+        }
         self.shield_ips
             .set(i64::try_from(addresses).unwrap_or(i64::MAX));
         self.shield_sync_errors
@@ -509,7 +549,7 @@ mod tests {
         m.record_renewal_gated();
         m.set_authority_fresh(true);
         m.set_lan_conflicts(3);
-        m.set_routing(true, 2, 5);
+        m.set_routing("bird", true, 2, 5);
         m.inc_yield();
         m.inc_defence();
         m.inc_defence();
@@ -532,6 +572,10 @@ mod tests {
             "aliaslb_agent_api_reachable 0",
             "aliaslb_agent_reconcile_duration_seconds_count 1",
             "aliaslb_agent_shield_active 1",
+            r#"aliaslb_agent_shield_state{state="active"} 1"#,
+            r#"aliaslb_agent_shield_state{state="failing"} 0"#,
+            r#"aliaslb_agent_shield_state{state="off"} 0"#,
+            r#"aliaslb_agent_routing_daemon_info{daemon="bird"} 1"#,
             "aliaslb_agent_shield_addresses 2",
             "aliaslb_agent_shield_sync_errors_total 1",
             "aliaslb_agent_shield_tables_damaged_total 1",
@@ -555,6 +599,7 @@ mod tests {
         }
         m.record_renewal(true);
         m.set_held(["eth0"]);
+        m.set_shield(ShieldState::Failing, 2, 2, 0);
         // A tracked announcer is read at encode time: it sent nothing, the totals stay.
         m.track_announcer(Announcer::new(crate::announce::AnnounceConfig::default()));
         let text = m.encode().unwrap();
@@ -564,5 +609,51 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#"interface="eth1""#), "{text}");
+        assert!(
+            text.contains(r#"aliaslb_agent_shield_state{state="failing"} 1"#)
+                && text.contains(r#"aliaslb_agent_shield_state{state="active"} 0"#),
+            "{text}"
+        );
+    }
+
+    /// Every agent metric the alert rules (`manifests/optional/monitoring/aliaslb.rules.yaml`)
+    /// use is served: a rename breaks this test. (The controller's: controller/tests/alerts.rs.)
+    #[test]
+    fn every_agent_metric_the_alert_rules_use_is_registered() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../manifests/optional/monitoring/aliaslb.rules.yaml"
+        );
+        let rules = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut names = std::collections::BTreeSet::new();
+        let mut rest = rules.as_str();
+        while let Some(at) = rest.find("aliaslb_agent_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.insert(&tail[..end]);
+            rest = &tail[end..];
+        }
+        assert!(names.len() >= 4, "{names:?}");
+        // A labelled family is in the text once it has a series.
+        let m = Metrics::new();
+        m.set_routing("bird", true, 1, 1);
+        m.set_shield(ShieldState::Active, 0, 0, 0);
+        let text = m.encode().unwrap();
+        let typed = |name: &str, kind: &str| text.contains(&format!("# TYPE {name} {kind}\n"));
+        for name in names {
+            let served = typed(name, "gauge")
+                || name
+                    .strip_suffix("_total")
+                    .is_some_and(|b| typed(b, "counter"))
+                || ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|s| name.strip_suffix(s).is_some_and(|b| typed(b, "histogram")));
+            assert!(
+                served,
+                "the alert rules use {name}, which the agent does not serve:\n{text}"
+            );
+        }
     }
 }

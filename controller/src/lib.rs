@@ -13,4 +13,5 @@ pub mod pool_state;
 pub mod reconcile;
 pub mod store;
 pub mod telemetry;
+pub mod track;
 pub mod watch;

@@ -1,9 +1,18 @@
 //! The controller's Prometheus metrics: one registry, typed handles, text encoding.
 //!
-//! No I/O: `http` serves [`Metrics::encode`]. Every name is prefixed `aliaslb_`.
+//! No I/O: `http` serves [`Metrics::encode`]. Every name is prefixed `aliaslb_`. The
+//! names are stable: the alert rules (`manifests/optional/monitoring/`) use them, and a
+//! test checks that every name they use is registered here or in the agent.
+//!
+//! Labelled gauges whose label sets come and go (pending reasons, agent ages) are replaced
+//! series by series, never cleared and refilled: a scrape in between would miss a series
+//! and reset an alert's `for`.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use aliaslb_core::range::Family as IpFamily;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,6 +21,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::observe::agents::AgentClock;
+use crate::track::Cause;
 
 /// Value of the `family` label.
 fn family_label(family: IpFamily) -> &'static str {
@@ -28,6 +40,83 @@ struct PoolLabels {
     pool: String,
     /// `ipv4` or `ipv6`.
     family: &'static str,
+}
+
+/// Labels of the gauges by reason (`aliaslb_core::plan::reason`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, EncodeLabelSet)]
+struct ReasonLabels {
+    /// CamelCase reason of the condition, e.g. `PoolExhausted`.
+    reason: &'static str,
+}
+
+/// Labels of the unannounced Services gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, EncodeLabelSet)]
+struct PoolReasonLabels {
+    /// Pool key in the ConfigMap.
+    pool: String,
+    /// Reason of the `aliaslb.io/Announced` condition.
+    reason: &'static str,
+}
+
+/// Labels of the failover metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CauseLabels {
+    /// `hard`, `graceful` or `conflict` ([`Cause::label`]).
+    cause: &'static str,
+}
+
+/// Labels of the per-node gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, EncodeLabelSet)]
+struct NodeLabels {
+    /// Node name.
+    node: String,
+}
+
+/// Buckets of the failover durations, in seconds: 50 ms .. ~7 min.
+fn failover_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
+}
+
+/// A labelled gauge whose label sets are replaced as a whole ([`Replaced::set`]).
+#[derive(Debug)]
+struct Replaced<L, G> {
+    family: Family<L, G>,
+    /// The label sets exported now.
+    shown: Mutex<BTreeSet<L>>,
+}
+
+impl<L, G> Replaced<L, G>
+where
+    L: Clone + Ord + Hash + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+    G: Default
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + prometheus_client::encoding::EncodeMetric
+        + prometheus_client::metrics::TypedMetric
+        + 'static,
+{
+    fn new() -> Self {
+        Replaced {
+            family: Family::default(),
+            shown: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Exports exactly `values`, with `write` setting one gauge: new label sets appear,
+    /// those left out disappear, the others are overwritten in place.
+    fn set<V>(&self, values: impl IntoIterator<Item = (L, V)>, write: impl Fn(&G, V)) {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = BTreeSet::new();
+        for (labels, value) in values {
+            write(&self.family.get_or_create(&labels), value);
+            now.insert(labels);
+        }
+        for gone in shown.difference(&now) {
+            self.family.remove(gone);
+        }
+        *shown = now;
+    }
 }
 
 /// Labels of the reconcile error counter.
@@ -50,7 +139,16 @@ pub struct Metrics {
     registry: Registry,
     pool_size: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     pool_in_use: Family<PoolLabels, Gauge>,
+    pool_quarantined: Family<PoolLabels, Gauge>,
     pending: Gauge,
+    pending_by_reason: Replaced<ReasonLabels, Gauge>,
+    unannounced: Replaced<PoolReasonLabels, Gauge>,
+    create_to_ip: Histogram,
+    failovers: Family<CauseLabels, Counter>,
+    failover_duration: Family<CauseLabels, Histogram, fn() -> Histogram>,
+    renewal_age: Replaced<NodeLabels, Gauge<f64, AtomicU64>>,
+    /// Read at every encode: the watch of the agent Leases updates it.
+    agents: OnceLock<Arc<Mutex<AgentClock>>>,
     allocations: Counter,
     releases: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
@@ -86,11 +184,57 @@ impl Metrics {
             "Pool addresses allocated to Services",
             pool_in_use.clone(),
         );
+        let pool_quarantined = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_addresses_quarantined",
+            "Pool addresses taken from a Service while the API still shows them on it: counted in use, not allocated again until no Service shows them",
+            pool_quarantined.clone(),
+        );
         let pending = Gauge::default();
         registry.register(
             "services_pending",
             "LoadBalancer Services handled by aliaslb that have no IP",
             pending.clone(),
+        );
+        let pending_by_reason = Replaced::new();
+        registry.register(
+            "services_pending_by_reason",
+            "The Services of services_pending by the reason of their aliaslb.io/IPAllocated condition (PoolExhausted, NoPool, AddressConflict...)",
+            pending_by_reason.family.clone(),
+        );
+        let unannounced = Replaced::new();
+        registry.register(
+            "services_unannounced",
+            "Services with IPs whose aliaslb.io/Announced reason is not Announced (WaitingForAgent, Moving, NoEligibleNode, AddressConflict, AgentsUnobservable; L3 mode: PartiallyAnnounced, NotAnnounced), by pool and reason",
+            unannounced.family.clone(),
+        );
+        // 250 ms .. ~17 min.
+        let create_to_ip = Histogram::new(exponential_buckets(0.25, 2.0, 13));
+        registry.register(
+            "service_create_to_ip_seconds",
+            "From a Service's creationTimestamp (whole seconds) to the pass that allocated its first IP",
+            create_to_ip.clone(),
+        );
+        let failovers = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "failovers",
+            "Services whose IPs left the node that carried them, by cause: hard (its agent was not ready), graceful (its agent was ready, or shut down in order: cordon, exclusion, agent SIGTERM), conflict (an IP fenced by a LAN conflict was replaced); counted when it starts",
+            failovers.clone(),
+        );
+        let failover_duration =
+            Family::<CauseLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                failover_buckets,
+            );
+        registry.register(
+            "failover_duration_seconds",
+            "From the pass that took a Service's IPs off their node (or replaced a fenced IP) to the first pass that saw a node's agent hold them all, by cause; for a hard failover the agent lease duration comes before it",
+            failover_duration.clone(),
+        );
+        let renewal_age = Replaced::new();
+        registry.register(
+            "node_agent_renewal_age_seconds",
+            "Seconds since this controller last saw the node's agent Lease renewed (its own clock; counted from start-up for a Lease not renewed since), for Leases with a holder",
+            renewal_age.family.clone(),
         );
         let allocations = Counter::default();
         registry.register(
@@ -159,7 +303,15 @@ impl Metrics {
             registry,
             pool_size,
             pool_in_use,
+            pool_quarantined,
             pending,
+            pending_by_reason,
+            unannounced,
+            create_to_ip,
+            failovers,
+            failover_duration,
+            renewal_age,
+            agents: OnceLock::new(),
             allocations,
             releases,
             reconcile_errors,
@@ -174,8 +326,16 @@ impl Metrics {
         }
     }
 
-    /// Record the size and use of one pool key and family.
-    pub fn set_pool(&self, pool: &str, family: IpFamily, size: u128, in_use: u64) {
+    /// Record the size and use of one pool key and family, and how many of the addresses in
+    /// use are quarantined.
+    pub fn set_pool(
+        &self,
+        pool: &str,
+        family: IpFamily,
+        size: u128,
+        in_use: u64,
+        quarantined: u64,
+    ) {
         let labels = PoolLabels {
             pool: pool.to_owned(),
             family: family_label(family),
@@ -186,6 +346,9 @@ impl Metrics {
         self.pool_in_use
             .get_or_create(&labels)
             .set(i64::try_from(in_use).unwrap_or(i64::MAX));
+        self.pool_quarantined
+            .get_or_create(&labels)
+            .set(i64::try_from(quarantined).unwrap_or(i64::MAX));
     }
 
     /// Forget a pool key that left the config, so its series disappear.
@@ -196,12 +359,67 @@ impl Metrics {
         };
         self.pool_size.remove(&labels);
         self.pool_in_use.remove(&labels);
+        self.pool_quarantined.remove(&labels);
     }
 
     /// Set the number of Services waiting for an IP.
     pub fn set_pending(&self, services: usize) {
         self.pending
             .set(i64::try_from(services).unwrap_or(i64::MAX));
+    }
+
+    /// Set the pending Services by reason; reasons left out disappear.
+    pub fn set_pending_by_reason(&self, reasons: &BTreeMap<&'static str, usize>) {
+        self.pending_by_reason.set(
+            reasons
+                .iter()
+                .map(|(reason, n)| (ReasonLabels { reason }, *n)),
+            |g, n| {
+                g.set(i64::try_from(n).unwrap_or(i64::MAX));
+            },
+        );
+    }
+
+    /// Set the Services with IPs not announced, by (pool, Announced reason); those left out
+    /// disappear.
+    pub fn set_unannounced(&self, counts: BTreeMap<(String, &'static str), usize>) {
+        self.unannounced.set(
+            counts
+                .into_iter()
+                .map(|((pool, reason), n)| (PoolReasonLabels { pool, reason }, n)),
+            |g, n| {
+                g.set(i64::try_from(n).unwrap_or(i64::MAX));
+            },
+        );
+    }
+
+    /// Record the time from a Service's creation to its first IP.
+    pub fn observe_create_to_ip(&self, took: Duration) {
+        self.create_to_ip.observe(took.as_secs_f64());
+    }
+
+    /// Count one failover that started.
+    pub fn inc_failover(&self, cause: Cause) {
+        self.failovers
+            .get_or_create(&CauseLabels {
+                cause: cause.label(),
+            })
+            .inc();
+    }
+
+    /// Record how long one failover took.
+    pub fn observe_failover(&self, cause: Cause, took: Duration) {
+        self.failover_duration
+            .get_or_create(&CauseLabels {
+                cause: cause.label(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Report the age of every agent's last renewal at every [`encode`](Self::encode), from
+    /// `clock` (the first given is kept).
+    pub fn track_agents(&self, clock: Arc<Mutex<AgentClock>>) {
+        let _ = self.agents.set(clock);
     }
 
     /// Count one IP allocated.
@@ -265,6 +483,26 @@ impl Metrics {
 
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        if let Some(clock) = self.agents.get() {
+            let now = Instant::now();
+            let ages: Vec<(NodeLabels, f64)> = {
+                let clock = clock.lock().unwrap_or_else(|e| e.into_inner());
+                clock
+                    .renewal_ages(now)
+                    .map(|(node, age)| {
+                        (
+                            NodeLabels {
+                                node: node.to_owned(),
+                            },
+                            age.as_secs_f64(),
+                        )
+                    })
+                    .collect()
+            };
+            self.renewal_age.set(ages, |g, age| {
+                g.set(age);
+            });
+        }
         aliaslb_ops::metrics::encode(&self.registry)
     }
 }
@@ -276,9 +514,17 @@ mod tests {
     #[test]
     fn encodes_every_metric_with_prefix() {
         let m = Metrics::new();
-        m.set_pool("team-a", IpFamily::V4, 256, 3);
-        m.set_pool("team-a", IpFamily::V6, 1 << 64, 1);
+        m.set_pool("team-a", IpFamily::V4, 256, 3, 1);
+        m.set_pool("team-a", IpFamily::V6, 1 << 64, 1, 0);
         m.set_pending(2);
+        m.set_pending_by_reason(&BTreeMap::from([("PoolExhausted", 1), ("NoPool", 1)]));
+        m.set_unannounced(BTreeMap::from([(
+            ("team-a".to_owned(), "PartiallyAnnounced"),
+            2,
+        )]));
+        m.observe_create_to_ip(Duration::from_millis(700));
+        m.inc_failover(Cause::Hard);
+        m.observe_failover(Cause::Hard, Duration::from_secs(1));
         m.inc_allocations();
         m.inc_releases();
         m.inc_reconcile_error("pool_exhausted");
@@ -294,7 +540,17 @@ mod tests {
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv6"} 18446744073709553000.0"#,
             r#"aliaslb_pool_addresses_in_use{pool="team-a",family="ipv4"} 3"#,
+            r#"aliaslb_pool_addresses_quarantined{pool="team-a",family="ipv4"} 1"#,
+            r#"aliaslb_pool_addresses_quarantined{pool="team-a",family="ipv6"} 0"#,
             "aliaslb_services_pending 2",
+            r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} 1"#,
+            r#"aliaslb_services_pending_by_reason{reason="NoPool"} 1"#,
+            r#"aliaslb_services_unannounced{pool="team-a",reason="PartiallyAnnounced"} 2"#,
+            r#"aliaslb_service_create_to_ip_seconds_bucket{le="1.0"} 1"#,
+            "aliaslb_service_create_to_ip_seconds_count 1",
+            r#"aliaslb_failovers_total{cause="hard"} 1"#,
+            r#"aliaslb_failover_duration_seconds_bucket{le="1.6",cause="hard"} 1"#,
+            r#"aliaslb_failover_duration_seconds_count{cause="hard"} 1"#,
             "aliaslb_allocations_total 1",
             "aliaslb_releases_total 1",
             r#"aliaslb_reconcile_errors_total{category="pool_exhausted"} 1"#,
@@ -315,8 +571,54 @@ mod tests {
     #[test]
     fn removed_pools_disappear() {
         let m = Metrics::new();
-        m.set_pool("gone", IpFamily::V4, 4, 0);
+        m.set_pool("gone", IpFamily::V4, 4, 0, 0);
         m.remove_pool("gone", IpFamily::V4);
         assert!(!m.encode().unwrap().contains("gone"));
+    }
+
+    #[test]
+    fn replaced_series_come_and_go_without_touching_the_others() {
+        let m = Metrics::new();
+        m.set_pending_by_reason(&BTreeMap::from([("PoolExhausted", 2), ("NoPool", 1)]));
+        m.set_pending_by_reason(&BTreeMap::from([("PoolExhausted", 3)]));
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} 3"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"reason="NoPool""#), "{text}");
+    }
+
+    #[test]
+    fn agent_renewal_ages_are_read_at_encode_time() {
+        use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let lease = |node: &str| Lease {
+            metadata: ObjectMeta {
+                name: Some(aliaslb_core::keys::agent_lease_name(node)),
+                resource_version: Some("1".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(node.into()),
+                ..LeaseSpec::default()
+            }),
+        };
+        let m = Metrics::new();
+        let clock = Arc::new(Mutex::new(AgentClock::new(Duration::from_secs(4))));
+        clock.lock().unwrap().observe(&lease("n1"), Instant::now());
+        m.track_agents(clock.clone());
+        let text = m.encode().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r#"aliaslb_node_agent_renewal_age_seconds{node="n1"}"#))
+            .unwrap_or_else(|| panic!("no age of n1 in\n{text}"));
+        let age: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(age > 0.0 && age < 30.0, "computed at encode time: {line}");
+        clock
+            .lock()
+            .unwrap()
+            .remove(&aliaslb_core::keys::agent_lease_name("n1"));
+        assert!(!m.encode().unwrap().contains(r#"node="n1""#));
     }
 }

@@ -24,7 +24,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::{AGENT_LEASE, Cluster, annotation, eventually, lb_service, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
+use support::SETTLE;
 
 fn bird(established: u32) -> Arc<Mutex<Option<RoutingReport>>> {
     Arc::new(Mutex::new(Some(RoutingReport {

@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::reason;
-use support::{AGENT_LEASE, Cluster, eventually, lb_service, metric, serial};
+use support::{AGENT_LEASE, Cluster, SETTLE, eventually, lb_service, metric, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
 /// The foreign host answering on the LAN.
 const FOREIGN: &str = "46:b0:48:e8:2d:96";
 const MAC1: &str = "02:00:00:00:00:01";

@@ -675,6 +675,76 @@ fn example_pool_configmap_is_valid() {
     assert_eq!(pool.size(aliaslb_core::range::Family::V4), 3);
 }
 
+/// `manifests/optional/monitoring` is a kustomize Component: included in a kustomization
+/// (controller/tests/data/monitoring, as a user would), `kubectl kustomize` renders the
+/// install manifests plus the PrometheusRule and one PodMonitor per binary, whose port
+/// names are the ones the pods have. (Its rules: controller/tests/alerts.rs.)
+#[test]
+fn monitoring_component_renders_with_the_manifests() {
+    let dir = repo_root().join("controller/tests/data/monitoring");
+    let out = Command::new("kubectl")
+        .args(["kustomize", &dir.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let objects: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+        objects.iter().filter(|o| o["kind"] == kind).collect()
+    };
+    assert_eq!(
+        of_kind("Deployment").len(),
+        1,
+        "the manifests are still there"
+    );
+    let rules = of_kind("PrometheusRule");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rules[0]["metadata"]["namespace"], NAMESPACE);
+    assert!(
+        rules[0]["spec"]["groups"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty())
+    );
+    let monitors = of_kind("PodMonitor");
+    let mut selected: Vec<&str> = monitors
+        .iter()
+        .map(|m| {
+            assert_eq!(m["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+            m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    selected.sort_unstable();
+    assert_eq!(selected, ["aliaslb-agent", "aliaslb-controller"]);
+    for workload in of_kind("Deployment")
+        .into_iter()
+        .chain(of_kind("DaemonSet"))
+    {
+        let template = &workload["spec"]["template"];
+        let name = template["metadata"]["labels"]["app.kubernetes.io/name"]
+            .as_str()
+            .unwrap();
+        assert!(selected.contains(&name), "{name} is scraped");
+        assert!(
+            template["spec"]["containers"][0]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "metrics"),
+            "{name} has a port named metrics"
+        );
+    }
+}
+
 /// The binaries the Dockerfile copies into /usr/local/bin are `[[bin]]` targets of the
 /// workspace, and the manifests run binaries the image has.
 #[test]

@@ -18,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use support::{AGENT_RENEW, Cluster, eventually, lb_service, metric, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
+use support::SETTLE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
@@ -80,6 +80,28 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
     assert_eq!(
         metric(&metrics, "aliaslb_services_pending ").as_deref(),
         Some("1")
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} "#
+        )
+        .as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        metric(&metrics, "aliaslb_service_create_to_ip_seconds_count ").as_deref(),
+        Some("3"),
+        "once per Service that got its first IP"
+    );
+    let age = metric(
+        &metrics,
+        &format!(r#"aliaslb_node_agent_renewal_age_seconds{{node="{node}"}} "#),
+    )
+    .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        age.is_some_and(|a| a < support::AGENT_LEASE.as_secs_f64()),
+        "renewal age of {node}: {age:?}"
     );
 
     // Hand-over: the freed address reaches the pending Service within a second.
@@ -313,7 +335,7 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
         (a.clone(), Some(c.fake_agent(&a))),
         (b.clone(), Some(c.fake_agent(&b))),
     ];
-    let (_controller, _metrics) = c.start_controller();
+    let (_controller, metrics) = c.start_controller();
     c.create(lb_service("web")).await;
     let node_of =
         async || support::annotation(&c.get("web").await, keys::ANNOTATION_NODE).map(str::to_owned);
@@ -349,6 +371,20 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
             .is_some_and(|(s, _, _)| s == "True")
     })
     .await;
+    // One hard failover, measured until the new node's agent reported the IP.
+    eventually(SETTLE, "the failover measured", async || {
+        metric(
+            &metrics,
+            r#"aliaslb_failover_duration_seconds_count{cause="hard"} "#,
+        )
+        .as_deref()
+            == Some("1")
+    })
+    .await;
+    assert_eq!(
+        metric(&metrics, r#"aliaslb_failovers_total{cause="hard"} "#).as_deref(),
+        Some("1")
+    );
     c.cleanup().await;
 }
 
@@ -666,7 +702,7 @@ async fn a_write_refused_as_invalid_waits_for_a_change() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_patch_loop_on_a_server_without_ip_mode() {
+async fn no_patch_loop_with_ip_mode_in_status() {
     let _serial = serial().await;
     let c = Cluster::new("noloop").await;
     c.set_pool(&[(c.ns.as_str(), "10.65.0.1-10.65.0.8")]).await;
@@ -718,7 +754,18 @@ async fn no_patch_loop_on_a_server_without_ip_mode() {
     );
     let svc = c.get("a").await;
     let ingress = svc.status.unwrap().load_balancer.unwrap().ingress.unwrap();
-    assert_eq!(ingress[0].ip_mode, None, "1.20 does not keep ipMode");
+    // Every supported release (1.30+) keeps ipMode; the controller writes VIP, and the
+    // stored field does not make it write again (the idle watch above saw no write).
+    let version = c.client.apiserver_version().await.unwrap();
+    if aliaslb_controller::apply::version_has_ip_mode(&version.major, &version.minor) {
+        assert_eq!(
+            ingress[0].ip_mode.as_deref(),
+            Some("VIP"),
+            "ipMode as stored"
+        );
+    } else {
+        assert_eq!(ingress[0].ip_mode, None, "a server without ipMode drops it");
+    }
     c.cleanup().await;
 }
 

@@ -38,7 +38,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use support::{Cluster, Task, annotation, eventually, lb_service, serial};
 
-const SETTLE: Duration = Duration::from_secs(10);
+use support::SETTLE;
 /// The controller takes back a tenant's edit of its annotations within this. It reacts to
 /// the Service's watch event (debounce 20 ms) with one apply and, when the tenant's field
 /// manager owns the annotation, one merge patch: well under a second on this apiserver.
@@ -588,7 +588,7 @@ async fn a_tenant_cannot_steer_a_moving_service() {
     // move (break-before-make) lasts that long.
     let (_a1, holdings) = c.slow_agent(&n1, Duration::from_secs(5));
     let trusted = Trusted::start(&c).await;
-    let (_controller, _metrics) = c.start_controller();
+    let (_controller, metrics) = c.start_controller();
     create_as(&tenant, lb_service("web")).await;
     announced(&c, "web", "Announced").await;
     assert_eq!(
@@ -655,6 +655,25 @@ async fn a_tenant_cannot_steer_a_moving_service() {
     );
     tokio::time::sleep(OBSERVE).await;
     check(&trusted, mark, ip, Never::On(&[&n1, &invented]), &invented);
+    // One graceful failover (n1's agent was ready), measured until n2's agent held the IP.
+    announced(&c, "web", "Announced").await;
+    eventually(SETTLE, "the failover measured", async || {
+        support::metric(
+            &metrics,
+            r#"aliaslb_failover_duration_seconds_count{cause="graceful"} "#,
+        )
+        .as_deref()
+            == Some("1")
+    })
+    .await;
+    assert_eq!(
+        support::metric(&metrics, r#"aliaslb_failovers_total{cause="graceful"} "#).as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        support::metric(&metrics, r#"aliaslb_failovers_total{cause="hard"} "#),
+        None
+    );
     c.cleanup().await;
 }
 

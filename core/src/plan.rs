@@ -845,6 +845,16 @@ impl Planner {
             .count()
     }
 
+    /// The Services [`pending`](Self::pending) counts, by the reason of their failure (one
+    /// of [`reason`]), as of the last pass; reasons no Service has are left out.
+    pub fn pending_by_reason(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for failure in self.entries.values().filter_map(|e| e.failure.as_deref()) {
+            *out.entry(failure.reason).or_default() += 1;
+        }
+        out
+    }
+
     /// Drops Services gone from the inputs (or re-created under a new uid) and frees their
     /// IPs at once.
     fn release_gone(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {

@@ -50,6 +50,10 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
     assert_eq!(failed[0].service, key("default", "d"));
     assert_eq!(events(&out, reason::IP_ALLOCATED).len(), 3);
     assert_eq!(planner.pending(), 1);
+    assert_eq!(
+        planner.pending_by_reason(),
+        BTreeMap::from([(reason::POOL_EXHAUSTED, 1)])
+    );
 
     // Level-triggered: the same inputs again produce no Events at all.
     let again = world.plan(&mut planner);
@@ -70,6 +74,7 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
         "served in the same pass"
     );
     assert_eq!(planner.pending(), 0);
+    assert!(planner.pending_by_reason().is_empty());
     assert!(!out.services.contains_key(&key("default", "b")));
     let usage = planner.usage();
     assert_eq!(usage.len(), 1);

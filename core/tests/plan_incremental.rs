@@ -519,6 +519,7 @@ fn compare(
     prop_assert_eq!(&out_b.probe, &out_a.probe);
     prop_assert_eq!(b.usage(), a.usage());
     prop_assert_eq!(b.pending(), a.pending());
+    prop_assert_eq!(b.pending_by_reason(), a.pending_by_reason());
     prop_assert_eq!(
         b.quarantined().collect::<Vec<_>>(),
         a.quarantined().collect::<Vec<_>>()

@@ -48,10 +48,7 @@ pub const SPREAD_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Poll period of [`BgpLab::wait_next_hops`]: its result is a measured convergence time.
 const POLL: Duration = Duration::from_millis(20);
 
-/// Node `n`'s IPv6 LAN address, `fd55::10N` (added by `bgp-up`).
-pub fn node_ip6(n: u8) -> Ipv6Addr {
-    Ipv6Addr::new(0xfd55, 0, 0, 0, 0, 0, 0, 0x100 + u16::from(n))
-}
+pub use crate::lab::node_ip6;
 
 /// The routing daemon on the nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

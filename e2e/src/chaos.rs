@@ -1923,6 +1923,7 @@ mod tests {
             sharing_key: key.map(str::to_owned),
             view: ServiceReadback {
                 ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
+                all_ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
                 node: None,
                 conditions: BTreeMap::new(),
             },

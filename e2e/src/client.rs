@@ -121,6 +121,8 @@ pub fn parse_answer(text: &str) -> Result<Answer, String> {
     let client = lines
         .next()
         .and_then(|l| l.strip_prefix("client="))
+        // socat writes an IPv6 peer in brackets.
+        .map(|c| c.trim_start_matches('[').trim_end_matches(']'))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no client= line in {body:?}"))?;
     Ok(Answer { pod, client })
@@ -129,6 +131,11 @@ pub fn parse_answer(text: &str) -> Result<Answer, String> {
 /// One request from the client to `http://ip/`.
 pub fn get(ip: Ipv4Addr) -> Result<Result<Answer, String>, Error> {
     in_client(move || request(ip))
+}
+
+/// One request from the client to `http://ip/`, either family.
+pub fn get_ip(ip: IpAddr) -> Result<Result<Answer, String>, Error> {
+    in_client(move || request_to(SocketAddr::from((ip, 80)), CONNECT_TIMEOUT))
 }
 
 /// `count` requests in a row (no pause); the answers or the first failure.

@@ -11,6 +11,18 @@ pub struct LbService {
     name: String,
     local: bool,
     pod_nodes: Vec<u8>,
+    families: Families,
+}
+
+/// The IP families of a Service (`ipFamilyPolicy` / `ipFamilies`) and so of its endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Families {
+    /// The cluster's default: single-stack IPv4.
+    V4,
+    /// Single-stack IPv6.
+    V6,
+    /// `RequireDualStack`, IPv4 first.
+    Dual,
 }
 
 /// A Service `ns/name`, externalTrafficPolicy Cluster, endpoints pod-a (node 1) and pod-b
@@ -21,6 +33,7 @@ pub fn lb_service(ns: &str, name: &str) -> LbService {
         name: name.to_owned(),
         local: false,
         pod_nodes: vec![1, 2],
+        families: Families::V4,
     }
 }
 
@@ -37,6 +50,12 @@ impl LbService {
         self
     }
 
+    /// The Service's IP families (default: single-stack IPv4).
+    pub fn families(mut self, families: Families) -> Self {
+        self.families = families;
+        self
+    }
+
     /// The Service and its Endpoints as a multi-document YAML.
     pub fn to_yaml(&self) -> String {
         let LbService {
@@ -44,12 +63,37 @@ impl LbService {
             name,
             local,
             pod_nodes,
+            families,
         } = self;
         let policy = if *local { "Local" } else { "Cluster" };
-        let addresses: String = pod_nodes
-            .iter()
-            .map(|&n| format!("  - ip: 10.244.{n}.10\n    nodeName: {}\n", node_name(n)))
-            .collect();
+        let (family_spec, v4, v6) = match families {
+            Families::V4 => ("", true, false),
+            Families::V6 => (
+                "  ipFamilyPolicy: SingleStack\n  ipFamilies: [IPv6]\n",
+                false,
+                true,
+            ),
+            Families::Dual => (
+                "  ipFamilyPolicy: RequireDualStack\n  ipFamilies: [IPv4, IPv6]\n",
+                true,
+                true,
+            ),
+        };
+        // One subset per family: the EndpointSlice mirroring controller makes a slice of each.
+        let subset = |ip: &dyn Fn(u8) -> String| -> String {
+            let addresses: String = pod_nodes
+                .iter()
+                .map(|&n| format!("  - ip: {}\n    nodeName: {}\n", ip(n), node_name(n)))
+                .collect();
+            format!("- addresses:\n{addresses}  ports:\n  - name: http\n    port: 8080\n")
+        };
+        let mut subsets = String::new();
+        if v4 {
+            subsets += &subset(&|n| format!("10.244.{n}.10"));
+        }
+        if v6 {
+            subsets += &subset(&|n| format!("fd44:0:0:{n}::10"));
+        }
         format!(
             "apiVersion: v1
 kind: Service
@@ -59,7 +103,7 @@ metadata:
 spec:
   type: LoadBalancer
   externalTrafficPolicy: {policy}
-  ports:
+{family_spec}  ports:
   - name: http
     port: 80
     targetPort: 8080
@@ -70,11 +114,7 @@ metadata:
   name: {name}
   namespace: {ns}
 subsets:
-- addresses:
-{addresses}  ports:
-  - name: http
-    port: 8080
-"
+{subsets}"
         )
     }
 }
@@ -103,6 +143,23 @@ mod tests {
             "{yaml}"
         );
         assert!(!yaml.contains("10.244.1.10"), "{yaml}");
+    }
+
+    #[test]
+    fn dual_stack_service_has_endpoints_of_both_families() {
+        let yaml = lb_service("ns", "web").families(Families::Dual).to_yaml();
+        assert!(yaml.contains("ipFamilyPolicy: RequireDualStack"), "{yaml}");
+        assert!(
+            yaml.contains("ip: 10.244.1.10") && yaml.contains("ip: fd44:0:0:2::10"),
+            "{yaml}"
+        );
+        let v6 = lb_service("ns", "web").families(Families::V6).to_yaml();
+        assert!(
+            v6.contains("ipFamilies: [IPv6]") && !v6.contains("10.244."),
+            "{v6}"
+        );
+        let v4 = lb_service("ns", "web").to_yaml();
+        assert!(!v4.contains("ipFamil") && !v4.contains("fd44"), "{v4}");
     }
 
     #[test]

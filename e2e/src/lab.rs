@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -134,8 +134,10 @@ pub struct ServiceCondition {
 /// What aliaslb wrote on a Service, as read back from the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceReadback {
-    /// `status.loadBalancer.ingress[].ip`.
+    /// `status.loadBalancer.ingress[].ip`, the IPv4 ones.
     pub ips: Vec<Ipv4Addr>,
+    /// `status.loadBalancer.ingress[].ip`, every family.
+    pub all_ips: Vec<IpAddr>,
     /// The `aliaslb.io/node` annotation.
     pub node: Option<String>,
     /// Conditions by type.
@@ -145,11 +147,18 @@ pub struct ServiceReadback {
 impl ServiceReadback {
     /// Parses a Service as printed by `kubectl get -o json`.
     pub fn from_json(v: &Value) -> Self {
-        let ips = v["status"]["loadBalancer"]["ingress"]
+        let all_ips: Vec<IpAddr> = v["status"]["loadBalancer"]["ingress"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|i| i["ip"].as_str()?.parse().ok())
+            .collect();
+        let ips = all_ips
+            .iter()
+            .filter_map(|ip| match ip {
+                IpAddr::V4(ip) => Some(*ip),
+                IpAddr::V6(_) => None,
+            })
             .collect();
         let node = v["metadata"]["annotations"]["aliaslb.io/node"]
             .as_str()
@@ -172,6 +181,7 @@ impl ServiceReadback {
             .collect();
         ServiceReadback {
             ips,
+            all_ips,
             node,
             conditions,
         }
@@ -203,6 +213,14 @@ impl ServiceReadback {
         )
     }
 }
+
+/// Node `n`'s IPv6 LAN address, `fd55::10N` (the lab is dual-stack).
+pub fn node_ip6(n: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd55, 0, 0, 0, 0, 0, 0, 0x100 + u16::from(n))
+}
+
+/// The client's IPv6 LAN address.
+pub const CLIENT_IP6: Ipv6Addr = Ipv6Addr::new(0xfd55, 0, 0, 0, 0, 0, 0, 0x200);
 
 /// The namespace of the foreign host of [`Lab::add_rogue`] (`scripts/lab down` removes it).
 pub const ROGUE_NS: &str = "alb-rogue";
@@ -330,6 +348,25 @@ impl Drop for ApiPause<'_> {
     }
 }
 
+/// kube-proxy's `--proxy-mode` on the lab's nodes (`ALIASLB_LAB_PROXY_MODE` of `scripts/lab`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// iptables mode, the default.
+    Iptables,
+    /// nftables mode (GA in 1.33): its own `ip kube-proxy` / `ip6 kube-proxy` tables.
+    Nftables,
+}
+
+impl ProxyMode {
+    /// The flag's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+        }
+    }
+}
+
 /// A running lab (see the module docs). Dropping it runs `scripts/lab down`, unless
 /// `ALIASLB_E2E_KEEP=1` (then it prints how to reach and remove the lab).
 #[derive(Debug)]
@@ -340,6 +377,7 @@ pub struct Lab {
     admin_kubeconfig: PathBuf,
     controller_kubeconfig: PathBuf,
     agent_kubeconfig: PathBuf,
+    proxy_mode: ProxyMode,
     _lock: File,
 }
 
@@ -353,6 +391,11 @@ impl Lab {
     /// controller replica `controller-1`. `Ok(None)` when not root outside CI (the caller
     /// skips); under `CI=true` not being root is an error.
     pub fn up() -> Result<Option<Lab>, Error> {
+        Lab::up_with(ProxyMode::Iptables)
+    }
+
+    /// [`Lab::up`] with kube-proxy in `proxy_mode` on every node.
+    pub fn up_with(proxy_mode: ProxyMode) -> Result<Option<Lab>, Error> {
         if !nix::unistd::Uid::effective().is_root() {
             if std::env::var("CI").as_deref() == Ok("true") {
                 return Err(Error::Environment(
@@ -387,13 +430,16 @@ impl Lab {
                 "[e2e] a lab is already up in {}: tearing it down first",
                 state.display()
             );
-            run(Command::new(&script).arg("down"))?;
+            run(Command::new(&script)
+                .arg("down")
+                .env("ALIASLB_LAB_PROXY_MODE", proxy_mode.as_str()))?;
         }
         let t0 = Instant::now();
         let mut lab = Lab {
             admin_kubeconfig: state.join("kubeconfig"),
             controller_kubeconfig: PathBuf::new(),
             agent_kubeconfig: PathBuf::new(),
+            proxy_mode,
             repo,
             bins,
             state,
@@ -432,7 +478,27 @@ impl Lab {
     pub fn lab(&self, args: &[&str]) -> Result<String, Error> {
         run(Command::new(self.repo.join("scripts/lab"))
             .args(args)
-            .env("ALIASLB_LAB_DIR", &self.state))
+            .env("ALIASLB_LAB_DIR", &self.state)
+            .env("ALIASLB_LAB_PROXY_MODE", self.proxy_mode.as_str()))
+    }
+
+    /// kube-proxy's mode on the nodes.
+    pub fn proxy_mode(&self) -> ProxyMode {
+        self.proxy_mode
+    }
+
+    /// kube-proxy's rules on node `n` as text: `iptables-save` in iptables mode, the
+    /// `kube-proxy` tables of `nft list ruleset` in nftables mode.
+    pub fn proxy_rules(&self, n: u8) -> Result<String, Error> {
+        let ns = node_name(n);
+        match self.proxy_mode {
+            ProxyMode::Iptables => {
+                run(Command::new("ip").args(["netns", "exec", &ns, "iptables-save"]))
+            }
+            ProxyMode::Nftables => {
+                run(Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "ruleset"]))
+            }
+        }
     }
 
     /// Runs `kubectl` as the lab's admin.

@@ -16,4 +16,4 @@ pub mod sampler;
 pub mod trials;
 
 pub use error::Error;
-pub use sampler::aliases;
+pub use sampler::{aliases, aliases6};

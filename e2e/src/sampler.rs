@@ -42,6 +42,24 @@ pub fn aliases(n: u8) -> Result<BTreeSet<Ipv4Addr>, Error> {
         .collect())
 }
 
+/// The /128 addresses on `eth0` of node `n` (its IPv6 load-balancer aliases: the node's own
+/// address is a /64).
+pub fn aliases6(n: u8) -> Result<BTreeSet<std::net::Ipv6Addr>, Error> {
+    let ns = node_name(n);
+    let out = run(Command::new("ip").args(["-n", &ns, "-j", "-6", "addr", "show", "dev", "eth0"]))?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| Error::Output {
+        cmd: format!("ip -n {ns} -j -6 addr show dev eth0"),
+        why: format!("not JSON: {e}"),
+    })?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|link| link["addr_info"].as_array().into_iter().flatten())
+        .filter(|a| a["prefixlen"].as_u64() == Some(128))
+        .filter_map(|a| a["local"].as_str()?.parse().ok())
+        .collect())
+}
+
 /// One look at every node.
 #[derive(Debug, Clone)]
 pub struct Sample {

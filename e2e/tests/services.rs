@@ -30,6 +30,94 @@ fn classic_pool_and_data_path() -> Result<(), Error> {
     classic_pool(&lab)?;
     cluster_policy_data_path(&lab)?;
     local_policy_follows_endpoints(&lab)?;
+    ip_mode_vip_is_what_kube_proxy_acts_on(&lab)?;
+    Ok(())
+}
+
+/// Whether kube-proxy on node `n` has its LoadBalancer-IP rule for `ip` (iptables:
+/// `-d IP/32` in KUBE-SERVICES).
+fn proxy_has_lb_rule(lab: &Lab, n: u8, ip: Ipv4Addr) -> Result<bool, Error> {
+    Ok(lab.proxy_rules(n)?.contains(&format!("-d {ip}/32")))
+}
+
+/// `status.loadBalancer.ingress[].ipMode` as stored, and what kube-proxy does with it: with
+/// `VIP` (what the controller writes) every node's kube-proxy handles the LB IP itself; with
+/// `Proxy` (what a load balancer that proxies, and so rewrites the destination, would write)
+/// kube-proxy drops its rules for the IP, and traffic reaching the holder for it is no longer
+/// forwarded (the host-port shield drops it). The controller owns the status: restarted, it
+/// writes `VIP` back and the Service answers again.
+fn ip_mode_vip_is_what_kube_proxy_acts_on(lab: &Lab) -> Result<(), Error> {
+    let (ip, holder) = lab.wait_announced("default", "svc-1", ANNOUNCE_TIMEOUT)?;
+    let mode = || -> Result<String, Error> {
+        lab.kubectl(&[
+            "get",
+            "svc",
+            "-n",
+            "default",
+            "svc-1",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].ipMode}",
+        ])
+    };
+    assert_eq!(mode()?, "VIP", "the stored ipMode");
+    for n in NODES {
+        assert!(
+            proxy_has_lb_rule(lab, n, ip)?,
+            "no LB rule for {ip} on {}",
+            node_name(n)
+        );
+    }
+
+    lab.stop("controller-1")?;
+    lab.kubectl(&[
+        "patch",
+        "svc",
+        "-n",
+        "default",
+        "svc-1",
+        "--subresource=status",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/status/loadBalancer/ingress/0/ipMode", "value": "Proxy"}]"#,
+    ])?;
+    wait_for(
+        "kube-proxy to drop its LB rules for an ipMode: Proxy IP",
+        Duration::from_secs(20),
+        || {
+            let still: Vec<u8> = NODES
+                .into_iter()
+                .filter(|&n| proxy_has_lb_rule(lab, n, ip).unwrap_or(true))
+                .collect();
+            Ok(if still.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("rules for {ip} still on nodes {still:?}"))
+            })
+        },
+    )?;
+    assert_eq!(holders(ip)?, BTreeSet::from([holder]), "the alias stays");
+    match client::get(ip)? {
+        Err(_) => {}
+        Ok(answer) => panic!("{ip} answered with ipMode Proxy: {answer:?}"),
+    }
+    println!(
+        "[e2e] ipMode Proxy: kube-proxy dropped its rules for {ip}; the holder no longer forwards it"
+    );
+
+    lab.start_controller("controller-1")?;
+    lab.wait_leader("controller-1", Duration::from_secs(20))?;
+    wait_for(
+        "the controller to write ipMode VIP back",
+        ANNOUNCE_TIMEOUT,
+        || {
+            Ok(match mode()?.as_str() {
+                "VIP" => Ok(()),
+                other => Err(format!("ipMode {other:?}")),
+            })
+        },
+    )?;
+    answers(ip, 5)?;
+    println!("[e2e] ipMode VIP written back: {ip} answers again through kube-proxy");
     Ok(())
 }
 

@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 
 use crate::Error;
 
-/// The Kubernetes version `scripts/kube-env` builds and caches.
-pub const KUBE_VERSION: &str = "v1.20.2";
+/// The Kubernetes version `scripts/kube-env` builds and caches by default: the release that
+/// `testenv/kube-build/kubernetes-1.NN/go.mod` pins (a unit test keeps the two equal).
+pub const KUBE_VERSION: &str = "v1.37.2";
 
 /// The folders searched for binaries, in order: `$KUBEBUILDER_ASSETS`, then
-/// `$ALIASLB_CACHE/kube-v1.20.2/bin` (default `$HOME/.cache/aliaslb/kube-v1.20.2/bin`).
+/// `$ALIASLB_CACHE/kube-<KUBE_VERSION>/bin` (default `$HOME/.cache/aliaslb/kube-v1.37.2/bin`).
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(assets) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|v| !v.is_empty()) {
@@ -46,4 +47,25 @@ pub fn binary(name: &str) -> Result<PathBuf, Error> {
                     .join(", ")
             },
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_version_is_the_release_scripts_kube_env_builds() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kube-env");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg("--version")
+            .output()
+            .expect("run scripts/kube-env --version");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), KUBE_VERSION);
+    }
 }

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
@@ -256,6 +256,67 @@ impl TestEnv {
         Client::try_from(config).unwrap_or_else(|e| panic!("building client as {user}: {e}"))
     }
 
+    /// A new client that authenticates with a real ServiceAccount token of `namespace/name`
+    /// from the TokenRequest API, bound to `bound` when given: a Pod's token (what a pod's
+    /// projected token is) carries the `authentication.kubernetes.io/node-name` extra of the
+    /// Pod's node on 1.30+, a Node-bound one on 1.31+. Unlike
+    /// [`TestEnv::service_account_client`], the ServiceAccount (and the bound object) must exist.
+    ///
+    /// # Panics
+    /// When the TokenRequest fails, or like [`TestEnv::client`].
+    pub async fn token_client(
+        &self,
+        namespace: &str,
+        name: &str,
+        bound: Option<TokenBinding<'_>>,
+    ) -> Client {
+        use k8s_openapi::api::authentication::v1::{
+            BoundObjectReference, TokenRequest, TokenRequestSpec,
+        };
+        use k8s_openapi::api::core::v1::{Node, Pod};
+        let admin = self.client().await;
+        let reference = |kind: &str, object: &str, uid: Option<String>| BoundObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some(kind.into()),
+            name: Some(object.into()),
+            uid,
+        };
+        let bound_object_ref = match bound {
+            Some(TokenBinding::Node(node)) => {
+                let got = Api::<Node>::all(admin.clone()).get(node).await;
+                let uid = got.unwrap_or_else(|e| panic!("reading Node {node}: {e}"));
+                Some(reference("Node", node, uid.metadata.uid))
+            }
+            Some(TokenBinding::Pod(pod)) => {
+                let got = Api::<Pod>::namespaced(admin.clone(), namespace)
+                    .get(pod)
+                    .await;
+                let uid = got.unwrap_or_else(|e| panic!("reading Pod {namespace}/{pod}: {e}"));
+                Some(reference("Pod", pod, uid.metadata.uid))
+            }
+            None => None,
+        };
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                bound_object_ref,
+                expiration_seconds: Some(3600),
+            },
+            ..TokenRequest::default()
+        };
+        let token = Api::<ServiceAccount>::namespaced(admin, namespace)
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        let mut config = self.config().await.unwrap_or_else(|e| panic!("{e}"));
+        config.auth_info.token = Some(token.into());
+        Client::try_from(config)
+            .unwrap_or_else(|e| panic!("building client for {namespace}/{name}: {e}"))
+    }
+
     /// A new client acting as ServiceAccount `namespace/name`, i.e. user
     /// `system:serviceaccount:NAMESPACE:NAME` with the groups the apiserver gives such tokens.
     /// The ServiceAccount object itself need not exist: RBAC only looks at the name.
@@ -295,8 +356,8 @@ impl TestEnv {
         name
     }
 
-    /// Starts kube-controller-manager against this apiserver (service-account tokens, namespace
-    /// deletion, endpoints, garbage collection...) and waits until it works: the token of the
+    /// Starts kube-controller-manager against this apiserver (ServiceAccounts, namespace
+    /// deletion, EndpointSlices, garbage collection...) and waits until it works: the
     /// `default` ServiceAccount in `default` exists. Stops when the handle is dropped. Run at
     /// most one at a time per environment (leader election is off).
     ///
@@ -329,10 +390,9 @@ impl TestEnv {
         let mut process = Supervised::spawn("kube-controller-manager", &bin, &args, &log, None)?;
 
         let client = self.client().await;
-        let secrets = Api::<Secret>::namespaced(client.clone(), "default");
         let accounts = Api::<ServiceAccount>::namespaced(client, "default");
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = String::from("no default ServiceAccount token yet");
+        let mut last = String::from("no default ServiceAccount yet");
         loop {
             if let Some(status) = process.exited() {
                 return Err(process.startup_error(format!("exited with {status}")));
@@ -340,22 +400,10 @@ impl TestEnv {
             if Instant::now() > deadline {
                 return Err(process.startup_error(format!("not working after 60 s: {last}")));
             }
+            // The ServiceAccount controller's first work (token Secrets are gone since 1.24:
+            // tokens come from TokenRequest, served by the apiserver itself).
             match accounts.get_opt("default").await {
-                Ok(Some(_)) => {
-                    let tokens = secrets
-                        .list(
-                            &ListParams::default()
-                                .fields("type=kubernetes.io/service-account-token"),
-                        )
-                        .await;
-                    match tokens {
-                        Ok(list) if !list.items.is_empty() => {
-                            return Ok(ControllerManager { process });
-                        }
-                        Ok(_) => last = "ServiceAccount default has no token Secret yet".into(),
-                        Err(e) => last = format!("listing Secrets: {e}"),
-                    }
-                }
+                Ok(Some(_)) => return Ok(ControllerManager { process }),
                 Ok(None) => last = "ServiceAccount default/default not created yet".into(),
                 Err(e) => last = format!("reading ServiceAccount default/default: {e}"),
             }
@@ -558,4 +606,13 @@ mod tests {
         let long = namespace_name(&"x".repeat(100), 12);
         assert_eq!(long, format!("{}-12", "x".repeat(50)));
     }
+}
+
+/// What a [`TestEnv::token_client`] token is bound to.
+#[derive(Debug, Clone, Copy)]
+pub enum TokenBinding<'a> {
+    /// A Node, by name.
+    Node(&'a str),
+    /// A Pod in the ServiceAccount's namespace, by name.
+    Pod(&'a str),
 }

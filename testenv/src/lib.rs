@@ -1,4 +1,4 @@
-//! Test support: a real etcd + kube-apiserver (v1.20.2 by default) on loopback for integration
+//! Test support: a real etcd + kube-apiserver (v1.37.2 by default, [`KUBE_VERSION`]) on loopback for integration
 //! tests, never a mock. Owns starting, supervising and tearing down those servers, the generated
 //! certificates and kubeconfig, and building clients for them. Does I/O (processes, files, HTTP).
 //!
@@ -13,10 +13,10 @@
 //! Binaries come from `KUBEBUILDER_ASSETS` or the cache `scripts/kube-env` fills. Run the tests
 //! with `cargo test` (one process per test binary shares one environment), not nextest.
 //!
-//! Known limits of kube-apiserver 1.20: no `spec.loadBalancerClass`, no `ipMode` (a merge patch
-//! drops it, server-side apply rejects the patch), EndpointSlice only as
-//! `discovery.k8s.io/v1beta1`; without [`TestEnv::start_controller_manager`] namespaces never
-//! finish deleting and ServiceAccounts get no tokens.
+//! Without [`TestEnv::start_controller_manager`] namespaces never finish deleting, ServiceAccounts
+//! are not created and no EndpointSlice is mirrored from Endpoints. `KUBEBUILDER_ASSETS` may name
+//! another release's binaries (the oldest supported one: `scripts/kube-env --oldest`); tests of
+//! what a release lacks ask the server for its version.
 
 mod assets;
 mod certs;
@@ -27,5 +27,5 @@ mod process;
 
 pub use assets::{KUBE_VERSION, binary, search_dirs};
 pub use certs::Certs;
-pub use env::{ADMIN_USER, ControllerManager, SERVICE_CLUSTER_IP_RANGE, TestEnv};
+pub use env::{ADMIN_USER, ControllerManager, SERVICE_CLUSTER_IP_RANGE, TestEnv, TokenBinding};
 pub use error::Error;

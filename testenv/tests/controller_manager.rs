@@ -1,17 +1,19 @@
 //! kube-controller-manager started by the test environment does its job against the test
-//! apiserver: ServiceAccounts get tokens and deleted namespaces finish terminating. Its own test
+//! apiserver: namespaces get their `default` ServiceAccount, which can then have tokens
+//! (TokenRequest), and deleted namespaces finish terminating. Its own test
 //! binary, so its controllers never act on the namespaces of other test files.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::PostParams;
 
 use aliaslb_testenv::TestEnv;
 
 #[tokio::test]
-async fn controller_manager_creates_tokens_and_finishes_namespace_deletion() {
+async fn controller_manager_creates_service_accounts_and_finishes_namespace_deletion() {
     let env = TestEnv::global();
     let client = env.client().await;
     let ns = env.create_namespace(&client, "kcm").await;
@@ -21,21 +23,31 @@ async fn controller_manager_creates_tokens_and_finishes_namespace_deletion() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     let accounts = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
-    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-    let token_found = wait_for(Duration::from_secs(30), || async {
+    let account_found = wait_for(Duration::from_secs(30), || async {
         accounts.get_opt("default").await.unwrap().is_some()
-            && !secrets
-                .list(&ListParams::default().fields("type=kubernetes.io/service-account-token"))
-                .await
-                .unwrap()
-                .items
-                .is_empty()
     })
     .await;
     assert!(
-        token_found,
-        "no default ServiceAccount token in {ns}; log {}",
+        account_found,
+        "no default ServiceAccount in {ns}; log {}",
         cm.log().display()
+    );
+    // Since 1.24 tokens come from TokenRequest, not from Secrets the controller manager writes.
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request("default", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest for the default ServiceAccount");
+    assert!(
+        token.status.is_some_and(|s| !s.token.is_empty()),
+        "TokenRequest returned no token"
     );
 
     let namespaces = Api::<Namespace>::all(client);

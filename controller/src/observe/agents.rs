@@ -205,6 +205,32 @@ impl AgentClock {
             .is_some_and(|s| s.held && now < s.at + s.duration)
     }
 
+    /// How long before `now` each held agent Lease was last seen renewed (a change of its
+    /// resourceVersion or renewTime on this clock; a Lease not renewed since this
+    /// controller started counts from when it first saw it), by node. Leases without a
+    /// holder (an agent that shut down gracefully) are left out: they are not expected to
+    /// renew.
+    pub fn renewal_ages(&self, now: Instant) -> impl Iterator<Item = (&str, Duration)> + '_ {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.held)
+            .filter_map(move |(name, s)| {
+                Some((
+                    keys::agent_lease_node(name)?,
+                    now.saturating_duration_since(s.at),
+                ))
+            })
+    }
+
+    /// The nodes whose agent Lease names no holder: their agent shut down in order (it
+    /// releases its Lease on SIGTERM).
+    pub fn released(&self) -> impl Iterator<Item = &str> + '_ {
+        self.seen
+            .iter()
+            .filter(|(_, s)| !s.held)
+            .filter_map(|(name, _)| keys::agent_lease_node(name))
+    }
+
     /// The earliest moment after `now` at which a fresh Lease goes stale, if any: the
     /// loop wakes up then, so a hard node loss is acted upon without any event.
     pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
@@ -349,6 +375,35 @@ mod tests {
                 ..LeaseSpec::default()
             }),
         }
+    }
+
+    #[test]
+    fn renewal_ages_are_per_held_node_on_the_local_clock() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        clock.observe(&lease("aliaslb-agent-n1", "1", Some("n1"), None), t0);
+        clock.observe(&lease("aliaslb-agent-n2", "1", Some("n2"), None), t0);
+        clock.observe(&lease("aliaslb-agent-n3", "1", None, None), t0);
+        clock.observe(&lease("other", "1", Some("x"), None), t0);
+        // n1 renews at t0+2s, n2 does not: only the renewal moves its clock.
+        clock.observe(
+            &lease("aliaslb-agent-n1", "2", Some("n1"), None),
+            t0 + 2 * s,
+        );
+        clock.observe(
+            &lease("aliaslb-agent-n2", "1", Some("n2"), None),
+            t0 + 2 * s,
+        );
+        let ages: BTreeMap<&str, Duration> = clock.renewal_ages(t0 + 5 * s).collect();
+        assert_eq!(
+            ages,
+            BTreeMap::from([("n1", 3 * s), ("n2", 5 * s)]),
+            "released (n3) and foreign Leases are left out"
+        );
+        clock.remove("aliaslb-agent-n2");
+        assert_eq!(clock.renewal_ages(t0 + 5 * s).count(), 1);
+        assert_eq!(clock.released().collect::<Vec<_>>(), ["n3"]);
     }
 
     #[test]

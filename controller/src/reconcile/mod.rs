@@ -54,7 +54,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::election::NodeState;
@@ -80,6 +80,7 @@ use crate::http::Readiness;
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigState, Notice as ConfigNotice};
+use crate::track::{Failovers, Unannounced};
 use crate::watch::{Caches, WatchError};
 
 /// How long the loop waits after the first change before a pass, to coalesce bursts.
@@ -128,6 +129,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), Reconcil
     );
     let caches = Caches::start(&ctx.client, &ctx.config).await;
     caches.synced().await?;
+    ctx.metrics.track_agents(caches.agents.clone());
     readiness.set_ready();
     supervise(ctx, caches, ip_mode).await;
     Ok(())
@@ -211,6 +213,10 @@ struct Reconciler {
     observer: Observer,
     /// When the agents' freshness changes next without an event.
     agents_change: Option<Instant>,
+    /// The failovers in flight, for their metrics.
+    failovers: Failovers,
+    /// The Services with IPs not announced, for their gauge.
+    unannounced: Unannounced,
 }
 
 /// What [`Reconciler::merge`] found.
@@ -261,6 +267,8 @@ impl Reconciler {
             node_clashes: Vec::new(),
             observer: Observer::new(Instant::now()),
             agents_change: None,
+            failovers: Failovers::default(),
+            unannounced: Unannounced::default(),
         }
     }
 
@@ -425,7 +433,7 @@ impl Reconciler {
         } else {
             self.planner.plan_changes(&inputs, &observed.changes)
         };
-        self.record_metrics(&output);
+        self.record_metrics(&output, config, observed);
         output
     }
 
@@ -974,8 +982,19 @@ impl Reconciler {
         self.node_clashes = clashes;
     }
 
-    fn record_metrics(&mut self, output: &PlanOutput) {
+    /// The metrics of one pass, from its output and the plans of the passes before (not
+    /// merged yet): pools, pending Services, failovers ([`Failovers`]), Services not
+    /// announced, create -> IP.
+    fn record_metrics(&mut self, output: &PlanOutput, config: &PoolConfig, observed: &Observed) {
         let metrics = &self.ctx.metrics;
+        let mut quarantined: BTreeMap<(&str, Family), u64> = BTreeMap::new();
+        for ip in self.planner.quarantined() {
+            if let Some((pool, _)) = config.pools().find(|(_, p)| p.contains(ip)) {
+                *quarantined
+                    .entry((pool.as_str(), Family::of(ip)))
+                    .or_default() += 1;
+            }
+        }
         let mut current = BTreeSet::new();
         for usage in self.planner.usage() {
             let pool = usage.pool.as_str().to_owned();
@@ -984,6 +1003,10 @@ impl Reconciler {
                 usage.family,
                 usage.total,
                 u64::try_from(usage.in_use).unwrap_or(u64::MAX),
+                quarantined
+                    .get(&(pool.as_str(), usage.family))
+                    .copied()
+                    .unwrap_or(0),
             );
             current.insert((pool, usage.family));
         }
@@ -992,10 +1015,84 @@ impl Reconciler {
         }
         self.pools = current;
         metrics.set_pending(self.planner.pending());
+        metrics.set_pending_by_reason(&self.planner.pending_by_reason());
         metrics.set_address_conflicts(self.planner.lan_conflicts().count());
+
+        // Failovers and unannounced Services: Services gone are forgotten, every plan of
+        // the pass is compared with the one before.
+        let gone = observed
+            .changes
+            .services
+            .iter()
+            .filter(|(_, view)| view.is_none())
+            .map(|(key, _)| key)
+            .chain(output.released.iter().map(|(key, _)| key))
+            .filter(|key| !output.services.contains_key(*key));
+        for key in gone {
+            self.failovers.forget(key);
+            self.unannounced.forget(key);
+        }
+        if observed.changes.everything {
+            self.failovers
+                .retain(|key| output.services.contains_key(key));
+            self.unannounced.clear();
+        }
+        // A node left in order: its agent is ready, or released its Lease (SIGTERM).
+        let mut orderly: HashSet<String> = observed
+            .nodes
+            .iter()
+            .filter(|n| n.agent_ready)
+            .map(|n| n.name.clone())
+            .collect();
+        {
+            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            orderly.extend(clock.released().map(str::to_owned));
+        }
+        let fenced: HashSet<IpAddr> = self.planner.lan_conflicts().map(|(ip, _)| ip).collect();
+        for (key, plan) in &output.services {
+            let step = self.failovers.observe(
+                key,
+                self.plans.get(key),
+                plan,
+                |node| orderly.contains(node),
+                |ip| fenced.contains(&ip),
+                observed.now,
+            );
+            if let Some(cause) = step.started {
+                metrics.inc_failover(cause);
+            }
+            if let Some((cause, took)) = step.done {
+                metrics.observe_failover(cause, took);
+            }
+            let pool = config
+                .pool_for_namespace(&key.namespace)
+                .map_or("", |(pool, _)| pool.as_str());
+            self.unannounced.set(key, pool, plan);
+        }
+        metrics.set_unannounced(self.unannounced.counts());
+
+        // Create -> IP: once per Service that had no IP (a dual-stack one gets an Event
+        // per family), from its creationTimestamp on the wall clock.
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut first_ip = HashSet::new();
         for event in &output.events {
             if event.reason == reason::IP_ALLOCATED {
                 metrics.inc_allocations();
+                if let Some(view) = self
+                    .world
+                    .records
+                    .get(&event.service)
+                    .and_then(|r| r.view.as_deref())
+                    && view.observed_ips.is_empty()
+                    && view.created > 0
+                    && first_ip.insert(&event.service)
+                {
+                    #[allow(clippy::cast_precision_loss)]
+                    let took = (wall - view.created as f64).max(0.0);
+                    metrics.observe_create_to_ip(Duration::from_secs_f64(took));
+                }
             }
         }
         for (_, ips) in &output.released {

@@ -41,6 +41,9 @@ pub const AGENT_LEASE: Duration = Duration::from_secs(2);
 /// How often fake agents renew.
 pub const AGENT_RENEW: Duration = Duration::from_millis(500);
 
+/// How long the tests wait for the controller to act on a change.
+pub const SETTLE: Duration = Duration::from_secs(10);
+
 /// Serialises the tests of one binary that run a controller (see the module docs).
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
