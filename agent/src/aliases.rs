@@ -458,6 +458,11 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         self.owned.values()
     }
 
+    /// Our alias of `ip`, if we hold it. O(log n).
+    pub fn owned_alias(&self, ip: IpAddr) -> Option<&Alias> {
+        self.owned.get(&ip)
+    }
+
     /// The IPs we hold, for the Lease report.
     pub fn held_ips(&self) -> Vec<IpAddr> {
         self.owned.keys().copied().collect()

@@ -11,6 +11,11 @@
 //!   re-probed with backoff (1 s doubling to 60 s) whether or not still desired, dropped
 //!   when a re-probe finds the IP free; an undesired conflicted IP is forgotten ten minutes
 //!   after it was last seen.
+//! - Claims count only on the IP's **own link**: the interface its alias is on (or, not
+//!   held, would go on, where its probe runs). A claim heard on any other link (a pod veth
+//!   carrying another alias, a CNI bridge, another NIC) is ignored and counted
+//!   ([`Verdict::Elsewhere`]): a pod with NET_RAW, or a host on another segment, cannot
+//!   speak for the alias's LAN.
 //! - A held IP **used** by another **node** (its MAC is in `node-macs`):
 //!   - with stale authority (this agent's Lease not renewed within the lease duration: the
 //!     controller may already have moved the IP) the agent **yields**: the IP is held back
@@ -27,8 +32,14 @@
 //!   - with fresh authority it **defends** (one announcement, at most once per
 //!     [`GuardConfig::defend_interval`] per IP, RFC 5227 DEFEND_INTERVAL) and reports the
 //!     conflict for the controller to resolve; it keeps holding.
-//! - A held IP used by a **foreign** MAC (not a node's): removed at once, reported, and
-//!   re-probed with backoff like an answered probe.
+//! - A held IP used by a **foreign** MAC (not a node's):
+//!   - with fresh authority it is **defended** the same way (RFC 5227 2.4 (c)) and kept:
+//!     an address the controller gave this node is not surrendered to whoever sends one
+//!     frame; the conflict is reported (`whileHeld`), the controller shows it on the
+//!     Service and renumbers only if the pool says `onConflict: renumber`;
+//!   - with stale authority it is removed at once, reported, and re-probed with backoff
+//!     like an answered probe: the `node-macs` in hand are as old as the authority, so a
+//!     node that joined since (and may have been given the IP) would look foreign.
 //! - Probes (`ClaimKind::Probes`) for a held IP are ignored (the kernel answers them); any
 //!   claim seen for an IP being probed counts as `Taken`.
 
@@ -106,20 +117,29 @@ struct Foreign {
     next: Instant,
     /// When the re-probe in flight started.
     probing: Option<Instant>,
+    /// This agent held the IP before (a recheck after a carrier loss was answered): an
+    /// owner of an established address, reported `whileHeld` like a claim.
+    held_before: bool,
 }
 
 /// The guard's view of one IP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    /// A first-claim probe is in flight; `backoff`: the wait after the last failed attempt.
+    /// A first-claim probe is in flight; `backoff`: the wait after the last failed attempt;
+    /// `recheck`: of an IP held before ([`Guard::recheck`]), not a first claim.
     Probing {
         started: Instant,
         backoff: Option<Duration>,
+        recheck: bool,
     },
     /// Nobody answered (or we hold it): may be held.
     Cleared,
-    /// The probe could not run: retried at `next`.
-    Unprobed { backoff: Duration, next: Instant },
+    /// The probe could not run (or a recheck is due): retried at `next`.
+    Unprobed {
+        backoff: Duration,
+        next: Instant,
+        recheck: bool,
+    },
     /// Another host uses it.
     Foreign(Foreign),
     /// Given up to another node while our authority was stale.
@@ -130,7 +150,7 @@ enum Entry {
     },
 }
 
-/// A held IP another node claimed while our authority was fresh.
+/// A held IP another host (node or not) claimed while our authority was fresh.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Defence {
     who: Sighting,
@@ -160,11 +180,13 @@ pub enum Verdict {
     },
     /// Send one defence of the IP.
     Defend {
-        /// The node claiming it.
-        node: String,
+        /// The node claiming it; `None`: a host that is no node of the cluster.
+        node: Option<String>,
     },
-    /// A node claims it again within the defence interval: keep holding, send nothing.
+    /// Claimed again within the defence interval: keep holding, send nothing.
     Defended,
+    /// Heard on another link than the IP's own: ignored (and counted).
+    Elsewhere,
     /// Hold the IP back now (reconcile at once): a foreign host uses it.
     Remove,
     /// A claim while probing it: a conflict, it stays held back.
@@ -277,6 +299,7 @@ impl Guard {
             Entry::Unprobed {
                 backoff: self.config.first_backoff,
                 next: now,
+                recheck: true,
             },
         );
     }
@@ -312,6 +335,7 @@ impl Guard {
                     Entry::Probing {
                         started: now,
                         backoff: None,
+                        recheck: false,
                     },
                 );
                 due.push(ProbeRequest { ip, ifindex: None });
@@ -319,11 +343,16 @@ impl Guard {
         }
         for (ip, entry) in &mut self.ips {
             match entry {
-                Entry::Unprobed { backoff, next } if *next <= now => {
-                    let backoff = Some(*backoff);
+                Entry::Unprobed {
+                    backoff,
+                    next,
+                    recheck,
+                } if *next <= now => {
+                    let (backoff, recheck) = (Some(*backoff), *recheck);
                     *entry = Entry::Probing {
                         started: now,
                         backoff,
+                        recheck,
                     };
                     due.push(ProbeRequest {
                         ip: *ip,
@@ -349,13 +378,16 @@ impl Guard {
     pub fn probe_failed(&mut self, ip: IpAddr, now: Instant) {
         let config = self.config;
         match self.ips.get_mut(&ip) {
-            Some(Entry::Probing { backoff, .. }) => {
-                let backoff = next_backoff(&config, *backoff);
+            Some(Entry::Probing {
+                backoff, recheck, ..
+            }) => {
+                let (backoff, recheck) = (next_backoff(&config, *backoff), *recheck);
                 self.ips.insert(
                     ip,
                     Entry::Unprobed {
                         backoff,
                         next: now + backoff,
+                        recheck,
                     },
                 );
             }
@@ -391,9 +423,11 @@ impl Guard {
                 }
                 ProbeChange::Cleared
             }
-            (Entry::Probing { .. }, ProbeOutcome::Taken { mac }) => {
+            (Entry::Probing { recheck, .. }, ProbeOutcome::Taken { mac }) => {
                 let who = who.unwrap_or_else(|| unknown(mac));
-                self.insert_foreign(ip, Foreign::new(who, How::Answered, &config, now), desired);
+                let mut foreign = Foreign::new(who, How::Answered, &config, now);
+                foreign.held_before = *recheck;
+                self.insert_foreign(ip, foreign, desired);
                 ProbeChange::Conflict
             }
             (Entry::Foreign(f), ProbeOutcome::Free) => {
@@ -429,7 +463,9 @@ impl Guard {
         }
     }
 
-    /// A claim seen on the LAN (`who` says who made it, `fresh`: this agent's authority).
+    /// A claim seen on the LAN (`who` says who made it, `fresh`: this agent's authority,
+    /// `link`: the IP's own link, the interface its alias is or would be on; `None`: none).
+    #[allow(clippy::too_many_arguments)]
     pub fn observe(
         &mut self,
         claim: &Observed,
@@ -437,33 +473,40 @@ impl Guard {
         desired: &DesiredSet,
         held: &BTreeSet<IpAddr>,
         fresh: bool,
+        link: Option<u32>,
         now: Instant,
     ) -> Verdict {
         let ip = claim.ip;
+        if link != Some(claim.ifindex) {
+            return Verdict::Elsewhere;
+        }
         if held.contains(&ip) {
             if claim.kind == ClaimKind::Probes {
                 return Verdict::Ignore;
             }
-            let Some(node) = who.node.clone() else {
-                self.defended.remove(&ip);
-                self.insert_foreign(
-                    ip,
-                    Foreign::new(who, How::Claimed, &self.config, now),
-                    desired,
-                );
-                return Verdict::Remove;
+            let node = match (who.node.clone(), fresh) {
+                (None, false) => {
+                    self.defended.remove(&ip);
+                    self.insert_foreign(
+                        ip,
+                        Foreign::new(who, How::Claimed, &self.config, now),
+                        desired,
+                    );
+                    return Verdict::Remove;
+                }
+                (Some(node), false) => {
+                    self.defended.remove(&ip);
+                    self.ips.insert(
+                        ip,
+                        Entry::Yielded {
+                            who,
+                            generation: self.generation,
+                        },
+                    );
+                    return Verdict::Yield { node };
+                }
+                (node, true) => node,
             };
-            if !fresh {
-                self.defended.remove(&ip);
-                self.ips.insert(
-                    ip,
-                    Entry::Yielded {
-                        who,
-                        generation: self.generation,
-                    },
-                );
-                return Verdict::Yield { node };
-            }
             let interval = self.config.defend_interval;
             return match self.defended.get_mut(&ip) {
                 Some(d) if now.saturating_duration_since(d.last_defence) < interval => {
@@ -486,11 +529,14 @@ impl Guard {
         }
         let config = self.config;
         match self.ips.get_mut(&ip) {
-            Some(Entry::Probing { started, .. }) => {
+            Some(Entry::Probing {
+                started, recheck, ..
+            }) => {
                 // The probe in flight still reports; its "free" does not clear this.
-                let started = *started;
+                let (started, recheck) = (*started, *recheck);
                 let mut foreign = Foreign::new(who, How::Answered, &config, now);
                 foreign.probing = Some(started);
+                foreign.held_before = recheck;
                 self.insert_foreign(ip, foreign, desired);
                 Verdict::Taken
             }
@@ -522,11 +568,12 @@ impl Guard {
                             )
                         ),
                         How::Claimed => format!(
-                            "claimed on {} by {} (not a node of this cluster): removed",
+                            "claimed on {} by {} (not a node of this cluster) while this \
+                             agent's Lease was stale: removed",
                             f.who.ifname, f.who.mac
                         ),
                     };
-                    report(*ip, &f.who, reason)
+                    report(*ip, &f.who, reason, f.how == How::Claimed || f.held_before)
                 }
                 Entry::Yielded { who, .. } => report(
                     *ip,
@@ -537,21 +584,25 @@ impl Guard {
                         who.node.as_deref().unwrap_or("?"),
                         who.mac
                     ),
+                    true,
                 ),
                 _ => continue,
             };
             out.push(conflict);
         }
         for (ip, d) in &self.defended {
+            let by = match d.who.node.as_deref() {
+                Some(node) => format!("node {node} ({})", d.who.mac),
+                None => format!("{} (not a node of this cluster)", d.who.mac),
+            };
             out.push(report(
                 *ip,
                 &d.who,
                 format!(
-                    "claimed on {} by node {} ({}) while this agent's Lease was fresh: defended",
+                    "claimed on {} by {by} while this agent's Lease was fresh: defended",
                     d.who.ifname,
-                    d.who.node.as_deref().unwrap_or("?"),
-                    d.who.mac
                 ),
+                true,
             ));
         }
         out.sort_by_key(|c| c.ip);
@@ -623,6 +674,7 @@ impl Foreign {
             backoff: config.first_backoff,
             next: now + config.first_backoff,
             probing: None,
+            held_before: false,
         }
     }
 }
@@ -645,8 +697,9 @@ fn protocol(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "ARP" } else { "NDP" }
 }
 
-fn report(ip: IpAddr, who: &Sighting, reason: String) -> Conflict {
+fn report(ip: IpAddr, who: &Sighting, reason: String, while_held: bool) -> Conflict {
     Conflict {
+        while_held,
         ip,
         reason,
         mac: Some(who.mac),
@@ -792,6 +845,10 @@ mod tests {
             c[0].reason,
             "answered ARP on eth1 from 02:aa:00:00:00:01 (not a node of this cluster)"
         );
+        assert!(
+            !c[0].while_held,
+            "a first claim's probe: the controller fences it"
+        );
         // Re-probes: 1 s, 2 s, 4 s ... capped at 60 s.
         let mut at = t;
         for wait in [1, 2, 4, 8, 16, 32, 60, 60] {
@@ -852,7 +909,7 @@ mod tests {
         let h = held(&["10.0.0.1"]);
         g.update(&d, &h, false, t);
         let c = claim(t, "10.0.0.1", NODE2, ClaimKind::Uses);
-        let verdict = g.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        let verdict = g.observe(&c, who(NODE2, &d), &d, &h, false, Some(3), t);
         assert_eq!(
             verdict,
             Verdict::Yield {
@@ -877,7 +934,7 @@ mod tests {
         assert!(g.is_yielded(ip("10.0.0.1")));
         // Fresh again, but no desired set since the yield... (a fresh guard state)
         let mut g2 = Guard::default();
-        g2.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        g2.observe(&c, who(NODE2, &d), &d, &h, false, Some(3), t);
         assert!(g2.update(&d, &none, true, t + secs(2)).is_empty());
         assert_eq!(g2.held_back(&d, &none), held(&["10.0.0.1"]));
         // ... until one arrives.
@@ -891,7 +948,7 @@ mod tests {
         assert_eq!(g.update(&d, &none, true, t + secs(4)), vec![ip("10.0.0.1")]);
         // Moved away meanwhile: the yield simply ends with the IP.
         let mut g3 = Guard::default();
-        g3.observe(&c, who(NODE2, &d), &d, &h, false, t);
+        g3.observe(&c, who(NODE2, &d), &d, &h, false, Some(3), t);
         g3.update(&desired(&[], &[]), &none, false, t + secs(1));
         assert!(!g3.is_yielded(ip("10.0.0.1")) && g3.conflicts().is_empty());
     }
@@ -904,18 +961,29 @@ mod tests {
         let h = held(&["10.0.0.1"]);
         let c = |at| claim(at, "10.0.0.1", NODE2, ClaimKind::Uses);
         let node = || Verdict::Defend {
-            node: "alb-node-2".into(),
+            node: Some("alb-node-2".into()),
         };
-        assert_eq!(g.observe(&c(t), who(NODE2, &d), &d, &h, true, t), node());
+        assert_eq!(
+            g.observe(&c(t), who(NODE2, &d), &d, &h, true, Some(3), t),
+            node()
+        );
         for ms in [1, 5_000, 9_999] {
             let at = t + Duration::from_millis(ms);
             assert_eq!(
-                g.observe(&c(at), who(NODE2, &d), &d, &h, true, at),
+                g.observe(&c(at), who(NODE2, &d), &d, &h, true, Some(3), at),
                 Verdict::Defended
             );
         }
         assert_eq!(
-            g.observe(&c(t + secs(10)), who(NODE2, &d), &d, &h, true, t + secs(10)),
+            g.observe(
+                &c(t + secs(10)),
+                who(NODE2, &d),
+                &d,
+                &h,
+                true,
+                Some(3),
+                t + secs(10)
+            ),
             node()
         );
         assert!(g.held_back(&d, &h).is_empty(), "kept");
@@ -936,32 +1004,77 @@ mod tests {
     }
 
     #[test]
-    fn a_foreign_claim_removes_at_once_and_probes_are_ignored_while_held() {
+    fn a_foreign_claim_while_fresh_is_defended_once_per_interval_and_kept() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        let c = |at| claim(at, "10.0.0.1", STRANGER, ClaimKind::Uses);
+        let observe =
+            |g: &mut Guard, at| g.observe(&c(at), who(STRANGER, &d), &d, &h, true, Some(3), at);
+        assert_eq!(observe(&mut g, t), Verdict::Defend { node: None });
+        // A flood of forged frames: one defence per 10 s, never a removal.
+        for ms in (1..10_000).step_by(250) {
+            let at = t + Duration::from_millis(ms);
+            assert_eq!(observe(&mut g, at), Verdict::Defended, "{ms} ms");
+            assert!(g.held_back(&d, &h).is_empty(), "kept at {ms} ms");
+        }
+        assert_eq!(
+            observe(&mut g, t + secs(10)),
+            Verdict::Defend { node: None }
+        );
+        assert!(g.held_back(&d, &h).is_empty(), "kept");
+        assert!(!g.is_probing(ip("10.0.0.1")));
+        let report = g.conflicts();
+        assert_eq!(report.len(), 1);
+        assert_eq!(
+            report[0].reason,
+            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+             agent's Lease was fresh: defended"
+        );
+        assert_eq!(report[0].mac, Some(STRANGER));
+        assert!(
+            report[0].while_held,
+            "a claim against the holder, not a probe's answer"
+        );
+        // Quiet for 30 s: out of the report; the IP never left.
+        g.update(&d, &h, true, t + secs(40));
+        assert!(g.conflicts().is_empty());
+        assert!(g.held_back(&d, &h).is_empty());
+    }
+
+    #[test]
+    fn a_foreign_claim_while_stale_removes_at_once_and_probes_are_ignored_while_held() {
         let t = Instant::now();
         let mut g = Guard::default();
         let d = desired(&["10.0.0.1"], &[]);
         let h = held(&["10.0.0.1"]);
         let probe = claim(t, "10.0.0.1", STRANGER, ClaimKind::Probes);
         assert_eq!(
-            g.observe(&probe, who(STRANGER, &d), &d, &h, true, t),
+            g.observe(&probe, who(STRANGER, &d), &d, &h, true, Some(3), t),
             Verdict::Ignore
         );
         let node_probe = claim(t, "10.0.0.1", NODE2, ClaimKind::Probes);
         assert_eq!(
-            g.observe(&node_probe, who(NODE2, &d), &d, &h, false, t),
+            g.observe(&node_probe, who(NODE2, &d), &d, &h, false, Some(3), t),
             Verdict::Ignore
         );
         assert!(g.held_back(&d, &h).is_empty());
+        // Stale: the node-macs in hand are as old as the authority (a node that joined
+        // since would look foreign), so the split-brain bound wins: removed.
         let uses = claim(t, "10.0.0.1", STRANGER, ClaimKind::Uses);
         assert_eq!(
-            g.observe(&uses, who(STRANGER, &d), &d, &h, true, t),
+            g.observe(&uses, who(STRANGER, &d), &d, &h, false, Some(3), t),
             Verdict::Remove
         );
         assert_eq!(g.held_back(&d, &h), held(&["10.0.0.1"]));
+        let report = g.conflicts();
         assert_eq!(
-            g.conflicts()[0].reason,
-            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster): removed"
+            report[0].reason,
+            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+             agent's Lease was stale: removed"
         );
+        assert!(report[0].while_held);
         let none = held(&[]);
         assert!(
             g.due_probes(&d, &none, t + Duration::from_millis(999))
@@ -970,6 +1083,48 @@ mod tests {
         assert_eq!(g.due_probes(&d, &none, t + secs(1)).len(), 1);
         g.probe_result(ip("10.0.0.1"), ProbeOutcome::Free, None, &d, t + secs(2));
         assert!(g.held_back(&d, &none).is_empty(), "free again: re-taken");
+    }
+
+    #[test]
+    fn claims_count_only_on_the_ips_own_link() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &["10.0.0.2"]);
+        let h = held(&["10.0.0.1"]);
+        // Heard on link 7 (a pod veth, a CNI bridge, another NIC); the alias is on 3.
+        for (mac, fresh) in [(STRANGER, true), (STRANGER, false), (NODE2, false)] {
+            let mut c = claim(t, "10.0.0.1", mac, ClaimKind::Uses);
+            c.ifindex = 7;
+            let mut w = who(mac, &d);
+            w.ifindex = 7;
+            assert_eq!(
+                g.observe(&c, w, &d, &h, fresh, Some(3), t),
+                Verdict::Elsewhere,
+                "{mac} fresh={fresh}"
+            );
+        }
+        // No link for it at all: nothing counts.
+        let c = claim(t, "10.0.0.1", STRANGER, ClaimKind::Uses);
+        assert_eq!(
+            g.observe(&c, who(STRANGER, &d), &d, &h, false, None, t),
+            Verdict::Elsewhere
+        );
+        assert_eq!(
+            g.held_back(&d, &h),
+            held(&["10.0.0.2"]),
+            "the first claim only"
+        );
+        assert!(g.conflicts().is_empty());
+        // A first claim being probed on link 3: an answer on link 7 does not make it taken.
+        g.due_probes(&d, &h, t);
+        let mut c = claim(t, "10.0.0.2", STRANGER, ClaimKind::Uses);
+        c.ifindex = 7;
+        assert_eq!(
+            g.observe(&c, who(STRANGER, &d), &d, &h, true, Some(3), t),
+            Verdict::Elsewhere
+        );
+        let change = g.probe_result(ip("10.0.0.2"), ProbeOutcome::Free, None, &d, t);
+        assert_eq!(change, ProbeChange::Cleared);
     }
 
     #[test]
@@ -982,13 +1137,43 @@ mod tests {
         let c = claim(t, "fd00::2", STRANGER, ClaimKind::Probes);
         let at = t + Duration::from_millis(100);
         assert_eq!(
-            g.observe(&c, who(STRANGER, &d), &d, &none, true, at),
+            g.observe(&c, who(STRANGER, &d), &d, &none, true, Some(3), at),
             Verdict::Taken
         );
         let change = g.probe_result(ip("fd00::2"), ProbeOutcome::Free, None, &d, at);
         assert_eq!(change, ProbeChange::StillTaken);
         assert_eq!(g.held_back(&d, &none), held(&["fd00::2"]));
         assert!(g.conflicts()[0].reason.starts_with("answered NDP on eth1"));
+    }
+
+    #[test]
+    fn an_answered_recheck_of_a_held_ip_is_reported_while_held() {
+        // The link regained carrier while stale: held back and probed again; an answer is
+        // an owner of an established address, not a first claim's: never a fence by
+        // itself at the controller.
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let h = held(&["10.0.0.1"]);
+        g.update(&d, &h, false, t);
+        g.recheck(ip("10.0.0.1"), t);
+        assert_eq!(g.held_back(&d, &h), held(&["10.0.0.1"]));
+        let none = held(&[]);
+        assert_eq!(g.due_probes(&d, &none, t).len(), 1);
+        g.probe_failed(ip("10.0.0.1"), t);
+        assert_eq!(g.due_probes(&d, &none, t + secs(2)).len(), 1, "retried");
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        let change = g.probe_result(
+            ip("10.0.0.1"),
+            taken,
+            Some(who(STRANGER, &d)),
+            &d,
+            t + secs(2),
+        );
+        assert_eq!(change, ProbeChange::Conflict);
+        let c = g.conflicts();
+        assert!(c[0].while_held, "{c:?}");
+        assert_eq!(c[0].mac, Some(STRANGER));
     }
 
     #[test]

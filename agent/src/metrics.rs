@@ -97,6 +97,7 @@ pub struct Metrics {
     routes_exported: Gauge,
     yields: Counter,
     defences: Counter,
+    claims_elsewhere: Counter,
     probes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
     shield_active: Gauge,
@@ -237,8 +238,14 @@ impl Metrics {
         let defences = Counter::default();
         registry.register(
             "defences",
-            "Announcements sent to defend a held address another node claimed (at most one per 10 s per address)",
+            "Announcements sent to defend a held address another host (node or not) claimed while this agent's Lease was fresh (at most one per 10 s per address)",
             defences.clone(),
+        );
+        let claims_elsewhere = Counter::default();
+        registry.register(
+            "lan_claims_elsewhere",
+            "Claims of a held or probed address heard on another link than the address's own (a pod veth, a CNI bridge, another NIC): ignored",
+            claims_elsewhere.clone(),
         );
         let probes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -324,6 +331,7 @@ impl Metrics {
             routes_exported,
             yields,
             defences,
+            claims_elsewhere,
             probes,
             reconcile_duration,
             shield_active,
@@ -438,6 +446,11 @@ impl Metrics {
         self.defences.inc();
     }
 
+    /// Count one claim heard on a link that is not its address's own (ignored).
+    pub fn inc_claim_elsewhere(&self) {
+        self.claims_elsewhere.inc();
+    }
+
     /// Count one probed address by outcome.
     pub fn inc_probe(&self, outcome: ProbeMetric) {
         let outcome = match outcome {
@@ -540,6 +553,7 @@ mod tests {
         m.inc_yield();
         m.inc_defence();
         m.inc_defence();
+        m.inc_claim_elsewhere();
         m.inc_probe(ProbeMetric::Free);
         m.inc_probe(ProbeMetric::Taken);
         let text = m.encode().unwrap();
@@ -576,6 +590,7 @@ mod tests {
             "aliaslb_agent_routes_exported 5",
             "aliaslb_agent_yields_total 1",
             "aliaslb_agent_defences_total 2",
+            "aliaslb_agent_lan_claims_elsewhere_total 1",
             r#"aliaslb_agent_probes_total{outcome="free"} 1"#,
             r#"aliaslb_agent_probes_total{outcome="taken"} 1"#,
             "# EOF",

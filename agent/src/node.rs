@@ -609,26 +609,42 @@ where
         for claim in claims {
             let who = self.sighting(claim.mac, claim.ifindex, None);
             let (ip, mac, ifname) = (claim.ip, claim.mac, who.ifname.clone());
-            let verdict =
-                self.guard
-                    .observe(claim, who, &self.desired, &held, fresh, now.into_std());
+            let link = self.own_link(ip);
+            let verdict = self.guard.observe(
+                claim,
+                who,
+                &self.desired,
+                &held,
+                fresh,
+                link,
+                now.into_std(),
+            );
             let needs = match &verdict {
-                Verdict::Ignore => After::Nothing,
+                Verdict::Ignore | Verdict::Elsewhere => After::Nothing,
                 Verdict::Defend { .. } | Verdict::Defended | Verdict::Taken => After::Publish,
                 Verdict::Yield { .. } | Verdict::Remove => After::Reconcile,
             };
             match &verdict {
                 Verdict::Ignore => continue,
+                Verdict::Elsewhere => {
+                    self.metrics.inc_claim_elsewhere();
+                    debug!(%ip, interface = %ifname, %mac, "a claim heard on another link than the address's own: ignored");
+                    continue;
+                }
                 Verdict::Yield { node } => {
                     self.metrics.inc_yield();
                     warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is stale: yielding it");
                 }
                 Verdict::Remove => {
-                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP: removing it");
+                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is stale: removing it");
                 }
-                Verdict::Defend { node } => {
+                Verdict::Defend { node: Some(node) } => {
                     self.defend(ip);
                     warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is fresh: defended");
+                }
+                Verdict::Defend { node: None } => {
+                    self.defend(ip);
+                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is fresh: defended, kept");
                 }
                 Verdict::Defended => {
                     debug!(%ip, %mac, "claimed again within the defence interval")
@@ -644,7 +660,7 @@ where
 
     /// Sends one defence of held `ip` from its link's MAC.
     fn defend(&self, ip: IpAddr) {
-        let Some(alias) = self.aliases.owned().find(|a| a.ip == ip) else {
+        let Some(alias) = self.aliases.owned_alias(ip) else {
             return;
         };
         let mac = self
@@ -660,6 +676,24 @@ where
             Ok(()) => self.metrics.inc_defence(),
             Err(e) => warn!(alias = %alias, error = %e, "defence not sent"),
         }
+    }
+
+    /// The link `ip`'s claims count on: its alias's, else the one its alias would go on
+    /// (where a first claim is probed). `None`: no such link.
+    fn own_link(&self, ip: IpAddr) -> Option<u32> {
+        // Per claim, and a flood of forged claims must stay cheap: a look-up, not a scan.
+        if let Some(alias) = self.aliases.owned_alias(ip) {
+            return Some(alias.ifindex);
+        }
+        let host = self.aliases.last_snapshot()?;
+        probe_link(
+            host,
+            &self.desired,
+            self.aliases.interface_override(),
+            ip,
+            None,
+        )
+        .map(|(link, _)| link.index)
     }
 
     /// Who `mac` is, seen on `ifindex`.
@@ -721,6 +755,7 @@ where
             .aliases
             .conflicts()
             .map(|c| Conflict {
+                while_held: false,
                 mac: None,
                 interface: None,
                 ip: c.ip,

@@ -1,7 +1,8 @@
 //! The run loop against a fake kernel and a fake LAN, in paused time: probes gate first
 //! claims, a node's claim makes a stale agent yield within the loop iteration that saw it
-//! and a fresh one defend once per 10 s, a foreign claim removes the alias, and a hung
-//! kernel stops the Lease renewals.
+//! and a fresh one defend once per 10 s, a foreign claim is defended the same while fresh
+//! and removes the alias while stale, a claim heard on another link than the alias's is
+//! ignored, and a hung kernel stops the Lease renewals.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -305,11 +306,16 @@ impl Harness {
     }
 
     fn claim(&self, s: &str, mac: Mac, kind: ClaimKind) {
+        self.claim_on(2, s, mac, kind);
+    }
+
+    /// A claim heard on link `ifindex` (the aliases are on 2, `eth0`).
+    fn claim_on(&self, ifindex: u32, s: &str, mac: Mac, kind: ClaimKind) {
         self.observed_tx
             .try_send(Observed {
                 ip: ip(s),
                 mac,
-                ifindex: 2,
+                ifindex,
                 kind,
                 at: Instant::now().into_std(),
             })
@@ -555,7 +561,40 @@ async fn a_node_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_foreign_claim_removes_the_alias_at_once_and_is_reported() {
+async fn a_foreign_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        let start = Instant::now();
+        // A host that is no node claims it ten times a second for 25 s.
+        for _ in 0..250 {
+            h.authority.record_renewal(Instant::now());
+            h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let defences = h.lan.defences.lock().unwrap().clone();
+        let at: Vec<u64> = defences.iter().map(|d| (d.3 - start).as_secs()).collect();
+        assert_eq!(at, vec![0, 10, 20], "{defences:?}");
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
+        let report = h.report();
+        assert_eq!(report.held, [ip("192.168.1.50")].into());
+        assert_eq!(
+            report.conflicts[0].reason,
+            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+             agent's Lease was fresh: defended"
+        );
+        assert!(report.conflicts[0].while_held);
+        assert_eq!(report.conflicts[0].mac, Some(STRANGER));
+        let text = h.metrics.encode().unwrap();
+        assert!(text.contains("aliaslb_agent_defences_total 3"), "{text}");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_claim_while_stale_removes_the_alias_at_once_and_is_reported() {
     local(async {
         let h = Harness::start();
         h.want(desired(&["192.168.1.50"], &[]));
@@ -569,15 +608,21 @@ async fn a_foreign_claim_removes_the_alias_at_once_and_is_reported() {
         h.claim("192.168.1.50", STRANGER, ClaimKind::Probes);
         settle().await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
+        // No renewal ever succeeded: stale once a lease has passed. The node-macs in hand
+        // are as old as that: a node that joined since would look foreign.
+        tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+        assert!(!h.authority.is_fresh(Instant::now()));
         h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
         settle().await;
         assert!(h.fake.ours().is_empty());
         let report = h.report();
         assert_eq!(
             report.conflicts[0].reason,
-            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster): removed"
+            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+             agent's Lease was stale: removed"
         );
         assert_eq!(report.conflicts[0].interface.as_deref(), Some("eth0"));
+        assert!(report.conflicts[0].while_held);
         // Re-probed with backoff: still answered, then gone: taken back.
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert!(h.fake.ours().is_empty());
@@ -587,6 +632,31 @@ async fn a_foreign_claim_removes_the_alias_at_once_and_is_reported() {
             !h.fake.ours().is_empty()
         })
         .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_heard_on_another_link_than_the_aliass_is_ignored() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        // Stale, so that a claim that counted would remove it (or yield it to a node).
+        tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+        for mac in [STRANGER, NODE2] {
+            h.claim_on(7, "192.168.1.50", mac, ClaimKind::Uses);
+        }
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
+        assert!(h.report().conflicts.is_empty());
+        assert!(h.lan.defences.lock().unwrap().is_empty());
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains("aliaslb_agent_lan_claims_elsewhere_total 2"),
+            "{text}"
+        );
         h.stop().await;
     })
     .await;

@@ -11,18 +11,22 @@
 //!   dropped, then gets its address back;
 //! - the first assignment line of a new Service says `probe` until the agent holds the IP;
 //!   after a hard loss (the agent's Lease expired) the new node's line does not;
-//! - every assignment object lists every agent's MACs under `node-macs`.
+//! - every assignment object lists every agent's MACs under `node-macs`;
+//! - an agent reporting a claim against its held IP by a foreign MAC (defended): the
+//!   Service keeps its IP and node, Announced True `AddressDefended` and one Warning Event
+//!   `AddressDefended`, both naming the MAC; with the pool option `onConflict: renumber` the
+//!   same report moves it to another IP (Warning `AddressConflict`).
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::reason;
-use support::{AGENT_LEASE, Cluster, eventually, lb_service, metric, serial};
+use support::{AGENT_LEASE, Cluster, SETTLE, eventually, lb_service, metric, serial};
 
-use support::SETTLE;
 /// The foreign host answering on the LAN.
 const FOREIGN: &str = "46:b0:48:e8:2d:96";
 const MAC1: &str = "02:00:00:00:00:01";
@@ -247,5 +251,76 @@ async fn with_one_address_the_service_waits_for_the_conflict_to_lift() {
     c.wait_ips("web", &["10.89.1.1"], SETTLE).await;
     allocated(&c, "web", reason::ALLOCATED).await;
     announced(&c, "web", "Announced").await;
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_defended_claim_keeps_the_service_and_names_the_mac_unless_the_pool_renumbers() {
+    let _serial = serial().await;
+    let c = Cluster::new("lan-defend").await;
+    let pool = "10.89.1.1-10.89.1.2";
+    c.set_pool(&[(c.ns.as_str(), pool)]).await;
+    let n1 = c.node("n1").await;
+    let agent = c.lan_agent(&n1, MAC1);
+    agent.1.lock().unwrap().hold = true;
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.89.1.1"], SETTLE).await;
+    announced(&c, "web", "Announced").await;
+
+    // A host outside the cluster claims it; the agent defends it and says so.
+    let claimed: IpAddr = "10.89.1.1".parse().unwrap();
+    agent
+        .1
+        .lock()
+        .unwrap()
+        .claims
+        .insert(claimed, FOREIGN.parse().unwrap());
+    announced(&c, "web", reason::ADDRESS_DEFENDED).await;
+    let (status, _, message) = c.condition("web", keys::CONDITION_ANNOUNCED).await.unwrap();
+    assert_eq!(status, "True", "still announced: {message}");
+    assert!(
+        message.contains(FOREIGN) && message.contains(&n1),
+        "{message}"
+    );
+    let mut notes = Vec::new();
+    eventually(SETTLE, "a Warning AddressDefended on web", async || {
+        notes = warnings(&c, "web", reason::ADDRESS_DEFENDED).await;
+        !notes.is_empty()
+    })
+    .await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains(FOREIGN), "{notes:?}");
+    // Nothing moves while it is reported.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.wait_ips("web", &["10.89.1.1"], SETTLE).await;
+    assert!(
+        c.assignment_line(&n1, "10.89.1.1").await.is_some(),
+        "still assigned to {n1}"
+    );
+    assert!(
+        warnings(&c, "web", reason::ADDRESS_CONFLICT)
+            .await
+            .is_empty()
+    );
+    assert_eq!(warnings(&c, "web", reason::ADDRESS_DEFENDED).await.len(), 1);
+
+    // The operator says this LAN's claims win: renumbered.
+    c.set_pool(&[
+        (c.ns.as_str(), pool),
+        (
+            "config.yaml",
+            &format!("pools:\n  {}:\n    onConflict: renumber\n", c.ns),
+        ),
+    ])
+    .await;
+    c.wait_ips("web", &["10.89.1.2"], SETTLE).await;
+    let moved = warnings(&c, "web", reason::ADDRESS_CONFLICT).await;
+    assert!(
+        moved
+            .iter()
+            .any(|n| n.contains(FOREIGN) && n.contains("10.89.1.1")),
+        "{moved:?}"
+    );
     c.cleanup().await;
 }

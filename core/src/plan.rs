@@ -83,10 +83,15 @@
 //! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
 //!
 //! **LAN conflicts.** Before a first claim the agent probes the LAN (RFC 5227 ARP probe,
-//! RFC 4862 DAD); an answer, or a foreign host claiming an address the agent holds, means
-//! another host owns it, and the agent reports a conflict with the MAC it saw. Such an
-//! address, reported by a *fresh* agent, held by no agent (fresh or stale) and answered by
-//! a MAC that is none of the agents' interfaces ([`lan_conflicts`]), is fenced exactly like
+//! RFC 4862 DAD); an answer means another host owns the address, and the agent reports a
+//! conflict with the MAC it saw. A host claiming an address the agent already holds is
+//! reported too, marked [`crate::report::Conflict::while_held`]; the agent defends the
+//! address (RFC 5227 2.4 (c)) and such a claim **never fences** it: the Service keeps its
+//! address, Announced True `AddressDefended` while the agent holds it (False
+//! `AddressConflict` if it let go), with a Warning Event naming the MAC, unless its pool
+//! says `onConflict: renumber`, when it fences like an answered probe. An answered
+//! probe's address, reported by a *fresh* agent, held by no agent (fresh or stale) and
+//! answered by a MAC that is none of the agents' interfaces ([`lan_conflicts`]), is fenced exactly like
 //! a Node's address: kept in use in its pool's ledger for no Service, so lowest free,
 //! sticky and requested all find it taken, and a request for it fails with
 //! `AddressConflict`. A Service holding it loses it with an `AddressConflict` Warning naming
@@ -188,6 +193,10 @@ pub mod reason {
     pub const MOVING: &str = "Moving";
     /// Announced False (and Warning Event): the agent reports a foreign owner of an IP.
     pub const ADDRESS_CONFLICT: &str = "AddressConflict";
+    /// Announced True (and Warning Event naming the MAC): the holder's agent heard another
+    /// host claim one of the IPs on the LAN and defended it (RFC 5227 2.4 (c)); the Service
+    /// keeps its address (the pool's `onConflict: defend`, the default).
+    pub const ADDRESS_DEFENDED: &str = "AddressDefended";
     /// Announced True, L3 mode: some of the chosen nodes announce every IP over BGP, others
     /// do not (the message names them and why).
     pub const PARTIALLY_ANNOUNCED: &str = "PartiallyAnnounced";

@@ -65,7 +65,7 @@ mod entry;
 mod options;
 
 pub use entry::parse_entry;
-pub use options::{Announce, PoolOptions};
+pub use options::{Announce, OnConflict, PoolOptions};
 
 /// ConfigMap key of the cluster-wide fallback pool.
 pub const FALLBACK_KEY: &str = "_fallback";

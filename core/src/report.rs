@@ -182,6 +182,12 @@ pub struct Conflict {
     /// The interface it was seen on, for a conflict seen on the LAN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
+    /// The agent held the IP when the claim came: a claim against an established holder
+    /// (defended, or yielded while its authority was stale), not the answer to a first
+    /// claim's probe. Such a conflict never fences the address unless the pool says
+    /// `onConflict: renumber`. Absent (false) from agents older than this field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub while_held: bool,
 }
 
 /// Why a report could not be read: the first bound it breaks (see the module docs).
@@ -410,6 +416,7 @@ mod tests {
             }],
             held: ["192.168.55.10".parse().unwrap()].into(),
             conflicts: vec![Conflict {
+                while_held: false,
                 mac: Some(Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74])),
                 interface: Some("eth1".into()),
                 ip: "192.168.55.11".parse().unwrap(),
@@ -502,6 +509,7 @@ mod tests {
 
     fn conflict(i: usize, reason: &str) -> Conflict {
         Conflict {
+            while_held: false,
             mac: None,
             interface: None,
             ip: IpAddr::from([10, 1, (i / 256) as u8, (i % 256) as u8]),

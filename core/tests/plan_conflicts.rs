@@ -1,7 +1,9 @@
 //! Table-style tests of the LAN conflict fence and of first claims (`probe`): an address a
 //! fresh agent reports answered on the LAN by a foreign MAC is fenced like a Node's
 //! address; the first claim of an address no node held is marked for probing, a takeover
-//! never is.
+//! never is; a claim against the holder of an established Service's address never moves
+//! it (it is defended: Announced `AddressDefended`, a Warning naming the MAC) unless its
+//! pool says `onConflict: renumber`.
 
 mod plan_support;
 
@@ -431,4 +433,121 @@ fn a_restart_does_not_import_a_conflicted_address() {
     let warned = events_for(&out, "default", "web", reason::ADDRESS_CONFLICT);
     assert_eq!(warned.len(), 1, "{:?}", out.events);
     assert!(warned[0].message.contains(FOREIGN), "{}", warned[0].message);
+}
+
+/// Pool `default` of three addresses with `onConflict: renumber`.
+const RENUMBER: (&str, &str) = (
+    "config.yaml",
+    "pools:\n  default:\n    onConflict: renumber\n",
+);
+
+#[test]
+fn a_defended_claim_keeps_the_address_and_warns_once_naming_the_mac() {
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.service_mut("default", "web").observed_ips = vec![ip("10.0.0.1")];
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    // A LAN host claims the address; the holder's agent defends it and keeps it.
+    world.lan_claim(&n, "10.0.0.1", FOREIGN, "eth1");
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.ips, [ip("10.0.0.1")], "not renumbered");
+    assert_eq!(web.node.as_deref(), Some(n.as_str()), "not moved");
+    assert!(web.announced.status, "still announced");
+    assert_eq!(web.announced.reason, reason::ADDRESS_DEFENDED);
+    assert_eq!(
+        web.announced.message,
+        format!(
+            "held by {n}, which defends 10.0.0.1 against a claim on the LAN by {FOREIGN} \
+             (seen on eth1): claimed on eth1 by {FOREIGN}: defended; the Service keeps its \
+             address"
+        )
+    );
+    let warned = events_for(&out, "default", "web", reason::ADDRESS_DEFENDED);
+    assert_eq!(warned.len(), 1, "{:?}", out.events);
+    assert!(warned[0].warning && warned[0].message.contains(FOREIGN));
+    assert!(events_for(&out, "default", "web", reason::ADDRESS_CONFLICT).is_empty());
+    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
+    assert_eq!(planner.lan_conflicts().count(), 0, "not fenced");
+    assert!(out.probe.is_empty());
+    // Claimed again (the same report): nothing said again.
+    let out = world.plan(&mut planner);
+    assert!(out.events.is_empty(), "{:?}", out.events);
+    // The claims stop: Announced again, the address never moved.
+    world.no_conflicts(&n);
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.ips, [ip("10.0.0.1")]);
+    assert_eq!(web.announced.reason, reason::ANNOUNCED);
+}
+
+#[test]
+fn a_claim_against_a_holder_that_let_go_does_not_renumber_either() {
+    // A stale agent removed the alias on a foreign claim (or a Service whose holder lost
+    // it meanwhile): once fresh it reports the claim, holding nothing. The Service keeps
+    // its address, Announced False, until the claimant leaves or the operator acts.
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.service_mut("default", "web").observed_ips = vec![ip("10.0.0.1")];
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.holds(&n, "");
+    world.lan_claim(&n, "10.0.0.1", FOREIGN, "eth1");
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.ips, [ip("10.0.0.1")], "not renumbered");
+    assert_eq!(web.node.as_deref(), Some(n.as_str()));
+    assert!(!web.announced.status);
+    assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
+    assert!(
+        web.announced.message.contains(FOREIGN),
+        "{}",
+        web.announced.message
+    );
+    assert_eq!(planner.lan_conflicts().count(), 0, "not fenced");
+    // A restart (a new leader) imports it all the same.
+    let mut fresh = Planner::new();
+    let out = world.plan(&mut fresh);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    assert!(events(&out, reason::ADDRESS_CONFLICT).len() <= 1);
+    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
+}
+
+#[test]
+fn with_on_conflict_renumber_a_claim_against_the_holder_renumbers() {
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.config = config(&[DEFAULT_3, RENUMBER]);
+    world.service_mut("default", "web").observed_ips = vec![ip("10.0.0.1")];
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    world.lan_claim(&n, "10.0.0.1", FOREIGN, "eth1");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "renumbered");
+    let warned = events_for(&out, "default", "web", reason::ADDRESS_CONFLICT);
+    assert_eq!(warned.len(), 1, "{:?}", out.events);
+    assert!(warned[0].message.contains(FOREIGN), "{}", warned[0].message);
+    assert_eq!(planner.lan_conflicts().count(), 1, "fenced while reported");
+    // Another node's MAC is still no foreign host, renumber or not.
+    let (mut world, mut planner, n) = placed(DEFAULT_3);
+    world.config = config(&[DEFAULT_3, RENUMBER]);
+    world.holds(&n, "10.0.0.1");
+    world.mac(other(&n), "eth1", "02:00:00:00:00:0b");
+    world.lan_claim(&n, "10.0.0.1", "02:00:00:00:00:0b", "eth1");
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    assert_eq!(planner.lan_conflicts().count(), 0);
+}
+
+#[test]
+fn a_first_claim_found_taken_is_skipped_whatever_the_pool_option() {
+    for pairs in [&[DEFAULT_3][..], &[DEFAULT_3, RENUMBER][..]] {
+        let mut world = World::new(config(pairs), vec![svc("default", "web").created(1)]);
+        let mut planner = Planner::new();
+        let out = world.plan(&mut planner);
+        let n = plan_of(&out, "default", "web").node.clone().unwrap();
+        assert!(out.probe.contains(&ip("10.0.0.1")), "a first claim");
+        // Its probe is answered: not a claim against a holder.
+        world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
+        let out = world.plan(&mut planner);
+        assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "{pairs:?}");
+    }
 }

@@ -39,7 +39,8 @@ const NODES: [&str; 3] = ["a", "b", "c"];
 const POOLS: [u8; 3] = [0, 1, 9];
 
 /// A pool config: per namespace 0 and 1 maybe a key of `n` IPv4 addresses (and maybe
-/// IPv6), maybe a fallback; options: sharing off for ns0, and for ns1 a node selector
+/// IPv6), maybe a fallback; options: sharing off and `onConflict: renumber` for ns0, and
+/// for ns1 a node selector
 /// (`mode` 1), `announce: bgp` (2) or `announce: bgp` with `maxNodes: 1` (3).
 #[derive(Debug, Clone)]
 struct ConfigSpec {
@@ -66,7 +67,7 @@ impl ConfigSpec {
         }
         let mut yaml = String::new();
         if self.sharing_off && self.own[0].is_some() {
-            yaml.push_str("  ns0:\n    allowSharing: false\n");
+            yaml.push_str("  ns0:\n    allowSharing: false\n    onConflict: renumber\n");
         }
         if self.own[1].is_some() {
             match self.mode {
@@ -292,6 +293,9 @@ impl Model {
                     .retain(|c| c.ip != at || c.mac.is_some() != lan);
                 if *on {
                     report.conflicts.push(Conflict {
+                        // Odd hosts: a claim against the holder (fences only under
+                        // `onConflict: renumber`); even: an answered probe.
+                        while_held: lan && host % 2 == 1,
                         ip: at,
                         reason: "answered".to_owned(),
                         mac: lan.then(|| "46:b0:48:e8:2d:96".parse().unwrap()),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use aliaslb_core::pool::{
-    FALLBACK_KEY, PoolConfig, PoolConfigError, PoolKey, PoolOptions, parse_entry,
+    FALLBACK_KEY, OnConflict, PoolConfig, PoolConfigError, PoolKey, PoolOptions, parse_entry,
 };
 use aliaslb_core::range::{Family, IpRange};
 use proptest::prelude::*;
@@ -422,6 +422,22 @@ fn options_apply_to_their_pool() {
         (options.announce, options.max_nodes),
         (aliaslb_core::pool::Announce::Bgp, Some(3))
     );
+    assert_eq!(options.on_conflict, OnConflict::Defend, "the default");
+    let renumber = valid(&[
+        ("a", "10.0.0.1"),
+        ("config.yaml", "pools:\n  a:\n    onConflict: renumber\n"),
+    ]);
+    let options = &renumber.pool(&ns("a")).unwrap().options;
+    assert_eq!(options.on_conflict, OnConflict::Renumber);
+    assert_eq!(options.on_conflict.as_str(), "renumber");
+    let defend = valid(&[
+        ("a", "10.0.0.1"),
+        ("config.yaml", "pools:\n  a:\n    onConflict: defend\n"),
+    ]);
+    assert_eq!(
+        defend.pool(&ns("a")).unwrap().options,
+        PoolOptions::default()
+    );
     // Empty or comment-only options are no options.
     valid(&[("a", "10.0.0.1"), ("config.yaml", "# later\n")]);
     valid(&[("a", "10.0.0.1"), ("config.yaml", "pools:\n  a:\n")]);
@@ -432,23 +448,23 @@ fn options_errors() {
     for (options, want) in [
         (
             "pools:\n  staging:\n    interfce: eth1\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`interfce: eth1`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`interfce: eth1`)",
         ),
         (
             "pool:\n  staging: {}\n",
-            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`pool:`)",
+            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`pool:`)",
         ),
         (
             "pools:\n  staging:\n    allowSharing: maybe\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`allowSharing: maybe`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`allowSharing: maybe`)",
         ),
         (
             "pools:\n  staging: {interface: eth1\n",
-            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`staging: {interface: eth1`)",
+            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`staging: {interface: eth1`)",
         ),
         (
             "pools:\n  staging: [eth1]\n",
-            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`staging: [eth1]`)",
+            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`staging: [eth1]`)",
         ),
         (
             "pools:\n  staging: {}\n  prod:\n    interface: eth2\n",
@@ -472,7 +488,7 @@ fn options_errors() {
         ),
         (
             "pools:\n  staging:\n    announce: ospf\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.announce: unknown variant `ospf`, expected `l2` or `bgp` at line 3 column 15; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and `maxNodes` (`announce: ospf`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.announce: unknown variant `ospf`, expected `l2` or `bgp` at line 3 column 15; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`announce: ospf`)",
         ),
         (
             "pools:\n  staging:\n    maxNodes: 2\n",
@@ -485,6 +501,14 @@ fn options_errors() {
         (
             "pools:\n  staging:\n    announce: bgp\n    interface: eth1\n",
             "key config.yaml, line 2: pool `staging`: `interface` applies to `announce: l2` only (in BGP mode the agent puts the addresses on its own device, `aliaslb0` or `lo`); remove it (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    onConflict: move\n",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.onConflict: unknown variant `move`, expected `defend` or `renumber` at line 3 column 17; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`onConflict: move`)",
+        ),
+        (
+            "pools:\n  staging:\n    announce: bgp\n    onConflict: renumber\n",
+            "key config.yaml, line 2: pool `staging`: `onConflict` applies to `announce: l2` only (in BGP mode no address is claimed with ARP or NDP); remove it (`staging:`)",
         ),
         (
             "pools:\n  staging:\n    nodeSelector: {Bad_Prefix/zone: a}\n",

@@ -682,6 +682,10 @@ pub struct Journal {
     /// the controller's deadline by up to the time between that renewal and the kill, and
     /// no process is left to yield them: only the kernel lifetime ends them.
     orphans: Vec<(String, Duration)>,
+    /// MACs of the foreign hosts the chaos put on the LAN. A foreign host answering for an
+    /// address a node holds is a conflict the cluster shows (Announced `AddressDefended`)
+    /// and defends against but cannot silence; one holder is judged among the nodes.
+    foreign: BTreeSet<Mac>,
 }
 
 /// How long after the SIGKILL of a cut-off agent its node may still answer for its IPs:
@@ -945,9 +949,11 @@ fn lan_offences(
         .filter(|v| match v {
             LanViolation::Double { at, macs, .. } => {
                 let t = at.saturating_duration_since(t0);
-                !macs
-                    .iter()
-                    .any(|m| names.get(m).is_some_and(|node| journal.orphaned(node, t)))
+                let nodes = macs.iter().filter(|m| !journal.foreign.contains(m)).count();
+                nodes > 1
+                    && !macs
+                        .iter()
+                        .any(|m| names.get(m).is_some_and(|node| journal.orphaned(node, t)))
             }
             LanViolation::Stall { .. } => true,
         })
@@ -1795,6 +1801,7 @@ impl<'a> Chaos<'a> {
                     mac,
                     format!("{} (foreign, holding {ip})", crate::lab::ROGUE_NS),
                 );
+                self.journal.foreign.insert(mac);
                 Ok(())
             }
             Action::RemoveRogue => self.lab.remove_rogue(),
@@ -2150,6 +2157,44 @@ mod tests {
             ..Journal::default()
         };
         assert!(count(&double_at(secs(11)), &other) > 0, "another node's");
+    }
+
+    #[test]
+    fn a_foreign_host_answering_beside_one_holder_is_no_double_but_two_nodes_are() {
+        use crate::lan::LanSample;
+        let t0 = Instant::now();
+        let (a, b, rogue) = (
+            Mac([2, 0, 0, 0, 0, 1]),
+            Mac([2, 0, 0, 0, 0, 2]),
+            Mac([2, 0xaa, 0, 0, 0, 9]),
+        );
+        let names: BTreeMap<Mac, String> =
+            [(a, "alb-node-1".to_owned()), (b, "alb-node-2".to_owned())].into();
+        let record = |macs: BTreeSet<Mac>| LanRecord {
+            samples: (0..=25)
+                .map(|i| LanSample {
+                    at: t0 + secs(10) + Duration::from_millis(20 * i),
+                    answers: [(lan(20), macs.clone())].into(),
+                })
+                .collect(),
+            announcements: Vec::new(),
+        };
+        let journal = Journal {
+            foreign: [rogue].into(),
+            ..Journal::default()
+        };
+        let count = |r: &LanRecord, j: &Journal| lan_offences(r, t0, &names, j).len();
+        // The holder defends its IP and keeps it while the rogue answers too: by design.
+        assert_eq!(count(&record([a, rogue].into()), &journal), 0);
+        assert!(count(&record([a, b].into()), &journal) > 0, "two nodes");
+        assert!(
+            count(&record([a, b, rogue].into()), &journal) > 0,
+            "two nodes and it"
+        );
+        assert!(
+            count(&record([a, rogue].into()), &Journal::default()) > 0,
+            "a MAC the chaos did not put there is judged"
+        );
     }
 
     #[test]

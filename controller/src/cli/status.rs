@@ -208,9 +208,43 @@ pub const NODE_ADDRESS: &str = "node-address";
 /// State of an address in conflict (with another owner, or answered on the LAN).
 pub const CONFLICT: &str = "conflict";
 
+/// State of an address its node holds and defends against a claim on the LAN by another
+/// host (shown with the claiming MAC); the Service keeps it.
+pub const DEFENDED: &str = "defended";
+
+/// The MAC whose claim the holder of `ip` defends: the node of `users` holds `ip` and every
+/// conflict its agent reports for it is a claim against the holder ([`whileHeld`]).
+///
+/// [`whileHeld`]: aliaslb_core::report::Conflict::while_held
+fn defended_against(
+    ip: IpAddr,
+    users: &[&ServiceInfo],
+    agents: &BTreeMap<String, AgentInfo>,
+) -> Option<aliaslb_core::mac::Mac> {
+    let node = users.first()?.node.as_ref()?;
+    let report = &agents.get(node).filter(|a| a.fresh)?.report;
+    if !report.held.contains(&ip) {
+        return None;
+    }
+    let mut claims = report.conflicts.iter().filter(|c| c.ip == ip).peekable();
+    claims.peek()?;
+    let mut first = None;
+    for c in claims {
+        if !c.while_held {
+            return None;
+        }
+        first = first.or(c.mac);
+        c.mac?;
+    }
+    first
+}
+
 /// The addresses the controller fences for a LAN conflict, by the rule it uses
 /// ([`lan_conflicts`]), with freshness judged from the Leases' renewTime.
-fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConflict> {
+fn conflicts(
+    config: &PoolConfig,
+    agents: &BTreeMap<String, AgentInfo>,
+) -> BTreeMap<IpAddr, LanConflict> {
     let nodes: Vec<NodeState> = agents
         .iter()
         .map(|(node, a)| NodeState {
@@ -223,7 +257,7 @@ fn conflicts(agents: &BTreeMap<String, AgentInfo>) -> BTreeMap<IpAddr, LanConfli
         .iter()
         .map(|(node, a)| (node.clone(), a.report.clone()))
         .collect();
-    lan_conflicts(&nodes, &reports)
+    lan_conflicts(&nodes, &reports, config)
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its
@@ -240,7 +274,7 @@ pub fn compute(
             users.entry(*ip).or_default().push(svc);
         }
     }
-    let lan = conflicts(agents);
+    let lan = conflicts(config, agents);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -303,13 +337,19 @@ pub fn compute(
                     });
                     continue;
                 };
+                let defended = (conflict.is_none() && !node_addresses.contains_key(&ip))
+                    .then(|| defended_against(ip, svcs, agents))
+                    .flatten();
                 let state = if node_addresses.contains_key(&ip) {
                     NODE_ADDRESS
                 } else if conflict.is_some() {
                     CONFLICT
+                } else if defended.is_some() {
+                    DEFENDED
                 } else {
                     state(ip, svcs, agents)
                 };
+                let mac = mac.or(defended.map(|m| m.to_string()));
                 for svc in svcs {
                     routes.push(Route {
                         first: ip,
@@ -902,6 +942,7 @@ IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE     
         use aliaslb_core::report::Conflict;
         let config = config(&[("default", "192.168.55.200-192.168.55.203")]);
         let lan = |ip: &str| Conflict {
+            while_held: false,
             ip: ip.parse().unwrap(),
             reason: "answered".into(),
             mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),
@@ -939,6 +980,37 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
             "{}",
             json["routes"][2]
         );
+    }
+
+    #[test]
+    fn an_address_its_holder_defends_shows_as_defended_with_the_mac() {
+        use aliaslb_core::report::Conflict;
+        let config = config(&[("default", "192.168.55.200-192.168.55.201")]);
+        let claim = |ip: &str, while_held: bool| Conflict {
+            while_held,
+            ip: ip.parse().unwrap(),
+            reason: "claimed: defended".into(),
+            mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),
+            interface: Some("eth1".into()),
+        };
+        let mut holder = agent(Some(1), ShieldState::Active);
+        holder.report.held = ["192.168.55.200".parse().unwrap()].into();
+        holder.report.conflicts = vec![claim("192.168.55.200", true)];
+        let agents = BTreeMap::from([("alb-node-1".to_owned(), holder)]);
+        let services = vec![on(svc("default", "web", &["192.168.55.200"]), "alb-node-1")];
+        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        assert_eq!(report.routes[0].state, DEFENDED);
+        assert_eq!(report.routes[0].mac.as_deref(), Some("46:b0:48:e8:2d:96"));
+        let table = render_table(&report);
+        assert!(
+            table.contains("alb-node-1  defended 46:b0:48:e8:2d:96"),
+            "{table}"
+        );
+        // Not held any more (a stale agent let go): a conflict, as before.
+        let mut agents = agents;
+        agents.get_mut("alb-node-1").unwrap().report.held.clear();
+        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        assert_eq!(report.routes[0].state, CONFLICT);
     }
 
     #[test]

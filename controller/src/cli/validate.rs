@@ -397,6 +397,9 @@ fn summary(key: &PoolKey, pool: &aliaslb_core::pool::Pool) -> String {
     if !options.allow_sharing {
         s.push_str(", no IP sharing");
     }
+    if options.on_conflict == aliaslb_core::pool::OnConflict::Renumber {
+        s.push_str(", renumbered on a LAN claim (onConflict: renumber)");
+    }
     s
 }
 

@@ -528,6 +528,8 @@ pub struct LanScript {
     pub hold: bool,
     /// Assigned IPs it reports answered on the LAN by a MAC, on `eth1`.
     pub conflicts: BTreeMap<IpAddr, aliaslb_core::mac::Mac>,
+    /// Held IPs it reports claimed on the LAN by a MAC, on `eth1`, and defended (kept).
+    pub claims: BTreeMap<IpAddr, aliaslb_core::mac::Mac>,
 }
 
 impl Cluster {
@@ -559,11 +561,22 @@ impl Cluster {
                     .conflicts
                     .iter()
                     .map(|(ip, foreign)| Conflict {
+                        while_held: false,
                         ip: *ip,
                         reason: format!("{ip} answered an ARP probe from {foreign}"),
                         mac: Some(*foreign),
                         interface: Some("eth1".to_owned()),
                     })
+                    .chain(s.claims.iter().map(|(ip, foreign)| Conflict {
+                        while_held: true,
+                        ip: *ip,
+                        reason: format!(
+                            "claimed on eth1 by {foreign} (not a node of this cluster) while \
+                             this agent's Lease was fresh: defended"
+                        ),
+                        mac: Some(*foreign),
+                        interface: Some("eth1".to_owned()),
+                    }))
                     .collect();
                 AgentReport {
                     version: REPORT_VERSION,

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use super::{Inputs, NodeAddress, Planner, Sink, reason};
 use crate::election::NodeState;
 use crate::mac::Mac;
-use crate::pool::{Pool, PoolKey};
+use crate::pool::{OnConflict, Pool, PoolConfig, PoolKey};
 use crate::range::Family;
 use crate::report::AgentReport;
 
@@ -89,14 +89,25 @@ impl FenceCause {
 }
 
 /// The LAN conflicts that fence an address: reported by a *fresh* agent with the MAC that
-/// answered, for an IP no fresh agent reports holding, and a MAC that is not one of any
-/// agent's (fresh or stale: [`AgentReport::macs`]). Two nodes claiming one IP is not a fence: the assignment
-/// stands and the node that is not assigned the IP drops it. A stale agent's conflicts
-/// are as old as its Lease and are ignored. When several agents report one IP, the first
-/// node by name is named. O(agents x (interfaces + conflicts) x log n).
+/// answered and a MAC that is not one of any agent's (fresh or stale:
+/// [`AgentReport::macs`]), and either
+/// - the answer to a first claim's probe (not [`Conflict::while_held`]) for an IP no fresh
+///   agent reports holding, or
+/// - a claim against a holder ([`Conflict::while_held`]: the agent held the IP when it came)
+///   for an IP whose pool says `onConflict: renumber` ([`OnConflict::Renumber`]); under the
+///   default `defend` such a claim is defended by the agent and never fences: an
+///   established Service is not renumbered by what a LAN host says.
+///
+/// Two nodes claiming one IP is not a fence: the assignment stands and the node that is not
+/// assigned the IP drops it. A stale agent's conflicts are as old as its Lease and are
+/// ignored. When several agents report one IP, the first node by name is named.
+/// O(agents x (interfaces + conflicts) x log n), plus O(pools) per claim against a holder.
+///
+/// [`Conflict::while_held`]: crate::report::Conflict::while_held
 pub fn lan_conflicts(
     nodes: &[NodeState],
     agents: &BTreeMap<String, AgentReport>,
+    config: &PoolConfig,
 ) -> BTreeMap<IpAddr, LanConflict> {
     let mut out = BTreeMap::new();
     let fresh: BTreeSet<&str> = nodes
@@ -125,7 +136,15 @@ pub fn lan_conflicts(
         }
         for conflict in &report.conflicts {
             let Some(mac) = conflict.mac else { continue };
-            if held.contains(&conflict.ip) || node_macs.contains(&mac) {
+            if node_macs.contains(&mac) {
+                continue;
+            }
+            let fences = if conflict.while_held {
+                renumbers(config, conflict.ip)
+            } else {
+                !held.contains(&conflict.ip)
+            };
+            if !fences {
                 continue;
             }
             out.entry(conflict.ip).or_insert_with(|| LanConflict {
@@ -136,6 +155,15 @@ pub fn lan_conflicts(
         }
     }
     out
+}
+
+/// Whether a LAN claim against the holder of `ip` renumbers it: its pool (the first
+/// listing it) says `onConflict: renumber`. O(pools x ranges).
+fn renumbers(config: &PoolConfig, ip: IpAddr) -> bool {
+    config
+        .pools()
+        .find(|(_, pool)| pool.contains(ip))
+        .is_some_and(|(_, pool)| pool.options.on_conflict == OnConflict::Renumber)
 }
 
 /// The fenced addresses of `fences` that lie in `pool`, of `family`. O(ranges x log n)
@@ -166,7 +194,7 @@ impl Planner {
                 .map(|(ip, c)| (ip, c.clone()))
                 .collect()
         } else {
-            lan_conflicts(inputs.nodes, inputs.agents)
+            lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
         };
         if !self.config_changed && self.fences_are(nodes, &lan) {
             return;

@@ -165,7 +165,7 @@ impl Planner {
                 .map(|(ip, c)| (ip, c.clone()))
                 .collect()
         } else {
-            super::lan_conflicts(inputs.nodes, inputs.agents)
+            super::lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
         };
         !self.fences_are(inputs.node_addresses, &lan)
     }

@@ -233,12 +233,12 @@ impl Planner {
         };
         if (conflict.is_some() || entry.conflict.is_some())
             && let Some(entry) = self.entries.get_mut(key)
-            && entry.conflict.as_deref() != conflict.as_deref()
+            && entry.conflict.as_deref() != conflict.as_ref().map(|(_, m)| m.as_str())
         {
-            if let Some(message) = &conflict {
-                sink.event(key, true, reason::ADDRESS_CONFLICT, message.clone());
+            if let Some((why, message)) = &conflict {
+                sink.event(key, true, why, message.clone());
             }
-            entry.conflict = conflict.map(Box::from);
+            entry.conflict = conflict.map(|(_, m)| Box::from(m));
         }
         ServicePlan {
             ips,
@@ -504,13 +504,14 @@ fn conflict_on<'r>(report: Option<&'r AgentReport>, ips: &[IpAddr]) -> Option<&'
     report?.conflicts.iter().find(|c| ips.contains(&c.ip))
 }
 
-/// The Announced condition of a Service with `ips` in `group`, and its conflict message.
+/// The Announced condition of a Service with `ips` in `group`, and the reason and message
+/// of its conflict (`AddressConflict`, or `AddressDefended` for a claim its holder defends).
 fn announced(
     ips: &[IpAddr],
     group: Option<&Group>,
     interface: Option<&str>,
     inputs: &Inputs<'_>,
-) -> (ConditionPlan, Option<String>) {
+) -> (ConditionPlan, Option<(&'static str, String)>) {
     let Some(group) = group else {
         return (
             condition(
@@ -532,6 +533,50 @@ fn announced(
         return (unplaced(group, inputs, "no node elected yet"), None);
     };
     let report = inputs.agents.get(node);
+    let holds_all = report.is_some_and(|r| ips.iter().all(|ip| r.held.contains(ip)));
+    let on = |r: &AgentReport| {
+        interface
+            .map(str::to_owned)
+            .or_else(|| {
+                r.interfaces
+                    .iter()
+                    .find(|i| i.subnets.iter().any(|net| net.contains(&ips[0])))
+                    .map(|i| i.name.clone())
+            })
+            .map(|i| format!(" on {i}"))
+            .unwrap_or_default()
+    };
+    let defended = |c: &&Conflict| c.while_held && c.mac.is_some();
+    if let Some(r) = report.filter(|_| holds_all)
+        && let Some(c) = conflict_on(report, ips)
+        && r.conflicts
+            .iter()
+            .filter(|c| ips.contains(&c.ip))
+            .all(|c| defended(&c))
+    {
+        // Still held: the agent defends it, nothing moves (see `lan_conflicts`). Names the
+        // MAC itself rather than trusting the agent's text to.
+        let mac = c.mac.map(|m| m.to_string()).unwrap_or_default();
+        let seen = c
+            .interface
+            .as_deref()
+            .map(|i| format!(" (seen on {i})"))
+            .unwrap_or_default();
+        let message = text::bounded(
+            format!(
+                "held by {node}{}, which defends {} against a claim on the LAN by {mac}{seen}: \
+                 {}; the Service keeps its address",
+                on(r),
+                c.ip,
+                c.reason
+            ),
+            MAX_MESSAGE,
+        );
+        return (
+            condition(true, reason::ADDRESS_DEFENDED, message.clone()),
+            Some((reason::ADDRESS_DEFENDED, message)),
+        );
+    }
     if let Some(c) = conflict_on(report, ips) {
         // Quotes the agent: bounded here, so the condition and the Event say the same.
         let message = text::bounded(
@@ -544,26 +589,14 @@ fn announced(
         );
         return (
             condition(false, reason::ADDRESS_CONFLICT, message.clone()),
-            Some(message),
+            Some((reason::ADDRESS_CONFLICT, message)),
         );
     }
     match report {
-        Some(r) if ips.iter().all(|ip| r.held.contains(ip)) => {
-            let on = interface
-                .map(str::to_owned)
-                .or_else(|| {
-                    r.interfaces
-                        .iter()
-                        .find(|i| i.subnets.iter().any(|net| net.contains(&ips[0])))
-                        .map(|i| i.name.clone())
-                })
-                .map(|i| format!(" on {i}"))
-                .unwrap_or_default();
-            (
-                condition(true, reason::ANNOUNCED, format!("held by {node}{on}")),
-                None,
-            )
-        }
+        Some(r) if holds_all => (
+            condition(true, reason::ANNOUNCED, format!("held by {node}{}", on(r))),
+            None,
+        ),
         _ => (
             condition(
                 false,

@@ -11,6 +11,8 @@
 //!   routed:
 //!     announce: bgp           # `l2` (default): one node answers ARP/NDP; `bgp`: L3 mode
 //!     maxNodes: 4             # bgp only: at most this many nodes announce each IP
+//!   shared-lan:
+//!     onConflict: renumber    # l2 only; `defend` (default): a LAN claim never moves an IP
 //! ```
 //! Unknown fields are errors (a misspelt option must not be silently ignored), and so are
 //! options for a key that has no pool.
@@ -47,6 +49,37 @@ pub struct PoolOptions {
     /// L3 mode only: at most this many nodes announce each address; `None`: every eligible
     /// node.
     pub max_nodes: Option<usize>,
+    /// L2 mode only: what a LAN claim from a host outside the cluster does to an address a
+    /// Service already holds. Default [`OnConflict::Defend`].
+    pub on_conflict: OnConflict,
+}
+
+/// What a LAN claim by a host outside the cluster does to an address a Service holds
+/// (`onConflict` in the options). A first claim is probed and a taken address skipped
+/// either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase", expecting = "`defend` or `renumber`")]
+pub enum OnConflict {
+    /// The holder defends the address (RFC 5227 2.4 (c)) and the Service keeps it; the
+    /// claim is shown on the Service (Announced `AddressDefended`, a Warning Event naming
+    /// the MAC). One forged frame changes nothing.
+    #[default]
+    Defend,
+    /// The address is fenced and the Service gets another one of the pool, as for a first
+    /// claim found taken: for a LAN where a host outside the cluster may rightly own an
+    /// address of the pool (static assignments nobody told the pool about), and no host
+    /// that should not is on it.
+    Renumber,
+}
+
+impl OnConflict {
+    /// The name as the options write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnConflict::Defend => "defend",
+            OnConflict::Renumber => "renumber",
+        }
+    }
 }
 
 /// How a pool's addresses reach the network (`announce` in the options).
@@ -81,6 +114,7 @@ impl Default for PoolOptions {
             allow_sharing: true,
             announce: Announce::L2,
             max_nodes: None,
+            on_conflict: OnConflict::Defend,
         }
     }
 }
@@ -106,7 +140,7 @@ struct OptionsDoc {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`"
+    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`"
 )]
 struct RawOptions {
     interface: Option<String>,
@@ -114,6 +148,7 @@ struct RawOptions {
     allow_sharing: Option<bool>,
     announce: Option<Announce>,
     max_nodes: Option<u32>,
+    on_conflict: Option<OnConflict>,
 }
 
 /// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, or every problem
@@ -134,8 +169,8 @@ pub(super) fn parse(
             text: text.to_owned(),
             message: format!(
                 "not valid options YAML: {e}; expected `pools:` mapping pool keys to \
-                 `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`) and \
-                 `maxNodes`"
+                 `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), \
+                 `maxNodes` and `onConflict` (`defend` or `renumber`)"
             ),
         }]
     })?;
@@ -174,6 +209,7 @@ pub(super) fn parse(
             allow_sharing: None,
             announce: None,
             max_nodes: None,
+            on_conflict: None,
         });
         let announce = raw.announce.unwrap_or_default();
         match (announce, raw.max_nodes) {
@@ -191,6 +227,12 @@ pub(super) fn parse(
             error(format!(
                 "pool `{key}`: `interface` applies to `announce: l2` only (in BGP mode the \
                  agent puts the addresses on its own device, `aliaslb0` or `lo`); remove it"
+            ));
+        }
+        if announce == Announce::Bgp && raw.on_conflict.is_some() {
+            error(format!(
+                "pool `{key}`: `onConflict` applies to `announce: l2` only (in BGP mode no \
+                 address is claimed with ARP or NDP); remove it"
             ));
         }
         if let Some(name) = &raw.interface
@@ -214,6 +256,7 @@ pub(super) fn parse(
                 allow_sharing: raw.allow_sharing.unwrap_or(true),
                 announce,
                 max_nodes: raw.max_nodes.map(|n| n as usize),
+                on_conflict: raw.on_conflict.unwrap_or_default(),
             },
         );
     }

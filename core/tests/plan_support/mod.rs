@@ -219,6 +219,7 @@ impl World {
             .or_default()
             .conflicts
             .push(Conflict {
+                while_held: false,
                 mac: None,
                 interface: None,
                 ip: ip(ip_s),
@@ -233,10 +234,27 @@ impl World {
             .or_default()
             .conflicts
             .push(Conflict {
+                while_held: false,
                 mac: Some(mac.parse().unwrap()),
                 interface: Some(interface.to_owned()),
                 ip: ip(ip_s),
                 reason: format!("answered by {mac}"),
+            });
+    }
+
+    /// The agent on `node` reports that `mac` claimed `ip_s` on `interface` while it held
+    /// it (a defended claim, or one it yielded to: [`Conflict::while_held`]).
+    pub fn lan_claim(&mut self, node: &str, ip_s: &str, mac: &str, interface: &str) {
+        self.agents
+            .entry(node.to_owned())
+            .or_default()
+            .conflicts
+            .push(Conflict {
+                while_held: true,
+                mac: Some(mac.parse().unwrap()),
+                interface: Some(interface.to_owned()),
+                ip: ip(ip_s),
+                reason: format!("claimed on {interface} by {mac}: defended"),
             });
     }
 

@@ -100,6 +100,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                 conflicts: conflicts
                     .into_iter()
                     .map(|(ip, reason)| Conflict {
+                        while_held: false,
                         ip,
                         reason,
                         mac: None,
@@ -164,6 +165,7 @@ pub fn hostile_report(
                 conflicts: conflicts
                     .into_iter()
                     .map(|(ip, reason)| Conflict {
+                        while_held: false,
                         ip,
                         reason,
                         mac: None,
