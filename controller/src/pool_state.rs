@@ -77,6 +77,17 @@ pub struct ConfigState {
 }
 
 impl ConfigState {
+    /// The state a new leadership term starts from: the config the previous term of this
+    /// process had in force (if any) stays in force, and the ConfigMap is handled anew. So a
+    /// replica that loses and regains the lead while the ConfigMap is invalid or deleted keeps
+    /// the last good config instead of planning nothing.
+    pub fn resumed(good: Option<PoolConfig>) -> Self {
+        ConfigState {
+            good,
+            ..ConfigState::default()
+        }
+    }
+
     /// The config in force; `None` while no valid config was ever seen (planning on nothing
     /// would clear every assignment).
     pub fn in_force(&self) -> Option<&PoolConfig> {
@@ -376,6 +387,24 @@ mod tests {
         for (name, steps) in table {
             run(name, steps);
         }
+    }
+
+    #[test]
+    fn a_new_term_keeps_the_last_good_config_of_the_previous_one() {
+        // The term before had the pool in force; the ConfigMap turned invalid meanwhile.
+        let mut previous = ConfigState::default();
+        previous.observe(data(Shows::Pool("10.0.0.1")).as_ref(), false);
+        let mut next = ConfigState::resumed(previous.in_force().cloned());
+        let notice = next.observe(data(Shows::Broken).as_ref(), true);
+        assert!(
+            matches!(notice, Some(Notice::Invalid { stale: true, .. })),
+            "{notice:?}"
+        );
+        assert_eq!(next.in_force(), Some(&config(Shows::Pool("10.0.0.1"))));
+        // A term of a process that never saw a good config has none (as at start).
+        let mut fresh = ConfigState::resumed(None);
+        fresh.observe(data(Shows::Broken).as_ref(), true);
+        assert_eq!(fresh.in_force(), None);
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! Needs `kubectl` on PATH and the testenv binaries.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use aliaslb_testenv::{TestEnv, TokenBinding, fixtures};
@@ -31,22 +30,6 @@ fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// Runs `kubectl ARGS` against the test apiserver; returns stdout or panics with stderr.
-fn kubectl(env: &TestEnv, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The shared environment with `kubectl apply -k manifests/` and both optional policies
 /// applied, and a real kube-controller-manager running (it fills the aggregated ClusterRoles
 /// such as `edit` and gives each namespace its `default` ServiceAccount), once per test binary.
@@ -57,13 +40,10 @@ async fn installed() -> &'static TestEnv {
     CONTROLLER_MANAGER
         .get_or_init(|| async {
             let root = repo_root();
-            kubectl(
-                env,
-                &["apply", "-k", &root.join("manifests").display().to_string()],
-            );
+            env.kubectl(&["apply", "-k", &root.join("manifests").display().to_string()]);
             for policy in ["agent-lease-policy.yaml", "service-annotation-policy.yaml"] {
                 let path = root.join("manifests/optional").join(policy);
-                kubectl(env, &["apply", "-f", &path.display().to_string()]);
+                env.kubectl(&["apply", "-f", &path.display().to_string()]);
             }
             env.start_controller_manager()
                 .await

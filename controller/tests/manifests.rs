@@ -43,22 +43,6 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-/// Runs `kubectl ARGS` against the test apiserver; returns stdout or panics with stderr.
-fn kubectl(env: &TestEnv, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The shared environment with `kubectl apply -k manifests/` done once per test binary (the
 /// manifests create the fixed namespace `aliaslb-system`).
 fn installed() -> &'static TestEnv {
@@ -66,7 +50,7 @@ fn installed() -> &'static TestEnv {
     let env = TestEnv::global();
     APPLIED.get_or_init(|| {
         let dir = repo_root().join("manifests");
-        kubectl(env, &["apply", "-k", &dir.display().to_string()])
+        env.kubectl(&["apply", "-k", &dir.display().to_string()])
     });
     env
 }
@@ -137,10 +121,7 @@ async fn every_manifest_is_created() {
     let env = installed();
     // `kubectl get -k` looks up every object kustomize renders: it fails if one is missing.
     let dir = repo_root().join("manifests");
-    let out = kubectl(
-        env,
-        &["get", "-k", &dir.display().to_string(), "-o", "name"],
-    );
+    let out = env.kubectl(&["get", "-k", &dir.display().to_string(), "-o", "name"]);
     let mut names: Vec<&str> = out.lines().collect();
     names.sort_unstable();
     // `kubectl get -o name` does not say the namespace: the two Roles `aliaslb-agent` are in

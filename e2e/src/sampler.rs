@@ -27,35 +27,33 @@ pub const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 /// The /32 addresses on `eth0` of node `n` (the load-balancer aliases: the node's own
 /// address is a /24).
 pub fn aliases(n: u8) -> Result<BTreeSet<Ipv4Addr>, Error> {
-    let ns = node_name(n);
-    let out = run(Command::new("ip").args(["-n", &ns, "-j", "-4", "addr", "show", "dev", "eth0"]))?;
-    let v: Value = serde_json::from_str(&out).map_err(|e| Error::Output {
-        cmd: format!("ip -n {ns} -j -4 addr show dev eth0"),
-        why: format!("not JSON: {e}"),
-    })?;
-    Ok(v.as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|link| link["addr_info"].as_array().into_iter().flatten())
-        .filter(|a| a["prefixlen"].as_u64() == Some(32))
-        .filter_map(|a| a["local"].as_str()?.parse().ok())
-        .collect())
+    eth0_addresses(n, "-4", 32)
 }
 
 /// The /128 addresses on `eth0` of node `n` (its IPv6 load-balancer aliases: the node's own
 /// address is a /64).
 pub fn aliases6(n: u8) -> Result<BTreeSet<std::net::Ipv6Addr>, Error> {
+    eth0_addresses(n, "-6", 128)
+}
+
+/// The addresses of `family` (`-4`, `-6`) with prefix length `prefix_len` on `eth0` of node `n`.
+fn eth0_addresses<T: std::str::FromStr + Ord>(
+    n: u8,
+    family: &str,
+    prefix_len: u64,
+) -> Result<BTreeSet<T>, Error> {
     let ns = node_name(n);
-    let out = run(Command::new("ip").args(["-n", &ns, "-j", "-6", "addr", "show", "dev", "eth0"]))?;
+    let out =
+        run(Command::new("ip").args(["-n", &ns, "-j", family, "addr", "show", "dev", "eth0"]))?;
     let v: Value = serde_json::from_str(&out).map_err(|e| Error::Output {
-        cmd: format!("ip -n {ns} -j -6 addr show dev eth0"),
+        cmd: format!("ip -n {ns} -j {family} addr show dev eth0"),
         why: format!("not JSON: {e}"),
     })?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
         .flat_map(|link| link["addr_info"].as_array().into_iter().flatten())
-        .filter(|a| a["prefixlen"].as_u64() == Some(128))
+        .filter(|a| a["prefixlen"].as_u64() == Some(prefix_len))
         .filter_map(|a| a["local"].as_str()?.parse().ok())
         .collect())
 }

@@ -235,6 +235,26 @@ impl TestEnv {
         load_config(&self.kubeconfig).await
     }
 
+    /// Runs `kubectl ARGS` as the admin against this apiserver (`kubectl` must be on PATH, as
+    /// it is what users install with); returns stdout.
+    ///
+    /// # Panics
+    /// When kubectl cannot run or fails, with its stderr.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A new admin client. Call it in each test: a client only works on the runtime that made it.
     ///
     /// # Panics

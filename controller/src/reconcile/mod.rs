@@ -140,12 +140,15 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), Reconcil
 async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
     let mut edges = ctx.leader.watch();
     let mut running: Option<AbortOnDrop> = None;
+    // The config in force, kept across the terms of this process (see ConfigState::resumed).
+    let last_good: LastGood = Arc::default();
     loop {
         let leading = *edges.borrow_and_update();
         ctx.metrics.set_leader(leading);
         match (leading, running.take()) {
             (true, None) => {
-                let reconciler = Reconciler::new(ctx.clone(), caches.clone(), ip_mode);
+                let reconciler =
+                    Reconciler::new(ctx.clone(), caches.clone(), ip_mode, last_good.clone());
                 running = Some(AbortOnDrop(tokio::spawn(reconciler.run())));
             }
             (true, Some(task)) => running = Some(task),
@@ -168,6 +171,9 @@ async fn supervise(ctx: Arc<Context>, caches: Caches, ip_mode: bool) {
     }
 }
 
+/// The pool config a term had in force, for the next term of the same process.
+type LastGood = Arc<std::sync::Mutex<Option<PoolConfig>>>;
+
 /// The loop of one leadership term.
 struct Reconciler {
     ctx: Arc<Context>,
@@ -178,6 +184,8 @@ struct Reconciler {
     /// The Events.
     events: EventQueue,
     config: ConfigState,
+    /// Where the config in force is kept for the next term of this process.
+    last_good: LastGood,
     /// The pool ConfigMap as last seen, for Events about its deletion.
     configmap: Option<ObjectReference>,
     /// What the term has observed, brought up to date every pass.
@@ -243,15 +251,17 @@ struct Observed {
 }
 
 impl Reconciler {
-    fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool) -> Self {
+    fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool, last_good: LastGood) -> Self {
         ctx.metrics.set_agents_unobservable(false);
+        let resumed = last_good.lock().map(|g| g.clone()).unwrap_or_default();
         Reconciler {
             events: EventQueue::new(ctx.clone()),
             writes: Writes::new(ctx.clone(), ip_mode),
             ctx,
             caches,
             planner: Planner::new(),
-            config: ConfigState::default(),
+            config: ConfigState::resumed(resumed),
+            last_good,
             configmap: None,
             world: World::default(),
             plans: HashMap::new(),
@@ -347,6 +357,9 @@ impl Reconciler {
         };
         let (config, notice) = config_in_force(&mut self.config, cm.as_deref(), assigned);
         if let Some(notice) = notice {
+            if let Ok(mut kept) = self.last_good.lock() {
+                kept.clone_from(&config);
+            }
             self.ctx
                 .metrics
                 .set_config(self.config.valid(), self.config.stale());
