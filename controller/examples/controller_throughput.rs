@@ -1,4 +1,4 @@
-//! Controller throughput against the real kube-apiserver (testenv, v1.20.2): creates N
+//! Controller throughput against the real kube-apiserver (testenv, v1.37.2; the figures in BENCHMARKS were measured on v1.20.2): creates N
 //! LoadBalancer Services (default 1000) and measures the time until every one has an
 //! ingress IP, plus the API requests the run cost per Service, from the apiserver's own
 //! `apiserver_request_total` counters.
@@ -7,7 +7,7 @@
 //! every Service exists before the controller starts, which measures the controller alone.
 //!
 //! ```text
-//! KUBEBUILDER_ASSETS=$HOME/.cache/aliaslb/kube-v1.20.2/bin \
+//! KUBEBUILDER_ASSETS=$HOME/.cache/aliaslb/kube-v1.37.2/bin \
 //!   cargo run -p aliaslb-controller --example controller_throughput [-- [--backlog] N]
 //! ```
 

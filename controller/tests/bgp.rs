@@ -1,4 +1,4 @@
-//! L3 mode (`announce: bgp`) against the real kube-apiserver (v1.20), with fake agents that
+//! L3 mode (`announce: bgp`) against the real kube-apiserver (1.37; 1.30 too), with fake agents that
 //! report their routing daemon:
 //!
 //! - every eligible node gets the Service's IP as a `bgp` line (never `probe`), the

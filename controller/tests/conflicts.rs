@@ -1,4 +1,4 @@
-//! LAN conflicts and first claims against the real kube-apiserver (v1.20), with fake agents
+//! LAN conflicts and first claims against the real kube-apiserver (1.37; 1.30 too), with fake agents
 //! whose reports the test scripts ([`Cluster::lan_agent`]):
 //!
 //! - an agent reporting its assigned IP answered on the LAN by a foreign MAC: the Service

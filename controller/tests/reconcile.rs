@@ -1,4 +1,4 @@
-//! The reconcile loop against the real kube-apiserver (v1.20): allocation, exhaustion and
+//! The reconcile loop against the real kube-apiserver (1.37; 1.30 too): allocation, exhaustion and
 //! hand-over, requests, sharing, restarts, bad config edits, agent loss, Node addresses, and
 //! no patch loop.
 //! Agents are faked by renewing their Leases from the test.

@@ -1,4 +1,4 @@
-//! The trust boundary against the real kube-apiserver (v1.20).
+//! The trust boundary against the real kube-apiserver (1.37; 1.30 too).
 //!
 //! - A tenant (a ServiceAccount with the built-in `edit` ClusterRole bound in its own
 //!   namespace only) cannot steer its Service's IP: whatever it writes into the

@@ -1,4 +1,4 @@
-//! What the controller relies on, proven against the real kube-apiserver the tests use (1.20):
+//! What the controller relies on, proven against the real kube-apiserver the tests use (1.37; 1.30 too):
 //! LoadBalancer Services, the status subresource, how `ipMode` is handled, Leases, watchers,
 //! Events and RBAC for ServiceAccounts.
 
