@@ -160,7 +160,7 @@ pub fn send_frame(ifindex: u32, frame: &[u8]) -> Result<(), AnnounceError> {
 
 /// The interface `ifindex` as `pnet_datalink` opens it: by index alone (the name, MAC
 /// and addresses are not needed to bind a socket).
-pub(crate) fn link(ifindex: u32) -> NetworkInterface {
+pub fn link(ifindex: u32) -> NetworkInterface {
     NetworkInterface {
         name: String::new(),
         description: String::new(),

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
-use aliaslb_agent::announce::{announcement_frame, send_frame};
+use aliaslb_agent::announce::{self, announcement_frame, send_frame};
 use aliaslb_agent::lan::{ClaimKind, LanPort, LanWatch, Observed, arp_probe_frame, dad_ns_frame};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
@@ -185,14 +185,7 @@ fn peer_floods(s: &Setup, addr: &str, n: usize) -> (Duration, usize) {
     let (ifindex, mac, target) = (s.peer_ifindex, s.peer_mac, ip(addr));
     s.lan.run_sync(move || {
         let frame = announcement_frame(mac.0, target);
-        let iface = pnet_datalink::NetworkInterface {
-            name: String::new(),
-            description: String::new(),
-            index: ifindex,
-            mac: None,
-            ips: Vec::new(),
-            flags: 0,
-        };
+        let iface = announce::link(ifindex);
         let Ok(pnet_datalink::Channel::Ethernet(mut tx, _rx)) =
             pnet_datalink::channel(&iface, pnet_datalink::Config::default())
         else {
