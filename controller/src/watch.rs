@@ -332,7 +332,14 @@ fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) -> bool {
             }
             true
         }
-        Event::Init | Event::InitDone => true,
+        Event::Init => {
+            clock.relist();
+            true
+        }
+        Event::InitDone => {
+            clock.relisted();
+            true
+        }
     }
 }
 

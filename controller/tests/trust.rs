@@ -1057,3 +1057,164 @@ async fn a_tenant_cannot_steer_across_a_restart_before_any_assignment() {
     );
     c.cleanup().await;
 }
+
+/// The node whose assignment object lists `ip`, among `nodes`, if one does.
+async fn holder_of(c: &Cluster, nodes: &[&str], ip: &str) -> Option<String> {
+    for node in nodes {
+        if c.assignment_line(node, ip).await.is_some() {
+            return Some((*node).to_owned());
+        }
+    }
+    None
+}
+
+/// Absence is not evidence (issue 20 item 3). Where the optional admission policy is not
+/// installed an agent may delete any agent Lease: one deleted again and again moves
+/// nothing while its own agent keeps writing it, and one deleted for good moves its IP only
+/// once the lease duration has passed since the last renewal, as a hard loss would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_agent_lease_is_not_evidence_of_a_dead_node() {
+    let _serial = serial().await;
+    let c = Cluster::new("lease-deleted").await;
+    c.set_pool(&[(c.ns.as_str(), "10.87.0.1")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    let mut agents = std::collections::BTreeMap::from([
+        (n1.clone(), c.fake_agent(&n1)),
+        (n2.clone(), c.fake_agent(&n2)),
+    ]);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("a")).await;
+    c.wait_ips("a", &["10.87.0.1"], SETTLE).await;
+    announced(&c, "a", "Announced").await;
+    let nodes = [n1.as_str(), n2.as_str()];
+    let holder = holder_of(&c, &nodes, "10.87.0.1").await.expect("a holder");
+    let other = if holder == n1 { &n2 } else { &n1 };
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
+    let lease = keys::agent_lease_name(&holder);
+
+    // Another node deletes the holder's Lease every 100 ms for three lease durations.
+    let until = Instant::now() + 3 * support::AGENT_LEASE;
+    let mut deleted = 0;
+    while Instant::now() < until {
+        if leases.delete(&lease, &Default::default()).await.is_ok() {
+            deleted += 1;
+        }
+        assert_eq!(
+            holder_of(&c, &nodes, "10.87.0.1").await.as_deref(),
+            Some(holder.as_str()),
+            "the IP left {holder}, whose agent renews, after {deleted} deletions of its Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(deleted >= 5, "only {deleted} deletions went through");
+    announced(&c, "a", "Announced").await;
+
+    // The holder's agent stops, and its Lease is deleted once.
+    drop(agents.remove(&holder));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cut = Instant::now();
+    let _ = leases.delete(&lease, &Default::default()).await;
+    let moved = loop {
+        if holder_of(&c, &nodes, "10.87.0.1").await.as_deref() == Some(other.as_str()) {
+            break cut.elapsed();
+        }
+        assert!(cut.elapsed() < SETTLE, "the IP never moved to {other}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("Lease deleted for good: the IP moved {moved:?} later");
+    // The last renewal came at most one renew interval (and the 50 ms) before the cut.
+    assert!(
+        moved >= support::AGENT_LEASE - support::AGENT_RENEW - Duration::from_millis(100),
+        "the IP moved {moved:?} after the Lease was deleted: before its lease duration \
+         ({:?}) had passed since the last renewal",
+        support::AGENT_LEASE
+    );
+    drop(agents);
+    c.cleanup().await;
+}
+
+/// Reported subnets are bounded and checked against the node's own addresses (issue 20
+/// item 3): a report with a subnet wider than any LAN is rejected (its node takes nothing),
+/// and a wide subnet that holds none of the addresses its Node lists does not make its node
+/// the only candidate for the pool's addresses; once the Node lists an address in it, it
+/// counts, and its node is the only one on the pool's subnet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
+    let _serial = serial().await;
+    let c = Cluster::new("wide-subnet").await;
+    c.set_pool(&[(c.ns.as_str(), "10.88.9.1-10.88.9.5")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    let n3 = c.node("n3").await;
+    let report = |subnet: &str| {
+        serde_json::json!({
+            "version": 1,
+            "interfaces": [{"name": "eth0", "subnets": [subnet]}],
+        })
+        .to_string()
+    };
+    // n1 claims the /16 around the pool without any address in it; n3 half the IPv4 space.
+    let _a1 = c.agent_reporting(&n1, report("10.88.0.0/16"));
+    let _a2 = c.fake_agent(&n2);
+    let _a3 = c.agent_reporting(&n3, report("0.0.0.0/1"));
+    let (_controller, _metrics) = c.start_controller();
+    for name in ["a", "b", "c", "d"] {
+        c.create(lb_service(name)).await;
+    }
+    let nodes = [n1.as_str(), n2.as_str(), n3.as_str()];
+    let mut on = std::collections::BTreeMap::<String, usize>::new();
+    for ip in ["10.88.9.1", "10.88.9.2", "10.88.9.3", "10.88.9.4"] {
+        let mut holder = None;
+        eventually(SETTLE, &format!("{ip} on a node"), async || {
+            holder = holder_of(&c, &nodes, ip).await;
+            holder.is_some()
+        })
+        .await;
+        *on.entry(holder.unwrap()).or_default() += 1;
+    }
+    assert_eq!(on.get(&n3), None, "n3's report is rejected: {on:?}");
+    assert_eq!(
+        (on.get(&n1), on.get(&n2)),
+        (Some(&2), Some(&2)),
+        "n1's unanchored /16 must not win the subnet rule: {on:?}"
+    );
+    let warned = c.events("default", &n1).await;
+    assert!(
+        warned
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("UnanchoredSubnet")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("10.88.0.0/16"))),
+        "no UnanchoredSubnet Event on Node {n1}: {warned:?}"
+    );
+    let rejected = c.events(&c.system, &keys::agent_lease_name(&n3)).await;
+    assert!(
+        rejected
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InvalidAgentReport")
+                && e.note.as_deref().is_some_and(|n| n.contains("0.0.0.0/1"))),
+        "no InvalidAgentReport Event on n3's Lease: {rejected:?}"
+    );
+
+    // Once Node n1 lists an address in the /16, it counts: n1 is the only node on the
+    // pool's subnet, so a new Service goes to it and the others move there (the subnet rule
+    // holds for holders too).
+    c.set_node_addresses(&n1, &[("InternalIP", "10.88.3.3")])
+        .await;
+    c.create(lb_service("e")).await;
+    for ip in [
+        "10.88.9.1",
+        "10.88.9.2",
+        "10.88.9.3",
+        "10.88.9.4",
+        "10.88.9.5",
+    ] {
+        eventually(SETTLE, &format!("{ip} on {n1}"), async || {
+            holder_of(&c, &nodes, ip).await.as_deref() == Some(n1.as_str())
+        })
+        .await;
+    }
+    c.cleanup().await;
+}

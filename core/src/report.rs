@@ -16,7 +16,9 @@
 //! 3. [`AgentReport::validated`]: data no agent can produce, or more entries than any node
 //!    has, is **rejected**, and the first violation is named in the [`ReportError`]:
 //!    - at most [`MAX_INTERFACES`] interfaces, each with at most
-//!      [`MAX_SUBNETS_PER_INTERFACE`] subnets;
+//!      [`MAX_SUBNETS_PER_INTERFACE`] subnets, none wider than [`WIDEST_SUBNET_V4`] or
+//!      [`WIDEST_SUBNET_V6`] (no LAN is: `0.0.0.0/1` would make its node the one candidate
+//!      for half of every IPv4 pool);
 //!    - interface names as Linux allows them (`dev_valid_name`): 1 to
 //!      [`MAX_INTERFACE_NAME`] bytes (`IFNAMSIZ` - 1), not `.` or `..`, no `/` or `:`, no
 //!      whitespace; and, stricter than the kernel, no control characters and no non-ASCII
@@ -26,6 +28,13 @@
 //!    and a reason is cut to [`MAX_REASON`] bytes on a character boundary, ending in
 //!    `...`. A long reason is odd, not impossible, and the rest of the report is still
 //!    worth reading.
+//!
+//! Within those bounds a subnet still says only what the node claims. A subnet wider than
+//! [`ANCHOR_FREE_V4`] (IPv4) or [`ANCHOR_FREE_V6`] (IPv6) counts for node election only where
+//! it holds one of the addresses the node's own Node object lists ([`AgentReport::elected_subnets`]);
+//! narrower ones count as reported, so a second NIC on a /24 works without the Node
+//! listing its address (see the README's security model for what that leaves a
+//! compromised node).
 //!
 //! A rejected report is worth nothing to the controller: it treats the agent as not ready
 //! (its node is not eligible and holds nothing), exactly as for a report that is not JSON.
@@ -60,6 +69,16 @@ pub const MAX_INTERFACES: usize = 256;
 pub const MAX_INTERFACE_NAME: usize = 15;
 /// Most subnets per interface.
 pub const MAX_SUBNETS_PER_INTERFACE: usize = 64;
+/// Shortest IPv4 prefix a report may carry: no broadcast domain is wider than a /8.
+pub const WIDEST_SUBNET_V4: u8 = 8;
+/// Shortest IPv6 prefix a report may carry (on-link prefixes are /64 almost everywhere).
+pub const WIDEST_SUBNET_V6: u8 = 32;
+/// Shortest IPv4 prefix that counts for election without holding one of the Node's own
+/// addresses ([`AgentReport::elected_subnets`]).
+pub const ANCHOR_FREE_V4: u8 = 24;
+/// Shortest IPv6 prefix that counts for election without holding one of the Node's own
+/// addresses.
+pub const ANCHOR_FREE_V6: u8 = 64;
 /// Most held IPs in a report.
 pub const MAX_HELD: usize = 65_536;
 /// Most conflicts in a report.
@@ -228,6 +247,16 @@ pub enum ReportError {
         /// Subnets listed.
         count: usize,
     },
+    /// A subnet wider than [`WIDEST_SUBNET_V4`] or [`WIDEST_SUBNET_V6`].
+    #[error(
+        "agent report: interface {name} lists subnet {subnet}, wider than any LAN (/{WIDEST_SUBNET_V4} for IPv4, /{WIDEST_SUBNET_V6} for IPv6)"
+    )]
+    SubnetTooWide {
+        /// The interface (a valid name).
+        name: String,
+        /// The subnet.
+        subnet: IpNet,
+    },
     /// More than [`MAX_HELD`] held IPs.
     #[error("agent report lists {count} held IPs, more than {MAX_HELD}")]
     TooManyHeld {
@@ -263,7 +292,7 @@ impl ReportError {
             ReportError::InterfaceName { .. } | ReportError::ConflictInterface { .. } => {
                 "interface_name"
             }
-            ReportError::TooManySubnets { .. } => "subnets",
+            ReportError::TooManySubnets { .. } | ReportError::SubnetTooWide { .. } => "subnets",
             ReportError::TooManyHeld { .. } => "held",
             ReportError::TooManyConflicts { .. } => "conflicts",
         }
@@ -342,6 +371,12 @@ impl AgentReport {
                     count: interface.subnets.len(),
                 });
             }
+            if let Some(subnet) = interface.subnets.iter().find(|net| too_wide(net)) {
+                return Err(ReportError::SubnetTooWide {
+                    name: interface.name.clone(),
+                    subnet: *subnet,
+                });
+            }
         }
         if self.macs.len() > MAX_INTERFACES {
             return Err(ReportError::TooManyInterfaces {
@@ -398,6 +433,43 @@ impl AgentReport {
     /// All subnets of all interfaces.
     pub fn subnets(&self) -> impl Iterator<Item = &IpNet> {
         self.interfaces.iter().flat_map(|i| i.subnets.iter())
+    }
+
+    /// The subnets that count for node election, given the addresses the node's own Node
+    /// object lists: each one no wider than [`ANCHOR_FREE_V4`] / [`ANCHOR_FREE_V6`], and the
+    /// wider ones that hold one of `node_addresses` (see the module docs).
+    pub fn elected_subnets<'a>(
+        &'a self,
+        node_addresses: &'a [IpAddr],
+    ) -> impl Iterator<Item = &'a IpNet> + 'a {
+        self.subnets()
+            .filter(move |net| anchor_free(net) || node_addresses.iter().any(|a| net.contains(a)))
+    }
+
+    /// The subnets [`AgentReport::elected_subnets`] leaves out: wide, and holding none of
+    /// `node_addresses`.
+    pub fn unanchored_subnets<'a>(
+        &'a self,
+        node_addresses: &'a [IpAddr],
+    ) -> impl Iterator<Item = &'a IpNet> + 'a {
+        self.subnets()
+            .filter(move |net| !anchor_free(net) && !node_addresses.iter().any(|a| net.contains(a)))
+    }
+}
+
+/// Whether `net` is wider than any LAN ([`WIDEST_SUBNET_V4`], [`WIDEST_SUBNET_V6`]).
+fn too_wide(net: &IpNet) -> bool {
+    match net {
+        IpNet::V4(n) => n.prefix_len() < WIDEST_SUBNET_V4,
+        IpNet::V6(n) => n.prefix_len() < WIDEST_SUBNET_V6,
+    }
+}
+
+/// Whether `net` counts for election without an address of the Node in it.
+fn anchor_free(net: &IpNet) -> bool {
+    match net {
+        IpNet::V4(n) => n.prefix_len() >= ANCHOR_FREE_V4,
+        IpNet::V6(n) => n.prefix_len() >= ANCHOR_FREE_V6,
     }
 }
 
@@ -799,5 +871,98 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.category(), "json");
+    }
+
+    fn on_eth0(subnets: &[&str]) -> AgentReport {
+        AgentReport {
+            version: REPORT_VERSION,
+            interfaces: vec![InterfaceReport {
+                name: "eth0".into(),
+                subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+                mac: None,
+            }],
+            ..AgentReport::default()
+        }
+    }
+
+    #[test]
+    fn subnets_wider_than_any_lan_reject_the_report() {
+        // (subnet, accepted): the widest bound on each side of the line, both families.
+        let table = [
+            ("0.0.0.0/1", false),
+            ("0.0.0.0/0", false),
+            ("10.0.0.0/7", false),
+            ("10.0.0.0/8", true),
+            ("192.168.55.0/24", true),
+            ("2001:db8::/31", false),
+            ("::/0", false),
+            ("2001:db8::/32", true),
+            ("fd55::/64", true),
+        ];
+        for (subnet, accepted) in table {
+            let got = on_eth0(&["192.168.1.0/24", subnet]).validated();
+            match (accepted, got) {
+                (true, Ok(_)) => {}
+                (false, Err(err)) => {
+                    assert_eq!(err.category(), "subnets", "{subnet}");
+                    assert_eq!(
+                        err.to_string(),
+                        format!(
+                            "agent report: interface eth0 lists subnet {subnet}, wider than any LAN (/8 for IPv4, /32 for IPv6)"
+                        )
+                    );
+                }
+                (accepted, got) => panic!("{subnet}: wanted accepted={accepted}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn wide_subnets_count_for_election_only_around_the_nodes_own_addresses() {
+        let report = on_eth0(&[
+            "10.0.0.0/8",
+            "172.16.0.0/16",
+            "192.168.55.0/24",
+            "192.168.56.0/25",
+            "fd55::/64",
+            "fd56::/48",
+        ]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // (the Node's own addresses, the subnets elected)
+        let table: [(&[IpAddr], &[&str]); 3] = [
+            (&[], &["192.168.55.0/24", "192.168.56.0/25", "fd55::/64"]),
+            (
+                &[ip("172.16.4.2"), ip("fd56::7")],
+                &[
+                    "172.16.0.0/16",
+                    "192.168.55.0/24",
+                    "192.168.56.0/25",
+                    "fd55::/64",
+                    "fd56::/48",
+                ],
+            ),
+            (
+                &[ip("10.1.2.3"), ip("192.168.55.3")],
+                &[
+                    "10.0.0.0/8",
+                    "192.168.55.0/24",
+                    "192.168.56.0/25",
+                    "fd55::/64",
+                ],
+            ),
+        ];
+        for (addresses, want) in table {
+            let got: Vec<String> = report
+                .elected_subnets(addresses)
+                .map(ToString::to_string)
+                .collect();
+            assert_eq!(got, want, "{addresses:?}");
+            let left: Vec<String> = report
+                .unanchored_subnets(addresses)
+                .map(ToString::to_string)
+                .collect();
+            assert_eq!(left.len() + got.len(), 6, "{addresses:?}: {left:?}");
+            assert!(left.iter().all(|l| !want.contains(&l.as_str())));
+        }
     }
 }

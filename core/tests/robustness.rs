@@ -18,7 +18,7 @@ use aliaslb_core::pool::{
 use aliaslb_core::range::{Family, IpRange, to_u128};
 use aliaslb_core::report::{
     AgentReport, MAX_INTERFACES, MAX_REASON, MAX_REPORT_BYTES, MAX_SUBNETS_PER_INTERFACE,
-    interface_name_error,
+    WIDEST_SUBNET_V4, WIDEST_SUBNET_V6, interface_name_error,
 };
 use proptest::prelude::*;
 
@@ -581,6 +581,13 @@ proptest! {
                 for interface in &report.interfaces {
                     prop_assert_eq!(interface_name_error(&interface.name), None);
                     prop_assert!(interface.subnets.len() <= MAX_SUBNETS_PER_INTERFACE);
+                    for subnet in &interface.subnets {
+                        let widest = match subnet {
+                            ipnet::IpNet::V4(_) => WIDEST_SUBNET_V4,
+                            ipnet::IpNet::V6(_) => WIDEST_SUBNET_V6,
+                        };
+                        prop_assert!(subnet.prefix_len() >= widest, "{subnet}");
+                    }
                 }
                 for conflict in &report.conflicts {
                     prop_assert!(conflict.reason.len() <= MAX_REASON);

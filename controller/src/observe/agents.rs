@@ -28,7 +28,15 @@
 //!    come before that change. Until both hold the agent is [`Freshness::Unconfirmed`]:
 //!    when every renewal stops at once (an API pause), the Leases still expire one after
 //!    the other over a renew interval, and the first to expire is not a node loss. An
-//!    agent whose Lease names no holder (graceful shutdown) or is gone is lost at once.
+//!    agent whose Lease names no holder (graceful shutdown) is lost at once.
+//!
+//! **Absence is not evidence.** A held Lease that is deleted is taken as an agent that
+//! stopped renewing, not as a dead one: agents may write each other's Leases on servers
+//! without the optional admission policy, so a compromised node could otherwise move every
+//! IP at once, with no break-before-make. The clock keeps the Lease as last seen (its
+//! renewal, duration and report) and the rules above judge it: fresh until its lease
+//! duration has passed, then lost only while the controller sees other agents renew. A live
+//! agent writes its Lease again at its next renewal, and nothing moved.
 //!
 //! An unconfirmed agent's node keeps what it carries but is not elected for new IPs. A
 //! lost agent's node is a hard loss: its IPs move at once. So the loss of some nodes
@@ -108,6 +116,11 @@ struct Seen {
     held: bool,
     /// Digest of its report annotation (absent: `None`).
     report: u64,
+    /// The Lease was deleted since (a held one is kept until judged lost: see the module
+    /// docs).
+    gone: bool,
+    /// The [`AgentClock::relist`] generation it was last seen in.
+    listed: u64,
 }
 
 /// Freshness of agent Leases on the controller's own monotonic clock.
@@ -119,6 +132,8 @@ struct Seen {
 pub struct AgentClock {
     default_duration: Duration,
     seen: HashMap<String, Seen>,
+    /// Bumped when the watch lists every Lease anew ([`AgentClock::relist`]).
+    generation: u64,
 }
 
 impl AgentClock {
@@ -127,6 +142,7 @@ impl AgentClock {
         AgentClock {
             default_duration,
             seen: HashMap::new(),
+            generation: 0,
         }
     }
 
@@ -166,7 +182,10 @@ impl AgentClock {
             .all(|s| !s.held || now < s.at + s.duration);
         match self.seen.get_mut(name) {
             Some(seen) if seen.version == version => {
-                let same = (seen.duration, seen.held, seen.report) == (duration, held, report);
+                let same = (seen.duration, seen.held, seen.report) == (duration, held, report)
+                    && !seen.gone;
+                seen.gone = false;
+                seen.listed = self.generation;
                 seen.duration = duration;
                 seen.held = held;
                 seen.report = report;
@@ -186,6 +205,8 @@ impl AgentClock {
                         duration,
                         held,
                         report,
+                        gone: false,
+                        listed: self.generation,
                     },
                 );
                 !idle_renewal
@@ -193,9 +214,58 @@ impl AgentClock {
         }
     }
 
-    /// Forgets a deleted Lease: its agent is not ready from now on.
+    /// Records that a Lease was deleted. A released one (no holder) is forgotten; a held
+    /// one is kept as last seen, as an agent that stopped renewing, until
+    /// [`AgentClock::forget_lost`] drops it (see the module docs: absence is not evidence).
     pub fn remove(&mut self, lease_name: &str) {
-        self.seen.remove(lease_name);
+        match self.seen.get_mut(lease_name) {
+            Some(seen) if seen.held => seen.gone = true,
+            _ => {
+                self.seen.remove(lease_name);
+            }
+        }
+    }
+
+    /// The watch starts listing every Lease anew (after a restart of the watch): the
+    /// Leases not seen again by [`AgentClock::relisted`] were deleted meanwhile.
+    pub fn relist(&mut self) {
+        self.generation += 1;
+    }
+
+    /// The new list is complete: each Lease it did not hold is taken as deleted
+    /// ([`AgentClock::remove`]), not forgotten.
+    pub fn relisted(&mut self) {
+        let missing: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.listed != self.generation && !s.gone)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in missing {
+            self.remove(&name);
+        }
+    }
+
+    /// The deleted Leases still kept (see [`AgentClock::remove`]), by name.
+    pub fn gone(&self) -> impl Iterator<Item = &str> + '_ {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.gone)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Forgets the deleted Leases `judgement` finds lost: from now on their agents are
+    /// unknown, as if never seen. Returns their names.
+    pub fn forget_lost(&mut self, judgement: &Judgement) -> Vec<String> {
+        let lost: Vec<String> = self
+            .gone()
+            .filter(|name| judgement.agents.get(*name) == Some(&Freshness::Lost))
+            .map(str::to_owned)
+            .collect();
+        for name in &lost {
+            self.seen.remove(name);
+        }
+        lost
     }
 
     /// Whether the agent Lease `lease_name` is fresh at `now`.
@@ -401,9 +471,14 @@ mod tests {
             BTreeMap::from([("n1", 3 * s), ("n2", 5 * s)]),
             "released (n3) and foreign Leases are left out"
         );
+        // A deleted held Lease keeps its age (it is kept until judged lost); a deleted
+        // released one goes.
         clock.remove("aliaslb-agent-n2");
-        assert_eq!(clock.renewal_ages(t0 + 5 * s).count(), 1);
-        assert_eq!(clock.released().collect::<Vec<_>>(), ["n3"]);
+        clock.remove("aliaslb-agent-n3");
+        let ages: BTreeMap<&str, Duration> = clock.renewal_ages(t0 + 6 * s).collect();
+        assert_eq!(ages, BTreeMap::from([("n1", 4 * s), ("n2", 6 * s)]));
+        assert_eq!(clock.released().count(), 0);
+        assert_eq!(clock.gone().collect::<Vec<_>>(), ["aliaslb-agent-n2"]);
     }
 
     #[test]
@@ -429,15 +504,72 @@ mod tests {
             t0 + 2 * s,
         );
         assert!(clock.is_fresh("aliaslb-agent-n1", t0 + 3 * s));
-        // Released (empty holder) or deleted: not ready at once.
+        // Released (empty holder): not ready at once.
         clock.observe(
             &lease("aliaslb-agent-n1", "3", Some(""), Some(2)),
             t0 + 3 * s,
         );
         assert!(!clock.is_fresh("aliaslb-agent-n1", t0 + 3 * s));
+        // Deleted: as if it stopped renewing, fresh until its lease duration has passed.
         clock.remove("aliaslb-agent-n2");
-        assert!(!clock.is_fresh("aliaslb-agent-n2", t0));
-        assert_eq!(clock.next_expiry(t0 + 3 * s), None);
+        assert!(clock.is_fresh("aliaslb-agent-n2", t0 + 3 * s));
+        assert_eq!(clock.next_expiry(t0 + 3 * s), Some(t0 + 4 * s));
+        assert!(!clock.is_fresh("aliaslb-agent-n2", t0 + 4 * s));
+        assert_eq!(clock.next_expiry(t0 + 4 * s), None);
+    }
+
+    /// Absence is not evidence: a deleted held Lease is judged as one that stopped
+    /// renewing; written again, it is as fresh as any; a relist that misses it is a
+    /// deletion; a released Lease deleted goes at once.
+    #[test]
+    fn a_deleted_lease_is_an_agent_that_stopped_renewing() {
+        use Freshness::{Fresh as F, Lost as L, Unconfirmed as U};
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let (a, b, c) = ("aliaslb-agent-a", "aliaslb-agent-b", "aliaslb-agent-c");
+        let judge = |clock: &mut AgentClock, observer: &mut Observer, secs: u64| {
+            let got = observer.judge(clock, at(secs));
+            let lost = clock.forget_lost(&got);
+            (got.agents.values().copied().collect::<Vec<_>>(), lost)
+        };
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        let mut observer = Observer::new(t0);
+        for name in [a, b, c] {
+            clock.observe(&lease(name, "1", Some(name), Some(4)), at(0));
+        }
+        // c is deleted at 1 s: nothing changes before its lease has passed.
+        clock.remove(c);
+        assert_eq!(judge(&mut clock, &mut observer, 1), (vec![F, F, F], vec![]));
+        clock.observe(&lease(a, "2", Some(a), Some(4)), at(3));
+        clock.observe(&lease(b, "2", Some(b), Some(4)), at(3));
+        assert_eq!(judge(&mut clock, &mut observer, 3), (vec![F, F, F], vec![]));
+        // Its lease passed while the others renew: lost, then forgotten.
+        assert_eq!(
+            judge(&mut clock, &mut observer, 4),
+            (vec![F, F, L], vec![c.to_owned()])
+        );
+        assert_eq!(judge(&mut clock, &mut observer, 5), (vec![F, F], vec![]));
+
+        // Deleted while everything is silent (an API pause): unconfirmed, kept.
+        clock.remove(b);
+        assert_eq!(judge(&mut clock, &mut observer, 8), (vec![U, U], vec![]));
+        // Written again (a live agent renews): fresh, no longer gone.
+        clock.observe(&lease(b, "7", Some(b), Some(4)), at(9));
+        clock.observe(&lease(a, "7", Some(a), Some(4)), at(9));
+        assert_eq!(judge(&mut clock, &mut observer, 9), (vec![F, F], vec![]));
+        assert_eq!(clock.gone().count(), 0);
+
+        // A relist that misses a: deleted meanwhile, kept as last seen.
+        clock.relist();
+        clock.observe(&lease(b, "8", Some(b), Some(4)), at(10));
+        clock.relisted();
+        assert_eq!(clock.gone().collect::<Vec<_>>(), [a]);
+        assert!(clock.is_fresh(a, at(12)));
+        // A released Lease deleted is forgotten at once.
+        clock.observe(&lease(b, "9", Some(""), Some(4)), at(11));
+        clock.remove(b);
+        assert_eq!(clock.gone().collect::<Vec<_>>(), [a]);
+        assert_eq!(judge(&mut clock, &mut observer, 11), (vec![F], vec![]));
     }
 
     #[test]

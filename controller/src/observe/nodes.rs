@@ -7,11 +7,16 @@ use std::net::IpAddr;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::plan::NodeAddress;
 use aliaslb_core::report::AgentReport;
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 
 use super::agents::Freshness;
 
 /// Nodes as the planner sees them: `agents` maps node name -> (freshness, report).
+///
+/// A node's subnets are those of its agent's report that count for election
+/// ([`AgentReport::elected_subnets`]): a wide one only where it holds an address the Node
+/// itself lists.
 pub fn node_states(
     nodes: &[std::sync::Arc<Node>],
     agents: &BTreeMap<String, (Freshness, AgentReport)>,
@@ -31,7 +36,7 @@ pub fn node_states(
                 agent_ready: agent.is_some_and(|(f, _)| *f == Freshness::Fresh),
                 agent_unconfirmed: agent.is_some_and(|(f, _)| *f == Freshness::Unconfirmed),
                 subnets: agent
-                    .map(|(_, r)| r.subnets().copied().collect())
+                    .map(|(_, r)| r.elected_subnets(&listed_ips(node)).copied().collect())
                     .unwrap_or_default(),
                 name,
             })
@@ -41,8 +46,44 @@ pub fn node_states(
     out
 }
 
+/// The subnets of each node's report that do not count for election (wide, and holding
+/// no address the Node lists: [`AgentReport::unanchored_subnets`]), by node; nodes without
+/// any are left out.
+pub fn unanchored_subnets(
+    nodes: &[std::sync::Arc<Node>],
+    agents: &BTreeMap<String, (Freshness, AgentReport)>,
+) -> BTreeMap<String, Vec<IpNet>> {
+    nodes
+        .iter()
+        .filter_map(|node| {
+            let name = node.metadata.name.as_ref()?;
+            let (_, report) = agents.get(name)?;
+            let left: Vec<IpNet> = report
+                .unanchored_subnets(&listed_ips(node))
+                .copied()
+                .collect();
+            (!left.is_empty()).then(|| (name.clone(), left))
+        })
+        .collect()
+}
+
 /// Node address types that hold a name, not an IP.
 const NAME_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
+
+/// The IPs `node` lists in `status.addresses`, with their types, names left out.
+fn listed(node: &Node) -> impl Iterator<Item = (IpAddr, &str)> + '_ {
+    let listed = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+    listed
+        .into_iter()
+        .flatten()
+        .filter(|a| !NAME_TYPES.contains(&a.type_.as_str()))
+        .filter_map(|a| Some((a.address.trim().parse::<IpAddr>().ok()?, a.type_.as_str())))
+}
+
+/// The IPs `node` lists (see [`node_addresses`]).
+fn listed_ips(node: &Node) -> Vec<IpAddr> {
+    listed(node).map(|(ip, _)| ip).collect()
+}
 
 /// Every IP a Node lists in `status.addresses` (InternalIP, ExternalIP or any other type
 /// but the names: Hostname, InternalDNS, ExternalDNS), with the Node and the type: the
@@ -56,18 +97,11 @@ pub fn node_addresses<'a>(
         let Some(name) = node.metadata.name.as_deref() else {
             continue;
         };
-        let listed = node.status.as_ref().and_then(|s| s.addresses.as_ref());
-        for address in listed.into_iter().flatten() {
-            if NAME_TYPES.contains(&address.type_.as_str()) {
-                continue;
-            }
-            let Ok(ip) = address.address.trim().parse::<IpAddr>() else {
-                continue;
-            };
+        for (ip, kind) in listed(node) {
             match out.get(&ip) {
                 Some(kept) if *kept.node <= *name => {}
                 _ => {
-                    out.insert(ip, NodeAddress::new(name, &address.type_));
+                    out.insert(ip, NodeAddress::new(name, kind));
                 }
             }
         }
@@ -144,6 +178,62 @@ mod tests {
         assert_eq!(
             first_listed[&ip("192.168.55.103")],
             NodeAddress::new("n2", "InternalIP")
+        );
+    }
+
+    #[test]
+    fn wide_subnets_elect_a_node_only_around_its_listed_addresses() {
+        use aliaslb_core::report::InterfaceReport;
+        let report = |subnets: &[&str]| AgentReport {
+            interfaces: vec![InterfaceReport {
+                name: "eth0".into(),
+                subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+                mac: None,
+            }],
+            ..AgentReport::default()
+        };
+        let nodes = [
+            // Lists an address in its /16 (and a name, which holds no IP).
+            std::sync::Arc::new(node_with(
+                "n1",
+                &[("InternalIP", "10.1.4.2"), ("Hostname", "10.2.0.1")],
+            )),
+            // Lists nothing in its /16.
+            std::sync::Arc::new(node_with("n2", &[("InternalIP", "192.168.1.2")])),
+        ];
+        let agents = BTreeMap::from([
+            (
+                "n1".to_owned(),
+                (Freshness::Fresh, report(&["10.1.0.0/16", "10.2.0.0/16"])),
+            ),
+            (
+                "n2".to_owned(),
+                (
+                    Freshness::Fresh,
+                    report(&["10.3.0.0/16", "192.168.1.0/24", "fd00::/56"]),
+                ),
+            ),
+        ]);
+        let states = node_states(&nodes, &agents);
+        let subnets: Vec<Vec<String>> = states
+            .iter()
+            .map(|n| n.subnets.iter().map(ToString::to_string).collect())
+            .collect();
+        assert_eq!(
+            subnets,
+            [vec!["10.1.0.0/16"], vec!["192.168.1.0/24"]],
+            "wide subnets without a listed address of their node do not count"
+        );
+        let left = unanchored_subnets(&nodes, &agents);
+        assert_eq!(
+            left,
+            BTreeMap::from([
+                ("n1".to_owned(), vec!["10.2.0.0/16".parse().unwrap()]),
+                (
+                    "n2".to_owned(),
+                    vec!["10.3.0.0/16".parse().unwrap(), "fd00::/56".parse().unwrap()]
+                ),
+            ])
         );
     }
 }

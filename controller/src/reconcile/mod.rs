@@ -69,7 +69,7 @@ use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 
@@ -89,6 +89,11 @@ pub const DEBOUNCE: Duration = Duration::from_millis(20);
 pub const MAX_IN_FLIGHT: usize = 16;
 /// Reason of the Warning Event on an agent Lease whose report was rejected.
 pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
+/// Reason of the Warning Event on a Node whose agent reports a wide subnet that holds none
+/// of the Node's own addresses: not used for election ([`AgentReport::elected_subnets`]).
+///
+/// [`AgentReport::elected_subnets`]: aliaslb_core::report::AgentReport::elected_subnets
+pub const UNANCHORED_SUBNET: &str = "UnanchoredSubnet";
 /// Warning Event on the leader Lease: no agent is seen renewing, so the controller keeps
 /// every node assignment and elects no node until it sees them again
 /// ([`agents`] module docs).
@@ -217,6 +222,8 @@ struct Reconciler {
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
     node_clashes: Vec<NodeAddressClash>,
+    /// The reported subnets not used for election, by node, as last warned about.
+    unanchored: BTreeMap<String, Vec<ipnet::IpNet>>,
     /// The term's sight of the agents: blind or not, and since when it sees.
     observer: Observer,
     /// When the agents' freshness changes next without an event.
@@ -275,6 +282,7 @@ impl Reconciler {
             report_digests: HashMap::new(),
             imported: false,
             node_clashes: Vec::new(),
+            unanchored: BTreeMap::new(),
             observer: Observer::new(Instant::now()),
             agents_change: None,
             failovers: Failovers::default(),
@@ -382,6 +390,7 @@ impl Reconciler {
         let node_objects = self.caches.nodes.state();
         let nodes = nodes::node_states(&node_objects, self.world.agents());
         let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
+        self.unanchored_notice(&node_objects);
         drop(node_objects);
         changed_nodes.extend(self.world.nodes_changed(&nodes));
         let changes = Changes {
@@ -708,10 +717,19 @@ impl Reconciler {
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
     /// said once on each edge (log, Warning Event [`AGENTS_UNOBSERVABLE`] on the leader
     /// Lease, gauge `aliaslb_agents_unobservable`).
+    ///
+    /// A deleted Lease is not evidence of a dead agent: until the clock judges it lost, its
+    /// node keeps its freshness and its last report as if the agent had stopped renewing
+    /// ([`agents`] module docs); then it is forgotten.
     fn agents(&mut self, now: Instant) -> (BTreeSet<String>, Sight) {
-        let judgement = {
-            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
-            self.observer.judge(&clock, now)
+        let (judgement, gone) = {
+            let mut clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            let judgement = self.observer.judge(&clock, now);
+            for name in clock.forget_lost(&judgement) {
+                tracing::info!(lease = %name, "agent Lease deleted and not written again within its lease duration: its node counts as lost");
+            }
+            let gone: Vec<String> = clock.gone().map(str::to_owned).collect();
+            (judgement, gone)
         };
         self.agents_change = judgement.next_change;
         match judgement.edge {
@@ -766,6 +784,18 @@ impl Reconciler {
                 freshness
             };
             if self.world.set_agent(node, freshness, report) {
+                changed.insert(node.to_owned());
+            }
+        }
+        // Deleted Leases not yet judged lost: the agent as last seen, its report kept.
+        for name in &gone {
+            let (Some(node), Some(freshness)) =
+                (keys::agent_lease_node(name), judgement.agents.get(name))
+            else {
+                continue;
+            };
+            seen.insert(node);
+            if self.world.set_agent(node, *freshness, None) {
                 changed.insert(node.to_owned());
             }
         }
@@ -993,6 +1023,46 @@ impl Reconciler {
             note: format!("{}; remove {them} from the pool", list.join("; ")),
         });
         self.node_clashes = clashes;
+    }
+
+    /// Warns, once per change, about the reported subnets that do not count for election
+    /// because they are wide and hold none of the Node's own addresses: log and a Warning
+    /// Event on the Node.
+    fn unanchored_notice(&mut self, node_objects: &[std::sync::Arc<Node>]) {
+        let unanchored = nodes::unanchored_subnets(node_objects, self.world.agents());
+        if unanchored == self.unanchored {
+            return;
+        }
+        for (name, subnets) in &unanchored {
+            if self.unanchored.get(name) == Some(subnets) {
+                continue;
+            }
+            let Some(node) = node_objects
+                .iter()
+                .find(|n| n.metadata.name.as_ref() == Some(name))
+            else {
+                continue;
+            };
+            let list: Vec<String> = subnets.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                node = %name,
+                subnets = %list.join(", "),
+                "the agent reports subnets wider than /24 (IPv4) or /64 (IPv6) that hold none of the Node's own addresses: not used for election"
+            );
+            self.events.enqueue(Notice {
+                regarding: Regarding::Object(Box::new(node.object_ref(&()))),
+                warning: true,
+                reason: UNANCHORED_SUBNET,
+                note: format!(
+                    "the agent on {name} reports {}, wider than /24 (IPv4) or /64 (IPv6) and \
+                     holding none of the addresses this Node lists: not used to elect this \
+                     node (list an address of that network in the Node's status, e.g. with \
+                     the kubelet's --node-ip, or use a narrower subnet)",
+                    list.join(", ")
+                ),
+            });
+        }
+        self.unanchored = unanchored;
     }
 
     /// The metrics of one pass, from its output and the plans of the passes before (not
