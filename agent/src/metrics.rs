@@ -90,6 +90,7 @@ pub struct Metrics {
     renewals_gated: Counter,
     api_reachable: Gauge,
     authority_fresh: Gauge,
+    kube_proxy_ipvs: Gauge,
     lan_conflicts: Gauge,
     routing_daemon_up: Gauge,
     routing_daemon_info: Family<DaemonLabels, Gauge>,
@@ -198,6 +199,12 @@ impl Metrics {
             "authority_fresh",
             "1 while this agent's Lease was renewed within the lease duration (it defends its IPs), 0 when stale (it yields them to another node)",
             authority_fresh.clone(),
+        );
+        let kube_proxy_ipvs = Gauge::default();
+        registry.register(
+            "kube_proxy_ipvs",
+            "1 while the node has a kube-ipvs0 link: kube-proxy in IPVS mode, which aliaslb does not support (kube-proxy binds every LB IP to kube-ipvs0, so this agent sees them as another owner's)",
+            kube_proxy_ipvs.clone(),
         );
         let lan_conflicts = Gauge::default();
         registry.register(
@@ -324,6 +331,7 @@ impl Metrics {
             renewals_gated,
             api_reachable,
             authority_fresh,
+            kube_proxy_ipvs,
             lan_conflicts,
             routing_daemon_up,
             routing_daemon_info,
@@ -417,6 +425,11 @@ impl Metrics {
     /// Record whether this agent's authority is fresh.
     pub fn set_authority_fresh(&self, fresh: bool) {
         self.authority_fresh.set(i64::from(fresh));
+    }
+
+    /// Whether the node has a `kube-ipvs0` link (kube-proxy in IPVS mode, unsupported).
+    pub fn set_kube_proxy_ipvs(&self, ipvs: bool) {
+        self.kube_proxy_ipvs.set(i64::from(ipvs));
     }
 
     /// Record the number of LAN conflicts reported.
@@ -548,6 +561,7 @@ mod tests {
         m.inc_netlink_timeout("dump");
         m.record_renewal_gated();
         m.set_authority_fresh(true);
+        m.set_kube_proxy_ipvs(true);
         m.set_lan_conflicts(3);
         m.set_routing("bird", true, 2, 5);
         m.inc_yield();
@@ -584,6 +598,7 @@ mod tests {
             r#"aliaslb_agent_netlink_timeouts_total{operation="dump"} 1"#,
             "aliaslb_agent_lease_renewals_gated_total 1",
             "aliaslb_agent_authority_fresh 1",
+            "aliaslb_agent_kube_proxy_ipvs 1",
             "aliaslb_agent_lan_conflicts 3",
             "aliaslb_agent_routing_daemon_up 1",
             "aliaslb_agent_bgp_sessions_established 2",

@@ -36,7 +36,7 @@ use crate::http::Health;
 use crate::lan::{LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
-use crate::shield::ShieldBackend;
+use crate::shield::{IPVS_LINK, ShieldBackend};
 
 /// The inputs of the run loop.
 #[derive(Debug)]
@@ -148,6 +148,8 @@ pub struct Node<B, S, L> {
     effective: DesiredSet,
     /// Up/down state of every link at the last look, to re-announce on a link coming up.
     links_up: BTreeMap<u32, bool>,
+    /// Whether the node had a `kube-ipvs0` link at the last look (IPVS kube-proxy).
+    ipvs: Option<bool>,
     interfaces: Vec<InterfaceReport>,
     /// What the LAN port was last told.
     lan_interfaces: Vec<(u32, Mac)>,
@@ -179,6 +181,7 @@ where
             in_force: InForce::new(),
             effective: DesiredSet::new(),
             links_up: BTreeMap::new(),
+            ipvs: None,
             interfaces: Vec::new(),
             lan_interfaces: Vec::new(),
             lan_watched: Vec::new(),
@@ -465,6 +468,22 @@ where
             return (false, false);
         };
         self.interfaces = host::interfaces(host);
+        let ipvs = host.links.iter().any(|l| l.name == IPVS_LINK);
+        if self.ipvs != Some(ipvs) {
+            if ipvs {
+                warn!(
+                    link = IPVS_LINK,
+                    "kube-proxy runs in IPVS mode here, which aliaslb does not support: kube-proxy binds every load-balancer IP to kube-ipvs0 itself, so this agent sees them as another owner's and takes none (AddressConflict); run kube-proxy in iptables or nftables mode"
+                );
+            } else if self.ipvs.is_some() {
+                info!(
+                    link = IPVS_LINK,
+                    "kube-ipvs0 is gone: kube-proxy no longer runs in IPVS mode"
+                );
+            }
+            self.metrics.set_kube_proxy_ipvs(ipvs);
+            self.ipvs = Some(ipvs);
+        }
         let again = reannouncements(
             &self.links_up,
             &host.links,

@@ -999,3 +999,45 @@ async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
     })
     .await;
 }
+
+/// kube-proxy in IPVS mode is not supported (it binds every LB IP to `kube-ipvs0`; the
+/// kernel here has no IPVS to prove otherwise): a `kube-ipvs0` link is said (a warning on
+/// the edge) and shown (`aliaslb_agent_kube_proxy_ipvs`), from the first look on and
+/// whenever it comes or goes.
+#[tokio::test(start_paused = true)]
+async fn a_kube_ipvs0_link_is_said_and_shown() {
+    local(async {
+        let fake = Fake::new();
+        let ipvs = Link {
+            index: 40,
+            name: "kube-ipvs0".into(),
+            mac: Some([2, 0, 0, 0, 0, 40]),
+            kind: Some("dummy".into()),
+            up: false,
+        };
+        fake.host.lock().unwrap().links.push(ipvs.clone());
+        let h = Harness::start_with(fake, None);
+        h.want(desired(&["192.168.1.50"], &[]));
+        settle().await;
+        let shown = |h: &Harness| {
+            let text = h.metrics.encode().unwrap();
+            text.lines()
+                .find(|l| l.starts_with("aliaslb_agent_kube_proxy_ipvs "))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            shown(&h).as_deref(),
+            Some("aliaslb_agent_kube_proxy_ipvs 1")
+        );
+        // The link goes (kube-proxy switched to nftables mode): 0 at the next look.
+        h.fake.host.lock().unwrap().links.retain(|l| l.index != 40);
+        h.want(desired(&["192.168.1.51"], &[]));
+        settle().await;
+        assert_eq!(
+            shown(&h).as_deref(),
+            Some("aliaslb_agent_kube_proxy_ipvs 0")
+        );
+        h.stop().await;
+    })
+    .await;
+}
