@@ -15,7 +15,11 @@
 //! - an agent reporting a claim against its held IP by a foreign MAC (defended): the
 //!   Service keeps its IP and node, Announced True `AddressDefended` and one Warning Event
 //!   `AddressDefended`, both naming the MAC; with the pool option `onConflict: renumber` the
-//!   same report moves it to another IP (Warning `AddressConflict`).
+//!   same report moves it to another IP (Warning `AddressConflict`);
+//! - the network and broadcast addresses of a subnet an agent reports are never handed out
+//!   (issue 20 item 9): the lowest free address skips them, a request for one waits with
+//!   `SubnetAddress`, an exhausted pool's message names them, and `aliaslb status` shows
+//!   them as `subnet-address`.
 
 mod support;
 
@@ -322,5 +326,48 @@ async fn a_defended_claim_keeps_the_service_and_names_the_mac_unless_the_pool_re
             .any(|n| n.contains(FOREIGN) && n.contains("10.89.1.1")),
         "{moved:?}"
     );
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_subnets_network_and_broadcast_addresses_are_never_handed_out() {
+    let _serial = serial().await;
+    let c = Cluster::new("subnet-edges").await;
+    // A range that lists the /30's network (.0) and broadcast (.3) addresses.
+    c.set_pool(&[(c.ns.as_str(), "10.89.0.0-10.89.0.3")]).await;
+    let n1 = c.node("n1").await;
+    let report = serde_json::json!({
+        "version": 1,
+        "interfaces": [{"name": "eth1", "subnets": ["10.89.0.0/30"]}],
+    })
+    .to_string();
+    let _agent = c.agent_reporting(&n1, report);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("a")).await;
+    c.wait_ips("a", &["10.89.0.1"], SETTLE).await;
+    c.create(lb_service("b")).await;
+    c.wait_ips("b", &["10.89.0.2"], SETTLE).await;
+    c.create(lb_service("c")).await;
+    let message = allocated(&c, "c", reason::POOL_EXHAUSTED).await;
+    assert!(
+        message.contains("2 of them are subnets' network or broadcast addresses")
+            && message.contains("10.89.0.3 is the broadcast address of subnet 10.89.0.0/30"),
+        "{message}"
+    );
+    c.create(lb_service("asks").request("10.89.0.0")).await;
+    let message = allocated(&c, "asks", reason::SUBNET_ADDRESS).await;
+    assert!(
+        message.starts_with("10.89.0.0 is the network address of subnet 10.89.0.0/30"),
+        "{message}"
+    );
+    let table = c.status_table();
+    for ip in ["10.89.0.0", "10.89.0.3"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(ip) && l.contains("subnet-address")),
+            "{ip} not shown as subnet-address:\n{table}"
+        );
+    }
     c.cleanup().await;
 }

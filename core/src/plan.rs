@@ -82,6 +82,12 @@
 //! counts such an address neither in the pool nor in use. [`node_address_clashes`] lists
 //! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
 //!
+//! **Subnet edges.** The network and broadcast address of an IPv4 subnet a node is on (up to
+//! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the agents
+//! report their subnets ([`subnet_edges`]), are fenced like a Node's address: a pool range
+//! may list them (a pool CIDR skips its own), but a node holding one would answer for the
+//! subnet's broadcast or anycast traffic. A request for one fails with `SubnetAddress`.
+//!
 //! **LAN conflicts.** Before a first claim the agent probes the LAN (RFC 5227 ARP probe,
 //! RFC 4862 DAD); an answer means another host owns the address, and the agent reports a
 //! conflict with the MAC it saw. A host claiming an address the agent already holds is
@@ -142,7 +148,7 @@ use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
 
-pub use fence::{FenceCause, LanConflict, lan_conflicts};
+pub use fence::{FenceCause, LanConflict, SubnetEdge, lan_conflicts, subnet_edges};
 pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
@@ -170,6 +176,8 @@ pub mod reason {
     /// A requested IP is an address a Node has (never allocated); also the Warning Event
     /// on the pool ConfigMap listing the pool entries that cover one.
     pub const NODE_ADDRESS: &str = "NodeAddress";
+    /// The requested IP is the network or broadcast address of a subnet a node is on.
+    pub const SUBNET_ADDRESS: &str = "SubnetAddress";
     /// The request annotation or field is malformed or contradicts the Service.
     pub const INVALID_REQUEST: &str = "InvalidRequest";
     /// Sharing an IP would put two Services on the same port and protocol.

@@ -1443,6 +1443,61 @@ fn an_imported_node_address_is_cleared_and_reallocated() {
     assert_eq!(a.allocated.reason, reason::POOL_EXHAUSTED);
 }
 
+/// Issue 20 item 9: the network and broadcast addresses of a subnet a node is on are never
+/// handed out, even from a pool range that lists them: not as the lowest free address, not
+/// on request, and a Service holding one (imported) is cleared; once no agent reports the
+/// subnet, they are free again.
+#[test]
+fn a_node_subnets_network_and_broadcast_addresses_are_never_allocated() {
+    let mut world = World::new(
+        config(&[("default", "10.0.0.0-10.0.0.3")]),
+        vec![
+            svc("default", "a")
+                .created(1)
+                .observed("10.0.0.3", Some("a")),
+            svc("default", "b").created(2),
+            svc("default", "c").created(3),
+            svc("default", "asks").created(4).requesting("10.0.0.0"),
+        ],
+    );
+    world.node_mut("a").subnets = vec!["10.0.0.0/30".parse().unwrap()];
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    assert_eq!(ips(&out, "default", "b"), ["10.0.0.2"]);
+    let cleared = events_for(&out, "default", "a", reason::CLEAR_ASSIGNMENT);
+    assert_eq!(cleared.len(), 1, "{:?}", out.events);
+    assert_eq!(
+        cleared[0].message,
+        "10.0.0.3 is the broadcast address of subnet 10.0.0.0/30: never allocated; assigning \
+         a new address"
+    );
+    let c = plan_of(&out, "default", "c");
+    assert!(c.ips.is_empty());
+    assert_eq!(c.allocated.reason, reason::POOL_EXHAUSTED);
+    assert_eq!(
+        c.allocated.message,
+        "all 4 addresses of pool default are in use; 2 of them are subnets' network or \
+         broadcast addresses, never allocated (10.0.0.0 is the network address of subnet \
+         10.0.0.0/30, 10.0.0.3 is the broadcast address of subnet 10.0.0.0/30)"
+    );
+    let asks = plan_of(&out, "default", "asks");
+    assert!(asks.ips.is_empty());
+    assert_eq!(asks.allocated.reason, reason::SUBNET_ADDRESS);
+    assert!(
+        asks.allocated
+            .message
+            .starts_with("10.0.0.0 is the network address of subnet 10.0.0.0/30: never allocated"),
+        "{}",
+        asks.allocated.message
+    );
+    // The node leaves that subnet: both addresses are free again.
+    world.node_mut("a").subnets.clear();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "c"), ["10.0.0.0"]);
+    assert_eq!(ips(&out, "default", "asks"), Vec::<String>::new());
+}
+
 #[test]
 fn node_address_clashes_name_key_and_line() {
     let pools = config(&[

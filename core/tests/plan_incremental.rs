@@ -119,7 +119,8 @@ enum Op {
     Holds(usize, u8, u8, bool),
     /// Every agent reports holding exactly what is planned on its node.
     Converge,
-    /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it).
+    /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it); node
+    /// `b`'s is a `/30`, whose broadcast address `.3` the pools list (a fence).
     Subnet(usize, u8, bool),
     /// A node gains (`true`) or loses a ready endpoint of the n-th Service.
     Endpoint(usize, usize, bool),
@@ -339,7 +340,8 @@ impl Model {
                 }
             }
             Op::Subnet(a, pool, on) => {
-                let net: ipnet::IpNet = format!("10.0.{pool}.0/24").parse().unwrap();
+                let prefix = if *a == 1 { 30 } else { 24 };
+                let net: ipnet::IpNet = format!("10.0.{pool}.0/{prefix}").parse().unwrap();
                 let name = format!("net{pool}");
                 let report = self.report(*a);
                 report.interfaces.retain(|i| i.name != name);

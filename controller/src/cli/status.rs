@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
-use aliaslb_core::plan::{LanConflict, NodeAddress, ServiceKey, lan_conflicts};
+use aliaslb_core::plan::{
+    LanConflict, NodeAddress, ServiceKey, SubnetEdge, lan_conflicts, subnet_edges,
+};
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
@@ -107,8 +109,9 @@ pub struct Route {
     /// Node carrying it; for a `node-address` row without a Service, the Node that has it.
     pub node: Option<String>,
     /// `announced`, `partially-announced` and `not-announced` (L3 mode), `waiting-for-agent`,
-    /// `no-node`, `conflict`, `free`, or `node-address`: a Node has this address (`status.addresses`), so it is never allocated (a Service
-    /// shown on it is being moved off). `conflict` with [`Route::mac`]: a fresh agent
+    /// `no-node`, `conflict`, `free`, `node-address`: a Node has this address (`status.addresses`), so it is never allocated (a Service
+    /// shown on it is being moved off), or `subnet-address`: the network or broadcast
+    /// address of a subnet an agent reports, never allocated either. `conflict` with [`Route::mac`]: a fresh agent
     /// reports it answered on the LAN by that MAC, not a node's; it is not allocated while
     /// reported, and `node` is the reporting node when no Service is shown on it.
     pub state: String,
@@ -205,6 +208,9 @@ fn state(ip: IpAddr, users: &[&ServiceInfo], agents: &BTreeMap<String, AgentInfo
 /// State of an address a Node has.
 pub const NODE_ADDRESS: &str = "node-address";
 
+/// State of the network or broadcast address of a subnet a node is on.
+pub const SUBNET_ADDRESS: &str = "subnet-address";
+
 /// State of an address in conflict (with another owner, or answered on the LAN).
 pub const CONFLICT: &str = "conflict";
 
@@ -260,6 +266,33 @@ fn conflicts(
     lan_conflicts(&nodes, &reports, config)
 }
 
+/// The network and broadcast addresses of the subnets the agents report that count for
+/// election (as the controller reads them: [`AgentReport::elected_subnets`] with the
+/// addresses each Node lists), by the rule the controller fences them with
+/// ([`subnet_edges`]).
+fn edges(
+    config: &PoolConfig,
+    agents: &BTreeMap<String, AgentInfo>,
+    node_addresses: &BTreeMap<IpAddr, NodeAddress>,
+) -> BTreeMap<IpAddr, SubnetEdge> {
+    let nodes: Vec<NodeState> = agents
+        .iter()
+        .map(|(node, a)| {
+            let own: Vec<IpAddr> = node_addresses
+                .iter()
+                .filter(|(_, address)| address.node == *node)
+                .map(|(ip, _)| *ip)
+                .collect();
+            NodeState {
+                name: node.clone(),
+                subnets: a.report.elected_subnets(&own).copied().collect(),
+                ..NodeState::default()
+            }
+        })
+        .collect();
+    subnet_edges(&nodes, config)
+}
+
 /// The route table, the pending list and the node table; `agents` maps node name -> its
 /// agent Lease, `node_addresses` the addresses Nodes have ([`nodes::node_addresses`]).
 pub fn compute(
@@ -275,6 +308,7 @@ pub fn compute(
         }
     }
     let lan = conflicts(config, agents);
+    let edges = edges(config, agents, node_addresses);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -314,6 +348,7 @@ pub fn compute(
                         .range(range.first()..=range.last())
                         .map(|(ip, _)| *ip),
                 )
+                .chain(edges.range(range.first()..=range.last()).map(|(ip, _)| *ip))
                 .chain(lan.range(range.first()..=range.last()).map(|(ip, _)| *ip))
                 .collect();
             marked.sort_unstable();
@@ -322,12 +357,14 @@ pub fn compute(
                 let n = to_u128(ip);
                 push_free(&mut routes, cursor, n.wrapping_sub(1));
                 cursor = n + 1;
-                let conflict = lan.get(&ip).filter(|_| !node_addresses.contains_key(&ip));
+                let fenced = node_addresses.contains_key(&ip) || edges.contains_key(&ip);
+                let conflict = lan.get(&ip).filter(|_| !fenced);
                 let mac = conflict.map(|c| c.mac.to_string());
                 let Some(svcs) = users.get(&ip) else {
-                    let (node, state) = match node_addresses.get(&ip) {
-                        Some(a) => (Some(a.node.clone()), NODE_ADDRESS),
-                        None => (conflict.map(|c| c.node.clone()), CONFLICT),
+                    let (node, state) = match (node_addresses.get(&ip), edges.contains_key(&ip)) {
+                        (Some(a), _) => (Some(a.node.clone()), NODE_ADDRESS),
+                        (None, true) => (None, SUBNET_ADDRESS),
+                        (None, false) => (conflict.map(|c| c.node.clone()), CONFLICT),
                     };
                     routes.push(Route {
                         node,
@@ -337,11 +374,13 @@ pub fn compute(
                     });
                     continue;
                 };
-                let defended = (conflict.is_none() && !node_addresses.contains_key(&ip))
+                let defended = (conflict.is_none() && !fenced)
                     .then(|| defended_against(ip, svcs, agents))
                     .flatten();
                 let state = if node_addresses.contains_key(&ip) {
                     NODE_ADDRESS
+                } else if edges.contains_key(&ip) {
+                    SUBNET_ADDRESS
                 } else if conflict.is_some() {
                     CONFLICT
                 } else if defended.is_some() {

@@ -1,6 +1,6 @@
 //! The fence of a pass: addresses that are never handed out while their cause lasts, an
-//! address a Node has or one a foreign host answers for on the LAN (see the module docs of
-//! [`crate::plan`]). Pure.
+//! address a Node has, the network or broadcast address of a node's subnet, or one a
+//! foreign host answers for on the LAN (see the module docs of [`crate::plan`]). Pure.
 //!
 //! The fence is kept in the ledgers: each fenced address is marked in use in the ledger of
 //! the pool listing it, for no Service, so every way of taking an address (lowest free,
@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use super::{Inputs, NodeAddress, Planner, Sink, reason};
 use crate::election::NodeState;
@@ -48,11 +50,65 @@ impl fmt::Display for LanConflict {
     }
 }
 
+/// An address of a subnet a node is on that is no host's: the IPv4 network and broadcast
+/// addresses (prefixes up to /30; a /31 or /32 has none, RFC 3021), the IPv6 subnet-router
+/// anycast address (the all-zeros host, RFC 4291 2.6.1; prefixes up to /126, a /127 has
+/// none, RFC 6164). An alias of one would make the node answer for the whole subnet's
+/// broadcast or anycast traffic, and clients could not reach it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubnetEdge {
+    /// The subnet, as an agent reports it.
+    pub subnet: IpNet,
+    /// The IPv4 broadcast address (else the network or subnet-router anycast address).
+    pub broadcast: bool,
+}
+
+impl fmt::Display for SubnetEdge {
+    /// `the broadcast address of subnet 192.168.55.0/24`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match (self.subnet, self.broadcast) {
+            (IpNet::V4(_), false) => "network address",
+            (IpNet::V4(_), true) => "broadcast address",
+            (IpNet::V6(_), _) => "subnet-router anycast address",
+        };
+        write!(f, "the {what} of subnet {}", self.subnet)
+    }
+}
+
+/// The network and broadcast (IPv4) or subnet-router anycast (IPv6) addresses of the
+/// subnets `nodes` are on (as their agents report them, fresh or stale) that some pool of
+/// `config` lists. O(nodes x subnets x pools).
+pub fn subnet_edges(nodes: &[NodeState], config: &PoolConfig) -> BTreeMap<IpAddr, SubnetEdge> {
+    let subnets: BTreeSet<IpNet> = nodes
+        .iter()
+        .flat_map(|n| n.subnets.iter().map(IpNet::trunc))
+        .collect();
+    let mut out = BTreeMap::new();
+    for subnet in subnets {
+        let edges = match subnet {
+            IpNet::V4(n) if n.prefix_len() <= 30 => {
+                vec![(n.network().into(), false), (n.broadcast().into(), true)]
+            }
+            IpNet::V6(n) if n.prefix_len() <= 126 => vec![(n.network().into(), false)],
+            _ => Vec::new(),
+        };
+        for (ip, broadcast) in edges {
+            if config.pools().any(|(_, pool)| pool.contains(ip)) {
+                out.entry(ip).or_insert(SubnetEdge { subnet, broadcast });
+            }
+        }
+    }
+    out
+}
+
 /// Why an address is fenced: kept in use in its pool's ledger for no Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FenceCause {
     /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
     Node(NodeAddress),
+    /// It is the network or broadcast address of a subnet a node is on: fenced for as
+    /// long as an agent reports that subnet.
+    Subnet(SubnetEdge),
     /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
     /// reports the conflict.
     Lan(LanConflict),
@@ -65,6 +121,10 @@ impl FenceCause {
             FenceCause::Node(address) => (
                 reason::CLEAR_ASSIGNMENT,
                 format!("is {address}: never allocated"),
+            ),
+            FenceCause::Subnet(edge) => (
+                reason::CLEAR_ASSIGNMENT,
+                format!("is {edge}: never allocated"),
             ),
             FenceCause::Lan(lan) => (
                 reason::ADDRESS_CONFLICT,
@@ -79,6 +139,10 @@ impl FenceCause {
             FenceCause::Node(address) => (
                 reason::NODE_ADDRESS,
                 format!("{ip} is {address}: never allocated"),
+            ),
+            FenceCause::Subnet(edge) => (
+                reason::SUBNET_ADDRESS,
+                format!("{ip} is {edge}: never allocated"),
             ),
             FenceCause::Lan(lan) => (
                 reason::ADDRESS_CONFLICT,
@@ -189,20 +253,17 @@ impl Planner {
     /// config rebuilt the ledgers, so then every address is fenced again.
     pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
         let nodes = inputs.node_addresses;
-        let lan: BTreeMap<IpAddr, LanConflict> = if inputs.agents_unobservable {
-            self.lan_conflicts()
-                .map(|(ip, c)| (ip, c.clone()))
-                .collect()
-        } else {
-            lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
-        };
-        if !self.config_changed && self.fences_are(nodes, &lan) {
+        let (subnets, lan) = self.fence_inputs(inputs);
+        if !self.config_changed && self.fences_are(nodes, &subnets, &lan) {
             return;
         }
         let mut current: BTreeMap<IpAddr, FenceCause> = nodes
             .iter()
             .map(|(ip, address)| (*ip, FenceCause::Node(address.clone())))
             .collect();
+        for (ip, edge) in subnets {
+            current.entry(ip).or_insert(FenceCause::Subnet(edge));
+        }
         for (ip, conflict) in lan {
             current.entry(ip).or_insert(FenceCause::Lan(conflict));
         }
@@ -235,19 +296,49 @@ impl Planner {
         self.fences = current;
     }
 
-    /// Whether the fences are `nodes`, then `lan` for the addresses no Node has: the
-    /// steady state, checked without building the map. O(fences x log n).
+    /// The fences of a pass besides the Node addresses: the subnet edges
+    /// ([`subnet_edges`]) and the LAN conflicts ([`lan_conflicts`]; while the agents are
+    /// unobservable, those of the last pass: blindness is no news).
+    pub(super) fn fence_inputs(
+        &self,
+        inputs: &Inputs<'_>,
+    ) -> (BTreeMap<IpAddr, SubnetEdge>, BTreeMap<IpAddr, LanConflict>) {
+        let subnets = subnet_edges(inputs.nodes, inputs.config);
+        let lan = if inputs.agents_unobservable {
+            self.lan_conflicts()
+                .map(|(ip, c)| (ip, c.clone()))
+                .collect()
+        } else {
+            lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
+        };
+        (subnets, lan)
+    }
+
+    /// Whether the fences are `nodes`, then `subnets` for the addresses no Node has, then
+    /// `lan` for the rest: the steady state, checked without building the map.
+    /// O(fences x log n).
     pub(super) fn fences_are(
         &self,
         nodes: &BTreeMap<IpAddr, NodeAddress>,
+        subnets: &BTreeMap<IpAddr, SubnetEdge>,
         lan: &BTreeMap<IpAddr, LanConflict>,
     ) -> bool {
-        let merged = nodes.len() + lan.keys().filter(|ip| !nodes.contains_key(ip)).count();
+        let merged = nodes.len()
+            + subnets.keys().filter(|ip| !nodes.contains_key(ip)).count()
+            + lan
+                .keys()
+                .filter(|ip| !nodes.contains_key(ip) && !subnets.contains_key(ip))
+                .count();
         self.fences.len() == merged
             && self.fences.iter().all(|(ip, cause)| match cause {
                 FenceCause::Node(address) => nodes.get(ip) == Some(address),
+                FenceCause::Subnet(edge) => {
+                    !nodes.contains_key(ip) && subnets.get(ip) == Some(edge)
+                }
                 FenceCause::Lan(conflict) => {
-                    !nodes.contains_key(ip) && lan.get(ip) == Some(conflict)
+                    !nodes.contains_key(ip)
+                        && !subnets.contains_key(ip)
+                        && lan.get(ip) == Some(conflict)
                 }
             })
     }
@@ -261,7 +352,7 @@ impl Planner {
     pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
         self.fences.iter().filter_map(|(ip, cause)| match cause {
             FenceCause::Lan(lan) => Some((*ip, lan)),
-            FenceCause::Node(_) => None,
+            FenceCause::Node(_) | FenceCause::Subnet(_) => None,
         })
     }
 
@@ -284,10 +375,11 @@ impl Planner {
     /// which addresses are fenced (empty when none is): `; 1 of them is a Node's address,
     /// never allocated (10.0.0.2 is the InternalIP of node n3)`.
     pub(super) fn fenced_note(&self, key: &PoolKey, family: Family) -> (&'static str, String) {
-        let (mut nodes, mut lan) = (Vec::new(), Vec::new());
+        let (mut nodes, mut subnets, mut lan) = (Vec::new(), Vec::new(), Vec::new());
         for (ip, cause) in self.fenced(key, family) {
             match cause {
                 FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
+                FenceCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
                 FenceCause::Lan(conflict) => lan.push(format!("{ip} is {conflict}")),
             }
         }
@@ -298,6 +390,13 @@ impl Planner {
                 n => format!("{n} of them are Node addresses"),
             };
             note.push_str(&format!("; {count}, never allocated ({})", named(nodes)));
+        }
+        if !subnets.is_empty() {
+            let count = match subnets.len() {
+                1 => "1 of them is a subnet's network or broadcast address".to_owned(),
+                n => format!("{n} of them are subnets' network or broadcast addresses"),
+            };
+            note.push_str(&format!("; {count}, never allocated ({})", named(subnets)));
         }
         if lan.is_empty() {
             return (reason::POOL_EXHAUSTED, note);
@@ -322,4 +421,87 @@ fn named(mut items: Vec<String>) -> String {
         items.push(format!("{more} more"));
     }
     items.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> PoolConfig {
+        let data = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        PoolConfig::parse(&data).unwrap()
+    }
+
+    fn on(subnets: &[&str]) -> NodeState {
+        NodeState {
+            name: "n1".into(),
+            subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+            ..NodeState::default()
+        }
+    }
+
+    #[test]
+    fn subnet_edges_are_network_and_broadcast_inside_the_pools() {
+        let config = config(&[
+            // Ranges: a pool CIDR skips its own edges, a range is taken as written.
+            (
+                "default",
+                "10.0.0.0-10.0.0.255\n10.0.1.0-10.0.1.3\n10.0.2.0-10.0.2.255",
+            ),
+            ("six", "fd55::-fd55::ff\nfd56::-fd56::1"),
+        ]);
+        // (subnets reported, edges wanted as "ip what")
+        let table: &[(&[&str], &[&str])] = &[
+            (
+                &["10.0.0.0/24"],
+                &[
+                    "10.0.0.0 network address of 10.0.0.0/24",
+                    "10.0.0.255 broadcast address of 10.0.0.0/24",
+                ],
+            ),
+            // Only what a pool lists: 10.0.1.3 is the broadcast of the /30, 10.0.1.7 of the
+            // /29 is not in the pool.
+            (
+                &["10.0.1.0/30", "10.0.1.0/29"],
+                &[
+                    "10.0.1.0 network address of 10.0.1.0/29",
+                    "10.0.1.3 broadcast address of 10.0.1.0/30",
+                ],
+            ),
+            // Reported with host bits, as a node address with its prefix.
+            (
+                &["10.0.2.17/28"],
+                &[
+                    "10.0.2.16 network address of 10.0.2.16/28",
+                    "10.0.2.31 broadcast address of 10.0.2.16/28",
+                ],
+            ),
+            // /31 and /32 have none (RFC 3021).
+            (&["10.0.0.0/31", "10.0.0.4/32"], &[]),
+            (
+                &["fd55::/64"],
+                &["fd55:: subnet-router anycast address of fd55::/64"],
+            ),
+            (&["fd56::/127"], &[]),
+            // Outside every pool.
+            (&["192.168.1.0/24", "fd99::/64"], &[]),
+        ];
+        for (subnets, want) in table {
+            let got: Vec<String> = subnet_edges(&[on(subnets)], &config)
+                .iter()
+                .map(|(ip, e)| {
+                    format!(
+                        "{ip} {}",
+                        e.to_string()
+                            .replacen("the ", "", 1)
+                            .replace(" of subnet ", " of ")
+                    )
+                })
+                .collect();
+            assert_eq!(got, *want, "{subnets:?}");
+        }
+    }
 }

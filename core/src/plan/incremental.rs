@@ -10,9 +10,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::{
-    GroupId, Inputs, LanConflict, Pass, PlanOutput, Planner, ServiceKey, ServiceView, Sink,
-};
+use super::{GroupId, Inputs, Pass, PlanOutput, Planner, ServiceKey, ServiceView, Sink};
 use crate::election::NodeState;
 use crate::report::AgentReport;
 
@@ -160,14 +158,8 @@ impl Planner {
         {
             return true;
         }
-        let lan: BTreeMap<IpAddr, LanConflict> = if inputs.agents_unobservable {
-            self.lan_conflicts()
-                .map(|(ip, c)| (ip, c.clone()))
-                .collect()
-        } else {
-            super::lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
-        };
-        !self.fences_are(inputs.node_addresses, &lan)
+        let (subnets, lan) = self.fence_inputs(inputs);
+        !self.fences_are(inputs.node_addresses, &subnets, &lan)
     }
 
     /// The narrowed pass (see the module docs of [`crate::plan`]).
