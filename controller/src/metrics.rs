@@ -615,10 +615,17 @@ mod tests {
             .unwrap_or_else(|| panic!("no age of n1 in\n{text}"));
         let age: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(age > 0.0 && age < 30.0, "computed at encode time: {line}");
+        // A deleted Lease keeps its age while the clock keeps it (absence is no evidence
+        // of death: see observe::agents); a released one (no holder) is not shown.
         clock
             .lock()
             .unwrap()
             .remove(&aliaslb_core::keys::agent_lease_name("n1"));
+        assert!(m.encode().unwrap().contains(r#"node="n1""#));
+        let mut released = lease("n1");
+        released.metadata.resource_version = Some("2".into());
+        released.spec.as_mut().unwrap().holder_identity = None;
+        clock.lock().unwrap().observe(&released, Instant::now());
         assert!(!m.encode().unwrap().contains(r#"node="n1""#));
     }
 }

@@ -63,18 +63,14 @@ async fn warnings(c: &Cluster, name: &str, reason: &str) -> Vec<String> {
 
 /// The node among `nodes` whose assignment object lists `ip`, once one does.
 async fn node_of(c: &Cluster, nodes: &[&String], ip: &str) -> String {
-    let mut found = String::new();
+    let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+    let mut found = None;
     eventually(SETTLE, &format!("a node is assigned {ip}"), async || {
-        for node in nodes {
-            if c.assignment_line(node, ip).await.is_some() {
-                found = (*node).clone();
-                return true;
-            }
-        }
-        false
+        found = c.holder_of(&nodes, ip).await;
+        found.is_some()
     })
     .await;
-    found
+    found.unwrap()
 }
 
 /// The `node-macs` of `node`'s assignment object.

@@ -1058,16 +1058,6 @@ async fn a_tenant_cannot_steer_across_a_restart_before_any_assignment() {
     c.cleanup().await;
 }
 
-/// The node whose assignment object lists `ip`, among `nodes`, if one does.
-async fn holder_of(c: &Cluster, nodes: &[&str], ip: &str) -> Option<String> {
-    for node in nodes {
-        if c.assignment_line(node, ip).await.is_some() {
-            return Some((*node).to_owned());
-        }
-    }
-    None
-}
-
 /// Absence is not evidence (issue 20 item 3). Where the optional admission policy is not
 /// installed an agent may delete any agent Lease: one deleted again and again moves
 /// nothing while its own agent keeps writing it, and one deleted for good moves its IP only
@@ -1088,7 +1078,7 @@ async fn a_deleted_agent_lease_is_not_evidence_of_a_dead_node() {
     c.wait_ips("a", &["10.87.0.1"], SETTLE).await;
     announced(&c, "a", "Announced").await;
     let nodes = [n1.as_str(), n2.as_str()];
-    let holder = holder_of(&c, &nodes, "10.87.0.1").await.expect("a holder");
+    let holder = c.holder_of(&nodes, "10.87.0.1").await.expect("a holder");
     let other = if holder == n1 { &n2 } else { &n1 };
     let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
     let lease = keys::agent_lease_name(&holder);
@@ -1101,7 +1091,7 @@ async fn a_deleted_agent_lease_is_not_evidence_of_a_dead_node() {
             deleted += 1;
         }
         assert_eq!(
-            holder_of(&c, &nodes, "10.87.0.1").await.as_deref(),
+            c.holder_of(&nodes, "10.87.0.1").await.as_deref(),
             Some(holder.as_str()),
             "the IP left {holder}, whose agent renews, after {deleted} deletions of its Lease"
         );
@@ -1116,7 +1106,7 @@ async fn a_deleted_agent_lease_is_not_evidence_of_a_dead_node() {
     let cut = Instant::now();
     let _ = leases.delete(&lease, &Default::default()).await;
     let moved = loop {
-        if holder_of(&c, &nodes, "10.87.0.1").await.as_deref() == Some(other.as_str()) {
+        if c.holder_of(&nodes, "10.87.0.1").await.as_deref() == Some(other.as_str()) {
             break cut.elapsed();
         }
         assert!(cut.elapsed() < SETTLE, "the IP never moved to {other}");
@@ -1167,7 +1157,7 @@ async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
     for ip in ["10.88.9.1", "10.88.9.2", "10.88.9.3", "10.88.9.4"] {
         let mut holder = None;
         eventually(SETTLE, &format!("{ip} on a node"), async || {
-            holder = holder_of(&c, &nodes, ip).await;
+            holder = c.holder_of(&nodes, ip).await;
             holder.is_some()
         })
         .await;
@@ -1212,7 +1202,7 @@ async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
         "10.88.9.5",
     ] {
         eventually(SETTLE, &format!("{ip} on {n1}"), async || {
-            holder_of(&c, &nodes, ip).await.as_deref() == Some(n1.as_str())
+            c.holder_of(&nodes, ip).await.as_deref() == Some(n1.as_str())
         })
         .await;
     }

@@ -640,6 +640,17 @@ impl Cluster {
         }
     }
 
+    /// The node among `nodes` whose assignment object lists `ip`, if one does (now).
+    #[allow(dead_code)]
+    pub async fn holder_of(&self, nodes: &[&str], ip: &str) -> Option<String> {
+        for node in nodes {
+            if self.assignment_line(node, ip).await.is_some() {
+                return Some((*node).to_owned());
+            }
+        }
+        None
+    }
+
     /// The line of `node`'s assignment object for `ip`, if it lists it.
     pub async fn assignment_line(&self, node: &str, ip: &str) -> Option<String> {
         let data = self.assignment_data(node).await;
