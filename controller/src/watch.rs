@@ -29,6 +29,7 @@ use aliaslb_ops::watch::{AfterError, drive};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -71,6 +72,9 @@ pub struct Caches {
     pub endpoints: Records<EndpointNodes>,
     /// Where [`Caches::endpoints`] come from.
     pub endpoint_source: EndpointSource,
+    /// The Service ClusterIP ranges (`networking.k8s.io/v1` ServiceCIDRs, GA in 1.33), or
+    /// `None` where the server does not serve them.
+    pub service_cidrs: Option<Store<ServiceCIDR>>,
     /// Agent freshness, updated as Lease changes arrive.
     pub agents: Arc<Mutex<AgentClock>>,
     /// The Services and endpoints changed since the reconcile loop last looked
@@ -227,7 +231,7 @@ impl Caches {
                 &mut tasks,
                 "EndpointSlice",
                 Api::<EndpointSlice>::all(client.clone()),
-                tx,
+                tx.clone(),
                 endpoints::slice_nodes,
                 Notes {
                     dirty: dirty.clone(),
@@ -241,7 +245,7 @@ impl Caches {
                 &mut tasks,
                 "Endpoints",
                 Api::<Endpoints>::all(client.clone()),
-                tx,
+                tx.clone(),
                 endpoints::endpoints_nodes,
                 Notes {
                     dirty: dirty.clone(),
@@ -252,6 +256,21 @@ impl Caches {
             (EndpointSource::Legacy, records)
         };
         tracing::info!(source = ?endpoint_source, "endpoints for externalTrafficPolicy: Local");
+        let service_cidrs = if serves(client, "networking.k8s.io/v1", "servicecidrs").await {
+            Some(spawn(
+                &mut tasks,
+                "ServiceCIDR",
+                Api::<ServiceCIDR>::all(client.clone()),
+                watcher::Config::default(),
+                tx.clone(),
+                |_| true,
+            ))
+        } else {
+            tracing::warn!(
+                "networking.k8s.io/v1 ServiceCIDRs not served (Kubernetes before 1.33, or the API disabled): pool addresses in the Service ClusterIP range are not detected; keep the pools out of it (--service-cluster-ip-range)"
+            );
+            None
+        };
         Caches {
             services,
             nodes,
@@ -260,6 +279,7 @@ impl Caches {
             assignments,
             endpoints,
             endpoint_source,
+            service_cidrs,
             agents,
             dirty,
             changes,
@@ -294,6 +314,9 @@ impl Caches {
             EndpointSource::Legacy => "Endpoints",
         };
         wait_records(self.endpoints.wait_until_ready().await, endpoints)?;
+        if let Some(cidrs) = &self.service_cidrs {
+            wait(cidrs.wait_until_ready().await, "ServiceCIDR")?;
+        }
         tracing::info!(
             services = self.services.len(),
             nodes = self.nodes.len(),
@@ -306,13 +329,40 @@ impl Caches {
 
 /// Whether the server serves `discovery.k8s.io/v1` EndpointSlices.
 async fn serves_endpoint_slices(client: &Client) -> bool {
-    match client.list_api_group_resources("discovery.k8s.io/v1").await {
-        Ok(list) => list.resources.iter().any(|r| r.name == "endpointslices"),
+    let served = serves(client, "discovery.k8s.io/v1", "endpointslices").await;
+    if !served {
+        tracing::info!(
+            "discovery.k8s.io/v1 EndpointSlices not served: falling back to core/v1 Endpoints"
+        );
+    }
+    served
+}
+
+/// Whether the server serves `resource` in API group version `group_version`.
+async fn serves(client: &Client, group_version: &str, resource: &str) -> bool {
+    match client.list_api_group_resources(group_version).await {
+        Ok(list) => list.resources.iter().any(|r| r.name == resource),
         Err(error) => {
-            tracing::info!(error = %error, "discovery.k8s.io/v1 not served: falling back to core/v1 Endpoints");
+            tracing::debug!(error = %error, group_version, "API group version not served");
             false
         }
     }
+}
+
+/// The Service ClusterIP ranges the ServiceCIDRs of `store` name (a range that does not
+/// parse is left out: the apiserver validates them).
+pub fn service_ranges(store: Option<&Store<ServiceCIDR>>) -> Vec<ipnet::IpNet> {
+    let mut out: Vec<ipnet::IpNet> = store
+        .map(Store::state)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|sc| sc.spec.as_ref()?.cidrs.as_ref())
+        .flatten()
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Records agent Lease changes on the local clock as they arrive; returns whether the

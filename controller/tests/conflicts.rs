@@ -367,3 +367,77 @@ async fn a_node_subnets_network_and_broadcast_addresses_are_never_handed_out() {
     }
     c.cleanup().await;
 }
+
+/// Pool addresses in a Service ClusterIP range (the apiserver's own ServiceCIDR
+/// `kubernetes`, from `--service-cluster-ip-range=10.96.0.0/12`) are never handed out
+/// (issue 20 item 9), with a Warning `ServiceRange` on the pool ConfigMap naming the
+/// entries. On servers that do not serve ServiceCIDRs (before 1.33) the controller says at
+/// start that it cannot tell; this test then checks nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_addresses_in_the_service_clusterip_range_are_never_handed_out() {
+    let _serial = serial().await;
+    let c = Cluster::new("service-range").await;
+    let served = c
+        .client
+        .list_api_group_resources("networking.k8s.io/v1")
+        .await
+        .is_ok_and(|l| l.resources.iter().any(|r| r.name == "servicecidrs"));
+    if !served {
+        eprintln!("this server serves no ServiceCIDRs: nothing to fence by");
+        return;
+    }
+    c.set_pool(&[(c.ns.as_str(), "10.96.0.1-10.96.0.2\n10.89.1.1")])
+        .await;
+    let n1 = c.node("n1").await;
+    let _agent = c.fake_agent(&n1);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("a")).await;
+    c.wait_ips("a", &["10.89.1.1"], SETTLE).await;
+    c.create(lb_service("b")).await;
+    let message = allocated(&c, "b", reason::POOL_EXHAUSTED).await;
+    assert!(
+        message.contains("2 of them are in a Service ClusterIP range")
+            && message.contains("10.96.0.1 is in the Service ClusterIP range 10.96.0.0/12"),
+        "{message}"
+    );
+    c.create(lb_service("asks").request("10.96.0.2")).await;
+    let message = allocated(&c, "asks", reason::SERVICE_RANGE).await;
+    assert!(
+        message.starts_with("10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12"),
+        "{message}"
+    );
+    let mut note = String::new();
+    eventually(
+        SETTLE,
+        "a ServiceRange Warning on the pool ConfigMap",
+        async || {
+            note = c
+                .events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
+                .await
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason::SERVICE_RANGE))
+                .filter_map(|e| e.note)
+                .next()
+                .unwrap_or_default();
+            !note.is_empty()
+        },
+    )
+    .await;
+    assert!(
+        note.starts_with(&format!(
+            "key {}, line 1: 10.96.0.1-10.96.0.2 are in the Service ClusterIP range 10.96.0.0/12: never allocated",
+            c.ns
+        )),
+        "{note}"
+    );
+    let table = c.status_table();
+    for ip in ["10.96.0.1", "10.96.0.2"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(ip) && l.contains("service-range")),
+            "{ip} not shown as service-range:\n{table}"
+        );
+    }
+    c.cleanup().await;
+}

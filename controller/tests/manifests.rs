@@ -351,6 +351,8 @@ async fn controller_rbac_is_exact() {
         (READ, "", "endpoints", None, true),
         (ALL_WRITES, "", "endpoints", DEFAULT, false),
         (READ, "discovery.k8s.io", "endpointslices", None, true),
+        (READ, "networking.k8s.io", "servicecidrs", None, true),
+        (ALL_WRITES, "networking.k8s.io", "servicecidrs", None, false),
         (
             ALL_WRITES,
             "discovery.k8s.io",

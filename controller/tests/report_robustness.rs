@@ -145,6 +145,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             agents: &reports,
             lingering: &Default::default(),
             node_addresses: &BTreeMap::new(),
+            service_ranges: &[],
             local_endpoints: &BTreeMap::new(),
             respect_cordon: true,
             agents_unobservable: false,

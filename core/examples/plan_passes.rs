@@ -45,6 +45,7 @@ impl World {
             agents: &self.agents,
             lingering: &self.lingering,
             node_addresses: &self.node_addresses,
+            service_ranges: &[],
             local_endpoints: &self.local,
             respect_cordon: true,
             agents_unobservable: false,

@@ -88,6 +88,12 @@
 //! may list them (a pool CIDR skips its own), but a node holding one would answer for the
 //! subnet's broadcast or anycast traffic. A request for one fails with `SubnetAddress`.
 //!
+//! **Service ClusterIP ranges.** A pool address in a Service ClusterIP range (a
+//! `ServiceCIDR`, [`Inputs::service_ranges`]) is fenced the same way, at most
+//! [`MAX_SERVICE_RANGE_FENCE`] of them ([`service_range_fences`]); a request for one fails
+//! with `ServiceRange`, and [`service_range_clashes`] names the pool entries for the Warning
+//! on the pool ConfigMap.
+//!
 //! **LAN conflicts.** Before a first claim the agent probes the LAN (RFC 5227 ARP probe,
 //! RFC 4862 DAD); an answer means another host owns the address, and the agent reports a
 //! conflict with the MAC it saw. A host claiming an address the agent already holds is
@@ -139,6 +145,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ipnet::IpNet;
 use litemap::LiteMap;
 
 use crate::allocator::Ledger;
@@ -148,7 +155,10 @@ use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
 
-pub use fence::{FenceCause, LanConflict, SubnetEdge, lan_conflicts, subnet_edges};
+pub use fence::{
+    FenceCause, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange, ServiceRangeClash, SubnetEdge,
+    lan_conflicts, service_range_clashes, service_range_fences, subnet_edges,
+};
 pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
@@ -178,6 +188,9 @@ pub mod reason {
     pub const NODE_ADDRESS: &str = "NodeAddress";
     /// The requested IP is the network or broadcast address of a subnet a node is on.
     pub const SUBNET_ADDRESS: &str = "SubnetAddress";
+    /// The requested IP is in a Service ClusterIP range (a `ServiceCIDR`); also the
+    /// Warning Event on the pool ConfigMap listing the pool entries that overlap one.
+    pub const SERVICE_RANGE: &str = "ServiceRange";
     /// The request annotation or field is malformed or contradicts the Service.
     pub const INVALID_REQUEST: &str = "InvalidRequest";
     /// Sharing an IP would put two Services on the same port and protocol.
@@ -322,6 +335,9 @@ pub struct Inputs<'a> {
     /// Every IP a Node lists in `status.addresses`, with the Node and the address type:
     /// never allocated (see the module docs).
     pub node_addresses: &'a BTreeMap<IpAddr, NodeAddress>,
+    /// The Service ClusterIP ranges (the `ServiceCIDR`s, where the server serves them):
+    /// no pool address in them is allocated (see the module docs).
+    pub service_ranges: &'a [IpNet],
     /// Service -> nodes with a ready local endpoint (for `externalTrafficPolicy: Local`).
     pub local_endpoints: &'a BTreeMap<ServiceKey, BTreeSet<String>>,
     /// Whether cordoned nodes are ineligible.

@@ -1498,6 +1498,45 @@ fn a_node_subnets_network_and_broadcast_addresses_are_never_allocated() {
     assert_eq!(ips(&out, "default", "asks"), Vec::<String>::new());
 }
 
+/// Issue 20 item 9: pool addresses in a Service ClusterIP range are never handed out.
+#[test]
+fn pool_addresses_in_a_service_clusterip_range_are_never_allocated() {
+    let mut world = World::new(
+        config(&[("default", "10.96.0.1-10.96.0.2\n10.80.0.1")]),
+        vec![
+            svc("default", "a").created(1),
+            svc("default", "b").created(2),
+            svc("default", "asks").created(3).requesting("10.96.0.2"),
+        ],
+    );
+    world.service_ranges = vec!["10.96.0.0/12".parse().unwrap()];
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.80.0.1"]);
+    let b = plan_of(&out, "default", "b");
+    assert_eq!(b.allocated.reason, reason::POOL_EXHAUSTED);
+    assert_eq!(
+        b.allocated.message,
+        "all 3 addresses of pool default are in use; 2 of them are in a Service ClusterIP \
+         range, never allocated (10.96.0.1 is in the Service ClusterIP range 10.96.0.0/12, \
+         10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12)"
+    );
+    let asks = plan_of(&out, "default", "asks");
+    assert_eq!(asks.allocated.reason, reason::SERVICE_RANGE);
+    assert!(
+        asks.allocated.message.starts_with(
+            "10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12: never allocated"
+        ),
+        "{}",
+        asks.allocated.message
+    );
+    // The range goes (the ServiceCIDR was deleted): the addresses are free again.
+    world.service_ranges.clear();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "b"), ["10.96.0.1"]);
+    assert_eq!(ips(&out, "default", "asks"), ["10.96.0.2"]);
+}
+
 #[test]
 fn node_address_clashes_name_key_and_line() {
     let pools = config(&[

@@ -122,6 +122,8 @@ enum Op {
     /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it); node
     /// `b`'s is a `/30`, whose broadcast address `.3` the pools list (a fence).
     Subnet(usize, u8, bool),
+    /// A Service ClusterIP range `10.0.{pool}.0/30` appears (`true`) or goes.
+    ServiceRange(u8, bool),
     /// A node gains (`true`) or loses a ready endpoint of the n-th Service.
     Endpoint(usize, usize, bool),
     /// The Node object goes (`false`) or comes back.
@@ -189,6 +191,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, p, h, on)| Op::Holds(a, p, h, on)),
         4 => Just(Op::Converge),
         1 => (n.clone(), pool(), any::<bool>()).prop_map(|(a, p, on)| Op::Subnet(a, p, on)),
+        1 => (pool(), any::<bool>()).prop_map(|(p, on)| Op::ServiceRange(p, on)),
         2 => (any::<prop::sample::Index>(), n.clone(), any::<bool>())
             .prop_map(|(i, a, on)| Op::Endpoint(i.index(1000), a, on)),
         1 => (n.clone(), any::<bool>()).prop_map(|(a, on)| Op::NodePresent(a, on)),
@@ -358,6 +361,13 @@ impl Model {
                     n.subnets.push(net);
                 }
             }
+            Op::ServiceRange(pool, on) => {
+                let net: ipnet::IpNet = format!("10.0.{pool}.0/30").parse().unwrap();
+                self.world.service_ranges.retain(|r| *r != net);
+                if *on {
+                    self.world.service_ranges.push(net);
+                }
+            }
             Op::Endpoint(i, a, on) => {
                 if !self.world.services.is_empty() {
                     let key = self.world.services[i % self.world.services.len()]
@@ -475,6 +485,7 @@ fn plan_b(world: &World, planner: &mut Planner, changes: &Changes) -> PlanOutput
             agents: &world.agents,
             lingering: &world.lingering,
             node_addresses: &world.node_addresses,
+            service_ranges: &world.service_ranges,
             local_endpoints: &world.local,
             respect_cordon: world.respect_cordon,
             agents_unobservable: world.agents_unobservable,

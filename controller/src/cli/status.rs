@@ -18,13 +18,16 @@ use std::time::Duration;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
-    LanConflict, NodeAddress, ServiceKey, SubnetEdge, lan_conflicts, subnet_edges,
+    LanConflict, NodeAddress, ServiceKey, SubnetEdge, lan_conflicts, service_range_fences,
+    subnet_edges,
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
+use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -111,7 +114,8 @@ pub struct Route {
     /// `announced`, `partially-announced` and `not-announced` (L3 mode), `waiting-for-agent`,
     /// `no-node`, `conflict`, `free`, `node-address`: a Node has this address (`status.addresses`), so it is never allocated (a Service
     /// shown on it is being moved off), or `subnet-address`: the network or broadcast
-    /// address of a subnet an agent reports, never allocated either. `conflict` with [`Route::mac`]: a fresh agent
+    /// address of a subnet an agent reports, or `service-range`: in a Service ClusterIP
+    /// range; neither is ever allocated. `conflict` with [`Route::mac`]: a fresh agent
     /// reports it answered on the LAN by that MAC, not a node's; it is not allocated while
     /// reported, and `node` is the reporting node when no Service is shown on it.
     pub state: String,
@@ -211,6 +215,9 @@ pub const NODE_ADDRESS: &str = "node-address";
 /// State of the network or broadcast address of a subnet a node is on.
 pub const SUBNET_ADDRESS: &str = "subnet-address";
 
+/// State of an address in a Service ClusterIP range.
+pub const SERVICE_RANGE: &str = "service-range";
+
 /// State of an address in conflict (with another owner, or answered on the LAN).
 pub const CONFLICT: &str = "conflict";
 
@@ -294,12 +301,14 @@ fn edges(
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its
-/// agent Lease, `node_addresses` the addresses Nodes have ([`nodes::node_addresses`]).
+/// agent Lease, `node_addresses` the addresses Nodes have ([`nodes::node_addresses`]),
+/// `service_ranges` the Service ClusterIP ranges (ServiceCIDRs).
 pub fn compute(
     config: &PoolConfig,
     services: &[ServiceInfo],
     agents: &BTreeMap<String, AgentInfo>,
     node_addresses: &BTreeMap<IpAddr, NodeAddress>,
+    service_ranges: &[IpNet],
 ) -> Report {
     let mut users: BTreeMap<IpAddr, Vec<&ServiceInfo>> = BTreeMap::new();
     for svc in services {
@@ -309,6 +318,7 @@ pub fn compute(
     }
     let lan = conflicts(config, agents);
     let edges = edges(config, agents, node_addresses);
+    let in_range = service_range_fences(config, service_ranges);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -349,6 +359,11 @@ pub fn compute(
                         .map(|(ip, _)| *ip),
                 )
                 .chain(edges.range(range.first()..=range.last()).map(|(ip, _)| *ip))
+                .chain(
+                    in_range
+                        .range(range.first()..=range.last())
+                        .map(|(ip, _)| *ip),
+                )
                 .chain(lan.range(range.first()..=range.last()).map(|(ip, _)| *ip))
                 .collect();
             marked.sort_unstable();
@@ -357,14 +372,17 @@ pub fn compute(
                 let n = to_u128(ip);
                 push_free(&mut routes, cursor, n.wrapping_sub(1));
                 cursor = n + 1;
-                let fenced = node_addresses.contains_key(&ip) || edges.contains_key(&ip);
+                let fenced = node_addresses.contains_key(&ip)
+                    || edges.contains_key(&ip)
+                    || in_range.contains_key(&ip);
                 let conflict = lan.get(&ip).filter(|_| !fenced);
                 let mac = conflict.map(|c| c.mac.to_string());
                 let Some(svcs) = users.get(&ip) else {
-                    let (node, state) = match (node_addresses.get(&ip), edges.contains_key(&ip)) {
-                        (Some(a), _) => (Some(a.node.clone()), NODE_ADDRESS),
-                        (None, true) => (None, SUBNET_ADDRESS),
-                        (None, false) => (conflict.map(|c| c.node.clone()), CONFLICT),
+                    let (node, state) = match node_addresses.get(&ip) {
+                        Some(a) => (Some(a.node.clone()), NODE_ADDRESS),
+                        None if edges.contains_key(&ip) => (None, SUBNET_ADDRESS),
+                        None if in_range.contains_key(&ip) => (None, SERVICE_RANGE),
+                        None => (conflict.map(|c| c.node.clone()), CONFLICT),
                     };
                     routes.push(Route {
                         node,
@@ -381,6 +399,8 @@ pub fn compute(
                     NODE_ADDRESS
                 } else if edges.contains_key(&ip) {
                     SUBNET_ADDRESS
+                } else if in_range.contains_key(&ip) {
+                    SERVICE_RANGE
                 } else if conflict.is_some() {
                     CONFLICT
                 } else if defended.is_some() {
@@ -674,7 +694,26 @@ pub async fn fetch(
             .map(str::to_owned)
             .or_else(|| crate::assign::routed_nodes_of(&info.key, &info.ips, &routed));
     }
-    Ok(compute(&config, &infos, &agents, &node_addresses))
+    // The Service ClusterIP ranges, where served (1.33+); none otherwise.
+    let service_ranges: Vec<IpNet> = Api::<ServiceCIDR>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .filter_map(|sc| sc.spec.as_ref()?.cidrs.as_ref())
+                .flatten()
+                .filter_map(|c| c.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(compute(
+        &config,
+        &infos,
+        &agents,
+        &node_addresses,
+        &service_ranges,
+    ))
 }
 
 #[cfg(test)]
@@ -789,7 +828,7 @@ mod tests {
             a.renewed_ago = Some(Duration::from_secs(secs));
             a.report.shield = shield;
         }
-        let table = render_table(&compute(&config, &services, &agents, &BTreeMap::new()));
+        let table = render_table(&compute(&config, &services, &agents, &BTreeMap::new(), &[]));
         let want = "\
 IP                           IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE    STATE
 192.168.55.10                yes     default    web      10.96.0.10  node-a  announced
@@ -822,7 +861,7 @@ node-b  9s ago   failing
             ("n6".to_owned(), agent(Some(48 * 3600), ShieldState::Active)),
             ("n7".to_owned(), agent(None, ShieldState::Unknown)),
         ]);
-        let table = render_table(&compute(&config, &[], &agents, &BTreeMap::new()));
+        let table = render_table(&compute(&config, &[], &agents, &BTreeMap::new(), &[]));
         let want = "\
 IP        IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE  STATE
 10.0.0.1  no      a          -        -           -     free
@@ -838,7 +877,13 @@ n7          -         unknown
 ";
         assert_eq!(table, want, "got:\n{table}");
         // No agent Lease, no node section.
-        let table = render_table(&compute(&config, &[], &BTreeMap::new(), &BTreeMap::new()));
+        let table = render_table(&compute(
+            &config,
+            &[],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &[],
+        ));
         assert!(!table.contains("SHIELD"), "{table}");
     }
 
@@ -890,7 +935,7 @@ n7          -         unknown
     fn small_runs_stay_expanded_and_big_ones_collapse_around_users() {
         let config = config(&[("a", "10.0.0.1-10.0.0.10")]);
         let services = vec![svc("a", "x", &["10.0.0.3"])];
-        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new(), &[]);
         let rows: Vec<(String, u128, &str)> = report
             .routes
             .iter()
@@ -914,7 +959,7 @@ n7          -         unknown
             shared(on(svc("a", "x", &["10.0.0.1"]), "n"), "k"),
             shared(on(svc("a", "y", &["10.0.0.1"]), "n"), "k"),
         ];
-        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new(), &[]);
         assert_eq!(report.routes.len(), 3);
         assert!(
             report.routes[..2]
@@ -951,7 +996,7 @@ n7          -         unknown
                 NodeAddress::new("alb-node-4", "InternalIP"),
             ),
         ]);
-        let report = compute(&config, &services, &BTreeMap::new(), &node_addresses);
+        let report = compute(&config, &services, &BTreeMap::new(), &node_addresses, &[]);
         let table = render_table(&report);
         let want = "\
 IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
@@ -997,7 +1042,7 @@ IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE     
         ]);
         // Still shown on a Service (the controller is moving it off).
         let services = vec![on(svc("default", "web", &["192.168.55.201"]), "alb-node-1")];
-        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        let report = compute(&config, &services, &agents, &BTreeMap::new(), &[]);
         let table = render_table(&report);
         let want = "\
 IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
@@ -1037,7 +1082,7 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
         holder.report.conflicts = vec![claim("192.168.55.200", true)];
         let agents = BTreeMap::from([("alb-node-1".to_owned(), holder)]);
         let services = vec![on(svc("default", "web", &["192.168.55.200"]), "alb-node-1")];
-        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        let report = compute(&config, &services, &agents, &BTreeMap::new(), &[]);
         assert_eq!(report.routes[0].state, DEFENDED);
         assert_eq!(report.routes[0].mac.as_deref(), Some("46:b0:48:e8:2d:96"));
         let table = render_table(&report);
@@ -1048,7 +1093,7 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
         // Not held any more (a stale agent let go): a conflict, as before.
         let mut agents = agents;
         agents.get_mut("alb-node-1").unwrap().report.held.clear();
-        let report = compute(&config, &services, &agents, &BTreeMap::new());
+        let report = compute(&config, &services, &agents, &BTreeMap::new(), &[]);
         assert_eq!(report.routes[0].state, CONFLICT);
     }
 
@@ -1056,7 +1101,7 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
     fn two_unshared_users_are_a_conflict() {
         let config = config(&[("a", "10.0.0.1")]);
         let services = vec![svc("a", "x", &["10.0.0.1"]), svc("a", "y", &["10.0.0.1"])];
-        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new());
+        let report = compute(&config, &services, &BTreeMap::new(), &BTreeMap::new(), &[]);
         assert!(report.routes.iter().all(|r| r.state == "conflict"));
     }
 
@@ -1071,6 +1116,7 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
                 ("old".to_owned(), agent(None, ShieldState::Unknown)),
             ]),
             &BTreeMap::new(),
+            &[],
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(

@@ -61,7 +61,7 @@ use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
     Changes, Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
-    ServiceView, node_address_clashes, reason,
+    ServiceRangeClash, ServiceView, node_address_clashes, reason, service_range_clashes,
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::Family;
@@ -222,6 +222,8 @@ struct Reconciler {
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
     node_clashes: Vec<NodeAddressClash>,
+    /// The pool entries overlapping a Service ClusterIP range, as last warned about.
+    service_clashes: Vec<ServiceRangeClash>,
     /// The reported subnets not used for election, by node, as last warned about.
     unanchored: BTreeMap<String, Vec<ipnet::IpNet>>,
     /// The term's sight of the agents: blind or not, and since when it sees.
@@ -253,6 +255,8 @@ struct Observed {
     sight: Sight,
     nodes: Vec<NodeState>,
     node_addresses: BTreeMap<IpAddr, NodeAddress>,
+    /// The Service ClusterIP ranges ([`crate::watch::service_ranges`]).
+    service_ranges: Vec<ipnet::IpNet>,
     /// When the agents were judged.
     now: Instant,
 }
@@ -282,6 +286,7 @@ impl Reconciler {
             report_digests: HashMap::new(),
             imported: false,
             node_clashes: Vec::new(),
+            service_clashes: Vec::new(),
             unanchored: BTreeMap::new(),
             observer: Observer::new(Instant::now()),
             agents_change: None,
@@ -326,6 +331,7 @@ impl Reconciler {
         let config = self.config_step().await?;
         let mut observed = self.observe();
         self.node_address_notice(&config, &observed.node_addresses);
+        self.service_range_notice(&config, &observed.service_ranges);
         let mut output = self.plan(&config, &mut observed);
         let Merged { touched, planned } = self.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
@@ -417,6 +423,7 @@ impl Reconciler {
             sight,
             nodes,
             node_addresses,
+            service_ranges: crate::watch::service_ranges(self.caches.service_cidrs.as_ref()),
             now,
         }
     }
@@ -445,6 +452,7 @@ impl Reconciler {
             agents: self.world.reports(),
             lingering: &lingering,
             node_addresses: &observed.node_addresses,
+            service_ranges: &observed.service_ranges,
             local_endpoints: &self.world.local,
             respect_cordon: self.ctx.config.respect_cordon,
             agents_unobservable: observed.sight == Sight::Blind,
@@ -1023,6 +1031,37 @@ impl Reconciler {
             note: format!("{}; remove {them} from the pool", list.join("; ")),
         });
         self.node_clashes = clashes;
+    }
+
+    /// Warns, once per change, about the pool entries that overlap a Service ClusterIP
+    /// range: log and a Warning Event `ServiceRange` on the pool ConfigMap.
+    fn service_range_notice(&mut self, config: &PoolConfig, ranges: &[ipnet::IpNet]) {
+        let clashes = service_range_clashes(config, ranges);
+        if clashes == self.service_clashes {
+            return;
+        }
+        if clashes.is_empty() {
+            tracing::info!("no pool entry overlaps a Service ClusterIP range any more");
+            self.service_clashes = clashes;
+            return;
+        }
+        let Some(cm) = self.caches.configmap.state().into_iter().next() else {
+            return;
+        };
+        let list: Vec<String> = clashes.iter().map(ToString::to_string).collect();
+        tracing::warn!(
+            clashes = list.len(),
+            first = %list[0],
+            "the pool lists addresses in a Service ClusterIP range: never allocated"
+        );
+        let them = if list.len() == 1 { "it" } else { "them" };
+        self.events.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
+            warning: true,
+            reason: reason::SERVICE_RANGE,
+            note: format!("{}; remove {them} from the pool", list.join("; ")),
+        });
+        self.service_clashes = clashes;
     }
 
     /// Warns, once per change, about the reported subnets that do not count for election

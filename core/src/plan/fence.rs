@@ -1,6 +1,7 @@
 //! The fence of a pass: addresses that are never handed out while their cause lasts, an
-//! address a Node has, the network or broadcast address of a node's subnet, or one a
-//! foreign host answers for on the LAN (see the module docs of [`crate::plan`]). Pure.
+//! address a Node has, the network or broadcast address of a node's subnet, an address in
+//! a Service ClusterIP range, or one a foreign host answers for on the LAN (see the module
+//! docs of [`crate::plan`]). Pure.
 //!
 //! The fence is kept in the ledgers: each fenced address is marked in use in the ledger of
 //! the pool listing it, for no Service, so every way of taking an address (lowest free,
@@ -18,7 +19,7 @@ use super::{Inputs, NodeAddress, Planner, Sink, reason};
 use crate::election::NodeState;
 use crate::mac::Mac;
 use crate::pool::{OnConflict, Pool, PoolConfig, PoolKey};
-use crate::range::Family;
+use crate::range::{Family, IpRange, from_u128, to_u128};
 use crate::report::AgentReport;
 
 /// Fenced addresses named at most in one message; more are counted.
@@ -101,6 +102,132 @@ pub fn subnet_edges(nodes: &[NodeState], config: &PoolConfig) -> BTreeMap<IpAddr
     out
 }
 
+/// Most pool addresses fenced for lying in a Service ClusterIP range: a pool that overlaps
+/// the range is a mistake the Warning on the pool ConfigMap names
+/// ([`service_range_clashes`]); the fence keeps the first this many of the overlap out of
+/// use (a /16 of them) without making every pass enumerate a huge overlap.
+pub const MAX_SERVICE_RANGE_FENCE: usize = 65_536;
+
+/// A pool address in a Service ClusterIP range (a `ServiceCIDR`): kube-proxy routes it to
+/// a Service's endpoints on every node, so as a load-balancer IP it would be answered by
+/// whichever Service gets that ClusterIP, and the holder's shield would drop pod traffic to
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceRange {
+    /// The range.
+    pub cidr: IpNet,
+}
+
+impl fmt::Display for ServiceRange {
+    /// `in the Service ClusterIP range 10.96.0.0/12`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "in the Service ClusterIP range {}", self.cidr)
+    }
+}
+
+/// The overlap of pool range `range` with `cidr`, if any, as (first, last) numbers.
+fn overlap(range: &IpRange, cidr: &IpNet) -> Option<(u128, u128)> {
+    if Family::of(cidr.addr()) != range.family() {
+        return None;
+    }
+    let first = to_u128(range.first()).max(to_u128(cidr.network()));
+    let last = to_u128(range.last()).min(to_u128(cidr.broadcast()));
+    (first <= last).then_some((first, last))
+}
+
+/// The pool addresses of `config` in the Service ClusterIP ranges `ranges`, at most
+/// [`MAX_SERVICE_RANGE_FENCE`] (the lowest first). O(pool ranges x ranges + the addresses
+/// returned).
+pub fn service_range_fences(
+    config: &PoolConfig,
+    ranges: &[IpNet],
+) -> BTreeMap<IpAddr, ServiceRange> {
+    let mut out = BTreeMap::new();
+    if ranges.is_empty() {
+        return out;
+    }
+    for (_, pool) in config.pools() {
+        for range in &pool.ranges {
+            for cidr in ranges {
+                let Some((first, last)) = overlap(range, cidr) else {
+                    continue;
+                };
+                let family = range.family();
+                let mut n = first;
+                loop {
+                    if out.len() >= MAX_SERVICE_RANGE_FENCE {
+                        return out;
+                    }
+                    out.entry(from_u128(family, n))
+                        .or_insert(ServiceRange { cidr: *cidr });
+                    if n == last {
+                        break;
+                    }
+                    n += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A pool entry that overlaps a Service ClusterIP range.
+///
+/// Displays as `key default, line 2: 10.96.0.5-10.96.0.9 is in the Service ClusterIP range
+/// 10.96.0.0/12: never allocated`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServiceRangeClash {
+    /// The pool's key.
+    pub key: PoolKey,
+    /// The entry's line in its value.
+    pub line: usize,
+    /// The addresses of the entry in the range.
+    pub first: IpAddr,
+    /// The last of them.
+    pub last: IpAddr,
+    /// The range.
+    pub range: ServiceRange,
+}
+
+impl fmt::Display for ServiceRangeClash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "key {}, line {}: {}", self.key, self.line, self.first)?;
+        if self.first != self.last {
+            write!(f, "-{}", self.last)?;
+        }
+        write!(
+            f,
+            " {} {}: never allocated",
+            if self.first == self.last { "is" } else { "are" },
+            self.range
+        )
+    }
+}
+
+/// The pool entries of `config` that overlap a Service ClusterIP range of `ranges`, by
+/// key and line. O(entries x ranges).
+pub fn service_range_clashes(config: &PoolConfig, ranges: &[IpNet]) -> Vec<ServiceRangeClash> {
+    let mut out = Vec::new();
+    for (key, pool) in config.pools() {
+        for entry in &pool.entries {
+            for cidr in ranges {
+                if let Some((first, last)) = overlap(&entry.range, cidr) {
+                    let family = entry.range.family();
+                    out.push(ServiceRangeClash {
+                        key: key.clone(),
+                        line: entry.line,
+                        first: from_u128(family, first),
+                        last: from_u128(family, last),
+                        range: ServiceRange { cidr: *cidr },
+                    });
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Why an address is fenced: kept in use in its pool's ledger for no Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FenceCause {
@@ -109,6 +236,8 @@ pub enum FenceCause {
     /// It is the network or broadcast address of a subnet a node is on: fenced for as
     /// long as an agent reports that subnet.
     Subnet(SubnetEdge),
+    /// It lies in a Service ClusterIP range: fenced for as long as the range exists.
+    Service(ServiceRange),
     /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
     /// reports the conflict.
     Lan(LanConflict),
@@ -125,6 +254,10 @@ impl FenceCause {
             FenceCause::Subnet(edge) => (
                 reason::CLEAR_ASSIGNMENT,
                 format!("is {edge}: never allocated"),
+            ),
+            FenceCause::Service(range) => (
+                reason::CLEAR_ASSIGNMENT,
+                format!("is {range}: never allocated"),
             ),
             FenceCause::Lan(lan) => (
                 reason::ADDRESS_CONFLICT,
@@ -143,6 +276,10 @@ impl FenceCause {
             FenceCause::Subnet(edge) => (
                 reason::SUBNET_ADDRESS,
                 format!("{ip} is {edge}: never allocated"),
+            ),
+            FenceCause::Service(range) => (
+                reason::SERVICE_RANGE,
+                format!("{ip} is {range}: never allocated"),
             ),
             FenceCause::Lan(lan) => (
                 reason::ADDRESS_CONFLICT,
@@ -252,17 +389,25 @@ impl Planner {
     /// longer fenced go back to their pool. Runs after [`Planner::apply_config`]: a new
     /// config rebuilt the ledgers, so then every address is fenced again.
     pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
-        let nodes = inputs.node_addresses;
-        let (subnets, lan) = self.fence_inputs(inputs);
-        if !self.config_changed && self.fences_are(nodes, &subnets, &lan) {
+        let sources = self.fence_inputs(inputs);
+        if !self.config_changed && self.fences_are(&sources) {
             return;
         }
+        let FenceSources {
+            nodes,
+            subnets,
+            services,
+            lan,
+        } = sources;
         let mut current: BTreeMap<IpAddr, FenceCause> = nodes
             .iter()
             .map(|(ip, address)| (*ip, FenceCause::Node(address.clone())))
             .collect();
         for (ip, edge) in subnets {
             current.entry(ip).or_insert(FenceCause::Subnet(edge));
+        }
+        for (ip, range) in services {
+            current.entry(ip).or_insert(FenceCause::Service(range));
         }
         for (ip, conflict) in lan {
             current.entry(ip).or_insert(FenceCause::Lan(conflict));
@@ -296,51 +441,31 @@ impl Planner {
         self.fences = current;
     }
 
-    /// The fences of a pass besides the Node addresses: the subnet edges
-    /// ([`subnet_edges`]) and the LAN conflicts ([`lan_conflicts`]; while the agents are
-    /// unobservable, those of the last pass: blindness is no news).
-    pub(super) fn fence_inputs(
-        &self,
-        inputs: &Inputs<'_>,
-    ) -> (BTreeMap<IpAddr, SubnetEdge>, BTreeMap<IpAddr, LanConflict>) {
-        let subnets = subnet_edges(inputs.nodes, inputs.config);
-        let lan = if inputs.agents_unobservable {
-            self.lan_conflicts()
-                .map(|(ip, c)| (ip, c.clone()))
-                .collect()
-        } else {
-            lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
-        };
-        (subnets, lan)
+    /// The fences of a pass by source: the Node addresses, the subnet edges
+    /// ([`subnet_edges`]), the Service ClusterIP ranges ([`service_range_fences`]) and the
+    /// LAN conflicts ([`lan_conflicts`]; while the agents are unobservable, those of the
+    /// last pass: blindness is no news).
+    pub(super) fn fence_inputs<'i>(&self, inputs: &Inputs<'i>) -> FenceSources<'i> {
+        FenceSources {
+            nodes: inputs.node_addresses,
+            subnets: subnet_edges(inputs.nodes, inputs.config),
+            services: service_range_fences(inputs.config, inputs.service_ranges),
+            lan: if inputs.agents_unobservable {
+                self.lan_conflicts()
+                    .map(|(ip, c)| (ip, c.clone()))
+                    .collect()
+            } else {
+                lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
+            },
+        }
     }
 
-    /// Whether the fences are `nodes`, then `subnets` for the addresses no Node has, then
-    /// `lan` for the rest: the steady state, checked without building the map.
-    /// O(fences x log n).
-    pub(super) fn fences_are(
-        &self,
-        nodes: &BTreeMap<IpAddr, NodeAddress>,
-        subnets: &BTreeMap<IpAddr, SubnetEdge>,
-        lan: &BTreeMap<IpAddr, LanConflict>,
-    ) -> bool {
-        let merged = nodes.len()
-            + subnets.keys().filter(|ip| !nodes.contains_key(ip)).count()
-            + lan
-                .keys()
-                .filter(|ip| !nodes.contains_key(ip) && !subnets.contains_key(ip))
-                .count();
-        self.fences.len() == merged
-            && self.fences.iter().all(|(ip, cause)| match cause {
-                FenceCause::Node(address) => nodes.get(ip) == Some(address),
-                FenceCause::Subnet(edge) => {
-                    !nodes.contains_key(ip) && subnets.get(ip) == Some(edge)
-                }
-                FenceCause::Lan(conflict) => {
-                    !nodes.contains_key(ip)
-                        && !subnets.contains_key(ip)
-                        && lan.get(ip) == Some(conflict)
-                }
-            })
+    /// Whether the fences are what `sources` make of them (the first source naming an
+    /// address gives its cause, in the order of [`FenceSources`]): the steady state,
+    /// checked without building the map. O(fences x log n).
+    pub(super) fn fences_are(&self, sources: &FenceSources<'_>) -> bool {
+        self.fences.len() == sources.len()
+            && self.fences.iter().all(|(ip, cause)| sources.is(*ip, cause))
     }
 
     /// Why `ip` may not be handed out, if it is fenced.
@@ -352,7 +477,7 @@ impl Planner {
     pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
         self.fences.iter().filter_map(|(ip, cause)| match cause {
             FenceCause::Lan(lan) => Some((*ip, lan)),
-            FenceCause::Node(_) | FenceCause::Subnet(_) => None,
+            FenceCause::Node(_) | FenceCause::Subnet(_) | FenceCause::Service(_) => None,
         })
     }
 
@@ -376,10 +501,12 @@ impl Planner {
     /// never allocated (10.0.0.2 is the InternalIP of node n3)`.
     pub(super) fn fenced_note(&self, key: &PoolKey, family: Family) -> (&'static str, String) {
         let (mut nodes, mut subnets, mut lan) = (Vec::new(), Vec::new(), Vec::new());
+        let mut services = Vec::new();
         for (ip, cause) in self.fenced(key, family) {
             match cause {
                 FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
                 FenceCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
+                FenceCause::Service(range) => services.push(format!("{ip} is {range}")),
                 FenceCause::Lan(conflict) => lan.push(format!("{ip} is {conflict}")),
             }
         }
@@ -398,6 +525,13 @@ impl Planner {
             };
             note.push_str(&format!("; {count}, never allocated ({})", named(subnets)));
         }
+        if !services.is_empty() {
+            let count = match services.len() {
+                1 => "1 of them is in a Service ClusterIP range".to_owned(),
+                n => format!("{n} of them are in a Service ClusterIP range"),
+            };
+            note.push_str(&format!("; {count}, never allocated ({})", named(services)));
+        }
         if lan.is_empty() {
             return (reason::POOL_EXHAUSTED, note);
         }
@@ -410,6 +544,57 @@ impl Planner {
             named(lan)
         ));
         (reason::ADDRESS_CONFLICT, note)
+    }
+}
+
+/// What the fences of a pass are made of, by source, in the order of precedence: an address
+/// two sources name is fenced for the first.
+#[derive(Debug)]
+pub(super) struct FenceSources<'i> {
+    nodes: &'i BTreeMap<IpAddr, NodeAddress>,
+    subnets: BTreeMap<IpAddr, SubnetEdge>,
+    services: BTreeMap<IpAddr, ServiceRange>,
+    lan: BTreeMap<IpAddr, LanConflict>,
+}
+
+impl FenceSources<'_> {
+    /// How many addresses the sources fence together.
+    fn len(&self) -> usize {
+        let nodes = self.nodes.len();
+        let subnets = self
+            .subnets
+            .keys()
+            .filter(|ip| !self.nodes.contains_key(ip))
+            .count();
+        let services = self
+            .services
+            .keys()
+            .filter(|ip| !self.nodes.contains_key(ip) && !self.subnets.contains_key(ip))
+            .count();
+        let lan = self
+            .lan
+            .keys()
+            .filter(|ip| {
+                !self.nodes.contains_key(ip)
+                    && !self.subnets.contains_key(ip)
+                    && !self.services.contains_key(ip)
+            })
+            .count();
+        nodes + subnets + services + lan
+    }
+
+    /// Whether the sources fence `ip` for `cause`.
+    fn is(&self, ip: IpAddr, cause: &FenceCause) -> bool {
+        if let Some(address) = self.nodes.get(&ip) {
+            return *cause == FenceCause::Node(address.clone());
+        }
+        if let Some(edge) = self.subnets.get(&ip) {
+            return matches!(cause, FenceCause::Subnet(e) if e == edge);
+        }
+        if let Some(range) = self.services.get(&ip) {
+            return matches!(cause, FenceCause::Service(r) if r == range);
+        }
+        matches!(cause, FenceCause::Lan(c) if self.lan.get(&ip) == Some(c))
     }
 }
 
@@ -503,5 +688,57 @@ mod tests {
                 .collect();
             assert_eq!(got, *want, "{subnets:?}");
         }
+    }
+
+    #[test]
+    fn service_ranges_fence_the_pool_addresses_in_them_and_name_the_entries() {
+        let config = config(&[
+            (
+                "default",
+                "10.96.0.1-10.96.0.3\n10.80.0.1\n10.95.255.254-10.96.0.0",
+            ),
+            ("six", "fd00:96::/126"),
+        ]);
+        let ranges: Vec<IpNet> = vec![
+            "10.96.0.0/12".parse().unwrap(),
+            "fd00:96::/112".parse().unwrap(),
+        ];
+        let got: Vec<String> = service_range_fences(&config, &ranges)
+            .iter()
+            .map(|(ip, r)| format!("{ip} {}", r.cidr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "10.96.0.0 10.96.0.0/12",
+                "10.96.0.1 10.96.0.0/12",
+                "10.96.0.2 10.96.0.0/12",
+                "10.96.0.3 10.96.0.0/12",
+                "fd00:96::1 fd00:96::/112",
+                "fd00:96::2 fd00:96::/112",
+                "fd00:96::3 fd00:96::/112",
+            ]
+        );
+        let clashes: Vec<String> = service_range_clashes(&config, &ranges)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            clashes,
+            [
+                "key default, line 1: 10.96.0.1-10.96.0.3 are in the Service ClusterIP range 10.96.0.0/12: never allocated",
+                "key default, line 3: 10.96.0.0 is in the Service ClusterIP range 10.96.0.0/12: never allocated",
+                "key six, line 1: fd00:96::1-fd00:96::3 are in the Service ClusterIP range fd00:96::/112: never allocated",
+            ]
+        );
+        assert!(service_range_fences(&config, &[]).is_empty());
+        // A huge overlap is fenced up to the bound, lowest first.
+        let big = self::config(&[("default", "10.96.0.0-10.97.255.255")]);
+        let fenced = service_range_fences(&big, &ranges);
+        assert_eq!(fenced.len(), MAX_SERVICE_RANGE_FENCE);
+        assert_eq!(
+            fenced.keys().next(),
+            Some(&"10.96.0.0".parse::<IpAddr>().unwrap())
+        );
     }
 }

@@ -158,8 +158,7 @@ impl Planner {
         {
             return true;
         }
-        let (subnets, lan) = self.fence_inputs(inputs);
-        !self.fences_are(inputs.node_addresses, &subnets, &lan)
+        !self.fences_are(&self.fence_inputs(inputs))
     }
 
     /// The narrowed pass (see the module docs of [`crate::plan`]).

@@ -135,6 +135,8 @@ pub struct World {
     pub lingering: BTreeSet<IpAddr>,
     /// Addresses Nodes have (never allocated).
     pub node_addresses: BTreeMap<IpAddr, NodeAddress>,
+    /// Service ClusterIP ranges (never allocated).
+    pub service_ranges: Vec<ipnet::IpNet>,
     pub respect_cordon: bool,
     /// The controller sees no agent renewing (blind).
     pub agents_unobservable: bool,
@@ -152,6 +154,7 @@ impl World {
             local: BTreeMap::new(),
             lingering: BTreeSet::new(),
             node_addresses: BTreeMap::new(),
+            service_ranges: Vec::new(),
             respect_cordon: true,
             agents_unobservable: false,
             now: Instant::now(),
@@ -167,6 +170,7 @@ impl World {
             agents: &self.agents,
             lingering: &self.lingering,
             node_addresses: &self.node_addresses,
+            service_ranges: &self.service_ranges,
             local_endpoints: &self.local,
             respect_cordon: self.respect_cordon,
             agents_unobservable: self.agents_unobservable,
