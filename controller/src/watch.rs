@@ -315,7 +315,14 @@ impl Caches {
         };
         wait_records(self.endpoints.wait_until_ready().await, endpoints)?;
         if let Some(cidrs) = &self.service_cidrs {
-            wait(cidrs.wait_until_ready().await, "ServiceCIDR")?;
+            // Optional: a controller whose RBAC lacks servicecidrs (an old ClusterRole) must
+            // still start; it then plans without the ranges until the cache syncs.
+            match tokio::time::timeout(SERVICE_CIDR_SYNC, cidrs.wait_until_ready()).await {
+                Ok(ready) => wait(ready, "ServiceCIDR")?,
+                Err(_) => tracing::warn!(
+                    "the ServiceCIDR cache did not sync within 10 s (RBAC: servicecidrs get/list/watch?); planning without the Service ClusterIP ranges until it does"
+                ),
+            }
         }
         tracing::info!(
             services = self.services.len(),
@@ -326,6 +333,9 @@ impl Caches {
         Ok(())
     }
 }
+
+/// How long the caches' first sync waits for the optional ServiceCIDR cache.
+const SERVICE_CIDR_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether the server serves `discovery.k8s.io/v1` EndpointSlices.
 async fn serves_endpoint_slices(client: &Client) -> bool {
