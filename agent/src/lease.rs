@@ -24,7 +24,7 @@ use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -111,7 +111,7 @@ pub fn lease_for(
     }
 }
 
-/// Writes and deletes this agent's Lease.
+/// Writes and releases this agent's Lease.
 #[derive(Debug, Clone)]
 pub struct Heartbeat {
     api: Api<Lease>,
@@ -145,14 +145,26 @@ impl Heartbeat {
         }
     }
 
-    /// Deletes the Lease (gone already counts as done), so the controller moves this
-    /// node's IPs at once instead of waiting for the lease to expire.
+    /// Releases the Lease: the same server-side apply without a holder, reporting nothing
+    /// held (the aliases are gone by then), so the controller moves this node's IPs at once
+    /// instead of waiting for the lease to expire. Not a delete: a Lease that disappears is
+    /// no evidence to the controller (anyone who may write Leases could delete it), while a
+    /// holderless write of its own Lease is what the optional admission policy lets only
+    /// this node's agent do.
     pub async fn release(&self) -> Result<(), LeaseError> {
-        let params = DeleteParams::default();
-        let call = self.api.delete(&self.name, &params);
+        let report = AgentReport {
+            version: aliaslb_core::report::REPORT_VERSION,
+            ..AgentReport::default()
+        };
+        let mut lease = lease_for(&self.config, &report, self.acquired, Timestamp::now());
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
+        let params = PatchParams::apply(keys::AGENT_FIELD_MANAGER).force();
+        let patch = Patch::Apply(&lease);
+        let call = self.api.patch(&self.name, &params, &patch);
         match tokio::time::timeout(self.config.call_timeout(), call).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(()),
             Ok(Err(source)) => Err(self.api_error("release", source)),
             Err(_) => Err(self.timeout("release")),
         }

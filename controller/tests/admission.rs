@@ -243,7 +243,20 @@ async fn an_agent_writes_only_its_own_nodes_lease() {
             .await,
     );
 
-    // Deleting its own Lease (what SIGTERM does) is allowed.
+    // Releasing its own Lease (no holder: what SIGTERM does) is allowed; releasing
+    // another node's is refused.
+    let release = Patch::Merge(json!({"spec": {"holderIdentity": null}}));
+    leases
+        .patch("aliaslb-agent-adm-n1", &PatchParams::default(), &release)
+        .await
+        .expect("an agent releases its own Lease");
+    denied_by(
+        LEASE_POLICY,
+        leases
+            .patch("aliaslb-agent-adm-n2", &PatchParams::default(), &release)
+            .await,
+    );
+    // Deleting its own Lease (what agents before 0.2 did on SIGTERM) is allowed.
     leases
         .delete("aliaslb-agent-adm-n1", &DeleteParams::default())
         .await
