@@ -50,6 +50,12 @@ pub struct Flags {
     #[arg(long, alias = "lease-duration", env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "4s", value_parser = parse_duration)]
     pub agent_lease_duration: Duration,
 
+    /// How long the addresses of a deleted Service are held for it, so a re-created one
+    /// (a reinstall, `kubectl replace --force`) gets them back and no other Service takes
+    /// them meanwhile: at most 10m; `0s` hands a freed address to the next Service at once.
+    #[arg(long, env = "ALIASLB_HOLD_RELEASED", default_value = "10m", value_parser = parse_hold)]
+    pub hold_released: Duration,
+
     /// Leader Lease duration: how long followers wait after the last renewal they saw
     /// before taking over. Whole seconds (the Lease stores seconds).
     #[arg(long, env = "ALIASLB_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
@@ -94,6 +100,8 @@ pub struct ControllerConfig {
     pub respect_cordon: bool,
     /// Freshness window of agent Leases, on the controller's monotonic clock.
     pub agent_lease_duration: Duration,
+    /// How long a deleted Service's addresses are held for it (`--hold-released`).
+    pub hold_released: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -107,8 +115,23 @@ impl Default for ControllerConfig {
             ignore_classless: false,
             respect_cordon: true,
             agent_lease_duration: Duration::from_secs(4),
+            hold_released: aliaslb_core::plan::STICKY_FOR,
         }
     }
+}
+
+/// `--hold-released`: a duration from zero to [`aliaslb_core::plan::STICKY_FOR`] (the
+/// planner remembers a deleted Service's addresses no longer).
+fn parse_hold(s: &str) -> Result<Duration, String> {
+    let d = aliaslb_ops::flags::parse_duration_or_zero(s)?;
+    let most = aliaslb_core::plan::STICKY_FOR;
+    if d > most {
+        return Err(format!(
+            "must be at most {}m (deleted Services' addresses are remembered no longer)",
+            most.as_secs() / 60
+        ));
+    }
+    Ok(d)
 }
 
 /// Everything `main` needs, split by consumer.
@@ -150,6 +173,7 @@ impl Flags {
             ignore_classless,
             ignore_cordon,
             agent_lease_duration,
+            hold_released,
             leader_lease_duration,
             leader_renew_deadline,
             leader_retry_period,
@@ -184,6 +208,7 @@ impl Flags {
                 ignore_classless,
                 respect_cordon: !ignore_cordon,
                 agent_lease_duration,
+                hold_released,
             },
             metrics_addr,
             log_format,
@@ -238,6 +263,7 @@ mod tests {
             "--leader-retry-period=1s",
             "--log-format=json",
             "--metrics-addr=127.0.0.1:1234",
+            "--hold-released=90s",
         ])
         .unwrap()
         .into_settings()
@@ -252,6 +278,11 @@ mod tests {
             Duration::from_millis(500)
         );
         assert_eq!(s.leader.timings.lease_duration(), Duration::from_secs(6));
+        assert_eq!(s.controller.hold_released, Duration::from_secs(90));
+        assert_eq!(
+            parse(&["--hold-released=0s"]).unwrap().hold_released,
+            Duration::ZERO
+        );
         assert_eq!(s.log_format, LogFormat::Json);
         assert_eq!(s.metrics_addr, "127.0.0.1:1234".parse().unwrap());
     }
@@ -263,6 +294,8 @@ mod tests {
             (&["--lease-duration=0s"], "greater than zero"),
             (&["--metrics-addr=9100"], "invalid socket address"),
             (&["--log-format=xml"], "possible values: text, json"),
+            (&["--hold-released=11m"], "must be at most 10m"),
+            (&["--hold-released=soon"], "expected a duration such as 4s"),
         ];
         for (args, want) in table {
             let err = parse(args).unwrap_err().to_string();

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use aliaslb_controller::config::ControllerConfig;
 use aliaslb_controller::metrics::Metrics;
 use aliaslb_core::keys;
 use futures::StreamExt;
@@ -28,7 +29,12 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
         .await;
     let node = c.node("a").await;
     let _agent = c.fake_agent(&node);
-    let (_controller, metrics) = c.start_controller();
+    // A deleted Service's address goes to the next one at once (not held for its
+    // re-creation: that is `held_for_re_creation` below).
+    let (_controller, metrics) = c.start_controller_with(ControllerConfig {
+        hold_released: Duration::ZERO,
+        ..c.config()
+    });
 
     c.create(lb_service("first")).await;
     c.wait_ips("first", &["192.168.55.10"], SETTLE).await;
@@ -115,6 +121,54 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
         took < Duration::from_millis(1200),
         "hand-over took {took:?}"
     );
+    c.cleanup().await;
+}
+
+/// Issue 20 item 10: with the default `--hold-released` (10m), the address of a deleted
+/// Service is held for it: the pending Service does not take it (its condition says why),
+/// a request for it waits with RequestedIPReserved, and the re-created Service (a
+/// reinstall) gets it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_for_re_creation() {
+    let _serial = serial().await;
+    let c = Cluster::new("held").await;
+    c.set_pool(&[(c.ns.as_str(), "192.168.56.10")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["192.168.56.10"], SETTLE).await;
+    c.create(lb_service("waiting")).await;
+    c.wait_condition("waiting", keys::CONDITION_IP_ALLOCATED, "PoolExhausted")
+        .await;
+
+    // A reinstall: web deleted, re-created 2 s later; a request meanwhile.
+    c.delete("web").await;
+    c.create(lb_service("asks").request("192.168.56.10")).await;
+    let message = c
+        .wait_condition("asks", keys::CONDITION_IP_ALLOCATED, "RequestedIPReserved")
+        .await;
+    assert!(
+        message.starts_with(&format!("192.168.56.10 is held for {}/web", c.ns)),
+        "{message}"
+    );
+    let waiting = c
+        .wait_condition_where(
+            "waiting",
+            keys::CONDITION_IP_ALLOCATED,
+            "PoolExhausted",
+            |m| m.contains("held for a deleted Service"),
+        )
+        .await;
+    assert!(
+        waiting.contains(&format!("192.168.56.10 for {}/web", c.ns)),
+        "{waiting}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(c.ips("waiting").await.is_empty() && c.ips("asks").await.is_empty());
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["192.168.56.10"], SETTLE).await;
+    assert!(c.ips("waiting").await.is_empty() && c.ips("asks").await.is_empty());
     c.cleanup().await;
 }
 

@@ -69,6 +69,15 @@
 //! still answer for it when the new one's takes it. A Service that is no longer ours is not
 //! in `services`: the IPs the API still shows on it come in as [`Inputs::lingering`].
 //!
+//! **Held for re-creation.** The IPs a deleted Service released (not shown by the API any
+//! more: a Service that merely stopped being ours is quarantined instead) are held for its
+//! namespace/name for [`Planner::with_hold`] (at most [`STICKY_FOR`], the default): kept in
+//! use in their ledger for no Service, so the lowest free address skips them, a request by
+//! another Service fails with `RequestedIPReserved`, and an exhausted pool's message names
+//! them. The Service re-created under that name takes them back (sticky); once it holds
+//! addresses, or the hold has passed ([`Planner::next_release`] says when), what is left
+//! goes back to the pool.
+//!
 //! **Node addresses.** An address a Node has (an IP in its `status.addresses`, of any type:
 //! InternalIP, ExternalIP; either family) is never handed out, even when a pool lists it: the
 //! node elected for the Service would answer ARP or neighbour discovery for another node's
@@ -186,6 +195,9 @@ pub mod reason {
     /// A requested IP is an address a Node has (never allocated); also the Warning Event
     /// on the pool ConfigMap listing the pool entries that cover one.
     pub const NODE_ADDRESS: &str = "NodeAddress";
+    /// The requested IP is held for a deleted Service, in case it is re-created (see
+    /// [`STICKY_FOR`](crate::plan::STICKY_FOR)).
+    pub const REQUESTED_IP_RESERVED: &str = "RequestedIPReserved";
     /// The requested IP is the network or broadcast address of a subnet a node is on.
     pub const SUBNET_ADDRESS: &str = "SubnetAddress";
     /// The requested IP is in a Service ClusterIP range (a `ServiceCIDR`); also the
@@ -453,6 +465,12 @@ pub struct Planner {
     groups: HashMap<GroupId, Group>,
     /// IPs of recently released Services, for sticky re-creation.
     recent: sticky::Recent,
+    /// The IPs of [`Planner::recent`] no other Service uses, reserved for the key that
+    /// released them: kept in use in their ledger until that key takes them back or
+    /// [`Planner::hold`] has passed (see the module docs).
+    reserved: BTreeMap<IpAddr, ServiceKey>,
+    /// How long a deleted Service's addresses are held for it.
+    hold: Hold,
     /// Whether the first pass (import) has run.
     imported: bool,
     /// Addresses returned to a ledger during the current allocation sweep.
@@ -661,10 +679,32 @@ impl Sink {
     }
 }
 
+/// How long the addresses of a deleted Service are held for its re-creation: at most
+/// [`STICKY_FOR`] (the planner remembers them no longer), [`STICKY_FOR`] by default, zero
+/// for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hold(std::time::Duration);
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold(STICKY_FOR)
+    }
+}
+
 impl Planner {
     /// A planner with an empty table: its first pass imports observed assignments.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A planner that holds the addresses of a deleted Service for it during `hold` (at
+    /// most [`STICKY_FOR`]; zero: not at all, a freed address goes to the next Service at
+    /// once).
+    pub fn with_hold(hold: std::time::Duration) -> Self {
+        Planner {
+            hold: Hold(hold.min(STICKY_FOR)),
+            ..Self::default()
+        }
     }
 
     /// One global pass over every Service in `inputs`; see the module docs. The same as
@@ -716,7 +756,7 @@ impl Planner {
         let mut order: Vec<&ServiceView> = inputs.services.iter().map(|v| &**v).collect();
         order.sort_by(|a, b| (a.created, &a.key).cmp(&(b.created, &b.key)));
 
-        self.recent.expire(inputs.now);
+        self.end_reservations_due(inputs.now);
         self.see_everything(inputs);
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs.config, &mut sink);
@@ -907,7 +947,22 @@ impl Planner {
             }
             self.set_member(&entry.group, &key, false);
             if !ips.is_empty() {
-                self.recent.remember(key.clone(), ips.clone(), now);
+                if self.recent.remember(key.clone(), ips.clone(), now) {
+                    self.unreserve_forgotten(now);
+                }
+                // Reserved for this key: no other Service takes them while held. Not an
+                // address the API still shows (the Service stopped being ours, its type or
+                // class changed): that one is quarantined until its status is cleared,
+                // then free.
+                for ip in &ips {
+                    if self.hold.0 > std::time::Duration::ZERO
+                        && !self.ips.contains_key(ip)
+                        && !self.visible.contains_key(ip)
+                    {
+                        self.reserved.insert(*ip, key.clone());
+                        self.reserve(*ip);
+                    }
+                }
                 sink.event(
                     &key,
                     false,
@@ -931,6 +986,9 @@ impl Planner {
             .map(|(key, pool)| (key.clone(), Ledger::new(&pool.ranges)))
             .collect();
         for ip in self.quarantined.clone() {
+            self.reserve(ip);
+        }
+        for ip in self.reserved.keys().copied().collect::<Vec<_>>() {
             self.reserve(ip);
         }
         let mut in_use: Vec<IpAddr> = self.ips.keys().copied().collect();
@@ -1007,18 +1065,111 @@ impl Planner {
             .collect();
         for ip in lifted {
             self.quarantined.remove(&ip);
-            if self.ips.contains_key(&ip) {
-                continue; // re-imported or re-assigned meanwhile: in use for real
-            }
-            if self.fences.contains_key(&ip) {
-                continue; // a Node has it, or a foreign host answers for it: stays fenced
-            }
-            if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
-                && ledger.release(ip)
-            {
-                self.freed += 1;
-            }
+            // Unless re-imported or re-assigned meanwhile, fenced, or held for the released
+            // Service that may come back for it.
+            self.give_back(ip);
         }
+    }
+
+    /// Ends the reservations of the IPs [`Planner::recent`] forgot (expired, or past its
+    /// capacity) or held for [`Planner::hold`] already at `now`: each goes back to its pool
+    /// unless in use, quarantined or fenced. O(reserved).
+    fn unreserve_forgotten(&mut self, now: Instant) {
+        let hold = self.hold.0;
+        let forgotten: Vec<IpAddr> = self
+            .reserved
+            .iter()
+            .filter(|(ip, key)| {
+                !self.recent.get(key).contains(ip)
+                    || self
+                        .recent
+                        .released_at(key)
+                        .is_none_or(|at| at + hold <= now)
+            })
+            .map(|(ip, _)| *ip)
+            .collect();
+        for ip in forgotten {
+            self.reserved.remove(&ip);
+            self.give_back(ip);
+        }
+    }
+
+    /// Returns `ip` to its pool's ledger unless something still keeps it: a Service uses
+    /// it, or it is quarantined, fenced or held for a released Service.
+    fn give_back(&mut self, ip: IpAddr) {
+        if self.ips.contains_key(&ip)
+            || self.quarantined.contains(&ip)
+            || self.fences.contains_key(&ip)
+            || self.reserved.contains_key(&ip)
+        {
+            return;
+        }
+        if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+            && ledger.release(ip)
+        {
+            self.freed += 1;
+        }
+    }
+
+    /// Takes `ip` out of its reservation for `key` (which takes it back now): it is free in
+    /// its ledger again, for `key` to allocate at once. No-op unless reserved for `key`.
+    fn unreserve_for(&mut self, ip: IpAddr, key: &ServiceKey) {
+        if self.reserved.get(&ip) != Some(key) {
+            return;
+        }
+        self.reserved.remove(&ip);
+        if self.quarantined.contains(&ip) || self.fences.contains_key(&ip) {
+            return;
+        }
+        if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip)) {
+            ledger.release(ip);
+        }
+    }
+
+    /// Ends the reservations held for `key` (re-created, it got its addresses): each goes
+    /// back to its pool unless in use, quarantined or fenced. O(IPs it released).
+    fn end_reservations(&mut self, key: &ServiceKey) {
+        let held: Vec<IpAddr> = self
+            .recent
+            .get(key)
+            .iter()
+            .filter(|ip| self.reserved.get(ip) == Some(key))
+            .copied()
+            .collect();
+        for ip in held {
+            self.reserved.remove(&ip);
+            self.give_back(ip);
+        }
+    }
+
+    /// When the next reservation of a released Service's IP ends (then an address may go to
+    /// a Service waiting for one), if any is held. O(reserved).
+    pub fn next_release(&self) -> Option<Instant> {
+        self.reserved
+            .values()
+            .filter_map(|key| self.recent.released_at(key))
+            .min()
+            .map(|at| at + self.hold.0)
+    }
+
+    /// Forgets the sticky IPs remembered for [`STICKY_FOR`] and ends the reservations due
+    /// at `now` (only when one is: O(reserved) then).
+    fn end_reservations_due(&mut self, now: Instant) {
+        let forgot = self.recent.expire(now);
+        if forgot || self.next_release().is_some_and(|at| at <= now) {
+            self.unreserve_forgotten(now);
+        }
+    }
+
+    /// The addresses held for released Services, in case they are re-created, and for
+    /// which (see the module docs).
+    pub fn reserved(&self) -> impl Iterator<Item = (IpAddr, &ServiceKey)> + '_ {
+        self.reserved.iter().map(|(ip, key)| (*ip, key))
+    }
+
+    /// The Service `ip` is held for, if it is reserved.
+    fn reserved_for(&self, ip: IpAddr) -> Option<&ServiceKey> {
+        self.reserved.get(&ip)
     }
 
     /// Keeps a quarantined `ip` in use in whichever ledger holds it (pools never overlap).
@@ -1044,7 +1195,8 @@ impl Planner {
         if let Some(used) = self.ips.remove(&ip) {
             if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
-            } else if let Some(ledger) = self.ledgers.get_mut(&used.pool)
+            } else if !self.reserved.contains_key(&ip)
+                && let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
             {
                 self.freed += 1;

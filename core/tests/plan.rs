@@ -68,11 +68,27 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
     world.remove("default", "b");
     let out = world.plan(&mut planner);
     assert_eq!(out.released, [(key("default", "b"), vec![ip("10.0.0.2")])]);
+    // b's address is held for b, in case it is re-created, for STICKY_FOR.
+    let d = plan_of(&out, "default", "d");
+    assert!(d.ips.is_empty());
+    assert_eq!(
+        d.allocated.message,
+        "all 3 addresses of pool default are in use; 1 of them is held for a deleted Service \
+         in case it is re-created, for 10 min after its deletion (10.0.0.2 for default/b)"
+    );
+    assert_eq!(
+        planner.next_release(),
+        Some(world.now + STICKY_FOR),
+        "the loop wakes when it ends"
+    );
+    world.advance(STICKY_FOR);
+    let out = world.plan(&mut planner);
     assert_eq!(
         ips(&out, "default", "d"),
         ["10.0.0.2"],
-        "served in the same pass"
+        "served in the pass the reservation ends"
     );
+    assert_eq!(planner.next_release(), None);
     assert_eq!(planner.pending(), 0);
     assert!(planner.pending_by_reason().is_empty());
     assert!(!out.services.contains_key(&key("default", "b")));
@@ -412,6 +428,13 @@ fn sharing_with_port_clash_and_same_node() {
         world.remove("default", name);
     }
     world.plan(&mut planner);
+    assert_eq!(
+        planner.usage()[0].in_use,
+        2,
+        "k2, and the shared IP held for its last user in case it is re-created"
+    );
+    world.advance(STICKY_FOR);
+    world.plan(&mut planner);
     assert_eq!(planner.usage()[0].in_use, 1, "only k2 left");
 }
 
@@ -561,6 +584,10 @@ fn dual_stack_policies() {
     assert_eq!(ips(&out, "default", "prefer"), ["2001:db8::1"]);
     assert_eq!(planner.pending(), 2);
     world.remove("default", "v4");
+    // The freed IPv4 address is held for v4 for STICKY_FOR, then goes to the oldest waiter.
+    let out = world.plan(&mut planner);
+    assert!(ips(&out, "default", "require").is_empty());
+    world.advance(STICKY_FOR);
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "require"), ["10.0.0.1", "2001:db8::2"]);
     assert!(ips(&out, "default", "prefer") == ["2001:db8::1"]);
@@ -1307,6 +1334,58 @@ fn an_address_a_node_has_is_never_allocated() {
     assert_eq!(planner.usage()[0].in_use, 4);
 }
 
+/// Issue 20 item 10: the address of a deleted Service is held for its key while it is
+/// remembered (STICKY_FOR): a pending Service does not take it, a request for it waits
+/// with RequestedIPReserved, and the Service re-created under the same name gets it back.
+#[test]
+fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
+    let mut world = World::new(
+        config(&[("default", "10.0.0.1")]),
+        vec![
+            svc("default", "web").created(1),
+            svc("default", "waiting").created(2),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    // A reinstall: web deleted, a pending Service and a request meanwhile.
+    world.remove("default", "web");
+    world
+        .services
+        .push(svc("default", "asks").created(3).requesting("10.0.0.1"));
+    let out = world.plan(&mut planner);
+    assert!(
+        ips(&out, "default", "waiting").is_empty(),
+        "taken by a waiter"
+    );
+    let asks = plan_of(&out, "default", "asks");
+    assert!(asks.ips.is_empty(), "taken by a request");
+    assert_eq!(asks.allocated.reason, reason::REQUESTED_IP_RESERVED);
+    assert_eq!(
+        asks.allocated.message,
+        "10.0.0.1 is held for default/web, deleted less than 10 min ago, in case it is \
+         re-created; request another address, or wait until then"
+    );
+    assert_eq!(
+        planner
+            .reserved()
+            .map(|(ip, k)| (ip, k.clone()))
+            .collect::<Vec<_>>(),
+        [(ip("10.0.0.1"), key("default", "web"))]
+    );
+    // Five minutes later web comes back (a new uid): its address, not a new one.
+    world.advance(STICKY_FOR / 2);
+    world
+        .services
+        .push(svc("default", "web").created(10).uid("web-2"));
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    assert_eq!(planner.reserved().count(), 0);
+    assert_eq!(planner.next_release(), None);
+    assert!(ips(&out, "default", "waiting").is_empty());
+}
+
 #[test]
 fn a_sticky_address_a_node_got_meanwhile_is_not_reused() {
     let mut world = World::new(
@@ -1580,6 +1659,11 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
     assert!(
         d_pending(&world.plan(&mut planner)),
         "the API still shows it on b"
+    );
+    assert_eq!(
+        planner.reserved().count(),
+        0,
+        "not held for b: it was not deleted, it stopped being ours"
     );
     // b's status was cleared, but node a's agent still holds the alias.
     world.lingering.clear();

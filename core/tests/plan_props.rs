@@ -283,17 +283,31 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
         prop_assert!(shown.contains(ip), "{} quarantined but shown nowhere", ip);
         prop_assert!(!users.contains_key(ip), "{} quarantined and planned", ip);
     }
-    // Usage matches the distinct IPs planned plus those quarantined, per pool; a Node's
-    // address counts neither in the pool nor in use.
+    // An address held for a released Service is neither planned for another nor requested
+    // successfully by one.
+    let reserved: BTreeMap<IpAddr, ServiceKey> =
+        planner.reserved().map(|(ip, k)| (ip, k.clone())).collect();
+    for (ip, owner) in &reserved {
+        prop_assert!(
+            !users.contains_key(ip),
+            "{} held for {} and planned",
+            ip,
+            owner
+        );
+    }
+    // Usage matches the distinct IPs planned plus those quarantined or held for a released
+    // Service, per pool; a Node's address counts neither in the pool nor in use.
     let fenced = |ip: &&IpAddr| fenced_ips.contains(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
         let of_pool = |ip: &&IpAddr| Family::of(**ip) == usage.family && pool.contains(**ip);
-        let planned = users
+        let held: BTreeSet<&IpAddr> = users
             .keys()
-            .chain(quarantined.iter().filter(|ip| !fenced(ip)))
-            .filter(of_pool)
-            .count();
+            .chain(quarantined.iter())
+            .chain(reserved.keys())
+            .filter(|ip| !fenced(ip))
+            .collect();
+        let planned = held.into_iter().filter(of_pool).count();
         prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
         let nodes = fenced_ips.iter().filter(of_pool).count() as u128;
         prop_assert_eq!(usage.total, pool.size(usage.family) - nodes);
@@ -325,6 +339,7 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                     .keys()
                     .chain(quarantined.iter())
                     .chain(fenced_ips.iter())
+                    .chain(reserved.keys())
                     .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
                     .collect::<BTreeSet<_>>()
                     .len() as u128;

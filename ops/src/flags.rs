@@ -4,12 +4,17 @@ use std::time::Duration;
 
 /// Parse a duration such as `4s`, `500ms` or `1m 30s`; zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{e} (expected a duration such as 4s, 500ms or 1m30s)"))?;
+    let d = parse_duration_or_zero(s)?;
     if d.is_zero() {
         return Err("must be greater than zero".to_owned());
     }
     Ok(d)
+}
+
+/// A duration flag that may be zero (`0s`: off).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (expected a duration such as 4s, 500ms or 1m30s)"))
 }
 
 #[cfg(test)]

@@ -265,12 +265,13 @@ impl Reconciler {
     fn new(ctx: Arc<Context>, caches: Caches, ip_mode: bool, last_good: LastGood) -> Self {
         ctx.metrics.set_agents_unobservable(false);
         let resumed = last_good.lock().map(|g| g.clone()).unwrap_or_default();
+        let hold = ctx.config.hold_released;
         Reconciler {
             events: EventQueue::new(ctx.clone()),
             writes: Writes::new(ctx.clone(), ip_mode),
             ctx,
             caches,
-            planner: Planner::new(),
+            planner: Planner::with_hold(hold),
             config: ConfigState::resumed(resumed),
             last_good,
             configmap: None,
@@ -347,9 +348,11 @@ impl Reconciler {
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
         self.ctx.metrics.add_services_planned(planned.len());
+        // A reservation of a deleted Service's address ending may serve a waiting one.
         self.agents_change
             .into_iter()
             .chain(self.writes.next_retry())
+            .chain(self.planner.next_release())
             .min()
     }
 

@@ -103,10 +103,15 @@ impl Cluster {
 
     /// Starts an in-process controller (always leader); returns its task and metrics.
     pub fn start_controller(&self) -> (Task, Arc<Metrics>) {
+        self.start_controller_with(self.config())
+    }
+
+    /// Starts an in-process controller (always leader) with `config`.
+    pub fn start_controller_with(&self, config: ControllerConfig) -> (Task, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::new());
         let ctx = Context::new(
             self.client.clone(),
-            self.config(),
+            config,
             metrics.clone(),
             Leadership::fixed(true),
             "test-controller",

@@ -346,7 +346,41 @@ impl Planner {
                 ),
             ));
         }
+        if let Some(owner) = self.reserved_for(ip)
+            && *owner != view.key
+        {
+            return Err(Failure::new(
+                reason::REQUESTED_IP_RESERVED,
+                format!(
+                    "{ip} is held for {}, deleted less than {} ago, in case it is \
+                     re-created; request another address, or wait until then",
+                    owner_name(Some(owner), ns),
+                    hold_text(self.hold.0)
+                ),
+            ));
+        }
         Ok(Step::Take(ip))
+    }
+
+    /// For a message of an exhausted pool: which of `pool`'s addresses of `family` are
+    /// held for deleted Services (empty when none is). O(reserved).
+    fn reserved_note(&self, pool: &Pool, family: Family) -> String {
+        let held: Vec<String> = self
+            .reserved
+            .iter()
+            .filter(|(ip, _)| Family::of(**ip) == family && pool.contains(**ip))
+            .map(|(ip, key)| format!("{ip} for {key}"))
+            .collect();
+        let count = match held.len() {
+            0 => return String::new(),
+            1 => "1 of them is held for a deleted Service".to_owned(),
+            n => format!("{n} of them are held for deleted Services"),
+        };
+        format!(
+            "; {count} in case it is re-created, for {} after its deletion ({})",
+            hold_text(self.hold.0),
+            super::fence::named(held)
+        )
     }
 
     /// How can `view` get an address of `family` it has not asked for by name?
@@ -367,10 +401,14 @@ impl Planner {
         let Some(ledger) = self.ledgers.get(pool_key) else {
             return Err(Failure::new(reason::NO_POOL, no_pool(&view.key.namespace)));
         };
-        let sticky =
-            self.recent.get(&view.key).iter().copied().find(|ip| {
-                Family::of(*ip) == family && pool.contains(*ip) && !ledger.is_in_use(*ip)
-            });
+        let sticky = self.recent.get(&view.key).iter().copied().find(|ip| {
+            Family::of(*ip) == family
+                && pool.contains(*ip)
+                && (!ledger.is_in_use(*ip)
+                    || (self.reserved_for(*ip) == Some(&view.key)
+                        && self.fence_of(*ip).is_none()
+                        && !self.quarantined.contains(ip)))
+        });
         if let Some(ip) = sticky {
             return Ok(Step::Take(ip));
         }
@@ -387,10 +425,11 @@ impl Planner {
                 format!("{family} ")
             };
             let (why, note) = self.fenced_note(pool_key, family);
+            let held = self.reserved_note(pool, family);
             return Err(Failure::new(
                 why,
                 format!(
-                    "all {} {what}addresses of pool {pool_key} are in use{note}",
+                    "all {} {what}addresses of pool {pool_key} are in use{note}{held}",
                     usage.total
                 ),
             ));
@@ -473,6 +512,8 @@ impl Planner {
                 (ip, true)
             }
             Step::Take(ip) => {
+                // Its own address back from the reservation of a deleted Service.
+                self.unreserve_for(ip, key);
                 self.ledger(pool_key, &key.namespace)?
                     .allocate_specific(ip)
                     .map_err(alloc_failure)?;
@@ -491,6 +532,8 @@ impl Planner {
         if let Some(entry) = self.entries.get_mut(key) {
             entry.ips.insert(family, ip);
         }
+        // Re-created and served: what was held for it and not taken back goes back.
+        self.end_reservations(key);
         let how = match (&view.sharing_key, shared) {
             (Some(sharing), true) => format!(", shared under sharing key {sharing}"),
             _ => String::new(),
@@ -704,6 +747,16 @@ fn not_in_pool(ip: IpAddr, ns: &str, pool_key: &PoolKey, pool: &Pool) -> String 
 
 /// Names the Service using an address, unless it is in another namespace (tenants do not
 /// learn each other's Service names).
+/// `10 min`, or `90 s` when not a whole number of minutes.
+fn hold_text(hold: std::time::Duration) -> String {
+    let secs = hold.as_secs();
+    if secs.is_multiple_of(60) {
+        format!("{} min", secs / 60)
+    } else {
+        format!("{secs} s")
+    }
+}
+
 fn owner_name(owner: Option<&ServiceKey>, ns: &str) -> String {
     match owner {
         Some(owner) if &*owner.namespace == ns => owner.to_string(),

@@ -419,7 +419,10 @@ impl Planner {
             .copied()
             .collect();
         for ip in gone {
-            if self.ips.contains_key(&ip) || self.quarantined.contains(&ip) {
+            if self.ips.contains_key(&ip)
+                || self.quarantined.contains(&ip)
+                || self.reserved.contains_key(&ip)
+            {
                 continue;
             }
             if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
@@ -599,7 +602,7 @@ impl FenceSources<'_> {
 }
 
 /// The first [`NAMED`] of `items`, the rest counted: `a, b, c, 2 more`.
-fn named(mut items: Vec<String>) -> String {
+pub(super) fn named(mut items: Vec<String>) -> String {
     let more = items.len().saturating_sub(NAMED);
     items.truncate(NAMED);
     if more > 0 {

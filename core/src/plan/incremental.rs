@@ -165,7 +165,7 @@ impl Planner {
     pub(super) fn plan_narrowed(&mut self, inputs: &Inputs<'_>, changes: &Changes) -> PlanOutput {
         let pass = Pass::lazy(inputs);
         let mut sink = Sink::default();
-        self.recent.expire(inputs.now);
+        self.end_reservations_due(inputs.now);
         self.config_changed = false;
         let changed: BTreeMap<&ServiceKey, Option<&Arc<ServiceView>>> = changes
             .services

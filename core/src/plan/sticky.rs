@@ -1,6 +1,7 @@
 //! Sticky re-creation: the IPs of recently released Services, so a Service deleted and
 //! re-created under the same namespace/name (a `kubectl replace --force`, a Helm
-//! re-install) gets its old IPs back if they are still free. Pure; time is a parameter.
+//! re-install) gets its old IPs back. The planner keeps them reserved for that key while
+//! they are remembered (see the module docs of [`crate::plan`]). Pure; time is a parameter.
 //!
 //! Memory is bounded twice: entries expire after [`STICKY_FOR`], and at most
 //! [`STICKY_CAPACITY`] are kept (the oldest go first).
@@ -27,24 +28,37 @@ pub(super) struct Recent {
 }
 
 impl Recent {
-    /// Remembers that `key` released `ips` at `now`.
-    pub(super) fn remember(&mut self, key: ServiceKey, ips: Vec<IpAddr>, now: Instant) {
+    /// Remembers that `key` released `ips` at `now`. Returns whether older entries were
+    /// forgotten to keep within [`STICKY_CAPACITY`].
+    pub(super) fn remember(&mut self, key: ServiceKey, ips: Vec<IpAddr>, now: Instant) -> bool {
         self.by_key.insert(key.clone(), (ips, now));
         self.order.push_back((key, now));
+        let mut forgot = false;
         while self.by_key.len() > STICKY_CAPACITY || self.order.len() > 2 * STICKY_CAPACITY {
             self.pop_front();
+            forgot = true;
         }
+        forgot
     }
 
-    /// Forgets what was released [`STICKY_FOR`] or longer before `now`.
-    pub(super) fn expire(&mut self, now: Instant) {
+    /// Forgets what was released [`STICKY_FOR`] or longer before `now`. Returns whether it
+    /// forgot anything.
+    pub(super) fn expire(&mut self, now: Instant) -> bool {
+        let mut forgot = false;
         while self
             .order
             .front()
             .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= STICKY_FOR)
         {
             self.pop_front();
+            forgot = true;
         }
+        forgot
+    }
+
+    /// When `key` released the IPs remembered for it, if any are.
+    pub(super) fn released_at(&self, key: &ServiceKey) -> Option<Instant> {
+        self.by_key.get(key).map(|(_, at)| *at)
     }
 
     /// The IPs `key` released recently, if any.
