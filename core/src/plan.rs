@@ -10,7 +10,8 @@
 //!
 //! A full pass ([`Planner::plan`]):
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
-//!    same pass) and remembers their IPs for sticky re-creation ([`sticky`]);
+//!    same pass, unless held for the re-creation of a deleted one) and remembers their IPs
+//!    for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
 //!    left their namespace's pool;
 //! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
