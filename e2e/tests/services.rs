@@ -1,6 +1,6 @@
 //! Services over the lab, with the real binaries: the classic pool example (three Services
-//! get the three addresses in order, a fourth waits with a visible reason and gets the
-//! address freed by a deletion), and reachability from the client through the real data
+//! get the three addresses in order, a fourth waits with a visible reason, and a deleted
+//! one re-created gets its address back while the fourth waits on), and reachability from the client through the real data
 //! path (ARP -> the holder's alias -> kube-proxy DNAT -> the pod) for externalTrafficPolicy
 //! Cluster and Local.
 //!
@@ -190,12 +190,33 @@ fn classic_pool(lab: &Lab) -> Result<(), Error> {
         pending.conditions["aliaslb.io/IPAllocated"].message
     );
 
+    // A reinstall of svc-2: its address is held for it (--hold-released, 10 min by
+    // default), so svc-4 does not take it, and the re-created svc-2 gets it back.
     lab.kubectl(&["delete", "service", "-n", ns, "svc-2"])?;
-    let (got, node) = lab.wait_announced(ns, "svc-4", ANNOUNCE_TIMEOUT)?;
+    let held = wait_for(
+        "svc-4's condition to name the address held for svc-2",
+        ANNOUNCE_TIMEOUT,
+        || {
+            let view = lab.service(ns, "svc-4")?;
+            Ok(match view.conditions.get("aliaslb.io/IPAllocated") {
+                Some(c) if c.message.contains("192.168.55.11 for default/svc-2") => {
+                    Ok(c.message.clone())
+                }
+                _ => Err(view.summary()),
+            })
+        },
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        lab.service(ns, "svc-4")?.ips.is_empty(),
+        "svc-4 took the address held for svc-2"
+    );
+    lab.apply(&lb_service(ns, "svc-2").to_yaml())?;
+    let (got, node) = lab.wait_announced(ns, "svc-2", ANNOUNCE_TIMEOUT)?;
     assert_eq!(
         got,
         ip("192.168.55.11"),
-        "svc-4 did not get svc-2's address"
+        "the re-created svc-2 did not get its address back"
     );
     let answered = answers(got, 5)?;
     assert!(
@@ -203,9 +224,13 @@ fn classic_pool(lab: &Lab) -> Result<(), Error> {
         "not answered by a pod: {answered:?}"
     );
     println!(
-        "[e2e] svc-2 deleted: svc-4 got {got} on {} and answers ({})",
+        "[e2e] svc-2 deleted and re-created: svc-4 waited ({held}); svc-2 got {got} back on {} and answers ({})",
         node_name(node),
         answered[0].pod
+    );
+    assert!(
+        lab.service(ns, "svc-4")?.ips.is_empty(),
+        "svc-4 got an address"
     );
     for (name, want) in [("svc-1", "192.168.55.10"), ("svc-3", "192.168.55.12")] {
         assert_eq!(
