@@ -932,11 +932,12 @@ impl Planner {
             .map(|(key, _)| key.clone())
             .collect();
         gone.sort();
-        self.release(gone, inputs.now, sink);
+        self.release(gone, inputs, sink);
     }
 
     /// Drops the Services `gone` (sorted) and frees their IPs at once.
-    fn release(&mut self, gone: Vec<ServiceKey>, now: Instant, sink: &mut Sink) {
+    fn release(&mut self, gone: Vec<ServiceKey>, inputs: &Inputs<'_>, sink: &mut Sink) {
+        let now = inputs.now;
         for key in gone {
             self.unsettled.remove(&key);
             let Some(entry) = self.entries.remove(&key) else {
@@ -952,13 +953,13 @@ impl Planner {
                     self.unreserve_forgotten(now);
                 }
                 // Reserved for this key: no other Service takes them while held. Not an
-                // address the API still shows (the Service stopped being ours, its type or
-                // class changed): that one is quarantined until its status is cleared,
-                // then free.
+                // address the API still shows on the Service (it stopped being ours, its
+                // type or class changed: `lingering`): that one is quarantined until its
+                // status is cleared, then free.
                 for ip in &ips {
                     if self.hold.0 > std::time::Duration::ZERO
                         && !self.ips.contains_key(ip)
-                        && !self.visible.contains_key(ip)
+                        && !inputs.lingering.contains(ip)
                     {
                         self.reserved.insert(*ip, key.clone());
                         self.reserve(*ip);

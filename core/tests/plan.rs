@@ -1349,6 +1349,10 @@ fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
+    // Its node's agent holds it, as it still does when the Service is deleted.
+    let node = plan_of(&out, "default", "web").node.clone().unwrap();
+    world.holds(&node, "10.0.0.1");
+    world.plan(&mut planner);
     // A reinstall: web deleted, a pending Service and a request meanwhile.
     world.remove("default", "web");
     world
@@ -1373,6 +1377,13 @@ fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
             .map(|(ip, k)| (ip, k.clone()))
             .collect::<Vec<_>>(),
         [(ip("10.0.0.1"), key("default", "web"))]
+    );
+    // The agent lets go of it: still held for web.
+    world.holds(&node, "");
+    let out = world.plan(&mut planner);
+    assert!(
+        ips(&out, "default", "waiting").is_empty(),
+        "taken once let go"
     );
     // Five minutes later web comes back (a new uid): its address, not a new one.
     world.advance(STICKY_FOR / 2);

@@ -174,7 +174,7 @@ impl Planner {
             .collect();
         let (mut groups, gone) = self.see_services(&changed);
         let news = self.see_nodes(inputs, &changes.nodes);
-        self.release(gone, inputs.now, &mut sink);
+        self.release(gone, inputs, &mut sink);
         self.lift_quarantine();
         let swept = self.sweep_narrowed(&changed, &pass, &mut sink);
         groups.extend(self.groups_touched(&swept, &changes.endpoints, &news));
