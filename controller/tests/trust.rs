@@ -1208,3 +1208,43 @@ async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
     }
     c.cleanup().await;
 }
+
+/// A tenant's input is bounded (issue 20 item 7): a Service with more ports than one address
+/// carries waits with `TooManyPorts` naming the bound, and another tenant's Service on the
+/// same node is placed and announced as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_with_too_many_ports_waits_and_stops_no_other() {
+    let _serial = serial().await;
+    let c = Cluster::new("ports").await;
+    c.set_pool(&[(c.ns.as_str(), "10.90.0.1-10.90.0.2")]).await;
+    let n1 = c.node("n1").await;
+    let _agent = c.fake_agent(&n1);
+    let (_controller, _metrics) = c.start_controller();
+    let max = aliaslb_core::plan::MAX_PORTS_PER_IP;
+    let ports: Vec<k8s_openapi::api::core::v1::ServicePort> = (0..=max)
+        .map(|p| k8s_openapi::api::core::v1::ServicePort {
+            name: Some(format!("p{p}")),
+            port: 2000 + i32::try_from(p).unwrap(),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect();
+    c.create(lb_service("huge").spec(move |s| s.ports = Some(ports)))
+        .await;
+    let message = c
+        .wait_condition("huge", keys::CONDITION_IP_ALLOCATED, "TooManyPorts")
+        .await;
+    assert_eq!(
+        message,
+        format!(
+            "the Service has {} ports, more than the {max} one address carries; split it \
+             into Services with fewer ports",
+            max + 1
+        )
+    );
+    c.create(lb_service("web")).await;
+    c.wait_ips("web", &["10.90.0.1"], SETTLE).await;
+    announced(&c, "web", "Announced").await;
+    assert!(c.ips("huge").await.is_empty());
+    c.cleanup().await;
+}

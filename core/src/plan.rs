@@ -179,6 +179,12 @@ pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
 /// refuses a condition message over 32,768 bytes and an Event note over 1,024.
 pub const MAX_MESSAGE: usize = 1024;
 
+/// Most Service ports one address carries (a Service's own, or those of every Service
+/// sharing it): each is a word of the address's line in its node's assignment object, so
+/// one tenant's Services cannot make that object, which every Service on the node shares,
+/// too large to write (about 2.6 KiB for a line at the bound).
+pub const MAX_PORTS_PER_IP: usize = 256;
+
 /// Condition and Event reasons the planner emits (CamelCase, stable: users grep for them).
 pub mod reason {
     /// IPAllocated True: every wanted address is assigned.
@@ -196,6 +202,11 @@ pub mod reason {
     /// A requested IP is an address a Node has (never allocated); also the Warning Event
     /// on the pool ConfigMap listing the pool entries that cover one.
     pub const NODE_ADDRESS: &str = "NodeAddress";
+    /// The Service has more ports than one address carries ([`MAX_PORTS_PER_IP`]), or
+    /// sharing its address would put more on it.
+    ///
+    /// [`MAX_PORTS_PER_IP`]: crate::plan::MAX_PORTS_PER_IP
+    pub const TOO_MANY_PORTS: &str = "TooManyPorts";
     /// The requested IP is held for a deleted Service, in case it is re-created (see
     /// [`STICKY_FOR`](crate::plan::STICKY_FOR)).
     pub const REQUESTED_IP_RESERVED: &str = "RequestedIPReserved";

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aliaslb_core::plan::{
-    MAX_MESSAGE, NodeAddress, Planner, STICKY_FOR, node_address_clashes, reason,
+    MAX_MESSAGE, MAX_PORTS_PER_IP, NodeAddress, Planner, STICKY_FOR, node_address_clashes, reason,
 };
 use aliaslb_core::pool::PoolKey;
 use aliaslb_core::range::Family;
@@ -436,6 +436,71 @@ fn sharing_with_port_clash_and_same_node() {
     world.advance(STICKY_FOR);
     world.plan(&mut planner);
     assert_eq!(planner.usage()[0].in_use, 1, "only k2 left");
+}
+
+/// Issue 20 item 7: ports per Service and per address are bounded (MAX_PORTS_PER_IP), so
+/// one tenant's Services cannot make a node's assignment object too large for everyone's;
+/// the condition names the bound.
+#[test]
+fn ports_per_service_and_per_address_are_bounded() {
+    let with_ports = |name: &str, created: i64, from: i32, n: usize| {
+        let mut s = svc("default", name).created(created).sharing("k");
+        for p in 0..n {
+            s = s.port(from + p as i32, "TCP");
+        }
+        s
+    };
+    let mut too_many = svc("default", "huge").created(1);
+    for p in 0..=MAX_PORTS_PER_IP {
+        too_many = too_many.port(1000 + p as i32, "UDP");
+    }
+    let mut world = World::new(
+        config(&[DEFAULT_3]),
+        vec![
+            too_many,
+            with_ports("a", 2, 1, 200),
+            with_ports("b", 3, 201, 100),
+            with_ports("c", 4, 301, 10),
+        ],
+    );
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let huge = plan_of(&out, "default", "huge");
+    assert!(huge.ips.is_empty());
+    assert_eq!(huge.allocated.reason, reason::TOO_MANY_PORTS);
+    assert_eq!(
+        huge.allocated.message,
+        format!(
+            "the Service has {} ports, more than the {MAX_PORTS_PER_IP} one address carries; \
+             split it into Services with fewer ports",
+            MAX_PORTS_PER_IP + 1
+        )
+    );
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    let b = plan_of(&out, "default", "b");
+    assert!(b.ips.is_empty(), "200 + 100 ports on one address");
+    assert_eq!(b.allocated.reason, reason::TOO_MANY_PORTS);
+    assert_eq!(
+        b.allocated.message,
+        "sharing 10.0.0.1 would put 300 ports on it, more than the 256 one address carries \
+         (200 of the Services already sharing it); use another sharing key"
+    );
+    assert_eq!(ips(&out, "default", "c"), ["10.0.0.1"], "210 fit");
+    // c grows past the bound: it leaves the address, a keeps it.
+    *world.service_mut("default", "c") = with_ports("c", 4, 301, 60);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
+    let c = plan_of(&out, "default", "c");
+    assert!(c.ips.is_empty());
+    assert_eq!(c.allocated.reason, reason::TOO_MANY_PORTS);
+    // At the bound exactly: fits.
+    *world.service_mut("default", "c") = with_ports("c", 4, 301, 56);
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        ips(&out, "default", "c"),
+        ["10.0.0.1"],
+        "200 + 56 = 256 fit"
+    );
 }
 
 #[test]

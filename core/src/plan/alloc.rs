@@ -11,7 +11,8 @@ use std::net::IpAddr;
 use litemap::LiteMap;
 
 use super::{
-    Entry, Failure, GroupId, IpUse, Pass, Planner, ServiceKey, ServiceView, Sink, join, reason,
+    Entry, Failure, GroupId, IpUse, MAX_PORTS_PER_IP, Pass, Planner, ServiceKey, ServiceView, Sink,
+    join, reason,
 };
 use crate::allocator::{AllocError, Ledger};
 use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey};
@@ -205,6 +206,21 @@ impl Planner {
         }
         if let Some(failure) = check_request(requested, &wanted) {
             return Some(failure);
+        }
+        if view.ports.len() > MAX_PORTS_PER_IP {
+            self.release_all(
+                key,
+                sink,
+                "the Service has more ports than an address carries",
+            );
+            return Some(Failure::new(
+                reason::TOO_MANY_PORTS,
+                format!(
+                    "the Service has {} ports, more than the {MAX_PORTS_PER_IP} one address \
+                     carries; split it into Services with fewer ports",
+                    view.ports.len()
+                ),
+            ));
         }
         let group_id = self
             .entries
@@ -475,6 +491,18 @@ impl Planner {
                 ));
             }
         }
+        let others = used.ports.values().filter(|o| **o != view.key).count();
+        if others + view.ports.len() > MAX_PORTS_PER_IP {
+            return Err(Failure::new(
+                reason::TOO_MANY_PORTS,
+                format!(
+                    "sharing {ip} would put {} ports on it, more than the {MAX_PORTS_PER_IP} \
+                     one address carries ({others} of the Services already sharing it); use \
+                     another sharing key",
+                    others + view.ports.len()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -672,10 +700,13 @@ impl Planner {
                 continue;
             };
             used.ports.retain(|_, owner| owner != key);
+            // A clash with a sharer's port, or more ports than the address carries: it
+            // leaves the address (and tries to join again, failing with the reason).
             let clash = view
                 .ports
                 .iter()
-                .any(|p| used.ports.get(p).is_some_and(|owner| owner != key));
+                .any(|p| used.ports.get(p).is_some_and(|owner| owner != key))
+                || used.ports.len() + view.ports.len() > MAX_PORTS_PER_IP;
             if clash {
                 self.drop_ip(key, ip);
                 if let Some(entry) = self.entries.get_mut(key) {
