@@ -1017,23 +1017,37 @@ impl Reconciler {
             self.node_clashes = clashes;
             return;
         }
+        if self.warn_pool_entries(
+            &clashes,
+            reason::NODE_ADDRESS,
+            "the pool lists addresses that Nodes have: never allocated",
+        ) {
+            self.node_clashes = clashes;
+        }
+    }
+
+    /// Logs `what` and puts one Warning Event `reason` on the pool ConfigMap listing the
+    /// pool entries `clashes` (never empty), asking to remove them. Returns whether it was
+    /// said: without a ConfigMap to put it on, it waits until there is one.
+    fn warn_pool_entries<T: std::fmt::Display>(
+        &self,
+        clashes: &[T],
+        reason: &'static str,
+        what: &str,
+    ) -> bool {
         let Some(cm) = self.caches.configmap.state().into_iter().next() else {
-            return;
+            return false;
         };
         let list: Vec<String> = clashes.iter().map(ToString::to_string).collect();
-        tracing::warn!(
-            clashes = list.len(),
-            first = %list[0],
-            "the pool lists addresses that Nodes have: never allocated"
-        );
+        tracing::warn!(clashes = list.len(), first = %list[0], "{what}");
         let them = if list.len() == 1 { "it" } else { "them" };
         self.events.enqueue(Notice {
             regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
             warning: true,
-            reason: reason::NODE_ADDRESS,
+            reason,
             note: format!("{}; remove {them} from the pool", list.join("; ")),
         });
-        self.node_clashes = clashes;
+        true
     }
 
     /// Warns, once per change, about the pool entries that overlap a Service ClusterIP
@@ -1048,23 +1062,13 @@ impl Reconciler {
             self.service_clashes = clashes;
             return;
         }
-        let Some(cm) = self.caches.configmap.state().into_iter().next() else {
-            return;
-        };
-        let list: Vec<String> = clashes.iter().map(ToString::to_string).collect();
-        tracing::warn!(
-            clashes = list.len(),
-            first = %list[0],
-            "the pool lists addresses in a Service ClusterIP range: never allocated"
-        );
-        let them = if list.len() == 1 { "it" } else { "them" };
-        self.events.enqueue(Notice {
-            regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
-            warning: true,
-            reason: reason::SERVICE_RANGE,
-            note: format!("{}; remove {them} from the pool", list.join("; ")),
-        });
-        self.service_clashes = clashes;
+        if self.warn_pool_entries(
+            &clashes,
+            reason::SERVICE_RANGE,
+            "the pool lists addresses in a Service ClusterIP range: never allocated",
+        ) {
+            self.service_clashes = clashes;
+        }
     }
 
     /// Warns, once per change, about the reported subnets that do not count for election
