@@ -146,6 +146,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             lingering: &Default::default(),
             node_addresses: &BTreeMap::new(),
             service_ranges: &[],
+            not_ours: &Default::default(),
             local_endpoints: &BTreeMap::new(),
             respect_cordon: true,
             agents_unobservable: false,

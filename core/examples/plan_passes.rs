@@ -13,6 +13,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// No Service that stopped being ours, in this example.
+static NOT_OURS: std::collections::BTreeSet<aliaslb_core::plan::ServiceKey> =
+    std::collections::BTreeSet::new();
+
 use aliaslb_core::election::NodeState;
 use aliaslb_core::plan::{
     Changes, FamilyPolicy, Inputs, NodeAddress, Planner, PortKey, ServiceKey, ServiceView,
@@ -46,6 +50,7 @@ impl World {
             lingering: &self.lingering,
             node_addresses: &self.node_addresses,
             service_ranges: &[],
+            not_ours: &NOT_OURS,
             local_endpoints: &self.local,
             respect_cordon: true,
             agents_unobservable: false,

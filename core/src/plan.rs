@@ -359,6 +359,10 @@ pub struct Inputs<'a> {
     /// Every IP a Node lists in `status.addresses`, with the Node and the address type:
     /// never allocated (see the module docs).
     pub node_addresses: &'a BTreeMap<IpAddr, NodeAddress>,
+    /// Services that still exist but are no longer ours (type or class changed): the IPs
+    /// they release are not held for a re-creation ([`Planner::with_hold`]), only
+    /// quarantined while the API shows them.
+    pub not_ours: &'a BTreeSet<ServiceKey>,
     /// The Service ClusterIP ranges (the `ServiceCIDR`s, where the server serves them):
     /// no pool address in them is allocated (see the module docs).
     pub service_ranges: &'a [IpNet],
@@ -963,14 +967,14 @@ impl Planner {
                 if self.recent.remember(key.clone(), ips.clone(), now) {
                     self.unreserve_forgotten(now);
                 }
-                // Reserved for this key: no other Service takes them while held. Not an
-                // address the API still shows on the Service (it stopped being ours, its
-                // type or class changed: `lingering`): that one is quarantined until its
-                // status is cleared, then free.
+                // Reserved for this key: no other Service takes them while held. Not for
+                // a Service that still exists but stopped being ours (its type or class
+                // changed, `not_ours`): its addresses are quarantined while the API shows
+                // them, then free.
                 for ip in &ips {
                     if self.hold.0 > std::time::Duration::ZERO
                         && !self.ips.contains_key(ip)
-                        && !inputs.lingering.contains(ip)
+                        && !inputs.not_ours.contains(&key)
                     {
                         self.reserved.insert(*ip, key.clone());
                         self.reserve(*ip);

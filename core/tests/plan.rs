@@ -1730,6 +1730,7 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
 
     // b stops being ours (type changed): the API still shows its IP on it.
     world.remove("default", "b");
+    world.not_ours.insert(key("default", "b"));
     world.lingering.insert(ip("10.0.0.2"));
     world.holds("a", "10.0.0.2");
     assert!(

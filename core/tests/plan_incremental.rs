@@ -486,6 +486,7 @@ fn plan_b(world: &World, planner: &mut Planner, changes: &Changes) -> PlanOutput
             lingering: &world.lingering,
             node_addresses: &world.node_addresses,
             service_ranges: &world.service_ranges,
+            not_ours: &world.not_ours,
             local_endpoints: &world.local,
             respect_cordon: world.respect_cordon,
             agents_unobservable: world.agents_unobservable,

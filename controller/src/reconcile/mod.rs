@@ -442,6 +442,7 @@ impl Reconciler {
             .values()
             .flat_map(|s| s.ingress_ips())
             .collect();
+        let not_ours: BTreeSet<ServiceKey> = self.world.strangers.keys().cloned().collect();
         if !self.imported {
             let assignments = self.caches.assignments.state();
             let observed_assignments = assign::observed(assignments.iter().map(|cm| &**cm));
@@ -456,6 +457,7 @@ impl Reconciler {
             lingering: &lingering,
             node_addresses: &observed.node_addresses,
             service_ranges: &observed.service_ranges,
+            not_ours: &not_ours,
             local_endpoints: &self.world.local,
             respect_cordon: self.ctx.config.respect_cordon,
             agents_unobservable: observed.sight == Sight::Blind,

@@ -137,6 +137,8 @@ pub struct World {
     pub node_addresses: BTreeMap<IpAddr, NodeAddress>,
     /// Service ClusterIP ranges (never allocated).
     pub service_ranges: Vec<ipnet::IpNet>,
+    /// Services that exist but are no longer ours.
+    pub not_ours: BTreeSet<ServiceKey>,
     pub respect_cordon: bool,
     /// The controller sees no agent renewing (blind).
     pub agents_unobservable: bool,
@@ -155,6 +157,7 @@ impl World {
             lingering: BTreeSet::new(),
             node_addresses: BTreeMap::new(),
             service_ranges: Vec::new(),
+            not_ours: BTreeSet::new(),
             respect_cordon: true,
             agents_unobservable: false,
             now: Instant::now(),
@@ -171,6 +174,7 @@ impl World {
             lingering: &self.lingering,
             node_addresses: &self.node_addresses,
             service_ranges: &self.service_ranges,
+            not_ours: &self.not_ours,
             local_endpoints: &self.local,
             respect_cordon: self.respect_cordon,
             agents_unobservable: self.agents_unobservable,
