@@ -70,8 +70,8 @@
 //! still answer for it when the new one's takes it. A Service that is no longer ours is not
 //! in `services`: the IPs the API still shows on it come in as [`Inputs::lingering`].
 //!
-//! **Held for re-creation.** The IPs a deleted Service released (not shown by the API any
-//! more: a Service that merely stopped being ours is quarantined instead) are held for its
+//! **Held for re-creation.** The IPs a deleted Service released (one that still exists but
+//! stopped being ours, [`Inputs::not_ours`], is only quarantined instead) are held for its
 //! namespace/name for [`Planner::with_hold`] (at most [`STICKY_FOR`], the default): kept in
 //! use in their ledger for no Service, so the lowest free address skips them, a request by
 //! another Service fails with `RequestedIPReserved`, and an exhausted pool's message names
