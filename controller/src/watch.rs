@@ -362,17 +362,8 @@ async fn serves(client: &Client, group_version: &str, resource: &str) -> bool {
 /// The Service ClusterIP ranges the ServiceCIDRs of `store` name (a range that does not
 /// parse is left out: the apiserver validates them).
 pub fn service_ranges(store: Option<&Store<ServiceCIDR>>) -> Vec<ipnet::IpNet> {
-    let mut out: Vec<ipnet::IpNet> = store
-        .map(Store::state)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|sc| sc.spec.as_ref()?.cidrs.as_ref())
-        .flatten()
-        .filter_map(|c| c.trim().parse().ok())
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+    let cidrs = store.map(Store::state).unwrap_or_default();
+    crate::observe::nodes::service_ranges(cidrs.iter().map(|sc| &**sc))
 }
 
 /// Records agent Lease changes on the local clock as they arrive; returns whether the

@@ -698,14 +698,7 @@ pub async fn fetch(
     let service_ranges: Vec<IpNet> = Api::<ServiceCIDR>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map(|list| {
-            list.items
-                .iter()
-                .filter_map(|sc| sc.spec.as_ref()?.cidrs.as_ref())
-                .flatten()
-                .filter_map(|c| c.trim().parse().ok())
-                .collect()
-        })
+        .map(|list| nodes::service_ranges(&list.items))
         .unwrap_or_default();
     Ok(compute(
         &config,

@@ -67,6 +67,22 @@ pub fn unanchored_subnets(
         .collect()
 }
 
+/// The Service ClusterIP ranges `cidrs` name, sorted, without duplicates (a range that
+/// does not parse is left out: the apiserver validates them).
+pub fn service_ranges<'a>(
+    cidrs: impl IntoIterator<Item = &'a k8s_openapi::api::networking::v1::ServiceCIDR>,
+) -> Vec<IpNet> {
+    let mut out: Vec<IpNet> = cidrs
+        .into_iter()
+        .filter_map(|sc| sc.spec.as_ref()?.cidrs.as_ref())
+        .flatten()
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Node address types that hold a name, not an IP.
 const NAME_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
 
