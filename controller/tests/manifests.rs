@@ -660,8 +660,9 @@ fn example_pool_configmap_is_valid() {
 
 /// `manifests/optional/monitoring` is a kustomize Component: included in a kustomization
 /// (controller/tests/data/monitoring, as a user would), `kubectl kustomize` renders the
-/// install manifests plus the PrometheusRule and one PodMonitor per binary, whose port
-/// names are the ones the pods have. (Its rules: controller/tests/alerts.rs.)
+/// install manifests plus the PrometheusRule, one PodMonitor per binary, whose port names
+/// are the ones the pods have, and the Grafana dashboard's ConfigMap. (Its rules:
+/// controller/tests/alerts.rs; the dashboard's panels: e2e/tests/monitoring.rs.)
 #[test]
 fn monitoring_component_renders_with_the_manifests() {
     let dir = repo_root().join("controller/tests/data/monitoring");
@@ -708,6 +709,28 @@ fn monitoring_component_renders_with_the_manifests() {
         .collect();
     selected.sort_unstable();
     assert_eq!(selected, ["aliaslb-agent", "aliaslb-controller"]);
+    // The Grafana dashboard, as the ConfigMap Grafana's sidecar loads: a fixed name (no
+    // hash suffix), its label, and the file unchanged. (Its panels: e2e/tests/monitoring.rs.)
+    let dashboards: Vec<&serde_json::Value> = of_kind("ConfigMap")
+        .into_iter()
+        .filter(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(dashboards.len(), 1, "one dashboard ConfigMap");
+    assert_eq!(
+        dashboards[0]["metadata"]["name"],
+        "aliaslb-grafana-dashboard"
+    );
+    assert_eq!(dashboards[0]["metadata"]["namespace"], NAMESPACE);
+    let file = read("manifests/optional/monitoring/grafana-dashboard.json");
+    assert_eq!(
+        dashboards[0]["data"]["grafana-dashboard.json"].as_str(),
+        Some(file.as_str())
+    );
+    let dashboard: serde_json::Value = serde_json::from_str(&file).expect("the dashboard is JSON");
+    assert_eq!(
+        dashboard["templating"]["list"][0]["type"], "datasource",
+        "the dashboard's data source is a variable"
+    );
     for workload in of_kind("Deployment")
         .into_iter()
         .chain(of_kind("DaemonSet"))
