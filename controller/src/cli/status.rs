@@ -26,13 +26,12 @@ use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
-use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::Client;
 use serde::Serialize;
 
+use crate::cli::live::Snapshot;
 use crate::observe::service::{self, OurCondition};
 use crate::observe::{agents, nodes};
 
@@ -545,7 +544,7 @@ pub fn render_table(report: &Report) -> String {
 }
 
 /// Left-aligned columns separated by two spaces, trailing spaces trimmed.
-fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -650,41 +649,27 @@ pub async fn fetch(
     agent_namespace: &str,
     configmap: &str,
 ) -> Result<Report, StatusError> {
-    let api_err = |what: String| move |source| StatusError::Api { what, source };
-    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(configmap)
+    let snapshot = Snapshot::fetch(client, namespace, agent_namespace, configmap)
         .await
-        .map_err(api_err(format!("ConfigMap {namespace}/{configmap}")))?;
-    let data = cm.and_then(|cm| cm.data).unwrap_or_default();
-    let config = PoolConfig::parse(&data).map_err(|errors| StatusError::InvalidConfig {
-        name: format!("{namespace}/{configmap}"),
-        errors,
-    })?;
-    let services = Api::<Service>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("Services".to_owned()))?;
-    let leases = Api::<Lease>::namespaced(client.clone(), agent_namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err(format!("Leases in {agent_namespace}")))?;
-    let assignments = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(keys::LABEL_ASSIGNMENTS))
-        .await
-        .map_err(api_err(format!("assignment ConfigMaps in {namespace}")))?;
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("Nodes".to_owned()))?;
-    let node_addresses = nodes::node_addresses(&nodes.items);
-    let observed = crate::assign::observed(&assignments.items);
-    let now = Timestamp::now();
-    let agents: BTreeMap<String, AgentInfo> = leases
-        .items
-        .iter()
-        .filter_map(|l| agent_info(l, now))
-        .collect();
-    let mut infos: Vec<ServiceInfo> = services.items.iter().filter_map(service_info).collect();
+        .map_err(|e| StatusError::Api {
+            what: e.what,
+            source: e.source,
+        })?;
+    report(&snapshot)
+}
+
+/// The report of a [`Snapshot`]; an error when its pool ConfigMap is invalid.
+pub fn report(snapshot: &Snapshot) -> Result<Report, StatusError> {
+    let config = snapshot
+        .config
+        .as_ref()
+        .map_err(|errors| StatusError::InvalidConfig {
+            name: snapshot.configmap_name.clone(),
+            errors: errors.clone(),
+        })?;
+    let node_addresses = nodes::node_addresses(snapshot.nodes.iter().map(|n| &**n));
+    let observed = crate::assign::observed(&snapshot.assignments);
+    let mut infos: Vec<ServiceInfo> = snapshot.services.iter().filter_map(service_info).collect();
     // The node agents act on is the one in the controller's assignments (the annotation is
     // a view anyone with `edit` on the Service can write).
     let trusted = crate::assign::trusted_nodes(&observed);
@@ -694,18 +679,12 @@ pub async fn fetch(
             .map(str::to_owned)
             .or_else(|| crate::assign::routed_nodes_of(&info.key, &info.ips, &routed));
     }
-    // The Service ClusterIP ranges, where served (1.33+); none otherwise.
-    let service_ranges: Vec<IpNet> = Api::<ServiceCIDR>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map(|list| nodes::service_ranges(&list.items))
-        .unwrap_or_default();
     Ok(compute(
-        &config,
+        config,
         &infos,
-        &agents,
+        &snapshot.agents,
         &node_addresses,
-        &service_ranges,
+        &snapshot.service_ranges,
     ))
 }
 

@@ -1253,7 +1253,7 @@ fn config_in_force(
 
 /// Sets each Service's observed node from our own assignment objects (see the module
 /// docs), never from the annotation: a Service none of them lists has no node to keep.
-fn import_trusted_nodes(
+pub(crate) fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
     observed: &BTreeMap<String, assign::Texts>,
 ) {

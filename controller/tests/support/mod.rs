@@ -279,7 +279,7 @@ impl Cluster {
     /// `aliaslb status` over this test's namespaces (the real CLI binary): its table.
     pub fn status_table(&self) -> String {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_aliaslb"))
-            .args(["status", "--namespace", &self.system])
+            .args(["status", "--controller-namespace", &self.system])
             .args(["--agent-namespace", &self.system])
             .env("KUBECONFIG", self.env.kubeconfig_path())
             .output()
