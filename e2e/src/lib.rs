@@ -3,7 +3,8 @@
 //! a client that probes load-balancer IPs from the LAN, a sampler of the aliases on
 //! every node, and a LAN-side sampler of who answers ARP for each IP ([`lan`]). Everything
 //! here does I/O (processes, network namespaces, `kubectl`), except the verdicts. [`bgp`]
-//! adds the BGP part of the lab (an upstream router doing ECMP over the nodes) for L3 mode.
+//! adds the BGP part of the lab (an upstream router doing ECMP over the nodes) for L3 mode;
+//! [`prometheus`] a real Prometheus server scraping the lab, with its rules loaded.
 
 pub mod bgp;
 pub mod chaos;
@@ -12,6 +13,7 @@ mod error;
 pub mod fixtures;
 pub mod lab;
 pub mod lan;
+pub mod prometheus;
 pub mod sampler;
 pub mod trials;
 
