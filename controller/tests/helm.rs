@@ -1,0 +1,848 @@
+//! The Helm chart (`charts/aliaslb`) against the kustomize manifests it mirrors and against a
+//! real kube-apiserver (`aliaslb-testenv`):
+//!
+//! - the chart's `files/` are byte copies of their sources in `manifests/`
+//!   (`scripts/chart-files` writes them);
+//! - `helm lint` passes, with the default values and with every optional part on, and the
+//!   values schema refuses an unknown value;
+//! - `helm template` with the default values renders exactly the objects of `kubectl kustomize
+//!   manifests/` (same apiVersion, kind, namespace, name and content: the chart adds no label
+//!   of its own), and each optional value renders exactly its kustomize component added to the
+//!   kustomization as the README says (monitoring, BIRD sidecar) or its file of
+//!   `manifests/optional/` (the admission policies);
+//! - each value reaches the objects it names;
+//! - `helm install`, `helm upgrade` and `helm uninstall` create, change and remove exactly the
+//!   rendered objects. (That an upgrade moves no IP, with the real binaries and the LAN
+//!   sampled, is e2e/tests/helm.rs.)
+//!
+//! Needs `helm` (`ALIASLB_HELM`, else `scripts/helm` builds it from its Go module, about a
+//! minute and a half the first time), `kubectl` on PATH and the testenv binaries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aliaslb_core::pool::PoolConfig;
+use aliaslb_testenv::TestEnv;
+use serde_json::Value;
+
+const RELEASE: &str = "aliaslb";
+const NAMESPACE: &str = "aliaslb-system";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("controller/ has a parent")
+        .to_owned()
+}
+
+fn chart() -> String {
+    repo_root().join("charts/aliaslb").display().to_string()
+}
+
+/// The helm binary: `ALIASLB_HELM` (scripts/test exports it), else what `scripts/helm`
+/// prints (it builds helm on first use and caches it).
+fn helm_binary() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        if let Some(path) = std::env::var_os("ALIASLB_HELM") {
+            return PathBuf::from(path);
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/helm"))
+            .output()
+            .unwrap_or_else(|e| panic!("running scripts/helm: {e}"));
+        assert!(
+            out.status.success(),
+            "scripts/helm failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        PathBuf::from(
+            stdout
+                .lines()
+                .last()
+                .expect("scripts/helm prints a path")
+                .trim(),
+        )
+    })
+}
+
+/// Runs `helm ARGS`: stdout, or the command and its stderr.
+fn helm(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(helm_binary())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", helm_binary().display()));
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(format!(
+            "helm {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn helm_ok(args: &[&str]) -> String {
+    helm(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `helm template` of the chart with `--set` values `sets`, as a user renders it.
+fn render(sets: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    helm_ok(&args)
+}
+
+/// The optional values, all on.
+const ALL_OPTIONS: [&str; 4] = [
+    "monitoring.enabled=true",
+    "birdSidecar.enabled=true",
+    "admissionPolicies.agentLease.enabled=true",
+    "admissionPolicies.serviceAnnotations.enabled=true",
+];
+
+/// An object's identity: apiVersion, kind, namespace ("" when cluster-scoped), name.
+type Key = (String, String, String, String);
+/// The objects of a multi-document YAML by identity.
+type Objects = BTreeMap<Key, Value>;
+
+fn key_text((api, kind, ns, name): &Key) -> String {
+    if ns.is_empty() {
+        format!("{api} {kind} {name}")
+    } else {
+        format!("{api} {kind} {ns}/{name}")
+    }
+}
+
+/// Parses a multi-document YAML (empty documents skipped); an object twice is an error.
+fn objects(yaml: &str, what: &str) -> Objects {
+    let mut all = Objects::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value: Value = serde::Deserialize::deserialize(doc)
+            .unwrap_or_else(|e| panic!("{what}: a document is not YAML: {e}"));
+        if value.is_null() {
+            continue;
+        }
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let key = (
+            text(&value["apiVersion"]),
+            text(&value["kind"]),
+            text(&value["metadata"]["namespace"]),
+            text(&value["metadata"]["name"]),
+        );
+        assert!(
+            !key.0.is_empty() && !key.1.is_empty() && !key.3.is_empty(),
+            "{what}: a document without apiVersion, kind or name: {value}"
+        );
+        if let Some(old) = all.insert(key.clone(), value) {
+            panic!("{what}: {} twice ({old})", key_text(&key));
+        }
+    }
+    all
+}
+
+/// The differences between `want` and `got` below `path`, one line each.
+fn diff_values(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            let keys: BTreeSet<&String> = w.keys().chain(g.keys()).collect();
+            for k in keys {
+                let p = format!("{path}.{k}");
+                match (w.get(k), g.get(k)) {
+                    (Some(a), Some(b)) => diff_values(&p, a, b, out),
+                    (Some(a), None) => out.push(format!("{p}: missing (want {a})")),
+                    (None, Some(b)) => out.push(format!("{p}: unexpected {b}")),
+                    (None, None) => unreachable!(),
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => {
+            for (i, (a, b)) in w.iter().zip(g).enumerate() {
+                diff_values(&format!("{path}[{i}]"), a, b, out);
+            }
+        }
+        // A file's content (rules, bird.conf, the dashboard): its first differing line.
+        (Value::String(w), Value::String(g))
+            if w != g && (w.contains('\n') || g.contains('\n')) =>
+        {
+            fn lines(t: &str) -> impl Iterator<Item = Option<&str>> {
+                t.lines().map(Some).chain(std::iter::repeat(None))
+            }
+            let first = lines(w)
+                .zip(lines(g))
+                .take(w.lines().count().max(g.lines().count()))
+                .enumerate()
+                .find(|(_, (a, b))| a != b);
+            out.push(match first {
+                Some((line, (a, b))) => {
+                    format!("{path}: line {} differs: want {a:?}, got {b:?}", line + 1)
+                }
+                None => format!("{path}: the texts differ in their line endings"),
+            });
+        }
+        _ if want != got => out.push(format!("{path}: want {want}, got {got}")),
+        _ => {}
+    }
+}
+
+/// What differs between `want` (kustomize) and `got` (the chart): what is missing, what is
+/// extra and each differing field, one entry per object.
+fn differences(want: &Objects, got: &Objects) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, w) in want {
+        match got.get(key) {
+            None => problems.push(format!("missing from the chart: {}", key_text(key))),
+            Some(g) => {
+                let mut fields = Vec::new();
+                diff_values("", w, g, &mut fields);
+                if !fields.is_empty() {
+                    problems.push(format!(
+                        "{} differs:\n    {}",
+                        key_text(key),
+                        fields.join("\n    ")
+                    ));
+                }
+            }
+        }
+    }
+    for key in got.keys().filter(|k| !want.contains_key(*k)) {
+        problems.push(format!("only in the chart: {}", key_text(key)));
+    }
+    problems
+}
+
+/// Asserts that `got` (the chart) holds exactly the objects of `want` (kustomize), printing
+/// the [`differences`].
+fn assert_same_objects(want: &Objects, got: &Objects, what: &str) {
+    let problems = differences(want, got);
+    assert!(
+        problems.is_empty(),
+        "{what}: the chart and kustomize differ:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// What `kubectl kustomize` renders for manifests/ with `components` added to its
+/// kustomization.yaml (as the README tells users to), plus the objects of `files` (paths
+/// in the repository, applied with `kubectl apply -f`).
+fn kustomize(components: &[&str], files: &[&str]) -> Objects {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("manifests");
+    copy_dir(&repo_root().join("manifests"), &copy);
+    if !components.is_empty() {
+        let path = copy.join("kustomization.yaml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("\ncomponents:"),
+            "manifests/kustomization.yaml has components of its own: extend this test"
+        );
+        text.push_str("\ncomponents:\n");
+        for c in components {
+            text.push_str(&format!("  - {c}\n"));
+        }
+        std::fs::write(&path, text).unwrap();
+    }
+    let out = Command::new("kubectl")
+        .args(["kustomize", &copy.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl (is it installed and on PATH?): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize manifests/ with {components:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let what = format!("kubectl kustomize manifests/ with {components:?}");
+    let mut all = objects(&String::from_utf8(out.stdout).unwrap(), &what);
+    for file in files {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        for (key, value) in objects(&text, file) {
+            assert!(
+                all.insert(key.clone(), value).is_none(),
+                "{file}: {} also in the kustomization",
+                key_text(&key)
+            );
+        }
+    }
+    all
+}
+
+/// The chart's `files/` and their sources (what scripts/chart-files copies).
+const CHART_FILES: [(&str, &str); 5] = [
+    (
+        "aliaslb.rules.yaml",
+        "manifests/optional/monitoring/aliaslb.rules.yaml",
+    ),
+    (
+        "grafana-dashboard.json",
+        "manifests/optional/monitoring/grafana-dashboard.json",
+    ),
+    ("bird.conf", "manifests/optional/bird-sidecar/bird.conf"),
+    (
+        "agent-lease-policy.yaml",
+        "manifests/optional/agent-lease-policy.yaml",
+    ),
+    (
+        "service-annotation-policy.yaml",
+        "manifests/optional/service-annotation-policy.yaml",
+    ),
+];
+
+#[test]
+fn chart_files_are_copies_of_the_manifests() {
+    let files = repo_root().join("charts/aliaslb/files");
+    let mut stale = Vec::new();
+    for (name, source) in CHART_FILES {
+        let copy = std::fs::read(files.join(name)).unwrap_or_default();
+        let original = std::fs::read(repo_root().join(source))
+            .unwrap_or_else(|e| panic!("reading {source}: {e}"));
+        if copy != original {
+            stale.push(format!("charts/aliaslb/files/{name} differs from {source}"));
+        }
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&files)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    let mut expected: Vec<String> = CHART_FILES.iter().map(|(n, _)| (*n).to_owned()).collect();
+    expected.sort();
+    assert!(
+        stale.is_empty(),
+        "{}\nrun scripts/chart-files",
+        stale.join("\n")
+    );
+    assert_eq!(present, expected, "charts/aliaslb/files holds only copies");
+    // The script copies the same list.
+    let script = std::fs::read_to_string(repo_root().join("scripts/chart-files")).unwrap();
+    for (_, source) in CHART_FILES {
+        assert!(
+            script.contains(&format!("  {source}\n")),
+            "scripts/chart-files does not copy {source}"
+        );
+    }
+}
+
+#[test]
+fn helm_lint_passes() {
+    let chart = chart();
+    let t0 = Instant::now();
+    let out = helm_ok(&["lint", "--strict", &chart]);
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    let mut args = vec!["lint", "--strict", &chart];
+    for set in ALL_OPTIONS {
+        args.extend(["--set", set]);
+    }
+    let out = helm_ok(&args);
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    println!(
+        "helm lint (defaults, options on): {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// values.schema.json refuses what the chart does not know, so a typo is not silently ignored.
+#[test]
+fn the_values_schema_refuses_unknown_and_mistyped_values() {
+    let chart = chart();
+    for set in [
+        "monitoring.enable=true",
+        "birdSidecar.enabled=yes",
+        "image.pullPolicy=Sometimes",
+        "admissionPolicies.agentLeases.enabled=true",
+    ] {
+        let refused = helm(&["template", RELEASE, &chart, "--set", set]);
+        let why = refused.expect_err(&format!("--set {set} is refused"));
+        assert!(
+            why.contains("values don't meet the specifications"),
+            "{set}: {why}"
+        );
+    }
+}
+
+#[test]
+fn default_values_render_the_kustomization() {
+    let want = kustomize(&[], &[]);
+    let got = objects(&render(&[]), "helm template");
+    assert_eq!(want.len(), 17, "the manifests' objects: {:?}", want.keys());
+    assert_same_objects(&want, &got, "default values");
+}
+
+#[test]
+fn each_option_renders_its_kustomize_component() {
+    let policies = [
+        "manifests/optional/agent-lease-policy.yaml",
+        "manifests/optional/service-annotation-policy.yaml",
+    ];
+    // What, the values set, the components added to the kustomization, the files applied.
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let cases: [Case<'_>; 5] = [
+        (
+            "monitoring",
+            &["monitoring.enabled=true"],
+            &["optional/monitoring"],
+            &[],
+        ),
+        (
+            "BIRD sidecar",
+            &["birdSidecar.enabled=true"],
+            &["optional/bird-sidecar"],
+            &[],
+        ),
+        (
+            "agent Lease policy",
+            &["admissionPolicies.agentLease.enabled=true"],
+            &[],
+            &policies[..1],
+        ),
+        (
+            "Service annotation policy",
+            &["admissionPolicies.serviceAnnotations.enabled=true"],
+            &[],
+            &policies[1..],
+        ),
+        (
+            "everything",
+            &ALL_OPTIONS,
+            &["optional/monitoring", "optional/bird-sidecar"],
+            &policies,
+        ),
+    ];
+    let base = kustomize(&[], &[]).len();
+    let mut failed = Vec::new();
+    for (what, sets, components, files) in cases {
+        let want = kustomize(components, files);
+        assert!(want.len() > base, "{what}: the component adds objects");
+        let got = objects(&render(sets), what);
+        let problems = differences(&want, &got);
+        if !problems.is_empty() {
+            failed.push(format!("{what}:\n  {}", problems.join("\n  ")));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "the chart and kustomize differ:\n{}",
+        failed.join("\n")
+    );
+}
+
+fn object<'a>(all: &'a Objects, kind: &str, ns: &str, name: &str) -> &'a Value {
+    all.iter()
+        .find(|((_, k, n, m), _)| k == kind && n == ns && m == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in {:?}", all.keys()))
+}
+
+/// The containers of every workload's pod template: (workload, container) -> container.
+fn containers(all: &Objects) -> BTreeMap<(String, String), Value> {
+    all.iter()
+        .filter(|((_, kind, _, _), _)| kind == "Deployment" || kind == "DaemonSet")
+        .flat_map(|((_, _, _, name), o)| {
+            o["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |c| {
+                    let cname = c["name"].as_str().unwrap().to_owned();
+                    ((name.clone(), cname), c.clone())
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn values_reach_their_objects() {
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        values.path(),
+        r#"
+image:
+  repository: registry.example/aliaslb
+  tag: "1.2.3"
+  pullPolicy: Always
+pools:
+  default: null
+  team-a: |
+    10.0.7.0/29
+  _fallback: |
+    10.0.8.20-10.0.8.40
+controller:
+  replicas: 3
+monitoring:
+  enabled: true
+  labels:
+    release: kube-prometheus-stack
+birdSidecar:
+  enabled: true
+  image:
+    repository: registry.example/bird
+    tag: "2.0.12-1"
+  config: |
+    router id 10.0.9.1;
+"#,
+    )
+    .unwrap();
+    let chart = chart();
+    let file = values.path().display().to_string();
+    let all = objects(
+        &helm_ok(&["template", RELEASE, &chart, "-n", NAMESPACE, "-f", &file]),
+        "helm template -f values",
+    );
+
+    let images: BTreeMap<_, _> = containers(&all)
+        .into_iter()
+        .map(|(k, c)| (k, (c["image"].clone(), c["imagePullPolicy"].clone())))
+        .collect();
+    let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+    let ours = (
+        Value::from("registry.example/aliaslb:1.2.3"),
+        Value::from("Always"),
+    );
+    assert_eq!(images[&pair("aliaslb-controller", "controller")], ours);
+    assert_eq!(images[&pair("aliaslb-agent", "agent")], ours);
+    assert_eq!(
+        images[&pair("aliaslb-agent", "bird")],
+        (Value::from("registry.example/bird:2.0.12-1"), Value::Null)
+    );
+    let deploy = object(&all, "Deployment", NAMESPACE, "aliaslb-controller");
+    assert_eq!(deploy["spec"]["replicas"], 3);
+
+    // The pools replace the example's key and parse with the controller's own parser.
+    let cm = object(&all, "ConfigMap", NAMESPACE, "aliaslb-pools");
+    let data: BTreeMap<String, String> = serde_json::from_value(cm["data"].clone()).unwrap();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["_fallback", "team-a"],
+        "pools.default: null drops the example"
+    );
+    let config = PoolConfig::parse(&data).unwrap_or_else(|e| panic!("{e:?}"));
+    let (_, pool) = config.pool_for_namespace("team-a").expect("team-a's pool");
+    assert!(pool.contains("10.0.7.5".parse().unwrap()));
+    let (_, fallback) = config.pool_for_namespace("other").expect("the fallback");
+    assert!(fallback.contains("10.0.8.30".parse().unwrap()));
+
+    for (kind, name) in [
+        ("PrometheusRule", "aliaslb"),
+        ("PodMonitor", "aliaslb-controller"),
+        ("PodMonitor", "aliaslb-agent"),
+    ] {
+        let labels = &object(&all, kind, NAMESPACE, name)["metadata"]["labels"];
+        assert_eq!(labels["release"], "kube-prometheus-stack", "{kind} {name}");
+        assert_eq!(
+            labels["app.kubernetes.io/part-of"], "aliaslb",
+            "{kind} {name}"
+        );
+    }
+
+    // BIRD's own configuration, under a name that follows its content, which the
+    // DaemonSet mounts.
+    let bird: Vec<&Value> = all
+        .iter()
+        .filter(|((_, k, _, n), _)| k == "ConfigMap" && n.starts_with("aliaslb-bird-"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(bird.len(), 1);
+    assert_eq!(bird[0]["data"]["bird.conf"], "router id 10.0.9.1;\n");
+    let example = objects(&render(&["birdSidecar.enabled=true"]), "bird example");
+    let example_name = example
+        .keys()
+        .find(|(_, k, _, n)| k == "ConfigMap" && n.starts_with("aliaslb-bird-"))
+        .map(|k| k.3.clone())
+        .unwrap();
+    let name = bird[0]["metadata"]["name"].as_str().unwrap();
+    assert_ne!(name, example_name, "a changed bird.conf gets a new name");
+    let ds = object(&all, "DaemonSet", NAMESPACE, "aliaslb-agent");
+    let volumes = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    assert!(
+        volumes.iter().any(|v| v["configMap"]["name"] == name),
+        "{volumes:?}"
+    );
+}
+
+/// `kubectl get` of every object in `yaml`: the ones that exist, as `kind/name` lines
+/// (`--ignore-not-found`).
+fn live(env: &TestEnv, manifest: &Path) -> BTreeSet<String> {
+    env.kubectl(&[
+        "get",
+        "-f",
+        &manifest.display().to_string(),
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// `kind/name` of each object, as `kubectl get -o name` prints it.
+fn names(all: &Objects) -> BTreeSet<String> {
+    all.keys()
+        .map(|(api, kind, _, name)| {
+            let group = api.split_once('/').map(|(g, _)| g).unwrap_or("");
+            let kind = kind.to_lowercase();
+            if group.is_empty() {
+                format!("{kind}/{name}")
+            } else {
+                format!("{kind}.{group}/{name}")
+            }
+        })
+        .collect()
+}
+
+fn json_of(env: &TestEnv, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&env.kubectl(&all)).unwrap()
+}
+
+/// Waits until `done` holds, for at most `timeout`.
+fn wait(what: &str, timeout: Duration, mut done: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match done() {
+            Ok(()) => return,
+            Err(why) if Instant::now() > deadline => panic!("{what}: still {why}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// helm against testenv's kube-apiserver as the admin (kube-controller-manager runs, so that
+/// deleted namespaces finish deleting).
+struct Helm<'a> {
+    env: &'a TestEnv,
+    kubeconfig: String,
+    chart: String,
+    dir: tempfile::TempDir,
+}
+
+impl Helm<'_> {
+    /// `helm VERB ARGS` for the release, printing how long it took.
+    fn run(&self, verb: &str, args: &[&str]) -> String {
+        let t0 = Instant::now();
+        let mut all = vec![verb];
+        all.extend_from_slice(args);
+        all.extend([
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--namespace",
+            RELEASE_NAMESPACE,
+        ]);
+        let out = helm_ok(&all);
+        println!("helm {verb}: {:.2} s", t0.elapsed().as_secs_f64());
+        out
+    }
+
+    /// The release's manifest (`helm get manifest`), as a file for `kubectl get -f` and as
+    /// objects.
+    fn manifest(&self, name: &str) -> (PathBuf, Objects) {
+        let text = self.run("get", &["manifest", RELEASE]);
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, &text).unwrap();
+        (path, objects(&text, name))
+    }
+
+    /// Asserts that every object of the release exists and carries Helm's ownership
+    /// metadata next to the chart's own labels.
+    fn assert_owned(&self, manifest: &Path, all: &Objects) {
+        assert_eq!(
+            live(self.env, manifest),
+            names(all),
+            "the release's objects exist"
+        );
+        for (kind, ns, name) in [
+            ("namespace", "", NAMESPACE),
+            ("namespace", "", "aliaslb-agents"),
+            ("clusterrole", "", "aliaslb-controller"),
+            ("configmap", NAMESPACE, "aliaslb-pools"),
+            ("daemonset", NAMESPACE, "aliaslb-agent"),
+        ] {
+            let mut args = vec![kind, name];
+            if !ns.is_empty() {
+                args.extend(["-n", ns]);
+            }
+            let meta = &json_of(self.env, &args)["metadata"];
+            assert_eq!(
+                meta["labels"]["app.kubernetes.io/managed-by"], "Helm",
+                "{kind} {name}"
+            );
+            assert_eq!(
+                meta["annotations"]["meta.helm.sh/release-name"], RELEASE,
+                "{kind} {name}"
+            );
+            assert_eq!(
+                meta["annotations"]["meta.helm.sh/release-namespace"], RELEASE_NAMESPACE,
+                "{kind} {name}"
+            );
+            assert_eq!(
+                meta["labels"]["app.kubernetes.io/part-of"], "aliaslb",
+                "{kind} {name}: the chart's own labels"
+            );
+        }
+        let ns = json_of(self.env, &["namespace", NAMESPACE]);
+        assert_eq!(
+            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged",
+            "the chart's Pod Security label"
+        );
+    }
+
+    /// Uninstalls and waits until every object of `manifest` is gone, namespaces included.
+    fn uninstall(&self, manifest: &Path) {
+        self.run("uninstall", &[RELEASE]);
+        wait(
+            "the release's objects to go",
+            Duration::from_secs(60),
+            || {
+                let left = live(self.env, manifest);
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{left:?}"))
+                }
+            },
+        );
+        let releases = self.run("list", &["--all", "-q"]);
+        assert!(releases.trim().is_empty(), "no release left: {releases}");
+    }
+}
+
+/// The namespace of the release record (a Secret): not aliaslb-system, which the chart itself
+/// creates (with its Pod Security label) and so cannot exist before `helm install` stores the
+/// record there. `--create-namespace` does not help: the chart's Namespace object then
+/// collides with the namespace helm made.
+const RELEASE_NAMESPACE: &str = "default";
+
+/// A fresh install, upgrades (image, pools, the BIRD sidecar on, then back to the defaults)
+/// and the uninstall; then the migration from `kubectl apply -k manifests/`: `helm install
+/// --take-ownership` adopts the objects kustomize made, and the uninstall removes them. The
+/// objects are the rendered ones, carry Helm's ownership, change with the values and are all
+/// gone after each uninstall.
+#[tokio::test(flavor = "multi_thread")]
+async fn install_upgrade_uninstall() {
+    let env = TestEnv::global();
+    let _kcm = env.start_controller_manager().await.unwrap();
+    let releases = Helm {
+        env,
+        kubeconfig: env.kubeconfig_path().display().to_string(),
+        chart: chart(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let chart = releases.chart.clone();
+
+    // A fresh install.
+    releases.run("install", &[RELEASE, &chart]);
+    let (installed_file, installed) = releases.manifest("installed.yaml");
+    assert_same_objects(
+        &objects(&render(&[]), "helm template"),
+        &installed,
+        "helm get manifest after install",
+    );
+    releases.assert_owned(&installed_file, &installed);
+
+    // Upgrade: a new image tag, one more pool address, the BIRD sidecar on.
+    let upgrade = releases.dir.path().join("upgrade.yaml");
+    std::fs::write(
+        &upgrade,
+        "image:\n  tag: 0.1.1\npools:\n  default: |\n    192.168.55.10\n    192.168.55.11\n    192.168.55.12\n    192.168.55.13\nbirdSidecar:\n  enabled: true\n",
+    )
+    .unwrap();
+    let upgrade_arg = upgrade.display().to_string();
+    releases.run("upgrade", &[RELEASE, &chart, "-f", &upgrade_arg]);
+    let (upgraded_file, upgraded) = releases.manifest("upgraded.yaml");
+    assert_eq!(live(env, &upgraded_file), names(&upgraded), "upgraded");
+    let deploy = json_of(env, &["deployment", "-n", NAMESPACE, "aliaslb-controller"]);
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/aliaslb/aliaslb:0.1.1"
+    );
+    let ds = json_of(env, &["daemonset", "-n", NAMESPACE, "aliaslb-agent"]);
+    let ds_containers: Vec<&str> = ds["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ds_containers, ["agent", "bird"]);
+    let pools = json_of(env, &["configmap", "-n", NAMESPACE, "aliaslb-pools"]);
+    let data: BTreeMap<String, String> = serde_json::from_value(pools["data"].clone()).unwrap();
+    let config = PoolConfig::parse(&data).unwrap_or_else(|e| panic!("{e:?}"));
+    let (_, pool) = config.pool_for_namespace("default").unwrap();
+    assert_eq!(pool.size(aliaslb_core::range::Family::V4), 4);
+    let bird: Vec<String> = names(&upgraded)
+        .into_iter()
+        .filter(|n| n.starts_with("configmap/aliaslb-bird-"))
+        .collect();
+    assert_eq!(bird.len(), 1, "{:?}", upgraded.keys());
+
+    // Back to the defaults: the sidecar and its ConfigMap go.
+    releases.run("upgrade", &[RELEASE, &chart, "--reset-values"]);
+    let (_, reset) = releases.manifest("reset.yaml");
+    assert_same_objects(&installed, &reset, "after --reset-values");
+    let bird_file = releases.dir.path().join("bird.yaml");
+    std::fs::write(
+        &bird_file,
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {}\n  namespace: {NAMESPACE}\n",
+            bird[0].trim_start_matches("configmap/")
+        ),
+    )
+    .unwrap();
+    assert!(
+        live(env, &bird_file).is_empty(),
+        "the BIRD ConfigMap is gone"
+    );
+    let history: Value =
+        serde_json::from_str(&releases.run("history", &[RELEASE, "-o", "json"])).unwrap();
+    assert_eq!(history.as_array().map(Vec::len), Some(3), "{history}");
+
+    releases.uninstall(&installed_file);
+
+    // Migration: the objects of `kubectl apply -k manifests/`, adopted by the release.
+    let manifests = repo_root().join("manifests").display().to_string();
+    env.kubectl(&["apply", "-k", &manifests]);
+    let conflict = helm(&[
+        "install",
+        RELEASE,
+        &chart,
+        "--kubeconfig",
+        &releases.kubeconfig,
+        "--namespace",
+        RELEASE_NAMESPACE,
+    ])
+    .expect_err("without --take-ownership, helm refuses objects it does not own");
+    assert!(
+        conflict.contains("exists and cannot be imported"),
+        "{conflict}"
+    );
+    releases.run("install", &[RELEASE, &chart, "--take-ownership"]);
+    let (adopted_file, adopted) = releases.manifest("adopted.yaml");
+    assert_same_objects(&installed, &adopted, "the adopted release");
+    releases.assert_owned(&adopted_file, &adopted);
+    releases.uninstall(&adopted_file);
+}
