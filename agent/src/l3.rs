@@ -6,6 +6,8 @@
 //! says why, the metric `aliaslb_agent_routing_daemon_up` is 0), never fatal: the agent
 //! keeps the routed addresses, since a daemon restarting would otherwise take every path
 //! down with it.
+//!
+//! [`RoutedFence`]: a node cut off from the API withdraws its routed addresses.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -128,10 +130,115 @@ pub fn arp_warnings(conf: &Path) -> Vec<String> {
     out
 }
 
+/// The L3 fence: an agent cut off from the API withdraws its routed addresses.
+///
+/// A routed address is on no LAN: no other node's claim makes this one yield it, and its
+/// kernel lifetime is refreshed by this agent whatever its authority. So nothing else
+/// stops a node the controller judged lost from announcing, for ever, an address the
+/// controller may have given to another Service meanwhile (its stale kube-proxy would
+/// then send the new Service's flows to the old one's pods). Once this agent's authority
+/// has been stale for a whole lease duration
+/// ([`crate::lease::Authority::stale_past_a_lease`]), its routed addresses are withdrawn:
+/// removed from the node, so the routing daemon withdraws their routes and the other
+/// nodes' ECMP paths carry on. The controller counts them as announced until then, plus a
+/// margin (it does not give such an address to another Service before).
+///
+/// They come back once the authority is fresh again **and** a desired set read after the
+/// withdrawal has arrived: fresh authority says the API answers again, not that the node
+/// still has these addresses (the assignment watch lists its object anew after an
+/// outage, which is news even when unchanged). Pure.
+#[derive(Debug, Clone, Default)]
+pub struct RoutedFence {
+    /// Desired sets read so far.
+    generation: u64,
+    /// `Some(generation at the withdrawal)` while withdrawn.
+    withdrawn_at: Option<u64>,
+}
+
+/// What [`RoutedFence::update`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceEdge {
+    /// Nothing.
+    None,
+    /// The routed addresses are withdrawn from now on.
+    Withdrawn,
+    /// They are announced again.
+    Restored,
+}
+
+impl RoutedFence {
+    /// A desired set was read from the API.
+    pub fn desired_changed(&mut self) {
+        self.generation += 1;
+    }
+
+    /// Whether the routed addresses are withdrawn.
+    pub fn withdrawn(&self) -> bool {
+        self.withdrawn_at.is_some()
+    }
+
+    /// The state for the authority now: `stale_past_a_lease` and `fresh` (see the type's
+    /// docs), without changing it.
+    fn next(&self, stale_past_a_lease: bool, fresh: bool) -> Option<u64> {
+        match self.withdrawn_at {
+            None if stale_past_a_lease => Some(self.generation),
+            Some(at) if fresh && self.generation > at => None,
+            keep => keep,
+        }
+    }
+
+    /// Whether [`RoutedFence::update`] would change anything now.
+    pub fn would_change(&self, stale_past_a_lease: bool, fresh: bool) -> bool {
+        self.next(stale_past_a_lease, fresh) != self.withdrawn_at
+    }
+
+    /// Moves to the state for the authority now; returns the edge crossed.
+    pub fn update(&mut self, stale_past_a_lease: bool, fresh: bool) -> FenceEdge {
+        let next = self.next(stale_past_a_lease, fresh);
+        let edge = match (self.withdrawn_at, next) {
+            (None, Some(_)) => FenceEdge::Withdrawn,
+            (Some(_), None) => FenceEdge::Restored,
+            _ => FenceEdge::None,
+        };
+        self.withdrawn_at = next;
+        edge
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::routing::RoutingError;
+
+    #[test]
+    fn routed_addresses_come_back_only_fresh_and_with_a_desired_set_read_after() {
+        let mut f = RoutedFence::default();
+        f.desired_changed();
+        // (stale past a lease, fresh, desired set read before the step, edge, withdrawn)
+        let steps: &[(bool, bool, bool, FenceEdge, bool)] = &[
+            (false, true, false, FenceEdge::None, false),
+            (false, false, false, FenceEdge::None, false), // stale, not for a lease yet
+            (true, false, false, FenceEdge::Withdrawn, true),
+            (true, false, false, FenceEdge::None, true),
+            (false, true, false, FenceEdge::None, true), // fresh, no new set: still out
+            (false, false, true, FenceEdge::None, true), // a new set, stale: still out
+            (false, true, false, FenceEdge::Restored, false), // fresh, a set read after
+            (true, false, false, FenceEdge::Withdrawn, true),
+            (false, true, true, FenceEdge::Restored, false),
+        ];
+        for (i, (stale, fresh, read, edge, withdrawn)) in steps.iter().enumerate() {
+            if *read {
+                f.desired_changed();
+            }
+            assert_eq!(
+                f.would_change(*stale, *fresh),
+                *edge != FenceEdge::None,
+                "step {i}"
+            );
+            assert_eq!(f.update(*stale, *fresh), *edge, "step {i}");
+            assert_eq!(f.withdrawn(), *withdrawn, "step {i}");
+        }
+    }
 
     #[test]
     fn a_reading_becomes_the_report_and_an_error_only_says_why() {

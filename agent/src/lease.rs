@@ -201,6 +201,9 @@ pub struct Authority {
 #[derive(Debug, Clone, Copy)]
 struct AuthorityState {
     renewed: Option<Instant>,
+    /// When the agent started: the staleness of an agent that never renewed counts from
+    /// there ([`Authority::stale_past_a_lease`]).
+    started: Instant,
 }
 
 impl Authority {
@@ -208,8 +211,27 @@ impl Authority {
     pub fn new(lease_duration: Duration) -> Self {
         Authority {
             lease_duration,
-            state: Arc::new(Mutex::new(AuthorityState { renewed: None })),
+            state: Arc::new(Mutex::new(AuthorityState {
+                renewed: None,
+                started: Instant::now(),
+            })),
         }
+    }
+
+    /// Whether the authority has been stale for a whole lease duration at `now`: the last
+    /// renewal (or the start, before any) is two lease durations old. By then the
+    /// controller has judged this node lost (a lease after the renewal it saw, which came
+    /// after this agent sent it) and may have given its addresses to other Services: an
+    /// agent whose routed (L3) addresses no LAN claim can take over withdraws them then.
+    pub fn stale_past_a_lease(&self, now: Instant) -> bool {
+        let state = *self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = state.renewed.unwrap_or(state.started);
+        now.saturating_duration_since(last) >= 2 * self.lease_duration
+    }
+
+    /// The lease duration this authority runs under.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
     }
 
     /// Records a renewal that succeeded, `at` being when its request was sent: before the

@@ -90,6 +90,7 @@ pub struct Metrics {
     renewals_gated: Counter,
     api_reachable: Gauge,
     authority_fresh: Gauge,
+    routed_withdrawn: Gauge,
     kube_proxy_ipvs: Gauge,
     lan_conflicts: Gauge,
     routing_daemon_up: Gauge,
@@ -199,6 +200,12 @@ impl Metrics {
             "authority_fresh",
             "1 while this agent's Lease was renewed within the lease duration (it defends its IPs), 0 when stale (it yields them to another node)",
             authority_fresh.clone(),
+        );
+        let routed_withdrawn = Gauge::default();
+        registry.register(
+            "routed_withdrawn",
+            "Routed (L3) addresses assigned to this node but withdrawn because its authority has been stale for a lease duration (cut off from the API: the controller may have given them to other Services)",
+            routed_withdrawn.clone(),
         );
         let kube_proxy_ipvs = Gauge::default();
         registry.register(
@@ -331,6 +338,7 @@ impl Metrics {
             renewals_gated,
             api_reachable,
             authority_fresh,
+            routed_withdrawn,
             kube_proxy_ipvs,
             lan_conflicts,
             routing_daemon_up,
@@ -420,6 +428,12 @@ impl Metrics {
     /// Count one renewal skipped because the kernel rounds are too old.
     pub fn record_renewal_gated(&self) {
         self.renewals_gated.inc();
+    }
+
+    /// Record how many routed addresses the L3 fence withdraws.
+    pub fn set_routed_withdrawn(&self, count: usize) {
+        self.routed_withdrawn
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Record whether this agent's authority is fresh.

@@ -33,6 +33,7 @@ use crate::backend::{AddressBackend, BackendError};
 use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
+use crate::l3::{FenceEdge, RoutedFence};
 use crate::lan::{LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
@@ -156,6 +157,8 @@ pub struct Node<B, S, L> {
     /// L3 mode: the routing daemon as last read.
     routing: Option<RoutingReport>,
     lan_watched: Vec<IpAddr>,
+    /// L3: withdraws the routed addresses while cut off from the API.
+    routed_fence: RoutedFence,
 }
 
 impl<B, S, L> Node<B, S, L>
@@ -175,6 +178,7 @@ where
             authority: setup.authority,
             kernel: setup.kernel,
             guard: Guard::new(setup.guard),
+            routed_fence: RoutedFence::default(),
             probe_config: setup.probe,
             probes: JoinSet::new(),
             desired: DesiredSet::new(),
@@ -256,7 +260,13 @@ where
                         Cause::Resync
                     } else if synced && damaged {
                         Cause::Shield
-                    } else if synced && InForce::must_drop(&self.desired, fresh) {
+                    } else if synced
+                        && (InForce::must_drop(&self.desired, fresh)
+                            || self.routed_fence.would_change(
+                                self.authority.stale_past_a_lease(Instant::now()),
+                                fresh,
+                            ))
+                    {
                         Cause::Stale
                     } else if synced && retry {
                         Cause::Retry
@@ -310,6 +320,7 @@ where
             // no yield.
             if news && !received.object_missing() {
                 self.guard.desired_changed();
+                self.routed_fence.desired_changed();
             }
             self.desired = self
                 .in_force
@@ -404,7 +415,8 @@ where
                 "desired IPs held back by the conflict guard"
             );
         }
-        self.effective = self.desired.without(&back);
+        self.fence_routed(now, fresh);
+        self.effective = self.effective_of(&back);
         let start = Instant::now();
         let report = self.aliases.reconcile(&self.effective).await;
         let took = start.elapsed();
@@ -427,7 +439,7 @@ where
         if rechecked {
             // Let go of them now, not at the next reconcile: the probes below decide.
             let back = self.guard.held_back(&self.desired, &self.held());
-            self.effective = self.desired.without(&back);
+            self.effective = self.effective_of(&back);
             let again = self.aliases.reconcile(&self.effective).await;
             for e in &again.errors {
                 self.count_error(e);
@@ -455,6 +467,53 @@ where
             );
         }
         retry
+    }
+
+    /// The routed addresses of the desired set.
+    fn routed(&self) -> BTreeSet<IpAddr> {
+        self.desired
+            .iter()
+            .map(|(ip, _)| ip)
+            .filter(|ip| self.desired.is_routed(*ip))
+            .collect()
+    }
+
+    /// Moves the L3 fence ([`RoutedFence`]) to the authority at `now` and says so on an
+    /// edge; the metric counts the routed addresses it keeps out.
+    fn fence_routed(&mut self, now: Instant, fresh: bool) {
+        let stale = self.authority.stale_past_a_lease(now);
+        let routed = self.routed();
+        match self.routed_fence.update(stale, fresh) {
+            _ if routed.is_empty() => {}
+            FenceEdge::Withdrawn => warn!(
+                routed = routed.len(),
+                stale_for = ?self.authority.lease_duration(),
+                "the Lease has been stale for a lease duration (cut off from the API?): withdrawing the routed addresses, which the controller may give to other Services now; they come back once the Lease is renewed and the assignment read again"
+            ),
+            FenceEdge::Restored => info!(
+                routed = routed.len(),
+                "Lease renewed and assignment read again: the routed addresses it lists are announced again"
+            ),
+            FenceEdge::None => {}
+        }
+        let out = if self.routed_fence.withdrawn() {
+            routed.len()
+        } else {
+            0
+        };
+        self.metrics.set_routed_withdrawn(out);
+    }
+
+    /// What the alias manager is given: the desired set less `back` (held back by the
+    /// guard) and, while the L3 fence is up, less the routed addresses.
+    fn effective_of(&self, back: &BTreeSet<IpAddr>) -> DesiredSet {
+        if self.routed_fence.withdrawn() {
+            let mut out: BTreeSet<IpAddr> = back.clone();
+            out.extend(self.routed());
+            self.desired.without(&out)
+        } else {
+            self.desired.without(back)
+        }
     }
 
     /// Takes links and subnets for the report from the reconcile's own dump, and

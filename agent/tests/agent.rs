@@ -917,3 +917,79 @@ async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewrit
     assert!(warned[0].contains("WARN"), "{}", warned[0]);
     assert!(log.contains("deleted or altered by someone else"), "{log}");
 }
+
+/// Issue 20 item 4: a node cut off from the API withdraws its routed (L3) addresses once
+/// its Lease has been stale for a lease duration (2 x 2 s here), so its routing daemon
+/// withdraws their routes and the controller may give them to other Services; its LAN
+/// (L2) aliases stay (the LAN guard handles those). Once the API is back and the
+/// assignment read again, the routed address is taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_api_withdraws_its_routed_addresses_after_a_lease() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("l3fence", |_| {}).await;
+    let c = s.cluster.clone();
+    c.set_assignment_text(
+        &s.name,
+        "10.0.0.130 - tcp:80 t/lan\n10.200.0.130 - tcp:80 t/routed bgp\n",
+    )
+    .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "both addresses", async || {
+        alias(node, "10.0.0.130").and(node.addr("lo", "10.200.0.130"))
+    })
+    .await;
+
+    s.relay.stop();
+    let cut = Instant::now();
+    // Stale after 2 s (lease), withdrawn 2 s later: still there at 3 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        node.addr("lo", "10.200.0.130").is_some(),
+        "withdrawn before the Lease had been stale for a lease duration"
+    );
+    eventually(
+        Duration::from_secs(4),
+        "the routed address withdrawn",
+        async || node.addr("lo", "10.200.0.130").is_none().then_some(()),
+    )
+    .await;
+    let withdrawn = cut.elapsed();
+    eprintln!("API cut -> routed address withdrawn in {withdrawn:?} (lease 2 s)");
+    assert!(
+        alias(node, "10.0.0.130").is_some(),
+        "the L2 alias is not the L3 fence's"
+    );
+    assert_eq!(
+        s.agent.metric(node, "aliaslb_agent_routed_withdrawn"),
+        Some(1.0)
+    );
+    assert!(
+        s.agent
+            .log_text()
+            .contains("withdrawing the routed addresses"),
+        "{}",
+        s.agent.log_text()
+    );
+    // Two more lease durations: not back while cut off.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        node.addr("lo", "10.200.0.130").is_none(),
+        "back while cut off"
+    );
+
+    s.relay.restart();
+    let back = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "the routed address back after the API returned",
+        async || node.addr("lo", "10.200.0.130"),
+    )
+    .await;
+    eprintln!("API back -> routed address back in {:?}", back.elapsed());
+    assert_eq!(
+        s.agent.metric(node, "aliaslb_agent_routed_withdrawn"),
+        Some(0.0)
+    );
+}
