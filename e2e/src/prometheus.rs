@@ -266,6 +266,19 @@ fn temp_dir() -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
+/// A TCP port free on 127.0.0.1 in network namespace `ns` (the kernel's choice for a port
+/// 0 bind, released at once: nothing else of the lab binds ports of that range there).
+pub fn free_port(ns: &str) -> Result<u16, Error> {
+    crate::client::in_namespace(ns, || {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())
+    })?
+    .map(|a| a.port())
+    .map_err(|source| Error::Io {
+        what: format!("binding a port in {ns}"),
+        source,
+    })
+}
+
 /// Seconds since the epoch, as the HTTP API takes a time.
 fn unix(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -51,7 +51,7 @@ use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, routed_pool};
 use aliaslb_e2e::fixtures::{lb_service, namespace};
 use aliaslb_e2e::lab::{CLIENT_NS, Lab, NODES, node_ip, node_name, wait_for};
 use aliaslb_e2e::prometheus::{
-    Job, Prometheus, SCRAPE_INTERVAL, dashboard_queries, grafana_expr, metric_names_in,
+    Job, Prometheus, SCRAPE_INTERVAL, dashboard_queries, free_port, grafana_expr, metric_names_in,
     rule_metric_names, tcp_listeners, with_for,
 };
 use serde_json::Value;
@@ -69,10 +69,6 @@ const FOR_TEXT: &str = "5s";
 /// evaluation (1 s each), the controller's pass and the agent's report, on a loaded machine.
 const ALERT_MARGIN: Duration = Duration::from_secs(10);
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Prometheus' port in the client's namespace (the lab's own namespace: nothing else
-/// listens there), and the controller relay's.
-const PROMETHEUS_PORT: u16 = 9090;
-const CONTROLLER_RELAY_PORT: u16 = 9100;
 /// The agents' `--metrics-addr` port (their default).
 const AGENT_METRICS_PORT: u16 = 9101;
 const EXHAUSTED: &str = "AliaslbPoolExhausted";
@@ -106,7 +102,7 @@ fn real_prometheus_alerts_metric_names_and_dashboard() -> Result<(), Error> {
         "rewrote {rewritten} `for:` in a rules file of {alerts} alerts"
     );
     let jobs = scrape_jobs(&lab)?;
-    let prometheus = Prometheus::start(CLIENT_NS, PROMETHEUS_PORT, &jobs, &rules)?;
+    let prometheus = Prometheus::start(CLIENT_NS, free_port(CLIENT_NS)?, &jobs, &rules)?;
     let since = SystemTime::now();
     prometheus.wait_targets_up(&jobs, Duration::from_secs(30))?;
     println!(
@@ -146,6 +142,7 @@ fn scrape_jobs(lab: &Lab) -> Result<Vec<Job>, Error> {
             })
         },
     )?;
+    let relay_port = free_port(CLIENT_NS)?;
     let socket = lab.state_dir().join("metrics-controller-1.sock");
     let socket = socket.to_string_lossy();
     lab.spawn(
@@ -162,14 +159,14 @@ fn scrape_jobs(lab: &Lab) -> Result<Vec<Job>, Error> {
         "client",
         &[
             "socat",
-            &format!("TCP-LISTEN:{CONTROLLER_RELAY_PORT},bind=127.0.0.1,fork,reuseaddr"),
+            &format!("TCP-LISTEN:{relay_port},bind=127.0.0.1,fork,reuseaddr"),
             &format!("UNIX-CONNECT:{socket}"),
         ],
     )?;
     Ok(vec![
         Job {
             name: "aliaslb-controller".to_owned(),
-            targets: vec![format!("127.0.0.1:{CONTROLLER_RELAY_PORT}")],
+            targets: vec![format!("127.0.0.1:{relay_port}")],
         },
         Job {
             name: "aliaslb-agent".to_owned(),
@@ -359,21 +356,81 @@ fn partially_announced_fires(
             },
         )
     };
+    let phase = SystemTime::now();
     announced("Announced")?;
     wait_series(
         prometheus,
         "aliaslb_agent_routes_exported >= 1 and on(instance) aliaslb_agent_routing_daemon_info == 1",
         ANNOUNCE_TIMEOUT,
     )?;
+    // Announced by all three: once Prometheus has scraped and evaluated that (a scrape and
+    // an evaluation later), the pool has no unannounced Service and no alert (one may be
+    // pending from the moments before every node exported the route; it must go).
+    std::thread::sleep(2 * SCRAPE_INTERVAL);
+    let unannounced = format!("aliaslb_services_unannounced{{pool=\"{BGP_NS}\"}}");
+    wait_for(
+        &format!("no {PARTIAL} for {BGP_NS} while announced by every node"),
+        ALERT_MARGIN,
+        || {
+            let states = alert_states(prometheus, PARTIAL, "pool", BGP_NS)?;
+            let series = prometheus.query(&unannounced)?;
+            Ok(if states.is_empty() && series.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "alert states {states:?}, {unannounced}: {series:?}"
+                ))
+            })
+        },
+    )?;
     bgp.stop_daemon(3)?;
     announced("PartiallyAnnounced")?;
     let stopped = Instant::now();
     let (seen, fired) = wait_firing(prometheus, PARTIAL, ("pool", BGP_NS), FOR + ALERT_MARGIN)?;
     println!(
-        "[e2e] {PARTIAL} {{pool=\"{BGP_NS}\"}} fired {:.1} s after the Service was PartiallyAnnounced (states seen {seen:?})",
-        fired.duration_since(stopped).as_secs_f64()
+        "[e2e] {PARTIAL} {{pool=\"{BGP_NS}\"}} fired {:.1} s after the Service was PartiallyAnnounced (states seen {seen:?}); aliaslb_services_unannounced of the pool over the phase: {}",
+        fired.duration_since(stopped).as_secs_f64(),
+        timeline(prometheus, &unannounced, phase)?
     );
+    let firing = prometheus.query(&format!(
+        "ALERTS{{alertname=\"{PARTIAL}\", alertstate=\"firing\", pool=\"{BGP_NS}\", reason=\"PartiallyAnnounced\"}}"
+    ))?;
+    assert_eq!(firing.len(), 1, "the ALERTS series: {firing:?}");
     Ok(())
+}
+
+/// When each series of `expr` had samples since `since`, for the log: its `reason` and the
+/// runs of consecutive samples, in seconds from `since` (`+a..+b`).
+fn timeline(prometheus: &Prometheus, expr: &str, since: SystemTime) -> Result<String, Error> {
+    let series = prometheus.query_range(expr, since, SystemTime::now(), SCRAPE_INTERVAL)?;
+    let start = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let gap = 1.5 * SCRAPE_INTERVAL.as_secs_f64();
+    let lines: Vec<String> = series
+        .iter()
+        .map(|s| {
+            let mut runs: Vec<(f64, f64)> = Vec::new();
+            for t in s["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p[0].as_f64())
+            {
+                match runs.last_mut() {
+                    Some((_, last)) if t - *last <= gap => *last = t,
+                    _ => runs.push((t, t)),
+                }
+            }
+            let runs: Vec<String> = runs
+                .iter()
+                .map(|(a, b)| format!("+{:.0}..+{:.0} s", a - start, b - start))
+                .collect();
+            format!("{{reason={}}} {}", s["metric"]["reason"], runs.join(", "))
+        })
+        .collect();
+    Ok(lines.join("; "))
 }
 
 /// Every metric name of the rules' expressions was scraped, none exempt.
