@@ -731,6 +731,30 @@ fn monitoring_component_renders_with_the_manifests() {
         dashboard["templating"]["list"][0]["type"], "datasource",
         "the dashboard's data source is a variable"
     );
+    // Every panel and query uses that variable; ids are unique; the grid has no overlap.
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut cells = std::collections::BTreeSet::new();
+    for panel in panels {
+        let title = &panel["title"];
+        assert!(ids.insert(panel["id"].as_u64().expect("an id")), "{title}");
+        let at = |k: &str| panel["gridPos"][k].as_u64().expect("gridPos");
+        assert!(at("x") + at("w") <= 24, "{title} is wider than the grid");
+        for x in at("x")..at("x") + at("w") {
+            for y in at("y")..at("y") + at("h") {
+                assert!(cells.insert((x, y)), "{title} overlaps another panel");
+            }
+        }
+        if panel["type"] == "row" {
+            continue;
+        }
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title} has no query");
+        for target in targets {
+            assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}");
+        }
+    }
     for workload in of_kind("Deployment")
         .into_iter()
         .chain(of_kind("DaemonSet"))
