@@ -18,7 +18,16 @@
 //! - the Grafana dashboard (`grafana-dashboard.json`): every panel has a query, and every
 //!   query, sent as Grafana sends a time series panel's (a range query over the test's
 //!   span, Grafana's interval variables substituted, see [`grafana_expr`]), returns at least
-//!   one value that is not NaN; every metric name it uses was scraped too.
+//!   one value that is not NaN; every metric name it uses was scraped too. The BGP panels
+//!   count only agents that read a routing daemon (`* on(instance) group_left(daemon)
+//!   aliaslb_agent_routing_daemon_info`: in L2 mode they stay empty rather than show zeros),
+//!   so they get their data from the L3 phase: bringing BGP up in this lab costs ~3 s.
+//!
+//! Fired here: `AliaslbPoolExhausted` and `AliaslbBgpPoolPartiallyAnnounced`. The other
+//! alerts are checked on the real scrape only by name (above) and by `promtool test rules`;
+//! the failover panels get their data from a graceful failover (the `hard` and `conflict`
+//! causes are exercised by e2e/tests/failover.rs and one_holder.rs, not here). About 50 s
+//! with the lab's bring-up.
 //!
 //! **The `for` durations.** The shipped rules wait 1 to 10 minutes (`for:`) before firing.
 //! This test loads a copy of the shipped rules file whose `for:` are all [`FOR`]: the
