@@ -55,6 +55,11 @@ impl Prometheus {
     /// 127.0.0.1:`port` there, scraping `jobs` every [`SCRAPE_INTERVAL`] and evaluating
     /// `rules` (the text of a rules file) as often; returns once its API answers.
     pub fn start(ns: &str, port: u16, jobs: &[Job], rules: &str) -> Result<Prometheus, Error> {
+        run(Command::new("prometheus").arg("--version")).map_err(|e| {
+            Error::Environment(format!(
+                "{e}: install Debian's `prometheus` package (scripts/test does)"
+            ))
+        })?;
         let dir = temp_dir()?;
         let io = |what: String| move |source| Error::Io { what, source };
         let rules_path = dir.join("rules.yaml");

@@ -276,7 +276,7 @@ fn pool_exhausted_fires_and_resolves(lab: &Lab, prometheus: &Prometheus) -> Resu
     let (seen, fired) = wait_firing(prometheus, EXHAUSTED, ("pool", NS), FOR + ALERT_MARGIN)?;
     let took = fired.duration_since(exhausted);
     println!(
-        "[e2e] {EXHAUSTED} {{pool=\"{NS}\"}} fired {:.1} s after the pool's last address was announced (for {FOR:?}; states seen {seen:?})",
+        "[e2e] {EXHAUSTED} {{pool=\"{NS}\"}} fired {:.1} s after svc-2, the pool's last address, was announced (exhausted since its allocation, a little earlier; for {FOR:?}; states seen {seen:?})",
         took.as_secs_f64()
     );
     assert!(
