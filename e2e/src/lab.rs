@@ -396,6 +396,26 @@ impl Lab {
 
     /// [`Lab::up`] with kube-proxy in `proxy_mode` on every node.
     pub fn up_with(proxy_mode: ProxyMode) -> Result<Option<Lab>, Error> {
+        let Some(mut lab) = Lab::up_bare_with(proxy_mode)? else {
+            return Ok(None);
+        };
+        for file in ["namespace", "controller-rbac", "agent-rbac", "pools"] {
+            let path = lab.repo.join(format!("manifests/{file}.yaml"));
+            lab.kubectl(&["apply", "-f", &path.to_string_lossy()])?;
+        }
+        lab.start_aliaslb()?;
+        Ok(Some(lab))
+    }
+
+    /// The lab without aliaslb: no object of `manifests/` applied, no agent or controller
+    /// started. The caller installs the namespaces, RBAC and pool ConfigMap its own way (e.g.
+    /// `helm install`, e2e/tests/helm.rs), then calls [`Lab::start_aliaslb`]. `Ok(None)` as
+    /// for [`Lab::up`].
+    pub fn up_bare() -> Result<Option<Lab>, Error> {
+        Lab::up_bare_with(ProxyMode::Iptables)
+    }
+
+    fn up_bare_with(proxy_mode: ProxyMode) -> Result<Option<Lab>, Error> {
         if !nix::unistd::Uid::effective().is_root() {
             if std::env::var("CI").as_deref() == Ok("true") {
                 return Err(Error::Environment(
@@ -434,8 +454,7 @@ impl Lab {
                 .arg("down")
                 .env("ALIASLB_LAB_PROXY_MODE", proxy_mode.as_str()))?;
         }
-        let t0 = Instant::now();
-        let mut lab = Lab {
+        let lab = Lab {
             admin_kubeconfig: state.join("kubeconfig"),
             controller_kubeconfig: PathBuf::new(),
             agent_kubeconfig: PathBuf::new(),
@@ -446,11 +465,19 @@ impl Lab {
             _lock: lock,
         };
         // From here on the guard exists: a failure below still tears the lab down.
+        let t0 = Instant::now();
         lab.lab(&["up"])?;
-        for file in ["namespace", "controller-rbac", "agent-rbac", "pools"] {
-            let path = lab.repo.join(format!("manifests/{file}.yaml"));
-            lab.kubectl(&["apply", "-f", &path.to_string_lossy()])?;
-        }
+        println!("[e2e] lab up in {:.1} s", t0.elapsed().as_secs_f64());
+        Ok(Some(lab))
+    }
+
+    /// Starts aliaslb on a lab whose aliaslb objects exist (namespaces, ServiceAccounts and
+    /// RBAC, pool ConfigMap): one agent per node and the controller replica `controller-1`,
+    /// each under its ServiceAccount's token, and waits until the controller leads and
+    /// every agent has written its Lease.
+    pub fn start_aliaslb(&mut self) -> Result<(), Error> {
+        let t0 = Instant::now();
+        let lab = self;
         lab.controller_kubeconfig = PathBuf::from(
             lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-controller"])?
                 .trim(),
@@ -468,10 +495,10 @@ impl Lab {
             lab.wait_agent_lease(n, Duration::from_secs(20))?;
         }
         println!(
-            "[e2e] lab up with aliaslb (3 agents, controller-1 leading) in {:.1} s",
+            "[e2e] aliaslb up (3 agents, controller-1 leading) in {:.1} s",
             t0.elapsed().as_secs_f64()
         );
-        Ok(Some(lab))
+        Ok(())
     }
 
     /// Runs `scripts/lab ARGS`.
