@@ -342,3 +342,53 @@ fn an_ipv6_and_a_dual_stack_service_are_announced_from_every_node() {
         dual.message
     );
 }
+
+/// Issue 20 item 4: a routed address a deleted Service leaves is not given to another
+/// Service while an agent that reported it may still announce it: its node cut off from
+/// the API is lost for election, but its agent withdraws routed addresses only once its
+/// own Lease has been stale for a lease duration (`agent_announcing`). Once that has
+/// passed, it is given. An L2 address of such an agent is not held back: its kernel
+/// lifetime has ended it.
+#[test]
+fn a_routed_address_waits_for_every_agent_that_may_still_announce_it() {
+    let l2 = ("l2", "10.0.9.1");
+    let mut world = World::new(
+        config(&[("shop", "10.200.0.1"), l2, BGP]),
+        vec![svc("shop", "front").created(1), svc("l2", "old").created(1)],
+    );
+    world.nodes = vec![node("a"), node("b")];
+    let mut planner = Planner::with_hold(std::time::Duration::ZERO);
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "shop", "front"), ["10.200.0.1"]);
+    assert_eq!(ips(&out, "l2", "old"), ["10.0.9.1"]);
+    // a held both; it is cut off from the API: lost, announcing still. b let go.
+    announcing(&mut world, "a", "10.200.0.1,10.0.9.1", 1);
+    world.holds("b", "");
+    world.plan(&mut planner);
+    let a = world.node_mut("a");
+    a.agent_ready = false;
+    a.agent_announcing = true;
+    world.remove("shop", "front");
+    world.remove("l2", "old");
+    world
+        .services
+        .push(svc("shop", "new").created(2).requesting("10.200.0.1"));
+    world
+        .services
+        .push(svc("l2", "new").created(2).requesting("10.0.9.1"));
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        ips(&out, "shop", "new"),
+        Vec::<String>::new(),
+        "given while node a may still announce it"
+    );
+    assert_eq!(
+        ips(&out, "l2", "new"),
+        ["10.0.9.1"],
+        "an L2 address is not held"
+    );
+    // a's fence has passed: the address is given.
+    world.node_mut("a").agent_announcing = false;
+    let out = world.plan(&mut planner);
+    assert_eq!(ips(&out, "shop", "new"), ["10.200.0.1"]);
+}

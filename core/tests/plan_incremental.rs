@@ -110,7 +110,8 @@ enum Op {
     LanConflict(usize, u8, u8, bool),
     /// The agent on a node reports (`true`) or stops reporting a conflict without a MAC.
     Conflict(usize, u8, u8, bool),
-    /// The agent on a node: 0 fresh, 1 not ready, 2 unconfirmed.
+    /// The agent on a node: 0 fresh, 1 lost, 2 unconfirmed, 3 fading (lost, but may still
+    /// announce its routed addresses).
     Agent(usize, u8),
     Cordon(usize, bool),
     /// Label `zone: a` (for ns1's selector).
@@ -184,7 +185,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, p, h, on)| Op::LanConflict(a, p, h, on)),
         1 => (n.clone(), pool(), 1u8..5, any::<bool>())
             .prop_map(|(a, p, h, on)| Op::Conflict(a, p, h, on)),
-        2 => (n.clone(), prop::sample::select(vec![0u8, 0, 1, 1, 2])).prop_map(|(a, s)| Op::Agent(a, s)),
+        2 => (n.clone(), prop::sample::select(vec![0u8, 0, 1, 1, 2, 3])).prop_map(|(a, s)| Op::Agent(a, s)),
         1 => (n.clone(), any::<bool>()).prop_map(|(a, on)| Op::Cordon(a, on)),
         1 => (n.clone(), any::<bool>()).prop_map(|(a, on)| Op::Label(a, on)),
         2 => (n.clone(), pool(), 1u8..5, any::<bool>())
@@ -311,6 +312,8 @@ impl Model {
                 let n = self.node(*a);
                 n.agent_ready = *state == 0;
                 n.agent_unconfirmed = *state == 2;
+                // 3: lost, but it may still announce its routed addresses (fading).
+                n.agent_announcing = *state != 1;
             }
             Op::Cordon(a, on) => self.node(*a).unschedulable = *on,
             Op::Label(a, on) => {

@@ -313,6 +313,12 @@ impl AgentClock {
     }
 }
 
+/// How many lease durations after its last renewal seen an agent may still announce its
+/// routed addresses: its L3 fence withdraws them two lease durations after the renewal it
+/// last sent (which is before the controller saw it), plus one for its next look (every
+/// renewal interval) and for the routing daemons to carry the withdrawal to the routers.
+pub const FENCE_LEASES: u32 = 3;
+
 /// How the controller takes one agent (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Freshness {
@@ -323,6 +329,12 @@ pub enum Freshness {
     Unconfirmed,
     /// Gone: stale over a full lease duration of sight, released, or deleted.
     Lost,
+    /// Lost for election (its node is not eligible, what it carried moves), but last seen
+    /// renewing less than [`FENCE_LEASES`] lease durations ago: it may still announce the
+    /// routed (L3) addresses it reported, which an agent cut off from the API withdraws
+    /// only once its own Lease has been stale for a lease duration (`aliaslb-agent`'s L3
+    /// fence). Those addresses stay in quarantine until then.
+    Fading,
 }
 
 /// Whether the controller can see the agents at all (see the module docs).
@@ -401,7 +413,11 @@ impl Observer {
                     let watched = now >= from + s.duration;
                     let seeing = last_seen.is_some_and(|l| l >= from + s.duration / 2);
                     if watched && seeing {
-                        Freshness::Lost
+                        if now < s.at + s.duration * FENCE_LEASES {
+                            Freshness::Fading
+                        } else {
+                            Freshness::Lost
+                        }
                     } else {
                         Freshness::Unconfirmed
                     }
@@ -415,7 +431,18 @@ impl Observer {
             .filter(|s| s.held && !blind)
             .map(|s| s.at.max(since) + s.duration)
             .filter(|at| *at > now);
-        let next_change = clock.next_expiry(now).into_iter().chain(grace_ends).min();
+        let fades = clock
+            .seen
+            .values()
+            .filter(|s| s.held && !blind)
+            .map(|s| s.at + s.duration * FENCE_LEASES)
+            .filter(|at| *at > now);
+        let next_change = clock
+            .next_expiry(now)
+            .into_iter()
+            .chain(grace_ends)
+            .chain(fades)
+            .min();
         Judgement {
             sight: if blind { Sight::Blind } else { Sight::Normal },
             edge,
@@ -523,7 +550,7 @@ mod tests {
     /// deletion; a released Lease deleted goes at once.
     #[test]
     fn a_deleted_lease_is_an_agent_that_stopped_renewing() {
-        use Freshness::{Fresh as F, Lost as L, Unconfirmed as U};
+        use Freshness::{Fading as D, Fresh as F, Lost as L, Unconfirmed as U};
         let t0 = Instant::now();
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         let (a, b, c) = ("aliaslb-agent-a", "aliaslb-agent-b", "aliaslb-agent-c");
@@ -543,33 +570,44 @@ mod tests {
         clock.observe(&lease(a, "2", Some(a), Some(4)), at(3));
         clock.observe(&lease(b, "2", Some(b), Some(4)), at(3));
         assert_eq!(judge(&mut clock, &mut observer, 3), (vec![F, F, F], vec![]));
-        // Its lease passed while the others renew: lost, then forgotten.
+        // Its lease passed while the others renew: lost for election (fading: it may
+        // still announce routed addresses), then lost and forgotten three leases after
+        // its last renewal.
+        assert_eq!(judge(&mut clock, &mut observer, 4), (vec![F, F, D], vec![]));
+        clock.observe(&lease(a, "3", Some(a), Some(4)), at(6));
+        clock.observe(&lease(b, "3", Some(b), Some(4)), at(6));
+        clock.observe(&lease(a, "4", Some(a), Some(4)), at(9));
+        clock.observe(&lease(b, "4", Some(b), Some(4)), at(9));
         assert_eq!(
-            judge(&mut clock, &mut observer, 4),
+            judge(&mut clock, &mut observer, 11),
+            (vec![F, F, D], vec![])
+        );
+        assert_eq!(
+            judge(&mut clock, &mut observer, 12),
             (vec![F, F, L], vec![c.to_owned()])
         );
-        assert_eq!(judge(&mut clock, &mut observer, 5), (vec![F, F], vec![]));
+        assert_eq!(judge(&mut clock, &mut observer, 12), (vec![F, F], vec![]));
 
         // Deleted while everything is silent (an API pause): unconfirmed, kept.
         clock.remove(b);
-        assert_eq!(judge(&mut clock, &mut observer, 8), (vec![U, U], vec![]));
+        assert_eq!(judge(&mut clock, &mut observer, 16), (vec![U, U], vec![]));
         // Written again (a live agent renews): fresh, no longer gone.
-        clock.observe(&lease(b, "7", Some(b), Some(4)), at(9));
-        clock.observe(&lease(a, "7", Some(a), Some(4)), at(9));
-        assert_eq!(judge(&mut clock, &mut observer, 9), (vec![F, F], vec![]));
+        clock.observe(&lease(b, "7", Some(b), Some(4)), at(17));
+        clock.observe(&lease(a, "7", Some(a), Some(4)), at(17));
+        assert_eq!(judge(&mut clock, &mut observer, 17), (vec![F, F], vec![]));
         assert_eq!(clock.gone().count(), 0);
 
         // A relist that misses a: deleted meanwhile, kept as last seen.
         clock.relist();
-        clock.observe(&lease(b, "8", Some(b), Some(4)), at(10));
+        clock.observe(&lease(b, "8", Some(b), Some(4)), at(18));
         clock.relisted();
         assert_eq!(clock.gone().collect::<Vec<_>>(), [a]);
-        assert!(clock.is_fresh(a, at(12)));
+        assert!(clock.is_fresh(a, at(20)));
         // A released Lease deleted is forgotten at once.
-        clock.observe(&lease(b, "9", Some(""), Some(4)), at(11));
+        clock.observe(&lease(b, "9", Some(""), Some(4)), at(19));
         clock.remove(b);
         assert_eq!(clock.gone().collect::<Vec<_>>(), [a]);
-        assert_eq!(judge(&mut clock, &mut observer, 11), (vec![F], vec![]));
+        assert_eq!(judge(&mut clock, &mut observer, 19), (vec![F], vec![]));
     }
 
     #[test]
@@ -789,7 +827,16 @@ mod tests {
                     clock.observe(&lease(name, rv, Some(holder), Some(4)), at(*secs));
                 }
                 let got = observer.judge(&clock, at(*secs));
-                let freshness: Vec<Freshness> = got.agents.values().copied().collect();
+                // This table is about loss against blindness: fading is lost for election
+                // (its timing: `a_lost_agent_fades_for_three_leases`).
+                let freshness: Vec<Freshness> = got
+                    .agents
+                    .values()
+                    .map(|f| match f {
+                        Freshness::Fading => Freshness::Lost,
+                        f => *f,
+                    })
+                    .collect();
                 assert_eq!(
                     (got.sight, got.edge, freshness.as_slice()),
                     (*sight, *edge, *want),
@@ -797,6 +844,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A lost agent fades for [`FENCE_LEASES`] lease durations after its last renewal
+    /// (its routed addresses may still be announced), then is lost; the judgement's next
+    /// change names that moment, so the loop wakes for it.
+    #[test]
+    fn a_lost_agent_fades_for_three_leases() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let (a, b) = ("aliaslb-agent-a", "aliaslb-agent-b");
+        let mut clock = AgentClock::new(Duration::from_secs(4));
+        let mut observer = Observer::new(t0);
+        clock.observe(&lease(a, "1", Some(a), Some(4)), at(0));
+        clock.observe(&lease(b, "1", Some(b), Some(4)), at(0));
+        // b keeps renewing every second; a stops after t0.
+        let mut seen = Vec::new();
+        for ms in (1000..=13_000).step_by(1000) {
+            clock.observe(&lease(b, &ms.to_string(), Some(b), Some(4)), at(ms));
+            let got = observer.judge(&clock, at(ms));
+            seen.push((ms / 1000, got.agents[a], got.next_change));
+        }
+        let of = |secs: u64| seen.iter().find(|s| s.0 == secs).unwrap();
+        assert_eq!(of(3).1, Freshness::Fresh);
+        assert_eq!(of(4).1, Freshness::Fading, "stale over a lease of sight");
+        assert_eq!(of(11).1, Freshness::Fading);
+        assert_eq!(of(12).1, Freshness::Lost, "three leases after its renewal");
+        assert_eq!(of(13).1, Freshness::Lost);
+        assert_eq!(of(11).2, Some(at(12_000)), "the loop wakes when it is lost");
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub fn node_states(
                     .unwrap_or(false),
                 agent_ready: agent.is_some_and(|(f, _)| *f == Freshness::Fresh),
                 agent_unconfirmed: agent.is_some_and(|(f, _)| *f == Freshness::Unconfirmed),
+                agent_announcing: agent.is_some_and(|(f, _)| {
+                    matches!(
+                        f,
+                        Freshness::Fresh | Freshness::Unconfirmed | Freshness::Fading
+                    )
+                }),
                 subnets: agent
                     .map(|(_, r)| r.elected_subnets(&listed_ips(node)).copied().collect())
                     .unwrap_or_default(),

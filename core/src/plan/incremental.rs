@@ -12,6 +12,7 @@ use ipnet::IpNet;
 
 use super::{GroupId, Inputs, Pass, PlanOutput, Planner, ServiceKey, ServiceView, Sink};
 use crate::election::NodeState;
+use crate::pool::{Announce, PoolConfig};
 use crate::report::AgentReport;
 
 /// What changed since the previous pass, as the caller observed it (the argument of
@@ -82,17 +83,30 @@ fn bump(visible: &mut HashMap<IpAddr, u32>, ip: IpAddr, up: bool) {
     }
 }
 
-/// What the agent of a node (`state`, `report`) holds if it counts for the quarantine:
-/// when it is fresh.
-fn fresh_held<'a>(
+/// What the agent of a node (`state`, `report`) holds that counts for the quarantine:
+/// everything while it is fresh; while it only may still announce
+/// ([`NodeState::agent_announcing`]), the routed addresses (`routed`: of a pool in L3
+/// mode), which no kernel lifetime ends while its agent runs cut off from the API.
+fn counted_held(
     state: Option<&NodeState>,
-    report: Option<&'a AgentReport>,
-    empty: &'a BTreeSet<IpAddr>,
-) -> &'a BTreeSet<IpAddr> {
+    report: Option<&AgentReport>,
+    routed: impl Fn(IpAddr) -> bool,
+) -> BTreeSet<IpAddr> {
     match (state, report) {
-        (Some(n), Some(r)) if n.agent_ready => &r.held,
-        _ => empty,
+        (Some(n), Some(r)) if n.agent_ready => r.held.clone(),
+        (Some(n), Some(r)) if n.agent_announcing => {
+            r.held.iter().copied().filter(|ip| routed(*ip)).collect()
+        }
+        _ => BTreeSet::new(),
     }
+}
+
+/// Whether `ip` is an address of a pool in L3 mode in `config`.
+pub(super) fn is_routed(config: &PoolConfig, ip: IpAddr) -> bool {
+    config
+        .pools()
+        .find(|(_, pool)| pool.contains(ip))
+        .is_some_and(|(_, pool)| pool.options.announce == Announce::Bgp)
 }
 
 /// Whether two reports of one agent differ only in what they say about single addresses
@@ -139,10 +153,11 @@ impl Planner {
             bump(&mut self.visible, *ip, true);
         }
         for (name, node) in &self.seen.nodes {
-            if let Some(report) = inputs.agents.get(name).filter(|_| node.agent_ready) {
-                for ip in &report.held {
-                    bump(&mut self.visible, *ip, true);
-                }
+            let held = counted_held(Some(node), inputs.agents.get(name), |ip| {
+                is_routed(inputs.config, ip)
+            });
+            for ip in held {
+                bump(&mut self.visible, ip, true);
             }
         }
     }
@@ -232,18 +247,18 @@ impl Planner {
         let mut news = NodeNews::default();
         let by_name: HashMap<&str, &NodeState> =
             inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-        let empty = BTreeSet::new();
+        let routed = |ip| is_routed(inputs.config, ip);
         for name in names {
             let new_state = by_name.get(name.as_str()).copied();
             let new_report = inputs.agents.get(name);
             let old_state = self.seen.nodes.get(name);
             let old_report = self.seen.reports.get(name);
-            let old_held = fresh_held(old_state, old_report, &empty);
-            let new_held = fresh_held(new_state, new_report, &empty);
-            for ip in old_held.difference(new_held) {
+            let old_held = counted_held(old_state, old_report, routed);
+            let new_held = counted_held(new_state, new_report, routed);
+            for ip in old_held.difference(&new_held) {
                 bump(&mut self.visible, *ip, false);
             }
-            for ip in new_held.difference(old_held) {
+            for ip in new_held.difference(&old_held) {
                 bump(&mut self.visible, *ip, true);
             }
             match (old_report, new_report) {
