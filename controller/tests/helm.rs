@@ -10,10 +10,12 @@
 //!   of its own), and each optional value renders exactly its kustomize component added to the
 //!   kustomization as the README says (monitoring, BIRD sidecar) or its file of
 //!   `manifests/optional/` (the admission policies);
-//! - each value reaches the objects it names;
+//! - each value reaches the objects it names, and the rendered pools pass `aliaslb validate`;
 //! - `helm install`, `helm upgrade` and `helm uninstall` create, change and remove exactly the
-//!   rendered objects. (That an upgrade moves no IP, with the real binaries and the LAN
-//!   sampled, is e2e/tests/helm.rs.)
+//!   rendered objects (the BIRD sidecar and the admission policies installed and removed by
+//!   upgrades), and `helm install --take-ownership` adopts what `kubectl apply -k` made. (That
+//!   an upgrade moves no IP, with the real binaries and the LAN sampled, is
+//!   e2e/tests/helm.rs.)
 //!
 //! Needs `helm` (`ALIASLB_HELM`, else `scripts/helm` builds it from its Go module, about a
 //! minute and a half the first time), `kubectl` on PATH and the testenv binaries.
@@ -448,6 +450,42 @@ fn each_option_renders_its_kustomize_component() {
     );
 }
 
+/// The check the chart's pools.yaml suggests before an install or upgrade works: `helm
+/// template -s templates/pools.yaml` piped to `aliaslb validate -` accepts the example and
+/// refuses a broken pool.
+#[test]
+fn the_rendered_pools_pass_aliaslb_validate() {
+    use std::io::Write as _;
+    let chart = chart();
+    let validate = |sets: &[&str]| {
+        let mut args = vec!["template", RELEASE, &chart, "-s", "templates/pools.yaml"];
+        for set in sets {
+            args.extend(["--set-string", set]);
+        }
+        let pools = helm_ok(&args);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+            .args(["validate", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(pools.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let (code, out) = validate(&[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ConfigMap aliaslb-pools: valid"), "{out}");
+    let (code, out) = validate(&["pools.default=192.168.55.300"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("192.168.55.300"), "{out}");
+}
+
 fn object<'a>(all: &'a Objects, kind: &str, ns: &str, name: &str) -> &'a Value {
     all.iter()
         .find(|((_, k, n, m), _)| k == kind && n == ns && m == name)
@@ -765,11 +803,12 @@ async fn install_upgrade_uninstall() {
     );
     releases.assert_owned(&installed_file, &installed);
 
-    // Upgrade: a new image tag, one more pool address, the BIRD sidecar on.
+    // Upgrade: a new image tag, one more pool address, the BIRD sidecar and the admission
+    // policies on (the apiserver compiles their CEL).
     let upgrade = releases.dir.path().join("upgrade.yaml");
     std::fs::write(
         &upgrade,
-        "image:\n  tag: 0.1.1\npools:\n  default: |\n    192.168.55.10\n    192.168.55.11\n    192.168.55.12\n    192.168.55.13\nbirdSidecar:\n  enabled: true\n",
+        "image:\n  tag: 0.1.1\npools:\n  default: |\n    192.168.55.10\n    192.168.55.11\n    192.168.55.12\n    192.168.55.13\nbirdSidecar:\n  enabled: true\nadmissionPolicies:\n  agentLease:\n    enabled: true\n  serviceAnnotations:\n    enabled: true\n",
     )
     .unwrap();
     let upgrade_arg = upgrade.display().to_string();
@@ -799,6 +838,13 @@ async fn install_upgrade_uninstall() {
         .filter(|n| n.starts_with("configmap/aliaslb-bird-"))
         .collect();
     assert_eq!(bird.len(), 1, "{:?}", upgraded.keys());
+    for policy in ["aliaslb-agent-own-lease", "aliaslb-service-annotations"] {
+        let kind = "validatingadmissionpolicy.admissionregistration.k8s.io";
+        assert!(
+            names(&upgraded).contains(&format!("{kind}/{policy}")),
+            "{policy} is installed"
+        );
+    }
 
     // Back to the defaults: the sidecar and its ConfigMap go.
     releases.run("upgrade", &[RELEASE, &chart, "--reset-values"]);
