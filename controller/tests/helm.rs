@@ -863,9 +863,32 @@ async fn install_upgrade_uninstall() {
         live(env, &bird_file).is_empty(),
         "the BIRD ConfigMap is gone"
     );
+
+    // A hand edit of a pool the chart sets is written back by the next upgrade (NOTES.txt
+    // says so); a key the chart does not set stays.
+    let edit = r#"{"data":{"default":"192.168.55.99\n","hand-made":"192.168.55.98\n"}}"#;
+    env.kubectl(&[
+        "patch",
+        "configmap",
+        "-n",
+        NAMESPACE,
+        "aliaslb-pools",
+        "--type",
+        "merge",
+        "-p",
+        edit,
+    ]);
+    releases.run("upgrade", &[RELEASE, &chart, "--reuse-values"]);
+    let pools = json_of(env, &["configmap", "-n", NAMESPACE, "aliaslb-pools"]);
+    assert_eq!(
+        pools["data"]["default"], "192.168.55.10\n192.168.55.11\n192.168.55.12\n",
+        "the chart's pool is back"
+    );
+    assert_eq!(pools["data"]["hand-made"], "192.168.55.98\n", "{pools}");
+
     let history: Value =
         serde_json::from_str(&releases.run("history", &[RELEASE, "-o", "json"])).unwrap();
-    assert_eq!(history.as_array().map(Vec::len), Some(3), "{history}");
+    assert_eq!(history.as_array().map(Vec::len), Some(4), "{history}");
 
     releases.uninstall(&installed_file);
 
