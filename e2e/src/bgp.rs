@@ -325,6 +325,22 @@ impl<'a> BgpLab<'a> {
     }
 
     /// `connections` HTTP requests to `vip:port` from the BGP client, each on its own TCP
+    /// connection: what each got.
+    pub fn client_answers(
+        &self,
+        vip: IpAddr,
+        port: u16,
+        connections: usize,
+    ) -> Result<Vec<Result<Answer, String>>, Error> {
+        let addr = SocketAddr::new(vip, port);
+        client::in_namespace(BGP_CLIENT_NS, move || {
+            (0..connections)
+                .map(|_| client::request_to(addr, SPREAD_CONNECT_TIMEOUT))
+                .collect::<Vec<_>>()
+        })
+    }
+
+    /// `connections` HTTP requests to `vip:port` from the BGP client, each on its own TCP
     /// connection (a new source port, so the router's L4 hash picks a path afresh), counted
     /// by the node that forwarded them ([`forwarding_node`]).
     pub fn client_spread(
@@ -333,12 +349,7 @@ impl<'a> BgpLab<'a> {
         port: u16,
         connections: usize,
     ) -> Result<Spread, Error> {
-        let addr = SocketAddr::new(vip, port);
-        let answers = client::in_namespace(BGP_CLIENT_NS, move || {
-            (0..connections)
-                .map(|_| client::request_to(addr, SPREAD_CONNECT_TIMEOUT))
-                .collect::<Vec<_>>()
-        })?;
+        let answers = self.client_answers(vip, port, connections)?;
         let mut spread = Spread::default();
         for answer in answers {
             match answer {

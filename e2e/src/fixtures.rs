@@ -12,6 +12,7 @@ pub struct LbService {
     local: bool,
     pod_nodes: Vec<u8>,
     families: Families,
+    requested: Option<String>,
 }
 
 /// The IP families of a Service (`ipFamilyPolicy` / `ipFamilies`) and so of its endpoints.
@@ -34,6 +35,7 @@ pub fn lb_service(ns: &str, name: &str) -> LbService {
         local: false,
         pod_nodes: vec![1, 2],
         families: Families::V4,
+        requested: None,
     }
 }
 
@@ -56,6 +58,12 @@ impl LbService {
         self
     }
 
+    /// Requests `ip` (the `aliaslb.io/loadBalancerIPs` annotation).
+    pub fn requesting(mut self, ip: &str) -> Self {
+        self.requested = Some(ip.to_owned());
+        self
+    }
+
     /// The Service and its Endpoints as a multi-document YAML.
     pub fn to_yaml(&self) -> String {
         let LbService {
@@ -64,7 +72,11 @@ impl LbService {
             local,
             pod_nodes,
             families,
+            requested,
         } = self;
+        let annotations = requested.as_ref().map_or_else(String::new, |ip| {
+            format!("  annotations:\n    aliaslb.io/loadBalancerIPs: \"{ip}\"\n")
+        });
         let policy = if *local { "Local" } else { "Cluster" };
         let (family_spec, v4, v6) = match families {
             Families::V4 => ("", true, false),
@@ -100,7 +112,7 @@ kind: Service
 metadata:
   name: {name}
   namespace: {ns}
-spec:
+{annotations}spec:
   type: LoadBalancer
   externalTrafficPolicy: {policy}
 {family_spec}  ports:

@@ -17,6 +17,10 @@
 //!   paths that the router's rehash breaks are counted (ECMP without resilient hashing);
 //! - externalTrafficPolicy Local: only the node with the endpoint announces, and the
 //!   announcement follows the endpoint;
+//! - a node cut off from the API (its agent and its kube-proxy) withdraws its routed
+//!   addresses once its Lease has been stale for a lease duration; the address of a Service
+//!   deleted meanwhile goes to another Service (other pods) only after that, and no
+//!   connection to the new Service reaches the old one's pod, then or after the heal;
 //! - then with FRR on the nodes: ECMP and spread again.
 //!
 //! One lab for the binary, so one test function running the phases in order. Needs root:
@@ -32,7 +36,7 @@ use std::time::{Duration, Instant};
 use aliaslb_e2e::Error;
 use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, Spread, routed_pool};
 use aliaslb_e2e::fixtures::lb_service;
-use aliaslb_e2e::lab::{Lab, NODES, node_name, wait_for};
+use aliaslb_e2e::lab::{ApiCut, Lab, NODES, node_name, wait_for};
 
 /// The namespace whose pool is in L3 mode.
 const NS: &str = "routed";
@@ -74,6 +78,7 @@ fn bgp_ecmp_through_real_routing_daemons() -> Result<(), Error> {
         cordon(&lab, &bgp, vip)?;
         local_follows_endpoints(&lab, &bgp)?;
         lab.kubectl(&["delete", "service", "-n", NS, "web", "local"])?;
+        api_cut_then_reuse(&lab, &bgp)?;
     }
     let bgp = BgpLab::up(&lab, NodeDaemon::Frr)?;
     bgp.restart_agents()?;
@@ -437,5 +442,103 @@ fn rehash(lab: &Lab, bgp: &BgpLab<'_>, vip: IpAddr) -> Result<(), Error> {
         "a leaving node's connections cannot survive it"
     );
     assert!(left > 0 && surviving > 0, "{by_path:?}");
+    Ok(())
+}
+
+/// How long the lab's agents take to withdraw their routed addresses once cut off from the
+/// API: two lease durations after their last renewal (the L3 fence), plus one renewal
+/// interval for the look.
+const FENCE: Duration = Duration::from_secs(9);
+
+/// Issue 20 item 4, with the router: node 3 is cut off from the API (its agent and its
+/// kube-proxy, which keeps its rules for the old Service). The Service `old` (pod-a) is
+/// deleted and `new` (pod-b) requests its address. The controller gives it only once node 3
+/// may no longer announce it; by then node 3's path is withdrawn, so every connection the
+/// client makes to the new Service is answered by pod-b, never by pod-a through node 3's
+/// stale kube-proxy. After the heal node 3 announces it again, for `new`.
+fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
+    // A deleted Service's address is otherwise held 10 min for its re-creation.
+    lab.stop("controller-1")?;
+    lab.start_controller_with("controller-1", &["--hold-released=0s"])?;
+    lab.wait_leader("controller-1", Duration::from_secs(20))?;
+    lab.apply(&lb_service(NS, "old").pods_on(&[1]).to_yaml())?;
+    let vip = wait_for("old to get an IP", Duration::from_secs(20), || {
+        let view = lab.service(NS, "old")?;
+        Ok(match view.ips.as_slice() {
+            [ip] => Ok(IpAddr::V4(*ip)),
+            _ => Err(view.summary()),
+        })
+    })?;
+    let prefix = vip.to_string();
+    bgp.wait_next_hops(&prefix, &all(), Duration::from_secs(30))?;
+    bgp.settled(vip, &all())?;
+
+    let cut = ApiCut::new(lab, 3)?;
+    let t_cut = Instant::now();
+    lab.kubectl(&[
+        "delete",
+        "service,endpoints",
+        "--ignore-not-found",
+        "-n",
+        NS,
+        "old",
+    ])?;
+    lab.apply(
+        &lb_service(NS, "new")
+            .pods_on(&[2])
+            .requesting(&prefix)
+            .to_yaml(),
+    )?;
+    let withdrawn = bgp.wait_next_hops(&prefix, &nodes(&[]), FENCE + Duration::from_secs(3));
+    // Nodes 1 and 2 withdrew at once (old deleted); node 3 once its fence passed.
+    let withdrawn_after = t_cut.elapsed();
+    withdrawn?;
+    let given = wait_for("new to get the address", Duration::from_secs(30), || {
+        let view = lab.service(NS, "new")?;
+        Ok(if view.ips.iter().any(|ip| ip.to_string() == prefix) {
+            Ok(t_cut.elapsed())
+        } else {
+            Err(view.summary())
+        })
+    })?;
+    println!(
+        "[e2e] node 3 cut off from the API: every path to {vip} withdrawn {:.1} s after the cut (node 3's fence: {:.0} s), the address given to another Service {:.1} s after the cut",
+        withdrawn_after.as_secs_f64(),
+        FENCE.as_secs_f64(),
+        given.as_secs_f64()
+    );
+    assert!(given >= withdrawn_after, "given before node 3 withdrew it");
+    // The new Service on nodes 1 and 2; node 3 neither announces nor is reached.
+    bgp.wait_next_hops(&prefix, &nodes(&[1, 2]), Duration::from_secs(15))?;
+    let probe = |phase: &str| -> Result<usize, Error> {
+        let mut answered = 0;
+        for _ in 0..5 {
+            for answer in bgp.client_answers(vip, 80, 40)?.into_iter().flatten() {
+                assert_eq!(
+                    answer.pod, "pod-b",
+                    "{phase}: a connection to the new Service reached the old one's pod: {answer:?}"
+                );
+                answered += 1;
+            }
+        }
+        Ok(answered)
+    };
+    let during = probe("node 3 cut off")?;
+    assert!(during > 100, "only {during} of 200 connections answered");
+    cut.heal()?;
+    bgp.wait_next_hops(&prefix, &all(), Duration::from_secs(30))?;
+    bgp.settled(vip, &all())?;
+    let after = probe("after the heal")?;
+    println!(
+        "[e2e] {during} connections to the new Service while node 3 was cut off, {after} after the heal: all answered by its own pod"
+    );
+    lab.kubectl(&[
+        "delete",
+        "service,endpoints",
+        "--ignore-not-found",
+        "-n",
+        NS,
+        "new",
+    ])?;
     Ok(())
 }
