@@ -1,15 +1,18 @@
 //! The Helm chart in the lab: `helm install` makes every aliaslb object (no `kubectl apply`
 //! of manifests/), the real controller and agents run under the ServiceAccounts and RBAC the
-//! chart created, and a `helm upgrade` that changes the image tag and adds a pool address
-//! moves nothing: with the LAN sampled from the client ([`aliaslb_e2e::lan`]), every IP is
-//! answered by its node's MAC alone from before the upgrade to well after it, and every
-//! Service keeps its IP and node; the added address is in force (a new Service gets it).
+//! chart created, and a `helm upgrade` that changes the image tag and adds a pool address,
+//! followed by the controller's rollout (a new replica, the old one stopped), moves nothing:
+//! with the LAN sampled from the client ([`aliaslb_e2e::lan`]), every IP is answered by its
+//! node's MAC alone from before the upgrade to well after it, and every Service keeps its IP
+//! and node; the added address is in force (a new Service gets it from the new leader).
 //! Then `helm uninstall` removes every object of the release, and the agents, stopped as the
 //! kubelet would stop them once their DaemonSet is gone, leave no address behind.
 //!
 //! The chart's Deployment and DaemonSet exist but run no pod (the lab has no kubelet): the
-//! lab runs the binaries itself, as it does for every e2e test. Needs root, the binaries
-//! and helm (`ALIASLB_HELM`, else `scripts/helm` builds it):
+//! lab runs the binaries itself, as it does for every e2e test, and plays the controller's
+//! rollout. Not played: the agents' rollout, where each agent's SIGTERM moves its node's IPs
+//! (a graceful failover, e2e/tests/failover.rs). Needs root, the binaries and helm
+//! (`ALIASLB_HELM`, else `scripts/helm` builds it):
 //!
 //! ```sh
 //! cargo build --workspace --bins
@@ -168,6 +171,16 @@ fn helm_install_upgrade_uninstall_moves_nothing() -> Result<(), Error> {
     let upgrade = values(&dir, "upgrade.yaml", &grown, "image:\n  tag: 0.1.1\n")?;
     helm.run(&["upgrade", RELEASE, &chart, "-f", &upgrade])?;
     let upgraded_at = t0.elapsed();
+    // The new image rolls the controller Deployment: a new replica starts, the old one stops
+    // (releasing the leader Lease) and the new one leads. The lab has no kubelet: it plays
+    // that rollout with its own processes.
+    lab.start_controller("controller-2")?;
+    lab.stop("controller-1")?;
+    lab.wait_leader("controller-2", Duration::from_secs(30))?;
+    println!(
+        "[helm] controller-2 leads at {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     // The upgraded pool is in force: the only free address goes to a new Service.
     lab.apply(&lb_service(NS, "web-d").to_yaml())?;
     let (ip_d, node_d) = lab.wait_announced(NS, "web-d", ANNOUNCE_TIMEOUT)?;
@@ -188,6 +201,11 @@ fn helm_install_upgrade_uninstall_moves_nothing() -> Result<(), Error> {
         upgraded_at.as_secs_f64()
     );
 
+    assert!(
+        record.samples.len() >= 100,
+        "the LAN sampler made only {} rounds",
+        record.samples.len()
+    );
     let mut moved = Vec::new();
     for (name, ip, node) in &held {
         let want: BTreeSet<_> = [lab.node_mac(*node)?].into();
@@ -254,7 +272,7 @@ fn helm_install_upgrade_uninstall_moves_nothing() -> Result<(), Error> {
     for n in NODES {
         lab.stop(&format!("agent-{n}"))?;
     }
-    lab.stop("controller-1")?;
+    lab.stop("controller-2")?;
     wait_for(
         "the release's objects to go",
         Duration::from_secs(60),
