@@ -528,6 +528,10 @@ pools:
     10.0.8.20-10.0.8.40
 controller:
   replicas: 3
+agent:
+  tolerations: []
+  nodeSelector:
+    example.com/lan: edge
 monitoring:
   enabled: true
   labels:
@@ -566,6 +570,14 @@ birdSidecar:
     );
     let deploy = object(&all, "Deployment", NAMESPACE, "aliaslb-controller");
     assert_eq!(deploy["spec"]["replicas"], 3);
+    let agent_pod =
+        &object(&all, "DaemonSet", NAMESPACE, "aliaslb-agent")["spec"]["template"]["spec"];
+    assert_eq!(
+        agent_pod["tolerations"],
+        Value::Null,
+        "agent.tolerations: []"
+    );
+    assert_eq!(agent_pod["nodeSelector"]["example.com/lan"], "edge");
 
     // The pools replace the example's key and parse with the controller's own parser.
     let cm = object(&all, "ConfigMap", NAMESPACE, "aliaslb-pools");
