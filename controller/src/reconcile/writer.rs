@@ -27,7 +27,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
 
-/// Per-Service retry state after transient failures.
+/// Retry state after transient failures of one write.
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
     failures: u32,
@@ -41,6 +41,55 @@ impl Backoff {
             failures,
             next: now + BASE_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF),
         }
+    }
+}
+
+/// The one retry policy of every write (a Service's, a node assignment's): after the n-th
+/// transient failure in a row the write waits [`BASE_BACKOFF`] x 2^(n-1), at most
+/// [`MAX_BACKOFF`]; a success, or a failure that is not retried, forgets it.
+#[derive(Debug)]
+struct Retries<K> {
+    due: HashMap<K, Backoff>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Retries<K> {
+    fn new() -> Self {
+        Retries {
+            due: HashMap::new(),
+        }
+    }
+
+    /// Records a transient failure of `key` at `now`; returns how many in a row and the
+    /// delay before its retry.
+    fn failed(&mut self, key: K, now: Instant) -> (u32, Duration) {
+        let failures = self.due.get(&key).map_or(0, |b| b.failures) + 1;
+        let backoff = Backoff::after(failures, now);
+        self.due.insert(key, backoff);
+        (failures, backoff.next.saturating_duration_since(now))
+    }
+
+    /// Forgets `key`: its write succeeded, or is not retried.
+    fn forget(&mut self, key: &K) {
+        self.due.remove(key);
+    }
+
+    /// Whether `key` waits for its retry at `now`.
+    fn waiting(&self, key: &K, now: Instant) -> bool {
+        self.due.get(key).is_some_and(|b| b.next > now)
+    }
+
+    /// The keys whose retry is due at `now`.
+    fn due(&self, now: Instant) -> Vec<K> {
+        self.due
+            .iter()
+            .filter(|(_, b)| b.next <= now)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// When the next retry is due, if any.
+    fn next(&self) -> Option<Instant> {
+        self.due.values().map(|b| b.next).min()
     }
 }
 
@@ -132,7 +181,7 @@ pub(super) struct Writes {
     ctx: Arc<Context>,
     writer: ServiceWriter,
     memos: HashMap<ServiceKey, Memo>,
-    backoff: HashMap<ServiceKey, Backoff>,
+    backoff: Retries<ServiceKey>,
     /// uids of foreign Services already cleaned up.
     cleared: HashSet<Arc<str>>,
     /// Services whose last write the API server refused as invalid (422), with the
@@ -144,8 +193,9 @@ pub(super) struct Writes {
     /// Assignment writes the API server refused (digest of the text, version of the object):
     /// not made again until one of them changes.
     assign_refused: HashMap<String, (u64, Option<String>)>,
-    /// When failed assignment writes are retried, per node.
-    assign_retry: HashMap<String, Instant>,
+    /// When failed assignment writes are retried, per node (the same policy as the
+    /// Services').
+    assign_retry: Retries<String>,
 }
 
 impl Writes {
@@ -155,11 +205,11 @@ impl Writes {
             ctx,
             writer: ServiceWriter::new(ip_mode),
             memos: HashMap::new(),
-            backoff: HashMap::new(),
+            backoff: Retries::new(),
             cleared: HashSet::new(),
             refused: HashMap::new(),
             assign_memo: HashMap::new(),
-            assign_retry: HashMap::new(),
+            assign_retry: Retries::new(),
             assign_refused: HashMap::new(),
         }
     }
@@ -176,28 +226,20 @@ impl Writes {
 
     /// The Services whose failed write is due for a retry at `now`.
     pub(super) fn retries(&self, now: Instant) -> Vec<ServiceKey> {
-        self.backoff
-            .iter()
-            .filter(|(_, b)| b.next <= now)
-            .map(|(key, _)| key.clone())
-            .collect()
+        self.backoff.due(now)
     }
 
     /// The nodes whose failed assignment write is due for a retry at `now`.
     pub(super) fn assignment_retries(&self, now: Instant) -> Vec<String> {
-        self.assign_retry
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(node, _)| node.clone())
-            .collect()
+        self.assign_retry.due(now)
     }
 
     /// When the next retry of a failed write is due, if any.
     pub(super) fn next_retry(&self) -> Option<Instant> {
-        let retry = self.backoff.values().map(|b| b.next).min();
-        retry
+        self.backoff
+            .next()
             .into_iter()
-            .chain(self.assign_retry.values().copied())
+            .chain(self.assign_retry.next())
             .min()
     }
 
@@ -214,7 +256,6 @@ impl Writes {
         macs: &str,
         now: Instant,
     ) {
-        self.assign_retry.retain(|_, at| *at > now);
         let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
         let mut writes = Vec::new();
         for node in nodes {
@@ -228,9 +269,10 @@ impl Writes {
             if observed.get(node) == Some(&text) {
                 self.assign_memo.remove(node);
                 self.assign_refused.remove(node);
+                self.assign_retry.forget(node);
                 continue;
             }
-            if self.assign_retry.contains_key(node) {
+            if self.assign_retry.waiting(node, now) {
                 continue;
             }
             let refused = (digest(&text), versions.get(node).cloned().flatten());
@@ -272,6 +314,7 @@ impl Writes {
             match result {
                 Ok(written) => {
                     self.assign_refused.remove(&node);
+                    self.assign_retry.forget(&node);
                     tracing::info!(
                         node,
                         ips = text.ips.lines().count(),
@@ -285,9 +328,10 @@ impl Writes {
                 Err(error) => {
                     self.ctx.metrics.inc_reconcile_error(error.category());
                     if error.is_transient() {
-                        tracing::warn!(node, error = %error, "node assignment write failed; retrying");
-                        self.assign_retry.insert(node, now + BASE_BACKOFF);
+                        let (failures, retry_in) = self.assign_retry.failed(node.clone(), now);
+                        tracing::warn!(node, failures, ?retry_in, error = %error, "node assignment write failed; retrying");
                     } else if error.category() != "not_leader" {
+                        self.assign_retry.forget(&node);
                         // Refused (e.g. 422: over the object size limit; 403: RBAC): not made
                         // again until the text or the object changes.
                         tracing::error!(node, error = %error, "node assignment write refused: this node's agent does not see the change");
@@ -317,7 +361,7 @@ impl Writes {
             let Some(svc) = records.get(key).filter(|r| r.view.is_some()) else {
                 continue;
             };
-            if self.backoff.get(key).is_some_and(|b| b.next > now) {
+            if self.backoff.waiting(key, now) {
                 continue;
             }
             if self
@@ -348,7 +392,7 @@ impl Writes {
         self.cleared.retain(|uid| stranger_uids.contains(uid));
         for svc in strangers.values() {
             if self.cleared.contains(&svc.uid)
-                || self.backoff.get(&svc.key).is_some_and(|b| b.next > now)
+                || self.backoff.waiting(&svc.key, now)
                 || self
                     .refused
                     .get(&svc.key)
@@ -475,7 +519,7 @@ impl Writes {
     pub(super) fn settle(&mut self, done: Done, now: Instant) {
         match done.result {
             Ok(written) => {
-                self.backoff.remove(&done.key);
+                self.backoff.forget(&done.key);
                 self.refused.remove(&done.key);
                 let Some((annotations, status)) = done.sync else {
                     if let Some(uid) = done.uid {
@@ -498,17 +542,15 @@ impl Writes {
             Err(error) => {
                 self.ctx.metrics.inc_reconcile_error(error.category());
                 if error.is_transient() {
-                    let failures = self.backoff.get(&done.key).map_or(0, |b| b.failures) + 1;
-                    let backoff = Backoff::after(failures, now);
+                    let (failures, retry_in) = self.backoff.failed(done.key.clone(), now);
                     tracing::warn!(
                         svc = %done.key,
                         failures,
-                        retry_in = ?backoff.next.saturating_duration_since(now),
+                        ?retry_in,
                         error = %error,
                         source = ?std::error::Error::source(&error),
                         "write failed; retrying"
                     );
-                    self.backoff.insert(done.key, backoff);
                 } else if error.is_invalid() {
                     // The same write would be refused again: wait for the plan to change.
                     tracing::warn!(
@@ -517,11 +559,11 @@ impl Writes {
                         source = ?std::error::Error::source(&error),
                         "write refused as invalid; not retried until it or the Service changes"
                     );
-                    self.backoff.remove(&done.key);
+                    self.backoff.forget(&done.key);
                     self.refused.insert(done.key, done.attempt);
                 } else {
                     tracing::debug!(svc = %done.key, error = %error, "write skipped");
-                    self.backoff.remove(&done.key);
+                    self.backoff.forget(&done.key);
                 }
             }
         }
@@ -549,6 +591,35 @@ mod tests {
                 MAX_BACKOFF
             ]
         );
+    }
+
+    /// Services and node assignments share the retry policy: consecutive transient
+    /// failures double the delay, a success forgets them.
+    #[test]
+    fn every_write_retries_doubling_until_it_succeeds() {
+        let t0 = Instant::now();
+        let mut retries = Retries::new();
+        let (_, first) = retries.failed("n1".to_owned(), t0);
+        let (_, second) = retries.failed("n1".to_owned(), t0 + first);
+        let (failures, third) = retries.failed("n1".to_owned(), t0 + first + second);
+        assert_eq!(
+            (failures, first, second, third),
+            (
+                3,
+                Duration::from_millis(200),
+                Duration::from_millis(400),
+                Duration::from_millis(800)
+            )
+        );
+        let at = t0 + first + second;
+        assert!(retries.waiting(&"n1".to_owned(), at));
+        assert!(retries.due(at).is_empty());
+        assert_eq!(retries.next(), Some(at + third));
+        assert_eq!(retries.due(at + third), ["n1".to_owned()]);
+        retries.forget(&"n1".to_owned());
+        assert_eq!(retries.next(), None);
+        let (failures, again) = retries.failed("n1".to_owned(), at);
+        assert_eq!((failures, again), (1, Duration::from_millis(200)));
     }
 
     #[test]
