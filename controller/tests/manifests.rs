@@ -663,6 +663,71 @@ fn example_pool_configmap_is_valid() {
 /// install manifests plus the PrometheusRule, one PodMonitor per binary, whose port names
 /// are the ones the pods have, and the Grafana dashboard's ConfigMap. (Its rules:
 /// controller/tests/alerts.rs; the dashboard's panels: e2e/tests/monitoring.rs.)
+/// The monitoring component applies with `kubectl apply -k` (issue 22): over the Prometheus
+/// Operator's own PodMonitor and PrometheusRule CRDs (generated from its API types by
+/// scripts/prometheus-crds), the server validates our objects against their schemas and
+/// stores them as written: its pruning would silently drop a field the schema does not know,
+/// so the stored rule groups are compared with the rules file.
+#[tokio::test]
+async fn monitoring_component_applies_over_the_operators_crds() {
+    let env = installed();
+    let crds = repo_root().join("controller/tests/data/prometheus-operator-crds");
+    env.kubectl(&["apply", "--server-side", "-f", &crds.display().to_string()]);
+    env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/podmonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    ]);
+    let dir = repo_root().join("controller/tests/data/monitoring");
+    env.kubectl(&["apply", "-k", &dir.display().to_string()]);
+    let out = env.kubectl(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "prometheusrules,podmonitors",
+        "-o",
+        "name",
+    ]);
+    let mut names: Vec<&str> = out.lines().collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "podmonitor.monitoring.coreos.com/aliaslb-agent",
+            "podmonitor.monitoring.coreos.com/aliaslb-controller",
+            "prometheusrule.monitoring.coreos.com/aliaslb",
+        ]
+    );
+    let stored: serde_json::Value = serde_json::from_str(&env.kubectl(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "prometheusrule",
+        "aliaslb",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let file: serde_json::Value =
+        serde_yaml::from_str(&read("manifests/optional/monitoring/aliaslb.rules.yaml")).unwrap();
+    assert_eq!(
+        stored["spec"]["groups"], file["groups"],
+        "the server stored other rule groups than the rules file's (a field pruned?)"
+    );
+    let dashboard = env.kubectl(&[
+        "get",
+        "-n",
+        NAMESPACE,
+        "configmap",
+        "aliaslb-grafana-dashboard",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(dashboard.trim(), "configmap/aliaslb-grafana-dashboard");
+}
+
 #[test]
 fn monitoring_component_renders_with_the_manifests() {
     let dir = repo_root().join("controller/tests/data/monitoring");
