@@ -51,7 +51,7 @@ use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{Conflict, MAX_CONFLICTS};
 
 use crate::aliases::DesiredSet;
-use crate::lan::{ClaimKind, Observed, ProbeOutcome};
+use crate::lan::{ClaimKind, LanClaim, ProbeOutcome};
 
 /// The guard's timers and bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,7 +468,7 @@ impl Guard {
     #[allow(clippy::too_many_arguments)]
     pub fn observe(
         &mut self,
-        claim: &Observed,
+        claim: &LanClaim,
         who: Sighting,
         desired: &DesiredSet,
         held: &BTreeSet<IpAddr>,
@@ -766,8 +766,8 @@ mod tests {
         }
     }
 
-    fn claim(at: Instant, s: &str, mac: Mac, kind: ClaimKind) -> Observed {
-        Observed {
+    fn claim(at: Instant, s: &str, mac: Mac, kind: ClaimKind) -> LanClaim {
+        LanClaim {
             ip: ip(s),
             mac,
             ifindex: 3,

@@ -2,7 +2,7 @@
 //!
 //! Types shared by the conflict guard (which decides: probe, yield, defend, report) and the
 //! AF_PACKET I/O (which only observes and sends). Contract:
-//! - [`Observed`]: one frame from another host that claims or answers for an IP: an ARP
+//! - [`LanClaim`]: one frame from another host that claims or answers for an IP: an ARP
 //!   request or reply whose sender IP is it (a gratuitous ARP, an answer to a probe), an
 //!   ARP probe for it (sender IP 0.0.0.0, RFC 5227 §2.1.1), a neighbour advertisement
 //!   for it as target, a DAD neighbour solicitation for it (source `::`, RFC 4862 §5.4.3).
@@ -40,7 +40,7 @@ pub enum ClaimKind {
 
 /// One claim seen on the LAN from another MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Observed {
+pub struct LanClaim {
     /// The IP claimed or answered for.
     pub ip: IpAddr,
     /// The Ethernet address that claims it (the ARP sender hardware address, the NA's
@@ -129,7 +129,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The seam between the conflict guard and the LAN: the real one is AF_PACKET sockets,
 /// tests use a fake. Claims seen come out of the receiver handed over when the port is
-/// created (a bounded `mpsc::Receiver<Observed>`), not through this trait.
+/// created (a bounded `mpsc::Receiver<LanClaim>`), not through this trait.
 pub trait LanPort: Send + Sync + 'static {
     /// The interfaces to listen on, each with this node's MAC on it. Frames sent from any
     /// of these MACs are never reported.

@@ -34,7 +34,7 @@ use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verd
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
 use crate::l3::{FenceEdge, RoutedFence};
-use crate::lan::{LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
+use crate::lan::{LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
 use crate::shield::{IPVS_LINK, ShieldBackend};
@@ -47,7 +47,7 @@ pub struct Loop {
     /// "Something changed" ticks from the kernel.
     pub changes: mpsc::Receiver<()>,
     /// Claims seen on the LAN for the IPs held (and probed).
-    pub observed: mpsc::Receiver<Observed>,
+    pub observed: mpsc::Receiver<LanClaim>,
     /// Signalled when the API is reachable again.
     pub api_back: Arc<Notify>,
     /// Beaten at every renewal tick; set ready after the first reconcile.
@@ -679,7 +679,7 @@ where
 
     /// Hands claims seen on the LAN to the guard and does what it says; returns what must
     /// follow at once.
-    fn on_claims(&mut self, claims: &[Observed]) -> After {
+    fn on_claims(&mut self, claims: &[LanClaim]) -> After {
         let held = self.held();
         let now = Instant::now();
         let fresh = self.authority.is_fresh(now);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
 use aliaslb_agent::announce::{self, announcement_frame, send_frame};
-use aliaslb_agent::lan::{ClaimKind, LanPort, LanWatch, Observed, arp_probe_frame, dad_ns_frame};
+use aliaslb_agent::lan::{ClaimKind, LanClaim, LanPort, LanWatch, arp_probe_frame, dad_ns_frame};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
@@ -212,7 +212,7 @@ fn cpu_time(pid: u32) -> Duration {
 
 /// The peer claims `addr` and listens on its link for `listen`: the claims of `addr` it
 /// receives from other MACs (the node's defence), with the time since the claim was sent.
-fn peer_claims_and_listens(s: &Setup, addr: &str, listen: Duration) -> Vec<(Observed, Duration)> {
+fn peer_claims_and_listens(s: &Setup, addr: &str, listen: Duration) -> Vec<(LanClaim, Duration)> {
     claims_and_listens(&s.lan, s.peer_ifindex, s.peer_mac, addr, listen)
 }
 
@@ -223,7 +223,7 @@ fn claims_and_listens(
     mac: Mac,
     addr: &str,
     listen: Duration,
-) -> Vec<(Observed, Duration)> {
+) -> Vec<(LanClaim, Duration)> {
     let target = ip(addr);
     ns.run(move || async move {
         let (watch, mut rx) = LanWatch::start();

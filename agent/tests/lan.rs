@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_agent::announce::{garp_frame, send_frame, unsolicited_na_frame};
 use aliaslb_agent::lan::{
-    ClaimKind, LanError, LanPort, LanWatch, Observed, ProbeConfig, ProbeOutcome, arp_probe_frame,
+    ClaimKind, LanClaim, LanError, LanPort, LanWatch, ProbeConfig, ProbeOutcome, arp_probe_frame,
     dad_ns_frame,
 };
 use aliaslb_core::mac::Mac;
@@ -66,7 +66,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 impl Lan {
     /// A watch on the node's eth1 (its sockets and threads in the node namespace).
-    fn watch(&self) -> (LanWatch, Receiver<Observed>) {
+    fn watch(&self) -> (LanWatch, Receiver<LanClaim>) {
         let interfaces = [(self.node_if, self.node_mac)];
         self.node.run_sync(move || {
             let (watch, rx) = LanWatch::start();
@@ -105,9 +105,9 @@ impl Lan {
 /// The next claim within `within`, if any.
 fn next_claim(
     rt: &tokio::runtime::Runtime,
-    rx: &mut Receiver<Observed>,
+    rx: &mut Receiver<LanClaim>,
     within: Duration,
-) -> Option<Observed> {
+) -> Option<LanClaim> {
     rt.block_on(async { tokio::time::timeout(within, rx.recv()).await.ok().flatten() })
 }
 

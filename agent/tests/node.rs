@@ -17,7 +17,7 @@ use aliaslb_agent::guard::GuardConfig;
 use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
 use aliaslb_agent::http::Health;
 use aliaslb_agent::lan::{
-    BoxFuture, ClaimKind, LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults,
+    BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
 };
 use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
 use aliaslb_agent::metrics::Metrics;
@@ -217,7 +217,7 @@ struct Harness {
     fake: Arc<Fake>,
     lan: Arc<FakeLan>,
     desired_tx: watch::Sender<Option<DesiredSet>>,
-    observed_tx: mpsc::Sender<Observed>,
+    observed_tx: mpsc::Sender<LanClaim>,
     report_rx: watch::Receiver<Option<AgentReport>>,
     authority: Authority,
     kernel: KernelRounds,
@@ -312,7 +312,7 @@ impl Harness {
     /// A claim heard on link `ifindex` (the aliases are on 2, `eth0`).
     fn claim_on(&self, ifindex: u32, s: &str, mac: Mac, kind: ClaimKind) {
         self.observed_tx
-            .try_send(Observed {
+            .try_send(LanClaim {
                 ip: ip(s),
                 mac,
                 ifindex,

@@ -149,7 +149,7 @@ pub struct LeaderConfig {
 
 /// What this replica saw of the Lease record, timed on its own monotonic clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub struct LeaseSeen {
     /// `holderIdentity`; `None` or empty means free (released).
     pub holder: Option<String>,
     /// The record's `leaseDurationSeconds` (the holder's promise), else ours.
@@ -179,7 +179,7 @@ pub enum Decision {
 /// `leading_until` is `Some(deadline)` while this replica leads: the start of its last
 /// successful write plus the renew deadline.
 pub fn decide(
-    observed: Option<&Observed>,
+    observed: Option<&LeaseSeen>,
     me: &str,
     leading_until: Option<Instant>,
     now: Instant,
@@ -322,7 +322,7 @@ struct Elector {
     tx: watch::Sender<bool>,
     fence: Arc<Mutex<Option<Instant>>>,
     /// Last record seen: its resourceVersion and our observation of it.
-    last: Option<(Option<String>, Observed)>,
+    last: Option<(Option<String>, LeaseSeen)>,
     leading_until: Option<Instant>,
     /// Whether the last API call failed (to log failures on the edge).
     failing: bool,
@@ -440,7 +440,7 @@ impl Elector {
         }
     }
 
-    fn observed(&self) -> Option<&Observed> {
+    fn observed(&self) -> Option<&LeaseSeen> {
         self.last.as_ref().map(|(_, o)| o)
     }
 
@@ -463,7 +463,7 @@ impl Elector {
         };
         self.last = Some((
             version,
-            Observed {
+            LeaseSeen {
                 holder,
                 lease_duration,
                 seen_at,
@@ -623,8 +623,8 @@ mod tests {
         assert_eq!(follower.write_deadline(), None);
     }
 
-    fn held_by(holder: &str, seen_at: Instant) -> Observed {
-        Observed {
+    fn held_by(holder: &str, seen_at: Instant) -> LeaseSeen {
+        LeaseSeen {
             holder: (!holder.is_empty()).then(|| holder.to_owned()),
             lease_duration: LEASE,
             seen_at,
@@ -638,7 +638,7 @@ mod tests {
     /// (name, observed, leading_until, now, expected decision for "a").
     type DecisionRow = (
         &'static str,
-        Option<Observed>,
+        Option<LeaseSeen>,
         Option<Instant>,
         Instant,
         Decision,

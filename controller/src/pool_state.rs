@@ -1,6 +1,6 @@
 //! Which pool configuration is in force, given what the ConfigMap cache shows and what was
 //! handled before. Pure: the reconcile loop feeds it each pass's observation and publishes
-//! the [`Notice`]s it returns (log, Event, metrics).
+//! the [`ConfigNotice`]s it returns (log, Event, metrics).
 //!
 //! The rules:
 //! - A valid ConfigMap is in force as written. An edit that removes a key is an instruction
@@ -23,12 +23,12 @@ use std::collections::BTreeMap;
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 
 /// The ConfigMap's `data` (an object without `data` counts as empty); `None`: no object.
-pub type Observed<'a> = Option<&'a BTreeMap<String, String>>;
+pub type ConfigData<'a> = Option<&'a BTreeMap<String, String>>;
 
 /// What the handling of an observation calls for, published by the caller: one per
 /// change of what the cache shows, none while it shows the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
+pub enum ConfigNotice {
     /// No ConfigMap at the first look and nothing assigned: no pools are in force. Logged;
     /// no Event (there is nothing to report it on but the controller, and every Service
     /// says `NoPool`).
@@ -115,7 +115,7 @@ impl ConfigState {
     /// Handles one observation of the ConfigMap; `assigned`: whether anything is assigned
     /// already (read only at the first look). Returns what to publish (`None`: the same as
     /// last time, nothing changed).
-    pub fn observe(&mut self, observed: Observed<'_>, assigned: bool) -> Option<Notice> {
+    pub fn observe(&mut self, observed: ConfigData<'_>, assigned: bool) -> Option<ConfigNotice> {
         if self
             .seen
             .as_ref()
@@ -129,18 +129,18 @@ impl ConfigState {
             if first && assigned {
                 self.deleted = true;
                 self.invalid = false;
-                return Some(Notice::MissingWithAssignments);
+                return Some(ConfigNotice::MissingWithAssignments);
             }
             if first {
                 self.good = Some(PoolConfig::parse(&BTreeMap::new()).unwrap_or_else(|_| {
                     unreachable!("an empty ConfigMap is a valid config without pools")
                 }));
                 self.invalid = false;
-                return Some(Notice::MissingAtStart);
+                return Some(ConfigNotice::MissingAtStart);
             }
             self.deleted = true;
             self.invalid = false;
-            return Some(Notice::Deleted {
+            return Some(ConfigNotice::Deleted {
                 pools: self.good.as_ref().map(|c| c.pools().count()),
             });
         };
@@ -152,12 +152,12 @@ impl ConfigState {
                 self.good = Some(config);
                 self.invalid = false;
                 self.deleted = false;
-                Some(Notice::Loaded { pools, announce })
+                Some(ConfigNotice::Loaded { pools, announce })
             }
             Err(errors) => {
                 self.invalid = true;
                 self.deleted = false;
-                Some(Notice::Invalid {
+                Some(ConfigNotice::Invalid {
                     errors,
                     stale: self.good.is_some(),
                 })
@@ -223,13 +223,17 @@ mod tests {
         }
     }
 
-    fn summary(notice: &Notice) -> String {
+    fn summary(notice: &ConfigNotice) -> String {
         match notice {
-            Notice::MissingAtStart => "missing at start".into(),
-            Notice::MissingWithAssignments => "missing at start, assigned".into(),
-            Notice::Deleted { pools } => format!("deleted, keeping {pools:?}"),
-            Notice::Loaded { pools, announce } => format!("loaded {pools}, announce {announce}"),
-            Notice::Invalid { errors, stale } => format!("invalid {}, stale {stale}", errors.len()),
+            ConfigNotice::MissingAtStart => "missing at start".into(),
+            ConfigNotice::MissingWithAssignments => "missing at start, assigned".into(),
+            ConfigNotice::Deleted { pools } => format!("deleted, keeping {pools:?}"),
+            ConfigNotice::Loaded { pools, announce } => {
+                format!("loaded {pools}, announce {announce}")
+            }
+            ConfigNotice::Invalid { errors, stale } => {
+                format!("invalid {}, stale {stale}", errors.len())
+            }
         }
     }
 
@@ -397,7 +401,7 @@ mod tests {
         let mut next = ConfigState::resumed(previous.in_force().cloned());
         let notice = next.observe(data(Shows::Broken).as_ref(), true);
         assert!(
-            matches!(notice, Some(Notice::Invalid { stale: true, .. })),
+            matches!(notice, Some(ConfigNotice::Invalid { stale: true, .. })),
             "{notice:?}"
         );
         assert_eq!(next.in_force(), Some(&config(Shows::Pool("10.0.0.1"))));
@@ -414,7 +418,7 @@ mod tests {
         let empty = BTreeMap::new();
         assert_eq!(
             state.observe(Some(&empty), false),
-            Some(Notice::Loaded {
+            Some(ConfigNotice::Loaded {
                 pools: 0,
                 announce: true
             }),
@@ -429,7 +433,7 @@ mod tests {
         let mut state = ConfigState::default();
         assert_eq!(
             state.observe(None, true),
-            Some(Notice::MissingWithAssignments)
+            Some(ConfigNotice::MissingWithAssignments)
         );
         assert_eq!(state.in_force(), None, "nothing planned, nothing released");
         assert!(!state.valid());
@@ -437,7 +441,7 @@ mod tests {
         let back = data(Shows::Pool("10.0.0.1"));
         assert_eq!(
             state.observe(back.as_ref(), true),
-            Some(Notice::Loaded {
+            Some(ConfigNotice::Loaded {
                 pools: 1,
                 announce: true
             })
@@ -446,7 +450,7 @@ mod tests {
         // Only the first look asks: a later deletion is a deletion.
         assert!(matches!(
             state.observe(None, false),
-            Some(Notice::Deleted { .. })
+            Some(ConfigNotice::Deleted { .. })
         ));
     }
 }

@@ -748,7 +748,7 @@ impl Journal {
 
 /// A Service as the checker saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub struct ServiceSeen {
     /// Namespace.
     pub ns: String,
     /// Name.
@@ -761,11 +761,11 @@ pub struct Observed {
     pub view: ServiceReadback,
 }
 
-impl Observed {
-    fn from_json(v: &Value) -> Observed {
+impl ServiceSeen {
+    fn from_json(v: &Value) -> ServiceSeen {
         let text = |p: &Value| p.as_str().map(str::to_owned);
         let class = v["spec"]["loadBalancerClass"].as_str();
-        Observed {
+        ServiceSeen {
             ns: text(&v["metadata"]["namespace"]).unwrap_or_default(),
             name: text(&v["metadata"]["name"]).unwrap_or_default(),
             load_balancer: v["spec"]["type"].as_str() == Some("LoadBalancer")
@@ -791,7 +791,7 @@ pub struct Snapshot {
     /// Offset from the start of the run.
     pub at: Duration,
     /// Every Service in the cluster.
-    pub services: Option<Vec<Observed>>,
+    pub services: Option<Vec<ServiceSeen>>,
     /// The /32 aliases on each node's `eth0`.
     pub nodes: Option<BTreeMap<u8, BTreeSet<Ipv4Addr>>>,
 }
@@ -858,8 +858,8 @@ pub struct Offence {
 /// share it (other namespaces, or other/no sharing keys). Across namespaces it is never
 /// excused; in one namespace only while an edit of either Service is unreacted (a sharer
 /// whose key just changed).
-fn double_assignments(services: &[Observed], at: Duration, journal: &Journal) -> Vec<Offence> {
-    let mut by_ip: BTreeMap<Ipv4Addr, Vec<&Observed>> = BTreeMap::new();
+fn double_assignments(services: &[ServiceSeen], at: Duration, journal: &Journal) -> Vec<Offence> {
+    let mut by_ip: BTreeMap<Ipv4Addr, Vec<&ServiceSeen>> = BTreeMap::new();
     for s in services.iter().filter(|s| s.load_balancer) {
         for ip in &s.view.ips {
             by_ip.entry(*ip).or_default().push(s);
@@ -899,7 +899,7 @@ fn double_assignments(services: &[Observed], at: Duration, journal: &Journal) ->
 
 /// IPs outside the pool of their Service's namespace in every config the controller may
 /// be acting on.
-fn outside_pool(services: &[Observed], at: Duration, journal: &Journal) -> Vec<Offence> {
+fn outside_pool(services: &[ServiceSeen], at: Duration, journal: &Journal) -> Vec<Offence> {
     let configs = journal.configs_at(at);
     let mut out = Vec::new();
     for s in services.iter().filter(|s| s.load_balancer) {
@@ -978,7 +978,7 @@ fn lan_offences(
 
 /// Aliases on a node that no LoadBalancer Service assigns to that node.
 fn stray_aliases(
-    services: &[Observed],
+    services: &[ServiceSeen],
     nodes: &BTreeMap<u8, BTreeSet<Ipv4Addr>>,
     at: Duration,
 ) -> Vec<Offence> {
@@ -1013,7 +1013,7 @@ fn stray_aliases(
 
 /// LoadBalancer Services without an IP and without an `IPAllocated=False` reason while
 /// their namespace's pool has a free address.
-fn silent_pending(services: &[Observed], pools: &Pools, at: Duration) -> Vec<Offence> {
+fn silent_pending(services: &[ServiceSeen], pools: &Pools, at: Duration) -> Vec<Offence> {
     let used: BTreeSet<Ipv4Addr> = services
         .iter()
         .filter(|s| s.load_balancer)
@@ -1065,7 +1065,7 @@ fn coverage(samples: &[Snapshot]) -> String {
     let mut shared = BTreeSet::new();
     let mut placements: BTreeMap<Ipv4Addr, BTreeSet<u8>> = BTreeMap::new();
     for s in samples {
-        let lb: Vec<&Observed> = s
+        let lb: Vec<&ServiceSeen> = s
             .services
             .iter()
             .flatten()
@@ -1235,7 +1235,7 @@ impl Api {
         })
     }
 
-    fn services(&self) -> Result<Vec<Observed>, Error> {
+    fn services(&self) -> Result<Vec<ServiceSeen>, Error> {
         let out = crate::lab::run(Command::new("curl").args([
             "-sS",
             "--fail",
@@ -1255,7 +1255,7 @@ impl Api {
             .as_array()
             .into_iter()
             .flatten()
-            .map(Observed::from_json)
+            .map(ServiceSeen::from_json)
             .collect())
     }
 }
@@ -1915,8 +1915,8 @@ mod tests {
     }
 
     /// An LB Service `ns/name` with `ips`, on `node`, with `key`.
-    fn svc(ns: &str, name: &str, ips: &[&str], key: Option<&str>) -> Observed {
-        Observed {
+    fn svc(ns: &str, name: &str, ips: &[&str], key: Option<&str>) -> ServiceSeen {
+        ServiceSeen {
             ns: ns.to_owned(),
             name: name.to_owned(),
             load_balancer: true,
@@ -1930,7 +1930,7 @@ mod tests {
         }
     }
 
-    fn on(mut s: Observed, node: u8) -> Observed {
+    fn on(mut s: ServiceSeen, node: u8) -> ServiceSeen {
         s.view.node = Some(node_name(node));
         s
     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use aliaslb_core::mac::Mac;
 
-use super::{ClaimKind, Observed};
+use super::{ClaimKind, LanClaim};
 use crate::announce::icmpv6_checksum;
 
 /// Length of an ARP probe frame (Ethernet + ARP, no padding: the NIC pads).
@@ -95,7 +95,7 @@ pub fn ethernet_source(frame: &[u8]) -> Option<Mac> {
 ///   Ethernet source probes the target. Other solicitations only ask: no claim.
 ///
 /// A sender hardware address that is zero or multicast claims nothing (no host has one).
-pub fn parse_claim(frame: &[u8], ifindex: u32, at: Instant) -> Option<Observed> {
+pub fn parse_claim(frame: &[u8], ifindex: u32, at: Instant) -> Option<LanClaim> {
     let (ip, mac, kind) = match ethertype(frame)? {
         ETHERTYPE_ARP => parse_arp(frame)?,
         ETHERTYPE_IPV6 => parse_nd(frame)?,
@@ -104,7 +104,7 @@ pub fn parse_claim(frame: &[u8], ifindex: u32, at: Instant) -> Option<Observed> 
     if mac == Mac::default() || mac.0[0] & 1 == 1 {
         return None;
     }
-    Some(Observed {
+    Some(LanClaim {
         ip,
         mac,
         ifindex,

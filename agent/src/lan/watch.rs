@@ -38,7 +38,7 @@ use super::frame::{
     ETHERTYPE_ARP, ETHERTYPE_IPV6, arp_probe_frame, dad_ns_frame, ethernet_source, ethertype,
     parse_claim,
 };
-use super::{BoxFuture, LanError, LanPort, Observed, ProbeConfig, ProbeOutcome, ProbeResults};
+use super::{BoxFuture, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::announce::{self, AnnounceError};
 
 /// How long a watching thread blocks before it looks whether it should stop.
@@ -130,7 +130,7 @@ struct Shared {
     own: RwLock<HashSet<Mac>>,
     /// The IPs whose claims are reported.
     watched: RwLock<HashSet<IpAddr>>,
-    claims: mpsc::Sender<Observed>,
+    claims: mpsc::Sender<LanClaim>,
     frames_received: AtomicU64,
     claims_reported: AtomicU64,
     claims_dropped: AtomicU64,
@@ -138,7 +138,7 @@ struct Shared {
 
 impl Shared {
     /// The claim to report for `frame`, if any: parsed, for a watched IP, from another MAC.
-    fn admit(&self, frame: &[u8], ifindex: u32, at: Instant) -> Option<Observed> {
+    fn admit(&self, frame: &[u8], ifindex: u32, at: Instant) -> Option<LanClaim> {
         // The kernel filter passes only ARP and ND; this keeps a frame it let through
         // by mistake (or a future filter change) from reaching the parser.
         if !matches!(ethertype(frame), Some(ETHERTYPE_ARP | ETHERTYPE_IPV6)) {
@@ -205,7 +205,7 @@ impl LanWatch {
     /// it, and what does not fit is dropped and counted ([`Self::claims_dropped`]) rather
     /// than queued without bound while the loop is busy. The loop drains the queue at
     /// every wake-up, and one claim of a node or a foreign host is all a verdict needs.
-    pub fn start() -> (LanWatch, mpsc::Receiver<Observed>) {
+    pub fn start() -> (LanWatch, mpsc::Receiver<LanClaim>) {
         let (claims, rx) = mpsc::channel(CLAIM_QUEUE);
         let shared = Arc::new(Shared {
             own: RwLock::default(),

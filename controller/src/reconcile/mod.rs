@@ -79,7 +79,7 @@ use crate::context::Context;
 use crate::http::Readiness;
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
-use crate::pool_state::{ConfigState, Notice as ConfigNotice};
+use crate::pool_state::{ConfigNotice, ConfigState};
 use crate::track::{Failovers, Unannounced};
 use crate::watch::{Caches, WatchError};
 
@@ -245,7 +245,7 @@ struct Merged {
 }
 
 /// What one pass observed, read from the caches and [`World`].
-struct Observed {
+struct PassInput {
     /// What changed since the last pass, for the planner.
     changes: Changes,
     /// Every view of ours on a full pass (what it plans); empty on a narrowed one.
@@ -387,7 +387,7 @@ impl Reconciler {
 
     /// Everything the planner reads, brought up to date from what changed since the last
     /// pass ([`World`]).
-    fn observe(&mut self) -> Observed {
+    fn observe(&mut self) -> PassInput {
         let dirty = self.caches.take_dirty();
         let mut services = self.world.services(&self.caches.services, &dirty);
         let endpoints = self
@@ -419,7 +419,7 @@ impl Reconciler {
         } else {
             Vec::new()
         };
-        Observed {
+        PassInput {
             changes,
             views,
             services,
@@ -434,7 +434,7 @@ impl Reconciler {
     /// One planner pass over what changed (the first of a term, and after a relist, over
     /// everything: it imports the nodes from our assignment objects first), and its
     /// metrics.
-    fn plan(&mut self, config: &PoolConfig, observed: &mut Observed) -> PlanOutput {
+    fn plan(&mut self, config: &PoolConfig, observed: &mut PassInput) -> PlanOutput {
         // Our IPs on Services that stopped being ours: not free while the API shows them.
         let lingering: BTreeSet<IpAddr> = self
             .world
@@ -474,7 +474,7 @@ impl Reconciler {
 
     /// Moves the pass's plans into [`Reconciler::plans`] (`output.services` is empty
     /// after); returns what they touched.
-    fn merge(&mut self, output: &mut PlanOutput, observed: &Observed) -> Merged {
+    fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
         fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
             plan.node.iter().chain(&plan.nodes)
         }
@@ -578,7 +578,7 @@ impl Reconciler {
     async fn write_assignments(
         &mut self,
         output: &PlanOutput,
-        observed: &Observed,
+        observed: &PassInput,
         touched: Option<BTreeSet<String>>,
     ) {
         let macs_map = assign::node_macs(self.world.reports());
@@ -662,9 +662,9 @@ impl Reconciler {
         &mut self,
         output: &PlanOutput,
         planned: &[ServiceKey],
-        observed: Observed,
+        observed: PassInput,
     ) -> (usize, usize) {
-        let Observed { services, now, .. } = observed;
+        let PassInput { services, now, .. } = observed;
         let mut examine: BTreeSet<ServiceKey> = planned.iter().cloned().collect();
         examine.extend(services.records.iter().cloned());
         examine.extend(self.writes.retries(now));
@@ -1116,7 +1116,7 @@ impl Reconciler {
     /// The metrics of one pass, from its output and the plans of the passes before (not
     /// merged yet): pools, pending Services, failovers ([`Failovers`]), Services not
     /// announced, create -> IP.
-    fn record_metrics(&mut self, output: &PlanOutput, config: &PoolConfig, observed: &Observed) {
+    fn record_metrics(&mut self, output: &PlanOutput, config: &PoolConfig, observed: &PassInput) {
         let metrics = &self.ctx.metrics;
         let mut quarantined: BTreeMap<(&str, Family), u64> = BTreeMap::new();
         for ip in self.planner.quarantined() {

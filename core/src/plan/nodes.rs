@@ -43,12 +43,12 @@ const UNOBSERVABLE: &str = "no node elected: no agent Lease was seen renewed wit
 type Note = (bool, &'static str, String);
 
 /// What the node step reads besides the group itself.
-struct World<'a> {
+struct NodeStep<'a> {
     inputs: &'a Inputs<'a>,
     by_name: HashMap<&'a str, &'a NodeState>,
 }
 
-impl World<'_> {
+impl NodeStep<'_> {
     /// Whether the agent on `node` counts as there for what the node already carries:
     /// fresh, or unconfirmed (see [`NodeState::agent_unconfirmed`]).
     fn ready(&self, node: &str) -> bool {
@@ -86,7 +86,7 @@ impl Planner {
             return;
         }
         let inputs = pass.inputs;
-        let world = World {
+        let world = NodeStep {
             inputs,
             by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         };
@@ -255,7 +255,7 @@ impl Planner {
 fn step(
     group: &mut Group,
     input: &ElectionInput<'_>,
-    world: &World<'_>,
+    world: &NodeStep<'_>,
     load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
@@ -354,7 +354,7 @@ fn step(
 fn step_bgp(
     group: &mut Group,
     input: &ElectionInput<'_>,
-    world: &World<'_>,
+    world: &NodeStep<'_>,
     options: &PoolOptions,
     load: &mut BTreeMap<String, usize>,
 ) -> Vec<Note> {
@@ -437,7 +437,7 @@ fn step_bgp(
 /// for a fenced address) is a first claim unless some agent holds it; a first claim ends
 /// once the node's agent reports holding the IP (the flag is dropped, one rewrite of
 /// that node's assignment, so an agent restarting later re-adds it at once).
-fn update_claims(group: &mut Group, ips: &[IpAddr], world: &World<'_>) {
+fn update_claims(group: &mut Group, ips: &[IpAddr], world: &NodeStep<'_>) {
     let Some(node) = &group.node else {
         group.claims.clear();
         return;
