@@ -424,18 +424,17 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, mut writer) = reflector::store();
-    let make = move || watcher::watcher(api.clone(), config.clone()).modify(trim);
-    let on_event = move |event: Event<K>| {
-        // What `reflector::reflector` does for a store that is not shared.
-        writer.apply_watcher_event(&event);
-        bump(&tx, &event, on_event(&event));
-    };
-    tasks.push(tokio::spawn(drive(
+    spawn_driver(
+        tasks,
         kind,
-        make,
-        AfterError::Resume,
-        on_event,
-    )));
+        move || watcher::watcher(api.clone(), config.clone()).modify(trim),
+        tx,
+        move |event| {
+            // What `reflector::reflector` does for a store that is not shared.
+            writer.apply_watcher_event(event);
+            on_event(event)
+        },
+    );
     reader
 }
 
@@ -455,15 +454,40 @@ where
     T: Send + Sync + 'static,
 {
     let (reader, mut writer) = store::records(keep);
-    let make = move || watcher::watcher(api.clone(), watcher::Config::default());
+    spawn_driver(
+        tasks,
+        kind,
+        move || watcher::watcher(api.clone(), watcher::Config::default()),
+        tx,
+        move |event| {
+            writer.apply(event);
+            notes
+                .dirty
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .note(notes.kind, event, notes.key);
+            true
+        },
+    );
+    reader
+}
+
+/// Spawns the watch driver of `kind` over the streams `make` returns (resumed after an
+/// error): each event goes to `apply`, which brings its cache up to date and says whether
+/// a pass is worth it, then bumps `tx` ([`bump`]).
+fn spawn_driver<K, S>(
+    tasks: &mut Vec<JoinHandle<()>>,
+    kind: &'static str,
+    make: impl FnMut() -> S + Send + 'static,
+    tx: Arc<watch::Sender<u64>>,
+    mut apply: impl FnMut(&Event<K>) -> bool + Send + 'static,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
     let on_event = move |event: Event<K>| {
-        writer.apply(&event);
-        notes
-            .dirty
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note(notes.kind, &event, notes.key);
-        bump(&tx, &event, true);
+        let worth_a_pass = apply(&event);
+        bump(&tx, &event, worth_a_pass);
     };
     tasks.push(tokio::spawn(drive(
         kind,
@@ -471,7 +495,6 @@ where
         AfterError::Resume,
         on_event,
     )));
-    reader
 }
 
 /// Bumps the change trigger after `event` reached its cache, when it is `worth_a_pass`
