@@ -2,126 +2,21 @@
 //! rest of the reconcile still happens, and failed IPs are retried next time. With a fake
 //! host-port shield: no alias is ever on the node without its shield element.
 
-use std::collections::HashMap;
-use std::io;
+mod fakes;
+
 use std::net::IpAddr;
 use std::sync::Mutex;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
-use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime};
-use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
+use aliaslb_agent::backend::Lifetime;
 use aliaslb_agent::shield::{
     Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
 };
 use aliaslb_core::report::ShieldState;
+use fakes::FakeKernel as Fake;
 
 const EPERM: i32 = 1;
 const EIO: i32 = 5;
-
-/// A node with `eth0` (192.168.1.10/24, default route) whose address table is kept in
-/// memory; `fail` makes the next operation named `op` on an IP fail with an errno.
-#[derive(Debug, Default)]
-struct Fake {
-    host: Mutex<HostState>,
-    fail: Mutex<HashMap<(&'static str, Option<IpAddr>), i32>>,
-}
-
-impl Fake {
-    fn new() -> Self {
-        let fake = Fake::default();
-        *fake.host.lock().unwrap() = HostState {
-            links: vec![Link {
-                index: 2,
-                name: "eth0".into(),
-                mac: Some([2, 0, 0, 0, 0, 2]),
-                kind: None,
-                up: true,
-            }],
-            addresses: vec![HostAddress {
-                ip: ip("192.168.1.10"),
-                prefix_len: 24,
-                ifindex: 2,
-                owned: false,
-                global: true,
-            }],
-            default_v4: Some(2),
-            default_v6: None,
-        };
-        fake
-    }
-
-    fn fail_once(&self, op: &'static str, target: Option<&str>, errno: i32) {
-        self.fail
-            .lock()
-            .unwrap()
-            .insert((op, target.map(ip)), errno);
-    }
-
-    fn injected(&self, op: &'static str, target: Option<IpAddr>) -> Result<(), BackendError> {
-        match self.fail.lock().unwrap().remove(&(op, target)) {
-            Some(errno) => Err(BackendError::Kernel {
-                op,
-                target: target.map_or("-".into(), |t| t.to_string()),
-                source: io::Error::from_raw_os_error(errno),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    fn ours(&self) -> Vec<IpAddr> {
-        let mut v: Vec<_> = self
-            .host
-            .lock()
-            .unwrap()
-            .addresses
-            .iter()
-            .filter(|a| a.owned)
-            .map(|a| a.ip)
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl AddressBackend for &Fake {
-    async fn snapshot(&self) -> Result<HostState, BackendError> {
-        self.injected("snapshot", None)?;
-        Ok(self.host.lock().unwrap().clone())
-    }
-
-    async fn add(&self, alias: &Alias, _: Lifetime) -> Result<bool, BackendError> {
-        self.injected("add", Some(alias.ip))?;
-        let mut host = self.host.lock().unwrap();
-        if host
-            .addresses
-            .iter()
-            .any(|a| a.ip == alias.ip && a.ifindex == alias.ifindex)
-        {
-            return Ok(false);
-        }
-        host.addresses.push(HostAddress {
-            ip: alias.ip,
-            prefix_len: alias.prefix_len(),
-            ifindex: alias.ifindex,
-            owned: true,
-            global: true,
-        });
-        Ok(true)
-    }
-
-    async fn delete(&self, alias: &Alias) -> Result<bool, BackendError> {
-        self.injected("delete", Some(alias.ip))?;
-        let mut host = self.host.lock().unwrap();
-        let before = host.addresses.len();
-        host.addresses
-            .retain(|a| !(a.ip == alias.ip && a.ifindex == alias.ifindex));
-        Ok(host.addresses.len() != before)
-    }
-
-    async fn refresh(&self, alias: &Alias, _: Lifetime) -> Result<(), BackendError> {
-        self.injected("refresh", Some(alias.ip))
-    }
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

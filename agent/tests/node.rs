@@ -4,6 +4,8 @@
 //! and removes the alias while stale, a claim heard on another link than the alias's is
 //! ignored, and a hung kernel stops the Lease renewals.
 
+mod fakes;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +14,9 @@ use std::time::Duration;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
 use aliaslb_agent::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime, Timed};
+use aliaslb_agent::backend::{Lifetime, Timed};
 use aliaslb_agent::guard::GuardConfig;
-use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
+use aliaslb_agent::host::{HostAddress, Link};
 use aliaslb_agent::http::Health;
 use aliaslb_agent::lan::{
     BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
@@ -24,6 +26,7 @@ use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{AgentReport, RoutingReport};
+use fakes::{FakeKernel as Fake, Shared as Kernel};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -34,119 +37,6 @@ const RENEW: Duration = Duration::from_secs(1);
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// A node with `eth0` (192.168.1.10/24, default route, MAC 02:00:00:00:00:02) whose
-/// address table is in memory; every operation is logged with the (paused) time; `hang`
-/// makes every operation wait for ever.
-#[derive(Debug, Default)]
-struct Fake {
-    host: Mutex<HostState>,
-    log: Mutex<Vec<(&'static str, Option<IpAddr>, Instant)>>,
-    hang: AtomicBool,
-}
-
-impl Fake {
-    fn new() -> Arc<Self> {
-        let fake = Fake::default();
-        *fake.host.lock().unwrap() = HostState {
-            links: vec![
-                Link {
-                    index: 1,
-                    name: "lo".into(),
-                    mac: Some([0; 6]),
-                    kind: None,
-                    up: true,
-                },
-                Link {
-                    index: 2,
-                    name: "eth0".into(),
-                    mac: Some([2, 0, 0, 0, 0, 2]),
-                    kind: None,
-                    up: true,
-                },
-            ],
-            addresses: vec![HostAddress {
-                ip: ip("192.168.1.10"),
-                prefix_len: 24,
-                ifindex: 2,
-                owned: false,
-                global: true,
-            }],
-            default_v4: Some(2),
-            default_v6: None,
-        };
-        Arc::new(fake)
-    }
-
-    async fn op(&self, op: &'static str, target: Option<IpAddr>) {
-        self.log.lock().unwrap().push((op, target, Instant::now()));
-        if self.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-
-    fn ours(&self) -> Vec<IpAddr> {
-        let mut v: Vec<_> = self
-            .host
-            .lock()
-            .unwrap()
-            .addresses
-            .iter()
-            .filter(|a| a.owned)
-            .map(|a| a.ip)
-            .collect();
-        v.sort();
-        v
-    }
-
-    fn log_len(&self) -> usize {
-        self.log.lock().unwrap().len()
-    }
-
-    fn log_since(&self, n: usize) -> Vec<(&'static str, Option<IpAddr>, Instant)> {
-        self.log.lock().unwrap()[n..].to_vec()
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Kernel(Arc<Fake>);
-
-impl AddressBackend for Kernel {
-    async fn snapshot(&self) -> Result<HostState, BackendError> {
-        self.0.op("snapshot", None).await;
-        Ok(self.0.host.lock().unwrap().clone())
-    }
-
-    async fn add(&self, alias: &Alias, _: Lifetime) -> Result<bool, BackendError> {
-        self.0.op("add", Some(alias.ip)).await;
-        let mut host = self.0.host.lock().unwrap();
-        if host.addresses.iter().any(|a| a.ip == alias.ip) {
-            return Ok(false);
-        }
-        host.addresses.push(HostAddress {
-            ip: alias.ip,
-            prefix_len: alias.prefix_len(),
-            ifindex: alias.ifindex,
-            owned: true,
-            global: true,
-        });
-        Ok(true)
-    }
-
-    async fn delete(&self, alias: &Alias) -> Result<bool, BackendError> {
-        self.0.op("delete", Some(alias.ip)).await;
-        let mut host = self.0.host.lock().unwrap();
-        let before = host.addresses.len();
-        host.addresses
-            .retain(|a| !(a.ip == alias.ip && a.ifindex == alias.ifindex));
-        Ok(host.addresses.len() != before)
-    }
-
-    async fn refresh(&self, alias: &Alias, _: Lifetime) -> Result<(), BackendError> {
-        self.0.op("refresh", Some(alias.ip)).await;
-        Ok(())
-    }
 }
 
 /// A probe asked of the fake LAN: interface, our MAC, the IPs, when.
@@ -230,7 +120,7 @@ struct Harness {
 
 impl Harness {
     fn start() -> Harness {
-        Harness::start_with(Fake::new(), None)
+        Harness::start_with(Arc::new(Fake::with_lo()), None)
     }
 
     /// On `fake`, re-announcing through `announcer`.
@@ -764,7 +654,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
     local(async {
         // eth9 (10.9.0.1/24) has an index no interface of this host has: the announcer's
         // frames fail to send and are counted, nothing reaches a real LAN.
-        let fake = Fake::new();
+        let fake = Arc::new(Fake::with_lo());
         {
             let mut host = fake.host.lock().unwrap();
             host.links.push(Link {
@@ -816,7 +706,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
 #[tokio::test(start_paused = true)]
 async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_them_again() {
     local(async {
-        let fake = Fake::new();
+        let fake = Arc::new(Fake::with_lo());
         let h = Harness::start_with(fake.clone(), None);
         let set_up = |up: bool| {
             fake.host.lock().unwrap().links[1].up = up;
@@ -965,7 +855,7 @@ async fn a_set_kept_for_a_missing_object_is_let_go_once_the_lease_is_stale() {
 #[tokio::test(start_paused = true)]
 async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
     local(async {
-        let fake = Fake::new();
+        let fake = Arc::new(Fake::with_lo());
         {
             let mut host = fake.host.lock().unwrap();
             for (index, name) in [(30, "vethpod1"), (31, "lanv")] {
@@ -1007,7 +897,7 @@ async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
 #[tokio::test(start_paused = true)]
 async fn a_kube_ipvs0_link_is_said_and_shown() {
     local(async {
-        let fake = Fake::new();
+        let fake = Arc::new(Fake::with_lo());
         let ipvs = Link {
             index: 40,
             name: "kube-ipvs0".into(),
