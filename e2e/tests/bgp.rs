@@ -103,17 +103,7 @@ fn announced(lab: &Lab, name: &str, reason: &str, timeout: Duration) -> Result<S
 fn converge(lab: &Lab, bgp: &BgpLab<'_>, name: &str) -> Result<IpAddr, Error> {
     let created = Instant::now();
     lab.apply(&lb_service(NS, name).to_yaml())?;
-    let vip = wait_for(
-        &format!("{NS}/{name} to get an IP"),
-        Duration::from_secs(20),
-        || {
-            let view = lab.service(NS, name)?;
-            Ok(match view.ips.as_slice() {
-                [ip] => Ok(IpAddr::V4(*ip)),
-                _ => Err(view.summary()),
-            })
-        },
-    )?;
+    let vip = one_ip(lab, name)?;
     let prefix = vip.to_string();
     bgp.wait_next_hops(&prefix, &all(), Duration::from_secs(30))?;
     let took = created.elapsed();
@@ -135,6 +125,21 @@ fn converge(lab: &Lab, bgp: &BgpLab<'_>, name: &str) -> Result<IpAddr, Error> {
     // Each node has one session per family to the router: 6 Established sessions.
     assert!(message.ends_with("to 6 peers"), "{message}");
     Ok(vip)
+}
+
+/// The one IPv4 address Service `name` gets (within 20 s).
+fn one_ip(lab: &Lab, name: &str) -> Result<IpAddr, Error> {
+    wait_for(
+        &format!("{NS}/{name} to get an IP"),
+        Duration::from_secs(20),
+        || {
+            let view = lab.service(NS, name)?;
+            Ok(match view.ips.as_slice() {
+                [ip] => Ok(IpAddr::V4(*ip)),
+                _ => Err(view.summary()),
+            })
+        },
+    )
 }
 
 /// 300 connections from behind the router: every node forwards at least 20 %.
@@ -287,13 +292,7 @@ fn cordon(lab: &Lab, bgp: &BgpLab<'_>, vip: IpAddr) -> Result<(), Error> {
 /// externalTrafficPolicy Local: only the node with the endpoint announces, and follows it.
 fn local_follows_endpoints(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
     lab.apply(&lb_service(NS, "local").local().pods_on(&[1]).to_yaml())?;
-    let vip = wait_for("local to get an IP", Duration::from_secs(20), || {
-        let view = lab.service(NS, "local")?;
-        Ok(match view.ips.as_slice() {
-            [ip] => Ok(IpAddr::V4(*ip)),
-            _ => Err(view.summary()),
-        })
-    })?;
+    let vip = one_ip(lab, "local")?;
     let prefix = vip.to_string();
     bgp.wait_next_hops(&prefix, &nodes(&[1]), Duration::from_secs(15))?;
     bgp.settled(vip, &nodes(&[1]))?;
@@ -462,13 +461,7 @@ fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
     lab.start_controller_with("controller-1", &["--hold-released=0s"])?;
     lab.wait_leader("controller-1", Duration::from_secs(20))?;
     lab.apply(&lb_service(NS, "old").pods_on(&[1]).to_yaml())?;
-    let vip = wait_for("old to get an IP", Duration::from_secs(20), || {
-        let view = lab.service(NS, "old")?;
-        Ok(match view.ips.as_slice() {
-            [ip] => Ok(IpAddr::V4(*ip)),
-            _ => Err(view.summary()),
-        })
-    })?;
+    let vip = one_ip(lab, "old")?;
     let prefix = vip.to_string();
     bgp.wait_next_hops(&prefix, &all(), Duration::from_secs(30))?;
     bgp.settled(vip, &all())?;
