@@ -209,12 +209,18 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, String> {
         .map_err(|e| format!("cannot encode the report: {e}"))
 }
 
-async fn snapshot(client: &kube::Client, scope: &Scope) -> Result<Snapshot, String> {
+/// The cluster as `scope` says; `endpoints`: with the EndpointSlices (node placement).
+async fn snapshot(
+    client: &kube::Client,
+    scope: &Scope,
+    endpoints: bool,
+) -> Result<Snapshot, String> {
     Snapshot::fetch(
         client,
         &scope.controller_namespace,
         &scope.agent_namespace,
         &scope.pool_configmap,
+        endpoints,
     )
     .await
     .map_err(|e| chain(&e))
@@ -236,7 +242,7 @@ fn run_status(mut args: StatusArgs) -> ExitCode {
         args.scope.controller_namespace = ns;
     }
     with_client(async |client| {
-        let snapshot = snapshot(&client, &args.scope).await?;
+        let snapshot = snapshot(&client, &args.scope, false).await?;
         let report = status::report(&snapshot).map_err(|e| chain(&e))?;
         match args.output {
             Output::Table => Ok(status::render_table(&report)),
@@ -247,7 +253,8 @@ fn run_status(mut args: StatusArgs) -> ExitCode {
 
 fn run_pools(args: ReadArgs) -> ExitCode {
     with_client(async |client| {
-        let snapshot = snapshot(&client, &args.scope).await?;
+        // Usage does not depend on where the addresses are: no EndpointSlices.
+        let snapshot = snapshot(&client, &args.scope, false).await?;
         let config = valid_config(&snapshot)?;
         let planned = snapshot.plan(config, &args.scope.controller(), WhatIf::Nothing);
         let rows = pools::rows(&planned, config);
@@ -276,7 +283,7 @@ fn run_explain(args: ExplainArgs) -> ExitCode {
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let key = ServiceKey::new(&namespace, &name);
-        let snapshot = snapshot(&client, &args.scope).await?;
+        let snapshot = snapshot(&client, &args.scope, true).await?;
         let controller = args.scope.controller();
         let planned = snapshot
             .config
@@ -315,7 +322,7 @@ fn run_explain(args: ExplainArgs) -> ExitCode {
 
 fn run_simulate(args: SimulateArgs) -> ExitCode {
     with_client(async |client| {
-        let snapshot = snapshot(&client, &args.scope).await?;
+        let snapshot = snapshot(&client, &args.scope, true).await?;
         let config = valid_config(&snapshot)?;
         let (what_if, change) = match &args.change {
             Change::Cordon { node } => (WhatIf::Cordon(node), format!("cordon {node}")),

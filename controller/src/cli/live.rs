@@ -69,7 +69,7 @@ pub struct Snapshot {
     pub agents: BTreeMap<String, AgentInfo>,
     /// The controller's node assignment objects.
     pub assignments: Vec<ConfigMap>,
-    /// Every EndpointSlice (for `externalTrafficPolicy: Local`).
+    /// Every EndpointSlice (for `externalTrafficPolicy: Local`), if fetched.
     pub slices: Vec<EndpointSlice>,
     /// The Service ClusterIP ranges, where served (1.33+); empty otherwise.
     pub service_ranges: Vec<IpNet>,
@@ -105,12 +105,15 @@ pub struct Planned {
 
 impl Snapshot {
     /// Lists what the commands read. `namespace`: the controller's (pool ConfigMap,
-    /// assignments); `agent_namespace`: the agents' Leases.
+    /// assignments); `agent_namespace`: the agents' Leases; `endpoints`: whether to list
+    /// every EndpointSlice too (only node placement reads them, for
+    /// `externalTrafficPolicy: Local`; a big cluster has many).
     pub async fn fetch(
         client: &Client,
         namespace: &str,
         agent_namespace: &str,
         configmap: &str,
+        endpoints: bool,
     ) -> Result<Snapshot, ReadError> {
         let err = |what: String| move |source| ReadError { what, source };
         let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
@@ -137,10 +140,15 @@ impl Snapshot {
             .list(&ListParams::default())
             .await
             .map_err(err("Nodes".to_owned()))?;
-        let slices = Api::<EndpointSlice>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(err("EndpointSlices".to_owned()))?;
+        let slices = if endpoints {
+            Api::<EndpointSlice>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(err("EndpointSlices".to_owned()))?
+                .items
+        } else {
+            Vec::new()
+        };
         // Served from 1.33 on; older servers have none.
         let service_ranges = Api::<ServiceCIDR>::all(client.clone())
             .list(&ListParams::default())
@@ -160,7 +168,7 @@ impl Snapshot {
                 .filter_map(|l| agent_info(l, now))
                 .collect(),
             assignments: assignments.items,
-            slices: slices.items,
+            slices,
             service_ranges,
             now,
         })

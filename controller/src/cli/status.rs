@@ -649,7 +649,7 @@ pub async fn fetch(
     agent_namespace: &str,
     configmap: &str,
 ) -> Result<Report, StatusError> {
-    let snapshot = Snapshot::fetch(client, namespace, agent_namespace, configmap)
+    let snapshot = Snapshot::fetch(client, namespace, agent_namespace, configmap, false)
         .await
         .map_err(|e| StatusError::Api {
             what: e.what,
