@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use aliaslb_core::allocator::Ledger;
+use aliaslb_core::ledger::Ledger;
 use aliaslb_core::range::{IpRange, from_u128, to_u128};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 

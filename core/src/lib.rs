@@ -3,11 +3,11 @@
 //! No Kubernetes client, no tokio, no netlink: everything here is plain data and
 //! functions, tested with plain `#[test]`s and property tests.
 
-pub mod allocator;
 pub mod annotations;
 pub mod assignment;
 pub mod election;
 pub mod keys;
+pub mod ledger;
 pub mod mac;
 pub mod plan;
 pub mod pool;

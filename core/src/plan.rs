@@ -18,10 +18,10 @@
 //!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
 //!    one, and gives back to their pool those no longer fenced;
 //! 4. on the first pass, imports observed assignments;
-//! 5. allocates, in (created, namespace, name) order ([`alloc`]); Services already holding
+//! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
 //!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
 //!    the pending Services are swept again so the oldest one still gets it this pass;
-//! 6. places every IP group on a node, break-before-make ([`nodes`]), and marks the first
+//! 6. places every IP group on a node, break-before-make ([`placement`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
 //!
@@ -142,11 +142,11 @@
 //! node -> load, namespace -> pool). Groups are placed in the order of their oldest member,
 //! so the output is deterministic.
 
-mod alloc;
+mod allocation;
 mod fence;
 mod incremental;
 mod node_addresses;
-mod nodes;
+mod placement;
 mod sticky;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -158,8 +158,8 @@ use std::time::Instant;
 use ipnet::IpNet;
 use litemap::LiteMap;
 
-use crate::allocator::Ledger;
 use crate::election::NodeState;
+use crate::ledger::Ledger;
 use crate::pool::{Pool, PoolConfig, PoolKey};
 use crate::range::Family;
 use crate::report::AgentReport;

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use aliaslb_core::allocator::{AllocError, Ledger};
+use aliaslb_core::ledger::{AllocError, Ledger};
 use aliaslb_core::range::{Family, IpRange, from_u128, to_u128};
 use proptest::prelude::*;
 

@@ -14,7 +14,7 @@ use super::{
     Entry, Failure, GroupId, IpUse, MAX_PORTS_PER_IP, Pass, Planner, ServiceKey, ServiceView, Sink,
     join, reason,
 };
-use crate::allocator::{AllocError, Ledger};
+use crate::ledger::{AllocError, Ledger};
 use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey};
 use crate::range::Family;
 

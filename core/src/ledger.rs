@@ -1,4 +1,5 @@
-//! The allocator: a per-pool ledger of which addresses are in use.
+//! The ledger of each pool: which of its addresses are in use (the allocator of a pass,
+//! `plan/allocation.rs`, decides who gets which).
 //!
 //! Pure data, no I/O. The controller keeps one [`Ledger`] per namespace pool, imports the
 //! assignments it reads back from Services at start-up, then allocates and releases as
