@@ -1,16 +1,17 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
-pub mod apply;
-pub mod assign;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub mod fence;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod node_assignments;
 pub mod observe;
 pub mod pool_state;
 pub mod reconcile;
+pub mod service_writes;
 pub mod store;
 pub mod telemetry;
 pub mod track;

@@ -668,16 +668,16 @@ pub fn report(snapshot: &Snapshot) -> Result<Report, StatusError> {
             errors: errors.clone(),
         })?;
     let node_addresses = nodes::node_addresses(snapshot.nodes.iter().map(|n| &**n));
-    let observed = crate::assign::observed(&snapshot.assignments);
+    let observed = crate::node_assignments::observed(&snapshot.assignments);
     let mut infos: Vec<ServiceInfo> = snapshot.services.iter().filter_map(service_info).collect();
     // The node agents act on is the one in the controller's assignments (the annotation is
     // a view anyone with `edit` on the Service can write).
-    let trusted = crate::assign::trusted_nodes(&observed);
-    let routed = crate::assign::routed_nodes(&observed);
+    let trusted = crate::node_assignments::trusted_nodes(&observed);
+    let routed = crate::node_assignments::routed_nodes(&observed);
     for info in &mut infos {
-        info.node = crate::assign::trusted_node_of(&info.key, &info.ips, &trusted)
+        info.node = crate::node_assignments::trusted_node_of(&info.key, &info.ips, &trusted)
             .map(str::to_owned)
-            .or_else(|| crate::assign::routed_nodes_of(&info.key, &info.ips, &routed));
+            .or_else(|| crate::node_assignments::routed_nodes_of(&info.key, &info.ips, &routed));
     }
     Ok(compute(
         config,

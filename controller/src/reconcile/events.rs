@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::MAX_IN_FLIGHT;
-use crate::apply;
 use crate::context::Context;
+use crate::fence::WRITE_TIMEOUT;
 use crate::observe::service;
 
 /// Longest Event note the API accepts (events.k8s.io/v1 `note`: 1 kB).
@@ -93,7 +93,7 @@ impl Events {
         };
         let recorder = Recorder::new(self.ctx.client.clone(), self.ctx.reporter.clone());
         let publish = recorder.publish(&event, regarding);
-        match tokio::time::timeout(apply::WRITE_TIMEOUT, publish).await {
+        match tokio::time::timeout(WRITE_TIMEOUT, publish).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 self.ctx.metrics.inc_reconcile_error("event");

@@ -18,7 +18,7 @@
 //! (`config_in_force`) that returns its notice instead of publishing it.
 //!
 //! - The first pass of a term imports the current nodes from our own assignment objects
-//!   ([`crate::assign`]), never from the Services' `aliaslb.io/node` annotation, which a
+//!   ([`crate::node_assignments`]), never from the Services' `aliaslb.io/node` annotation, which a
 //!   tenant can write (not even when no assignment object exists yet, as after an upgrade
 //!   from a version without them: then the nodes are elected afresh, once).
 //!
@@ -47,7 +47,7 @@
 //!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
 //!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
 //!   mark first claims `probe` and list every agent's MACs under `node-macs`
-//!   ([`crate::assign`]).
+//!   ([`crate::node_assignments`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -74,13 +74,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::apply;
-use crate::assign;
 use crate::context::Context;
 use crate::http::Readiness;
+use crate::node_assignments;
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
+use crate::service_writes;
 use crate::track::{Failovers, Unannounced};
 use crate::watch::{Caches, WatchError};
 
@@ -128,7 +128,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), Reconcil
         .apiserver_version()
         .await
         .map_err(ReconcileError::Version)?;
-    let ip_mode = apply::version_has_ip_mode(&version.major, &version.minor);
+    let ip_mode = service_writes::version_has_ip_mode(&version.major, &version.minor);
     tracing::info!(
         server = %version.git_version,
         ip_mode,
@@ -447,7 +447,8 @@ impl Reconciler {
         let not_ours: BTreeSet<ServiceKey> = self.world.strangers.keys().cloned().collect();
         if !self.imported {
             let assignments = self.caches.assignments.state();
-            let observed_assignments = assign::observed(assignments.iter().map(|cm| &**cm));
+            let observed_assignments =
+                node_assignments::observed(assignments.iter().map(|cm| &**cm));
             import_trusted_nodes(&mut observed.views, &observed_assignments);
             self.imported = true;
         }
@@ -583,7 +584,7 @@ impl Reconciler {
         observed: &PassInput,
         touched: Option<BTreeSet<String>>,
     ) {
-        let macs_map = assign::node_macs(self.world.reports());
+        let macs_map = node_assignments::node_macs(self.world.reports());
         let macs = NodeAssignments {
             node_macs: macs_map.clone(),
             ..NodeAssignments::default()
@@ -593,7 +594,7 @@ impl Reconciler {
         let versions: HashMap<String, Option<String>> = objects
             .iter()
             .filter_map(|cm| {
-                let node = assign::node_of(cm.metadata.name.as_deref()?)?;
+                let node = node_assignments::node_of(cm.metadata.name.as_deref()?)?;
                 Some((node.to_owned(), cm.metadata.resource_version.clone()))
             })
             .collect();
@@ -633,15 +634,15 @@ impl Reconciler {
                 let view = records.get(key).and_then(|r| r.view.as_deref());
                 Some((key, plan, view))
             });
-        let desired = assign::desired(carried, &output.probe, &macs_map, Some(&touched));
-        let observed_assignments = assign::observed(
+        let desired = node_assignments::desired(carried, &output.probe, &macs_map, Some(&touched));
+        let observed_assignments = node_assignments::observed(
             objects
                 .iter()
                 .filter(|cm| {
                     cm.metadata
                         .name
                         .as_deref()
-                        .and_then(assign::node_of)
+                        .and_then(node_assignments::node_of)
                         .is_some_and(|n| touched.contains(n))
                 })
                 .map(|cm| &**cm),
@@ -970,17 +971,17 @@ fn config_in_force(
 /// docs), never from the annotation: a Service none of them lists has no node to keep.
 pub(crate) fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
-    observed: &BTreeMap<String, assign::Texts>,
+    observed: &BTreeMap<String, node_assignments::Texts>,
 ) {
     if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
         tracing::warn!(
             "no node assignment object yet: Services with an aliaslb.io/node annotation get their node elected afresh (the annotation is a view anyone with edit on the Service can write)"
         );
     }
-    let trusted = assign::trusted_nodes(observed);
+    let trusted = node_assignments::trusted_nodes(observed);
     for view in views.iter_mut() {
-        let node =
-            assign::trusted_node_of(&view.key, &view.observed_ips, &trusted).map(str::to_owned);
+        let node = node_assignments::trusted_node_of(&view.key, &view.observed_ips, &trusted)
+            .map(str::to_owned);
         if view.observed_node != node {
             Arc::make_mut(view).observed_node = node;
         }

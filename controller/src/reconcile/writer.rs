@@ -15,10 +15,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 
 use super::MAX_IN_FLIGHT;
-use crate::apply::{self, ApplyError, ServiceWriter};
-use crate::assign;
 use crate::context::Context;
+use crate::fence::ApplyError;
+use crate::node_assignments;
 use crate::observe::service::{ServiceRecord, digest};
+use crate::service_writes::{self, ServiceWriter};
 
 /// First retry delay after a transient write failure; doubles up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
@@ -199,7 +200,7 @@ pub(super) struct Writes {
 }
 
 impl Writes {
-    /// A writer that knows nothing yet; `ip_mode` from [`apply::version_has_ip_mode`].
+    /// A writer that knows nothing yet; `ip_mode` from [`service_writes::version_has_ip_mode`].
     pub(super) fn new(ctx: Arc<Context>, ip_mode: bool) -> Self {
         Writes {
             ctx,
@@ -252,7 +253,7 @@ impl Writes {
         &mut self,
         versions: HashMap<String, Option<String>>,
         desired: BTreeMap<String, NodeAssignments>,
-        observed: BTreeMap<String, assign::Texts>,
+        observed: BTreeMap<String, node_assignments::Texts>,
         macs: &str,
         now: Instant,
     ) {
@@ -260,11 +261,11 @@ impl Writes {
         let mut writes = Vec::new();
         for node in nodes {
             let text = desired.get(node).map_or_else(
-                || assign::Texts {
+                || node_assignments::Texts {
                     ips: String::new(),
                     node_macs: macs.to_owned(),
                 },
-                assign::Texts::of,
+                node_assignments::Texts::of,
             );
             if observed.get(node) == Some(&text) {
                 self.assign_memo.remove(node);
@@ -301,9 +302,10 @@ impl Writes {
             .map(|(node, text, before)| {
                 let api = &api;
                 async move {
-                    let result =
-                        assign::apply(api, namespace, &node, &text, || leader.write_deadline())
-                            .await;
+                    let result = node_assignments::apply(api, namespace, &node, &text, || {
+                        leader.write_deadline()
+                    })
+                    .await;
                     (node, text, before, result)
                 }
             })
@@ -375,9 +377,9 @@ impl Writes {
             let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
             let node = plan.node_annotation();
             let annotations =
-                apply::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
+                service_writes::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
                     && !waiting(memo.is_some_and(|m| m.annotations == Some(annotations_key(plan))));
-            let status = apply::status_differs(svc, plan, ip_mode)
+            let status = service_writes::status_differs(svc, plan, ip_mode)
                 && !waiting(memo.is_some_and(|m| m.status == Some(status_key(plan))));
             if annotations || status {
                 jobs.push(Job::Sync {
@@ -449,7 +451,7 @@ impl Writes {
                     // returned, and that version is one we know, so no later pass would
                     // write over it.
                     if (annotations || current.is_some())
-                        && apply::annotations_differ(
+                        && service_writes::annotations_differ(
                             observed,
                             node.as_deref(),
                             plan.interface.as_deref(),

@@ -38,7 +38,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::apply::{ApplyError, guarded};
+use crate::fence::{ApplyError, guarded};
 
 /// Value of the [`keys::LABEL_ASSIGNMENTS`] label.
 pub const LABEL_VALUE: &str = "true";

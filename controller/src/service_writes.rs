@@ -13,7 +13,7 @@
 //! field off, it is left out of both the body and the comparison: no patch loop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aliaslb_core::keys;
 use aliaslb_core::plan::{ConditionPlan, ServicePlan};
@@ -24,10 +24,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::fence::{ApplyError, guarded};
 use crate::observe::service::{ObservedCondition, OurCondition, ServiceRecord};
-
-/// How long one write may take.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the `aliaslb.io/node` / `aliaslb.io/interface` annotations differ from `plan`.
 pub fn annotations_differ(
@@ -182,70 +180,6 @@ pub fn version_has_ip_mode(major: &str, minor: &str) -> bool {
     }
 }
 
-/// Why a write failed (of a Service, or of a node assignment).
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The API server refused or failed the call.
-    #[error("{what} of {object} failed")]
-    Api {
-        /// Which write.
-        what: &'static str,
-        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
-        object: String,
-        /// Cause.
-        #[source]
-        source: kube::Error,
-    },
-    /// No answer within [`WRITE_TIMEOUT`].
-    #[error(
-        "{what} of {object} timed out (at most {WRITE_TIMEOUT:?}, and never past the leader's write deadline)"
-    )]
-    Timeout {
-        /// Which write.
-        what: &'static str,
-        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
-        object: String,
-    },
-    /// This replica is not (or no longer) the leader.
-    #[error("not the leader: {what} of {object} skipped")]
-    NotLeader {
-        /// Which write.
-        what: &'static str,
-        /// The object: `Service namespace/name`, `ConfigMap namespace/name`.
-        object: String,
-    },
-}
-
-impl ApplyError {
-    /// Short stable category, for the metric label.
-    pub fn category(&self) -> &'static str {
-        match self {
-            ApplyError::Api { source, .. } => match source {
-                kube::Error::Api(status) if status.code == 404 => "not_found",
-                kube::Error::Api(status) if status.code == 409 => "conflict",
-                kube::Error::Api(status) if status.code == 422 => "invalid",
-                kube::Error::Api(status) if status.code >= 500 => "api_server",
-                kube::Error::Api(_) => "api_rejected",
-                _ => "transport",
-            },
-            ApplyError::Timeout { .. } => "timeout",
-            ApplyError::NotLeader { .. } => "not_leader",
-        }
-    }
-
-    /// Whether retrying the same write later can help: everything but a vanished Service,
-    /// lost leadership and a write the server refused as invalid.
-    pub fn is_transient(&self) -> bool {
-        !matches!(self.category(), "not_found" | "not_leader" | "invalid")
-    }
-
-    /// Whether the API server refused the write as invalid (422): the same write will be
-    /// refused again, so it is only worth retrying once what it says changes.
-    pub fn is_invalid(&self) -> bool {
-        self.category() == "invalid"
-    }
-}
-
 /// Whether `error` is the API server not knowing a field we sent (pre-1.29 `ipMode`).
 fn is_unknown_field(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.message.contains("field not declared in schema"))
@@ -350,7 +284,7 @@ impl ServiceWriter {
     }
 }
 
-/// One JSON merge patch of `svc` under the fence and [`WRITE_TIMEOUT`].
+/// One JSON merge patch of `svc` under the fence and [`WRITE_TIMEOUT`](crate::fence::WRITE_TIMEOUT).
 async fn merge(
     api: &Api<Service>,
     svc: &ServiceRecord,
@@ -370,7 +304,7 @@ async fn merge(
     Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone()))
 }
 
-/// One server-side apply under the fence and [`WRITE_TIMEOUT`]; returns the record of
+/// One server-side apply under the fence and [`WRITE_TIMEOUT`](crate::fence::WRITE_TIMEOUT); returns the record of
 /// the object the server returned (without view: only its identity and our marks are
 /// read).
 async fn call(
@@ -397,58 +331,10 @@ async fn call(
     Ok(ServiceRecord::of(&updated, false).unwrap_or_else(|| svc.clone()))
 }
 
-/// Runs one write `request` of `object` behind the leader fence (checked right before
-/// it is sent: `fence` gives the write's deadline while this replica leads, see
-/// `crate::leader`), within [`WRITE_TIMEOUT`] and never past that deadline.
-pub async fn guarded<T>(
-    what: &'static str,
-    object: String,
-    fence: &impl Fn() -> Option<Instant>,
-    request: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ApplyError> {
-    let Some(until) = fence() else {
-        return Err(ApplyError::NotLeader { what, object });
-    };
-    let budget = WRITE_TIMEOUT.min(until.saturating_duration_since(Instant::now()));
-    match tokio::time::timeout(budget, request).await {
-        Ok(Ok(written)) => Ok(written),
-        Ok(Err(source)) => Err(ApplyError::Api {
-            what,
-            object,
-            source,
-        }),
-        Err(_) => Err(ApplyError::Timeout { what, object }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_write_is_cut_at_the_leaders_write_deadline() {
-        let until = Instant::now() + Duration::from_millis(100);
-        let started = Instant::now();
-        let slow = async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Ok::<(), kube::Error>(())
-        };
-        let got = guarded("status", "Service a/web".into(), &|| Some(until), slow).await;
-        assert!(matches!(got, Err(ApplyError::Timeout { .. })), "{got:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "cut at the deadline, not after WRITE_TIMEOUT: {:?}",
-            started.elapsed()
-        );
-        let refused = guarded("status", "Service a/web".into(), &|| None, async {
-            Ok::<(), kube::Error>(())
-        })
-        .await;
-        assert!(
-            matches!(refused, Err(ApplyError::NotLeader { .. })),
-            "{refused:?}"
-        );
-    }
     use aliaslb_core::plan::reason;
     use aliaslb_testenv::fixtures::lb_service;
     use k8s_openapi::api::core::v1::ServiceStatus;
