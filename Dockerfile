@@ -3,6 +3,12 @@
 #
 #   docker build -t ghcr.io/aliaslb/aliaslb:0.1.0 .
 #
+# `scripts/image` builds the same image offline, without Docker or a registry: a bookworm minbase
+# root file system with nftables and netbase made by mmdebstrap from Debian's archive, the
+# binaries cargo built (stripped) in /usr/local/bin, the same user, PATH and entrypoint, committed
+# by buildah to an OCI archive. The end-to-end test e2e/tests/install.rs runs that image as the
+# DaemonSet and the Deployment under real kubelets (scripts/kubelets).
+#
 # Build: the official Rust image (Debian bookworm) has the C toolchain `ring` needs.
 # Runtime: Debian bookworm slim with Debian's `nftables` (the agent's host-port shield runs
 # `nft`; a distroless base has no way to ship it with its libraries) and `netbase` (the
