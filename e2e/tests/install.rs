@@ -1,0 +1,587 @@
+//! The install, for real (issue 23): `kubectl apply -k` of manifests/ (only the image
+//! reference overridden, by a kustomize overlay) on the lab whose three nodes run real
+//! kubelets with containerd and runc (`scripts/kubelets`), from the image built offline in the
+//! same run (`scripts/image`). The agent DaemonSet and the controller Deployment run as pods
+//! from that image; nothing of aliaslb is started by the test.
+//!
+//! One lab, one test function, the phases in order:
+//! 1. the install: 3 agent pods (one per node) and 2 controller pods Ready (the controller's
+//!    readiness probe passes), every container from our image; PodSecurity admission is on
+//!    and enforces the namespaces' labels (a privileged pod is refused in `aliaslb-agents`);
+//! 2. a Service gets an IP from the pool of manifests/pools.yaml and the LAN client is
+//!    answered through the holder;
+//! 3. the holder's agent pod is deleted: the IP moves gracefully (timed), the DaemonSet
+//!    recreates the pod;
+//! 4. the leader controller pod is deleted: the other replica leads (timed), no IP moves;
+//! 5. `kubectl rollout restart daemonset/aliaslb-agent`: the IP stays answered (the longest
+//!    gap between answers is measured) and is held at the end;
+//! 6. `kubectl drain` of the holder: the IP moves gracefully (timed);
+//! 7. no pod ever restarted (the agents' liveness probes passed all along);
+//! 8. `kubectl delete -k`: every object goes, and no alias is left on any node.
+//!
+//! Needs root, the binaries (`cargo build --workspace --bins`) and Debian's packages
+//! (`scripts/image` and `scripts/kubelets` install what is missing). Run with `--nocapture`
+//! for the figures:
+//!
+//! ```sh
+//! cargo build --workspace --bins && cargo test -p aliaslb-e2e --test install -- --nocapture
+//! ```
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use aliaslb_e2e::client::{self, RecoveryProbe};
+use aliaslb_e2e::fixtures::lb_service;
+use aliaslb_e2e::lab::{
+    AGENT_NAMESPACE, CLIENT_NS, Lab, NODES, SYSTEM_NAMESPACE, binary_dir, node_name, node_number,
+    run, wait_for,
+};
+use aliaslb_e2e::{Error, aliases};
+use serde_json::Value;
+
+/// The Service's namespace: the pool key `default` of manifests/pools.yaml.
+const NS: &str = "default";
+const SERVICE: &str = "web";
+/// The longest the LAN may go unanswered in a graceful move (the agent's SIGTERM, a cordon):
+/// break-before-make over a few API round trips, as in e2e/tests/failover.rs.
+const GRACEFUL_BOUND: Duration = Duration::from_secs(1);
+/// The longest the LAN may go unanswered during the agents' rolling restart: each node's
+/// restart is at most one graceful move.
+const ROLLOUT_GAP_BOUND: Duration = Duration::from_secs(1);
+/// A move the test causes (a deleted agent pod, a cordon) must be over by then.
+const MOVE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Pods starting from a local image, probes passing.
+const POD_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ has a parent")
+        .to_owned()
+}
+
+/// `to` relative to the folder `from` (both absolute): kustomize refuses absolute resources.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let depth = from
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count();
+    let mut out: PathBuf = std::iter::repeat_n("..", depth).collect();
+    out.push(to.strip_prefix("/").unwrap_or(to));
+    out
+}
+
+/// The lab with kubelets (see the module docs). Dropping it stops the kubelets and their
+/// pods, then the lab (`scripts/lab down` runs `scripts/kubelets down` first).
+struct Cluster {
+    lab: Lab,
+    image: String,
+    overlay: PathBuf,
+}
+
+impl Cluster {
+    fn up() -> Result<Option<Cluster>, Error> {
+        let Some(lab) = Lab::up_bare()? else {
+            return Ok(None);
+        };
+        let repo = repo_root();
+        let t0 = Instant::now();
+        let bins = binary_dir()?;
+        let out = run(Command::new("bash")
+            .arg(repo.join("scripts/image"))
+            .arg("--bins")
+            .arg(&bins))?;
+        let images = PathBuf::from(out.lines().last().unwrap_or_default().trim());
+        let image = read_trimmed(&images.join("aliaslb.ref"))?;
+        println!(
+            "[install] image {image} in {:.1} s ({})",
+            t0.elapsed().as_secs_f64(),
+            images.display()
+        );
+        let t0 = Instant::now();
+        let cluster = Cluster {
+            overlay: lab.state_dir().join("install"),
+            lab,
+            image,
+        };
+        run(Command::new("bash")
+            .arg(repo.join("scripts/kubelets"))
+            .arg("up")
+            .arg(&images)
+            .env("ALIASLB_LAB_DIR", cluster.lab.state_dir()))?;
+        println!(
+            "[install] 3 kubelets Ready in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        cluster.write_overlay(&repo)?;
+        Ok(Some(cluster))
+    }
+
+    /// The user's overlay: manifests/ unchanged, the image set to ours.
+    fn write_overlay(&self, repo: &Path) -> Result<(), Error> {
+        let (name, tag) = self
+            .image
+            .rsplit_once(':')
+            .ok_or_else(|| Error::Environment(format!("image {} has no tag", self.image)))?;
+        let manifests = relative(&self.overlay, &repo.join("manifests"));
+        let yaml = format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources:\n  - {}\nimages:\n  - name: ghcr.io/aliaslb/aliaslb\n    \
+             newName: {name}\n    newTag: {tag}\n",
+            manifests.display()
+        );
+        std::fs::create_dir_all(&self.overlay)
+            .and_then(|()| std::fs::write(self.overlay.join("kustomization.yaml"), yaml))
+            .map_err(|source| Error::Io {
+                what: format!("writing the overlay in {}", self.overlay.display()),
+                source,
+            })
+    }
+
+    fn overlay_arg(&self) -> String {
+        self.overlay.to_string_lossy().into_owned()
+    }
+
+    /// The pods of `app` (`aliaslb-agent`, `aliaslb-controller`), not being deleted.
+    fn pods(&self, app: &str) -> Result<Vec<Value>, Error> {
+        let selector = format!("app.kubernetes.io/name={app}");
+        let list = self
+            .lab
+            .get_json(&["pods", "-n", SYSTEM_NAMESPACE, "-l", &selector])?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .cloned()
+            .collect())
+    }
+
+    /// Waits until the DaemonSet has one up-to-date Ready pod per node and the Deployment
+    /// two up-to-date Ready replicas, nothing else (no old pod left).
+    fn wait_rolled_out(&self) -> Result<(), Error> {
+        wait_for(
+            "3 agent pods and 2 controller pods Ready",
+            POD_TIMEOUT,
+            || {
+                let ds =
+                    self.lab
+                        .get_json(&["daemonset", "-n", SYSTEM_NAMESPACE, "aliaslb-agent"])?;
+                let dep = self.lab.get_json(&[
+                    "deployment",
+                    "-n",
+                    SYSTEM_NAMESPACE,
+                    "aliaslb-controller",
+                ])?;
+                let (s, d) = (&ds["status"], &dep["status"]);
+                let agents = self.pods("aliaslb-agent")?;
+                let controllers = self.pods("aliaslb-controller")?;
+                let ok = s["desiredNumberScheduled"] == 3
+                    && s["numberReady"] == 3
+                    && s["updatedNumberScheduled"] == 3
+                    && s["observedGeneration"] == ds["metadata"]["generation"]
+                    && d["readyReplicas"] == 2
+                    && d["updatedReplicas"] == 2
+                    && d["replicas"] == 2
+                    && d["observedGeneration"] == dep["metadata"]["generation"]
+                    && agents.len() == 3
+                    && controllers.len() == 2
+                    && agents.iter().chain(&controllers).all(ready);
+                Ok(if ok {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "agents {} (ready {}), controllers {} (ready {}); DaemonSet {s}; Deployment {d}",
+                        agents.len(),
+                        agents.iter().filter(|p| ready(p)).count(),
+                        controllers.len(),
+                        controllers.iter().filter(|p| ready(p)).count(),
+                    ))
+                })
+            },
+        )
+    }
+
+    /// The agent pod on node `n`.
+    fn agent_pod(&self, n: u8) -> Result<String, Error> {
+        self.pods("aliaslb-agent")?
+            .iter()
+            .find(|p| p["spec"]["nodeName"] == node_name(n).as_str())
+            .and_then(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .ok_or_else(|| Error::Environment(format!("no agent pod on {}", node_name(n))))
+    }
+
+    /// Waits for a leader other than `not` among the controller pods; its name.
+    fn wait_new_leader(&self, not: Option<&str>, timeout: Duration) -> Result<String, Error> {
+        wait_for("a controller pod to lead", timeout, || {
+            let leader = self.lab.leader()?;
+            let names: Vec<String> = self
+                .pods("aliaslb-controller")?
+                .iter()
+                .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+                .collect();
+            Ok(match leader {
+                Some(l) if Some(l.as_str()) != not && names.contains(&l) => Ok(l),
+                other => Err(format!("leader {other:?}, controller pods {names:?}")),
+            })
+        })
+    }
+
+    /// The pods' phases and the last lines of every aliaslb container's log (on failure).
+    fn diagnostics(&self) -> String {
+        let mut out = self
+            .lab
+            .kubectl(&["get", "pods", "-A", "-o", "wide"])
+            .unwrap_or_else(|e| format!("{e}"));
+        for n in NODES {
+            let logs = run(Command::new("bash")
+                .arg(repo_root().join("scripts/kubelets"))
+                .args(["logs", &n.to_string(), "aliaslb-"])
+                .env("ALIASLB_LAB_DIR", self.lab.state_dir()))
+            .unwrap_or_else(|e| format!("{e}"));
+            let tail: Vec<&str> = logs.lines().rev().take(30).collect();
+            out.push_str(&format!("\n---- {} ----\n", node_name(n)));
+            out.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- the cluster ----\n{}", self.diagnostics());
+        }
+    }
+}
+
+fn read_trimmed(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| Error::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })
+}
+
+/// The pod is Running and every container Ready.
+fn ready(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c["ready"] == true))
+}
+
+/// Requests from the LAN client every 50 ms until stopped; the longest stretch without an
+/// answer, and how many requests were answered and failed.
+struct Prober {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<(Duration, u32, u32), Error>>,
+}
+
+impl Prober {
+    fn start(ip: Ipv4Addr) -> Prober {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            client::in_namespace(CLIENT_NS, move || {
+                let addr = SocketAddr::from((ip, 80));
+                let (mut last_ok, mut gap, mut ok, mut failed) =
+                    (Instant::now(), Duration::ZERO, 0, 0);
+                while !flag.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    if client::request_to(addr, client::CONNECT_TIMEOUT).is_ok() {
+                        gap = gap.max(t.saturating_duration_since(last_ok));
+                        last_ok = Instant::now();
+                        ok += 1;
+                    } else {
+                        failed += 1;
+                    }
+                    std::thread::sleep(client::PROBE_PERIOD);
+                }
+                gap = gap.max(last_ok.elapsed());
+                (gap, ok, failed)
+            })
+        });
+        Prober { stop, thread }
+    }
+
+    fn finish(self) -> Result<(Duration, u32, u32), Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| Error::Environment("the prober panicked".to_owned()))?
+    }
+}
+
+/// Runs `fault` with the LAN client sampling `ip` all along, and waits until `ip` is answered
+/// through another node than `holder`: (when it moved after the fault began, the longest
+/// stretch without an answer).
+fn move_away(
+    ip: Ipv4Addr,
+    holder: u8,
+    fault: impl FnOnce() -> Result<(), Error>,
+) -> Result<(Duration, Duration), Error> {
+    let prober = Prober::start(ip);
+    let probe = RecoveryProbe::start(ip, MOVE_TIMEOUT, move |a| {
+        a.via_node().is_some_and(|n| n != holder)
+    });
+    let t0 = Instant::now();
+    fault()?;
+    let moved = probe.wait(t0)?;
+    std::thread::sleep(Duration::from_millis(500));
+    let (gap, _, _) = prober.finish()?;
+    Ok((moved.after, gap))
+}
+
+#[test]
+fn kubectl_apply_k_runs_aliaslb_as_pods_of_our_image() -> Result<(), Error> {
+    let Some(c) = Cluster::up()? else {
+        return Ok(());
+    };
+    if let Err(e) = phases(&c) {
+        eprintln!("---- the cluster ----\n{}", c.diagnostics());
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn phases(c: &Cluster) -> Result<(), Error> {
+    let lab = &c.lab;
+    let overlay = c.overlay_arg();
+
+    // 1. The install.
+    let t0 = Instant::now();
+    lab.kubectl(&["apply", "-k", &overlay])?;
+    c.wait_rolled_out()?;
+    println!(
+        "[install] kubectl apply -k: 3 agent pods and 2 controller pods Ready in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let agents = c.pods("aliaslb-agent")?;
+    let controllers = c.pods("aliaslb-controller")?;
+    for pod in agents.iter().chain(&controllers) {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("?");
+        let status = &pod["status"]["containerStatuses"][0];
+        assert_eq!(
+            pod["spec"]["containers"][0]["image"],
+            c.image.as_str(),
+            "{name}"
+        );
+        assert!(
+            status["imageID"].as_str().is_some_and(|i| !i.is_empty()),
+            "{name} runs no image: {status}"
+        );
+    }
+    let mut agent_nodes: Vec<u8> = agents
+        .iter()
+        .filter_map(|p| node_number(p["spec"]["nodeName"].as_str()?))
+        .collect();
+    agent_nodes.sort();
+    assert_eq!(agent_nodes, NODES, "one agent pod per node");
+    for pod in &agents {
+        // hostNetwork: the pod's IP is its node's.
+        let node = node_number(pod["spec"]["nodeName"].as_str().unwrap_or_default());
+        assert_eq!(
+            pod["status"]["podIP"].as_str(),
+            node.map(|n| aliaslb_e2e::lab::node_ip(n).to_string())
+                .as_deref()
+        );
+    }
+    for pod in &controllers {
+        // On the pod network (the CNI bridge), reaching the API through Service kubernetes.
+        let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+        assert!(ip.starts_with("10.244."), "controller pod IP {ip}");
+    }
+    // PodSecurity admission enforces the labels: `restricted` in aliaslb-agents refuses a
+    // privileged pod, `privileged` in aliaslb-system admitted the agents.
+    let refused = lab.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: privileged\n  namespace: {AGENT_NAMESPACE}\n\
+         spec:\n  hostNetwork: true\n  containers:\n    - name: c\n      image: {}\n",
+        c.image
+    ));
+    match refused {
+        Err(Error::Command { stderr, .. }) if stderr.contains("violates PodSecurity") => {}
+        other => panic!("a hostNetwork pod in {AGENT_NAMESPACE} was not refused: {other:?}"),
+    }
+    let leader = c.wait_new_leader(None, Duration::from_secs(30))?;
+    for n in NODES {
+        lab.wait_agent_lease(n, Duration::from_secs(30))?;
+    }
+    println!("[install] {leader} leads; every agent pod wrote its Lease");
+
+    // 2. A Service, answered on the LAN.
+    lab.apply(&lb_service(NS, SERVICE).to_yaml())?;
+    let (ip, holder) = lab.wait_announced(NS, SERVICE, Duration::from_secs(30))?;
+    // kube-proxy writes the Service's rules on its own schedule: the first answer may follow
+    // the announcement by a sync period.
+    let answer = wait_for(
+        &format!("an answer from {ip}"),
+        Duration::from_secs(10),
+        || client::get(ip),
+    )?;
+    assert_eq!(answer.via_node(), Some(holder), "{answer:?}");
+    println!(
+        "[install] {ip} held by {}, answered: {answer:?}",
+        node_name(holder)
+    );
+
+    // 3. The holder's agent pod deleted: a graceful move (its SIGTERM), then the DaemonSet's
+    // new pod.
+    let pod = c.agent_pod(holder)?;
+    let (after, gap) = move_away(ip, holder, || {
+        lab.kubectl(&[
+            "delete",
+            "pod",
+            "-n",
+            SYSTEM_NAMESPACE,
+            &pod,
+            "--wait=false",
+        ])
+        .map(drop)
+    })?;
+    println!(
+        "[install] agent pod {pod} on {} deleted: the IP moved {:.2} s after `kubectl delete`, longest gap without an answer {:.2} s",
+        node_name(holder),
+        after.as_secs_f64(),
+        gap.as_secs_f64()
+    );
+    assert!(gap <= GRACEFUL_BOUND, "gap {gap:?}");
+    c.wait_rolled_out()?;
+    let (ip2, holder) = lab.wait_announced(NS, SERVICE, Duration::from_secs(30))?;
+    assert_eq!(ip2, ip, "the Service keeps its IP");
+
+    // 4. The leader pod deleted: the other replica leads, nothing moves.
+    let old = lab
+        .leader()?
+        .ok_or_else(|| Error::Environment("no leader".to_owned()))?;
+    let fault = Instant::now();
+    lab.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        SYSTEM_NAMESPACE,
+        &old,
+        "--wait=false",
+    ])?;
+    let new = c.wait_new_leader(Some(&old), Duration::from_secs(30))?;
+    println!(
+        "[install] leader pod {old} deleted: {new} leads after {:.2} s",
+        fault.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        lab.service(NS, SERVICE)?.assignment(),
+        Some((ip, holder)),
+        "the leader change moved the IP"
+    );
+    client::get(ip)?.map_err(|e| Error::Environment(format!("{ip} after the handover: {e}")))?;
+    c.wait_rolled_out()?;
+
+    // 5. The agents' rolling restart, the LAN sampled all along.
+    let prober = Prober::start(ip);
+    let t0 = Instant::now();
+    lab.kubectl(&[
+        "rollout",
+        "restart",
+        "daemonset/aliaslb-agent",
+        "-n",
+        SYSTEM_NAMESPACE,
+    ])?;
+    lab.kubectl(&[
+        "rollout",
+        "status",
+        "daemonset/aliaslb-agent",
+        "-n",
+        SYSTEM_NAMESPACE,
+        "--timeout=180s",
+    ])?;
+    c.wait_rolled_out()?;
+    let (ip2, holder) = lab.wait_announced(NS, SERVICE, Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let (gap, ok, failed) = prober.finish()?;
+    println!(
+        "[install] rollout restart of the agents in {:.1} s: longest gap without an answer {:.2} s ({ok} answered, {failed} failed); {ip2} held by {}",
+        t0.elapsed().as_secs_f64(),
+        gap.as_secs_f64(),
+        node_name(holder)
+    );
+    assert_eq!(ip2, ip, "the Service keeps its IP");
+    assert!(gap <= ROLLOUT_GAP_BOUND, "gap {gap:?}");
+
+    // 6. Drain the holder: the cordon moves the IP gracefully.
+    let (after, gap) = move_away(ip, holder, || {
+        lab.kubectl(&[
+            "drain",
+            &node_name(holder),
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=120s",
+        ])
+        .map(drop)
+    })?;
+    println!(
+        "[install] drain of {}: the IP moved {:.2} s after `kubectl drain`, longest gap without an answer {:.2} s",
+        node_name(holder),
+        after.as_secs_f64(),
+        gap.as_secs_f64()
+    );
+    assert!(gap <= GRACEFUL_BOUND, "gap {gap:?}");
+    lab.kubectl(&["uncordon", &node_name(holder)])?;
+    c.wait_rolled_out()?;
+
+    // 7. The probes passed all along: no container restarted.
+    for pod in c
+        .pods("aliaslb-agent")?
+        .iter()
+        .chain(&c.pods("aliaslb-controller")?)
+    {
+        assert_eq!(
+            pod["status"]["containerStatuses"][0]["restartCount"], 0,
+            "{} restarted",
+            pod["metadata"]["name"]
+        );
+    }
+
+    // 8. The uninstall.
+    let t0 = Instant::now();
+    lab.kubectl(&["delete", "-k", &overlay, "--wait=true", "--timeout=120s"])?;
+    wait_for(
+        "aliaslb's namespaces to go",
+        Duration::from_secs(60),
+        || {
+            let left = lab.kubectl(&["get", "namespaces", "-o", "name"])?;
+            Ok(
+                if left.contains(SYSTEM_NAMESPACE) || left.contains(AGENT_NAMESPACE) {
+                    Err(left)
+                } else {
+                    Ok(())
+                },
+            )
+        },
+    )?;
+    for n in NODES {
+        let left = aliases(n)?;
+        assert!(left.is_empty(), "{} keeps {left:?}", node_name(n));
+    }
+    // Nobody answers ARP for the IP any more. (A request would still be answered through a
+    // stale neighbour entry: the Service keeps its status, so kube-proxy keeps its rules.)
+    let ip_arg = ip.to_string();
+    let arping = lab.exec(
+        "client",
+        &["arping", "-c", "3", "-w", "3", "-I", "eth0", &ip_arg],
+    );
+    // arping exits 1 when no reply came (2 and more: it could not send).
+    match arping {
+        Err(Error::Command { status, .. }) if status.code() == Some(1) => {}
+        other => panic!("{ip} is still answered on the LAN after the uninstall: {other:?}"),
+    }
+    println!(
+        "[install] kubectl delete -k: everything gone, no alias left, in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
