@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay};
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, WriteCounts};
-use aliaslb_agent::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::backend::{AddressBackend, Lifetime};
-use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::kernel::backend::{AddressBackend, Lifetime};
+use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
 use aliaslb_testenv::TestEnv;
 use stats::{env_number, list, median, ms, timed};
 use support::{NetNs, require_root};

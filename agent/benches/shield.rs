@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::nft::NftBackend;
+use aliaslb_agent::shield::nft::NftBackend;
 use aliaslb_agent::shield::{
     Contents, OpenPort, Protocol, Shield, ShieldBackend as _, delete_script, table_script,
     update_script,

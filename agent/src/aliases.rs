@@ -16,9 +16,9 @@ use std::net::IpAddr;
 use futures::StreamExt;
 use tracing::{debug, info, instrument, warn};
 
-use crate::announce::Announcer;
-use crate::backend::{AddressBackend, BackendError, Lifetime};
 use crate::host::{Alias, HostState, InterfaceError, choose_interface};
+use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
+use crate::l2::announce::Announcer;
 use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::ShieldState;

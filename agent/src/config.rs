@@ -128,7 +128,7 @@ pub struct Settings {
     pub host_port_shield: bool,
     /// `--routed-device`.
     pub routed_device: String,
-    /// `--routing-daemon`, as given (parsed by [`crate::routing`]).
+    /// `--routing-daemon`, as given (parsed by [`crate::l3::routing`]).
     pub routing_daemon: String,
 }
 

@@ -14,8 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::announce::Announcer;
-use crate::lan::LanWatch;
+use crate::l2::announce::Announcer;
+use crate::l2::lan::LanWatch;
 use crate::shield::Dropped;
 use aliaslb_core::report::ShieldState;
 
@@ -630,7 +630,9 @@ mod tests {
         m.set_held(["eth0"]);
         m.set_shield(ShieldState::Failing, 2, 2, 0);
         // A tracked announcer is read at encode time: it sent nothing, the totals stay.
-        m.track_announcer(Announcer::new(crate::announce::AnnounceConfig::default()));
+        m.track_announcer(Announcer::new(
+            crate::l2::announce::AnnounceConfig::default(),
+        ));
         let text = m.encode().unwrap();
         assert!(text.contains("aliaslb_agent_api_reachable 1"), "{text}");
         assert!(

@@ -27,14 +27,14 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
 
 use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport};
-use crate::announce::Announcer;
 use crate::assignments::InForce;
-use crate::backend::{AddressBackend, BackendError};
-use crate::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
+use crate::kernel::backend::{AddressBackend, BackendError};
+use crate::l2::announce::Announcer;
+use crate::l2::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
+use crate::l2::lan::{LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::l3::{FenceEdge, RoutedFence};
-use crate::lan::{LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
 use crate::shield::{IPVS_LINK, ShieldBackend};

@@ -8,9 +8,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
-use aliaslb_agent::announce::{AnnounceConfig, Announcer, icmpv6_checksum};
-use aliaslb_agent::backend::Lifetime;
-use aliaslb_agent::netlink::NetlinkBackend;
+use aliaslb_agent::kernel::backend::Lifetime;
+use aliaslb_agent::kernel::netlink::NetlinkBackend;
+use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer, icmpv6_checksum};
 use pnet_datalink::Channel;
 use support::{NetNs, node_and_lan, require_root};
 

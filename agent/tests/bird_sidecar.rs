@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use aliaslb_agent::routing::DaemonSpec;
+use aliaslb_agent::l3::routing::DaemonSpec;
 use serde::Deserialize;
 use serde_yaml::Value;
 

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
-use aliaslb_agent::backend::Lifetime;
+use aliaslb_agent::kernel::backend::Lifetime;
 use aliaslb_agent::shield::{
     Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
 };

@@ -13,8 +13,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
-use aliaslb_agent::announce::{self, announcement_frame, send_frame};
-use aliaslb_agent::lan::{ClaimKind, LanClaim, LanPort, LanWatch, arp_probe_frame, dad_ns_frame};
+use aliaslb_agent::l2::announce::{self, announcement_frame, send_frame};
+use aliaslb_agent::l2::lan::{
+    ClaimKind, LanClaim, LanPort, LanWatch, arp_probe_frame, dad_ns_frame,
+};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;

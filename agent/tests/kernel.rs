@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
-use aliaslb_agent::backend::{AddressBackend, Lifetime};
-use aliaslb_agent::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::kernel::backend::{AddressBackend, Lifetime};
+use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
 use support::{NetNs, require_root};
 
 fn ip(s: &str) -> IpAddr {

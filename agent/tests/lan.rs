@@ -8,8 +8,8 @@ mod support;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::announce::{garp_frame, send_frame, unsolicited_na_frame};
-use aliaslb_agent::lan::{
+use aliaslb_agent::l2::announce::{garp_frame, send_frame, unsolicited_na_frame};
+use aliaslb_agent::l2::lan::{
     ClaimKind, LanClaim, LanError, LanPort, LanWatch, ProbeConfig, ProbeOutcome, arp_probe_frame,
     dad_ns_frame,
 };

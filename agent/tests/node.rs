@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
-use aliaslb_agent::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::backend::{Lifetime, Timed};
-use aliaslb_agent::guard::GuardConfig;
 use aliaslb_agent::host::{HostAddress, Link};
 use aliaslb_agent::http::Health;
-use aliaslb_agent::lan::{
+use aliaslb_agent::kernel::backend::{Lifetime, Timed};
+use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::l2::guard::GuardConfig;
+use aliaslb_agent::l2::lan::{
     BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
 };
 use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};

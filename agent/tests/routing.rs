@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::routing::{
+use aliaslb_agent::l3::routing::{
     self, DaemonSpec, DaemonView, RoutingError, RoutingStatus, RoutingView,
 };
 

@@ -23,9 +23,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
-use aliaslb_agent::backend::Lifetime;
-use aliaslb_agent::netlink::NetlinkBackend;
-use aliaslb_agent::nft::NftBackend;
+use aliaslb_agent::kernel::backend::Lifetime;
+use aliaslb_agent::kernel::netlink::NetlinkBackend;
+use aliaslb_agent::shield::nft::NftBackend;
 use aliaslb_agent::shield::{
     Contents, Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,
     table_script,

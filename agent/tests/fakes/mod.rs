@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aliaslb_agent::backend::{AddressBackend, BackendError, Lifetime};
 use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
+use aliaslb_agent::kernel::backend::{AddressBackend, BackendError, Lifetime};
 use tokio::time::Instant;
 
 /// One operation the fake saw: its name, the address, when.

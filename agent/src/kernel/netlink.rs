@@ -28,7 +28,7 @@ use rtnetlink::{AddressMessageBuilder, Handle, MulticastGroup};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::backend::{AddressBackend, BackendError, Lifetime};
+use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
 use aliaslb_core::report::InterfaceReport;
 
 use crate::host::{Alias, HostAddress, HostState, Link};

@@ -2,12 +2,14 @@
 //! report's [`RoutingReport`], and the ARP sysctls a node announcing over BGP needs,
 //! checked once at start-up.
 //!
-//! The daemon is only read ([`crate::routing`]); a failed reading is reported (the Lease
+//! The daemon is only read ([`crate::l3::routing`]); a failed reading is reported (the Lease
 //! says why, the metric `aliaslb_agent_routing_daemon_up` is 0), never fatal: the agent
 //! keeps the routed addresses, since a daemon restarting would otherwise take every path
 //! down with it.
 //!
 //! [`RoutedFence`]: a node cut off from the API withdraws its routed addresses.
+
+pub mod routing;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,8 +19,8 @@ use aliaslb_core::report::RoutingReport;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::l3::routing::{RoutingStatus, RoutingView};
 use crate::metrics::Metrics;
-use crate::routing::{RoutingStatus, RoutingView};
 
 /// The report for one reading: the counts and exports, or the error and nothing else.
 pub fn report_of(daemon: &str, reading: Result<RoutingStatus, String>) -> RoutingReport {
@@ -208,7 +210,7 @@ impl RoutedFence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::RoutingError;
+    use crate::l3::routing::RoutingError;
 
     #[test]
     fn routed_addresses_come_back_only_fresh_and_with_a_desired_set_read_after() {

@@ -148,7 +148,7 @@ impl<B: AddressBackend> AddressBackend for Timed<B> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime {
     /// `valid_lft`, in whole seconds (at least 1); `preferred_lft` is the same for IPv4
-    /// and 0 for IPv6 ([`crate::netlink::preferred_lifetime`]).
+    /// and 0 for IPv6 ([`crate::kernel::netlink::preferred_lifetime`]).
     pub seconds: u32,
 }
 

@@ -321,10 +321,10 @@ pub async fn read(socket: &Path) -> Result<RoutingStatus, RoutingError> {
 mod tests {
     use super::*;
 
-    const PROTOCOLS: &str = include_str!("../../tests/data/routing/bird-show-protocols.txt");
+    const PROTOCOLS: &str = include_str!("../../../tests/data/routing/bird-show-protocols.txt");
     const PROTOCOLS_DOWN: &str =
-        include_str!("../../tests/data/routing/bird-show-protocols-down.txt");
-    const EXPORTED: &str = include_str!("../../tests/data/routing/bird-show-route-exported.txt");
+        include_str!("../../../tests/data/routing/bird-show-protocols-down.txt");
+    const EXPORTED: &str = include_str!("../../../tests/data/routing/bird-show-route-exported.txt");
 
     fn one(transcript: &str) -> Reply {
         let mut replies = parse_reply(transcript).unwrap();

@@ -215,12 +215,12 @@ pub async fn read(binary: &Path, vty_socket: Option<&Path>) -> Result<RoutingSta
 mod tests {
     use super::*;
 
-    const SUMMARY: &str = include_str!("../../tests/data/routing/frr-summary-established.json");
-    const SUMMARY_DOWN: &str = include_str!("../../tests/data/routing/frr-summary-down.json");
-    const ADV4: &str = include_str!("../../tests/data/routing/frr-advertised-ipv4.json");
-    const ADV6: &str = include_str!("../../tests/data/routing/frr-advertised-ipv6.json");
+    const SUMMARY: &str = include_str!("../../../tests/data/routing/frr-summary-established.json");
+    const SUMMARY_DOWN: &str = include_str!("../../../tests/data/routing/frr-summary-down.json");
+    const ADV4: &str = include_str!("../../../tests/data/routing/frr-advertised-ipv4.json");
+    const ADV6: &str = include_str!("../../../tests/data/routing/frr-advertised-ipv6.json");
     const NO_SUCH: &str =
-        include_str!("../../tests/data/routing/frr-advertised-no-such-neighbor.json");
+        include_str!("../../../tests/data/routing/frr-advertised-no-such-neighbor.json");
 
     fn ips(list: &[&str]) -> BTreeSet<IpAddr> {
         list.iter().map(|s| s.parse().unwrap()).collect()

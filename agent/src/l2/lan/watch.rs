@@ -39,7 +39,7 @@ use super::frame::{
     parse_claim,
 };
 use super::{BoxFuture, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
-use crate::announce::{self, AnnounceError};
+use crate::l2::announce::{self, AnnounceError};
 
 /// How long a watching thread blocks before it looks whether it should stop.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(100);
@@ -82,7 +82,7 @@ fn open(
     // every interface's unfiltered frames meanwhile).
     let socket = Socket::new(Domain::PACKET, Type::RAW, None)?;
     socket.attach_filter(&CLAIM_FILTER)?;
-    let iface = crate::announce::link(ifindex);
+    let iface = crate::l2::announce::link(ifindex);
     let config = pnet_datalink::Config {
         read_timeout: Some(read_timeout),
         write_timeout: Some(Duration::from_millis(200)),

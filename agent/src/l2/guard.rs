@@ -51,7 +51,7 @@ use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{Conflict, MAX_CONFLICTS};
 
 use crate::aliases::DesiredSet;
-use crate::lan::{ClaimKind, LanClaim, ProbeOutcome};
+use crate::l2::lan::{ClaimKind, LanClaim, ProbeOutcome};
 
 /// The guard's timers and bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -707,12 +707,12 @@ fn report(ip: IpAddr, who: &Sighting, reason: String, while_held: bool) -> Confl
     }
 }
 
-/// A [`LanPort`](crate::lan::LanPort) that sees nothing and finds every IP free: the
+/// A [`LanPort`](crate::l2::lan::LanPort) that sees nothing and finds every IP free: the
 /// agent without LAN access (and the wiring spot until the AF_PACKET port is wired).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoLan;
 
-impl crate::lan::LanPort for NoLan {
+impl crate::l2::lan::LanPort for NoLan {
     fn set_interfaces(&self, _: &[(u32, Mac)]) {}
 
     fn set_watched(&self, _: &[IpAddr]) {}
@@ -722,12 +722,12 @@ impl crate::lan::LanPort for NoLan {
         _: u32,
         _: Mac,
         ips: Vec<IpAddr>,
-        _: crate::lan::ProbeConfig,
-    ) -> crate::lan::BoxFuture<crate::lan::ProbeResults> {
+        _: crate::l2::lan::ProbeConfig,
+    ) -> crate::l2::lan::BoxFuture<crate::l2::lan::ProbeResults> {
         Box::pin(async move { Ok(ips.into_iter().map(|ip| (ip, ProbeOutcome::Free)).collect()) })
     }
 
-    fn defend(&self, _: u32, _: Mac, _: IpAddr) -> Result<(), crate::lan::LanError> {
+    fn defend(&self, _: u32, _: Mac, _: IpAddr) -> Result<(), crate::l2::lan::LanError> {
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use aliaslb_core::mac::Mac;
 
 use super::{ClaimKind, LanClaim};
-use crate::announce::icmpv6_checksum;
+use crate::l2::announce::icmpv6_checksum;
 
 /// Length of an ARP probe frame (Ethernet + ARP, no padding: the NIC pads).
 pub const ARP_PROBE_FRAME_LEN: usize = 42;
@@ -37,7 +37,7 @@ const ARP_REPLY: u16 = 2;
 /// An RFC 5227 §2.1.1 ARP probe for `target` from `mac`: a broadcast request with sender
 /// IP 0.0.0.0 (so no host updates its cache from it) and target hardware address zero.
 pub fn arp_probe_frame(mac: Mac, target: Ipv4Addr) -> [u8; ARP_PROBE_FRAME_LEN] {
-    crate::announce::arp_request_frame(mac.0, Ipv4Addr::UNSPECIFIED, target)
+    crate::l2::announce::arp_request_frame(mac.0, Ipv4Addr::UNSPECIFIED, target)
 }
 
 /// The solicited-node multicast address of `ip` (RFC 4291 §2.7.1): ff02::1:ffXX:XXXX
@@ -197,7 +197,7 @@ fn ipv6(bytes: &[u8]) -> Option<Ipv6Addr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::announce::{garp_frame, unsolicited_na_frame};
+    use crate::l2::announce::{garp_frame, unsolicited_na_frame};
 
     const MAC: Mac = Mac([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
     const PEER: Mac = Mac([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]);

@@ -42,6 +42,8 @@
 //!
 //! Pure except [`Shield`], which drives a [`ShieldBackend`] (`nft.rs` runs the real one).
 
+pub mod nft;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::future::Future;

@@ -36,7 +36,7 @@
 //! read-only in effect):
 //!
 //! ```text
-#![doc = include_str!("../tests/data/routing/bird-node.conf")]
+#![doc = include_str!("../../tests/data/routing/bird-node.conf")]
 //! ```
 //!
 //! FRR (`/etc/frr/frr.conf`, `bgpd=yes` and `bfdd=yes` in `/etc/frr/daemons`); the agent
@@ -44,7 +44,7 @@
 //! directory mounted):
 //!
 //! ```text
-#![doc = include_str!("../tests/data/routing/frr-node.conf")]
+#![doc = include_str!("../../tests/data/routing/frr-node.conf")]
 //! ```
 
 pub mod bird;
