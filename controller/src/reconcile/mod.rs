@@ -10,8 +10,9 @@
 //! a term and a relist read and plan everything ([`Planner::plan`]).
 //!
 //! One leadership term is a `Reconciler`, split along the line of linkerd's index and
-//! controller: the pass here (observe -> the config in force -> plan -> jobs), the
-//! writer (`writer`: executes the jobs, settles their outcomes, keeps the memo and
+//! controller: the pass here (observe -> the config in force -> plan -> jobs), the index
+//! (`index`: the plans, the Services on each node and what was last rendered, which the
+//! pass merges its output into), the writer (`writer`: executes the jobs, settles their outcomes, keeps the memo and
 //! backoff; the only caller of the API writes), the Events (`events`: a queue and its
 //! worker) and what they say (`notices`: the texts of the logs and Warning Events said
 //! once on an edge). Which pool configuration is in force is a step of its own
@@ -101,11 +102,13 @@ pub const UNANCHORED_SUBNET: &str = "UnanchoredSubnet";
 pub const AGENTS_UNOBSERVABLE: &str = aliaslb_core::plan::reason::AGENTS_UNOBSERVABLE;
 
 mod events;
+mod index;
 mod notices;
 mod world;
 mod writer;
 
 use events::{AbortOnDrop, EventQueue, MAX_NOTE, Notice, Regarding};
+use index::Index;
 use world::{ServiceDelta, World};
 use writer::{Done, Writes};
 
@@ -197,20 +200,8 @@ struct Reconciler {
     configmap: Option<ObjectReference>,
     /// What the term has observed, brought up to date every pass.
     world: World,
-    /// The plan of every Service of ours, merged from the passes' outputs.
-    plans: HashMap<ServiceKey, ServicePlan>,
-    /// Node -> the Services planned on it (the L2 node, or an L3 announcer).
-    on_node: HashMap<String, BTreeSet<ServiceKey>>,
-    /// The first claims of the last pass.
-    probe: BTreeSet<IpAddr>,
-    /// The node MACs every assignment object lists, as last rendered.
-    macs: Option<String>,
-    /// The resourceVersion of each node's assignment object, as last seen.
-    assignment_versions: HashMap<String, Option<String>>,
-    /// The uids of our Services, for Events on deleted ones (the uid is shared with the
-    /// record: no copy). The reference is built per Event, not per Service and pass (that
-    /// was 7 % of the CPU at 10,000 Services).
-    refs: HashMap<ServiceKey, Arc<str>>,
+    /// The term's index of what it planned and wrote ([`Index`]).
+    index: Index,
     /// Pool series currently exported.
     pools: BTreeSet<(String, Family)>,
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
@@ -278,12 +269,7 @@ impl Reconciler {
             last_good,
             configmap: None,
             world: World::default(),
-            plans: HashMap::new(),
-            on_node: HashMap::new(),
-            probe: BTreeSet::new(),
-            macs: None,
-            assignment_versions: HashMap::new(),
-            refs: HashMap::new(),
+            index: Index::default(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
             report_digests: HashMap::new(),
@@ -336,7 +322,7 @@ impl Reconciler {
         self.node_address_notice(&config, &observed.node_addresses);
         self.service_range_notice(&config, &observed.service_ranges);
         let mut output = self.plan(&config, &mut observed);
-        let Merged { touched, planned } = self.merge(&mut output, &observed);
+        let Merged { touched, planned } = self.index.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
         self.write_assignments(&output, &observed, touched).await;
         let (services, writes) = self.write_services(&output, &planned, observed).await;
@@ -475,106 +461,6 @@ impl Reconciler {
         output
     }
 
-    /// Moves the pass's plans into [`Reconciler::plans`] (`output.services` is empty
-    /// after); returns what they touched.
-    fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
-        fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
-            plan.node.iter().chain(&plan.nodes)
-        }
-        let everything = observed.changes.everything;
-        let mut touched = BTreeSet::new();
-        let unplan = |key: &ServiceKey,
-                      plans: &mut HashMap<ServiceKey, ServicePlan>,
-                      on_node: &mut HashMap<String, BTreeSet<ServiceKey>>,
-                      touched: &mut BTreeSet<String>| {
-            if let Some(old) = plans.remove(key) {
-                for node in nodes_of(&old) {
-                    touched.insert(node.clone());
-                    if let Some(keys) = on_node.get_mut(node) {
-                        keys.remove(key);
-                    }
-                }
-            }
-        };
-        if everything {
-            let gone: Vec<ServiceKey> = self
-                .plans
-                .keys()
-                .filter(|k| !output.services.contains_key(*k))
-                .cloned()
-                .collect();
-            for key in &gone {
-                unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
-            }
-        }
-        for (key, _) in observed
-            .changes
-            .services
-            .iter()
-            .filter(|(_, view)| view.is_none())
-        {
-            unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
-        }
-        for (key, _) in &output.released {
-            if !output.services.contains_key(key) {
-                unplan(key, &mut self.plans, &mut self.on_node, &mut touched);
-            }
-        }
-        // A first claim that started or ended is a line's `probe` flag. Its Service is
-        // re-planned with it; if not, every node is looked at rather than one missed.
-        // (One index of the pass's IPs, not a scan of every plan per flipped IP: a first
-        // pass flips as many IPs as it plans Services.)
-        let mut every = everything;
-        if !every && output.probe != self.probe {
-            let mut carriers: HashMap<IpAddr, Vec<&String>> = HashMap::new();
-            for plan in output.services.values() {
-                for ip in &plan.ips {
-                    carriers.entry(*ip).or_default().extend(nodes_of(plan));
-                }
-            }
-            for ip in output.probe.symmetric_difference(&self.probe) {
-                match carriers.get(ip).filter(|nodes| !nodes.is_empty()) {
-                    Some(nodes) => touched.extend(nodes.iter().map(|n| (*n).clone())),
-                    None => every = true,
-                }
-            }
-        }
-        self.probe.clone_from(&output.probe);
-        // A changed view may change the lines (ports) even when its plan stays.
-        let viewed: HashSet<&ServiceKey> =
-            observed.changes.services.iter().map(|(k, _)| k).collect();
-        let mut planned = Vec::with_capacity(output.services.len());
-        // Moved, not copied: at 10,000 Services a first pass's plans are megabytes.
-        for (key, plan) in std::mem::take(&mut output.services) {
-            planned.push(key.clone());
-            let old = self.plans.get(&key);
-            if old == Some(&plan) && !viewed.contains(&key) {
-                continue;
-            }
-            if let Some(old) = old {
-                for node in nodes_of(old) {
-                    touched.insert(node.clone());
-                    if let Some(keys) = self.on_node.get_mut(node) {
-                        keys.remove(&key);
-                    }
-                }
-            }
-            for node in nodes_of(&plan) {
-                touched.insert(node.clone());
-                self.on_node
-                    .entry(node.clone())
-                    .or_default()
-                    .insert(key.clone());
-            }
-            self.plans.insert(key, plan);
-        }
-        self.on_node.retain(|_, keys| !keys.is_empty());
-        Merged {
-            touched: (!every).then_some(touched),
-            planned,
-        }
-    }
-
     /// The node assignments the plans ask for, written where they differ: the nodes in
     /// `touched` (every node when `None`), and those whose object changed or whose write
     /// is due for a retry.
@@ -598,15 +484,16 @@ impl Reconciler {
                 Some((node.to_owned(), cm.metadata.resource_version.clone()))
             })
             .collect();
-        let every = touched.is_none() || self.macs.as_ref() != Some(&macs);
+        let every = touched.is_none() || self.index.macs.as_ref() != Some(&macs);
         let mut touched = touched.unwrap_or_default();
         for (node, version) in &versions {
-            if self.assignment_versions.get(node) != Some(version) {
+            if self.index.assignment_versions.get(node) != Some(version) {
                 touched.insert(node.clone());
             }
         }
         touched.extend(
-            self.assignment_versions
+            self.index
+                .assignment_versions
                 .keys()
                 .filter(|n| !versions.contains_key(*n))
                 .cloned(),
@@ -614,18 +501,18 @@ impl Reconciler {
         touched.extend(self.writes.assignment_retries(observed.now));
         if every {
             touched.extend(versions.keys().cloned());
-            touched.extend(self.on_node.keys().cloned());
+            touched.extend(self.index.on_node.keys().cloned());
         }
-        self.assignment_versions.clone_from(&versions);
-        self.macs = Some(macs.clone());
+        self.index.assignment_versions.clone_from(&versions);
+        self.index.macs = Some(macs.clone());
         if touched.is_empty() {
             return;
         }
         let records = &self.world.records;
-        let plans = &self.plans;
+        let plans = &self.index.plans;
         let carried = touched
             .iter()
-            .filter_map(|node| self.on_node.get(node))
+            .filter_map(|node| self.index.on_node.get(node))
             .flatten()
             .collect::<BTreeSet<&ServiceKey>>()
             .into_iter()
@@ -675,27 +562,27 @@ impl Reconciler {
         // for this pass's Events.
         let mut old_refs = HashMap::new();
         if services.everything {
-            old_refs = std::mem::take(&mut self.refs);
-            self.refs = self
+            old_refs = std::mem::take(&mut self.index.refs);
+            self.index.refs = self
                 .world
                 .records
                 .values()
                 .filter(|r| r.view.is_some())
                 .map(|r| (r.key.clone(), r.uid.clone()))
                 .collect();
-            self.writes.forget_gone(&self.refs);
+            self.writes.forget_gone(&self.index.refs);
         } else {
             for key in &services.records {
                 match self.world.records.get(key).filter(|r| r.view.is_some()) {
                     Some(record) => {
-                        if let Some(old) = self.refs.insert(key.clone(), record.uid.clone())
+                        if let Some(old) = self.index.refs.insert(key.clone(), record.uid.clone())
                             && old != record.uid
                         {
                             old_refs.insert(key.clone(), old);
                         }
                     }
                     None => {
-                        if let Some(old) = self.refs.remove(key) {
+                        if let Some(old) = self.index.refs.remove(key) {
                             old_refs.insert(key.clone(), old);
                         }
                         self.writes.forget(key);
@@ -705,7 +592,9 @@ impl Reconciler {
         }
         let looked_at = examine.len();
         let jobs = self.writes.jobs(
-            examine.iter().filter_map(|k| Some((k, self.plans.get(k)?))),
+            examine
+                .iter()
+                .filter_map(|k| Some((k, self.index.plans.get(k)?))),
             &self.world.records,
             &self.world.strangers,
             now,
@@ -716,7 +605,7 @@ impl Reconciler {
         for outcome in done {
             self.writes.settle(outcome, now);
         }
-        self.events.plan_events(output, &self.refs, &old_refs);
+        self.events.plan_events(output, &self.index.refs, &old_refs);
         (looked_at, writes)
     }
 
@@ -899,7 +788,7 @@ impl Reconciler {
         for (key, plan) in &output.services {
             let step = self.failovers.observe(
                 key,
-                self.plans.get(key),
+                self.index.plans.get(key),
                 plan,
                 |node| orderly.contains(node),
                 |ip| fenced.contains(&ip),
