@@ -726,7 +726,9 @@ impl Planner {
     /// One global pass over every Service in `inputs`; see the module docs. The same as
     /// [`Planner::plan_changes`] with [`Changes::everything`].
     pub fn plan(&mut self, inputs: &Inputs<'_>) -> PlanOutput {
-        self.plan_everything(inputs)
+        let output = self.plan_everything(inputs);
+        self.check_invariants();
+        output
     }
 
     /// A pass that re-plans only what `changes` can affect (see "Narrowed passes" in the
@@ -744,6 +746,13 @@ impl Planner {
     /// pass: a superset of those whose plan changed (all of them on a full pass); `events`,
     /// `released` and `probe` are complete, as from [`Planner::plan`].
     pub fn plan_changes(&mut self, inputs: &Inputs<'_>, changes: &Changes) -> PlanOutput {
+        let output = self.plan_what_changed(inputs, changes);
+        self.check_invariants();
+        output
+    }
+
+    /// [`Planner::plan_changes`] before its check.
+    fn plan_what_changed(&mut self, inputs: &Inputs<'_>, changes: &Changes) -> PlanOutput {
         if changes.everything {
             return self.plan_everything(inputs);
         }
@@ -763,6 +772,79 @@ impl Planner {
             });
         }
         self.plan_narrowed(inputs, changes)
+    }
+
+    /// What the steps rely on from each other, checked after every pass in debug builds
+    /// (every test; nothing in release): an IP in use is in use in its pool's ledger, in
+    /// its group and on each of its users' entries; a quarantined, reserved or fenced
+    /// address is in use in the ledger that holds it (so the lowest free address is never
+    /// one); every group's IPs are in use by it; and the election's load of each node is
+    /// the number of groups placed there (a narrowed pass keeps it up to date instead of
+    /// counting, so it must not drift). Panics naming the first that does not hold.
+    fn check_invariants(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for (ip, used) in &self.ips {
+            let ledger = self.ledgers.get(&used.pool);
+            assert!(
+                ledger.is_some_and(|l| l.is_in_use(*ip)),
+                "planner invariant: {ip} is used by {:?} but not in use in pool {}",
+                used.users.keys().collect::<Vec<_>>(),
+                used.pool
+            );
+            let family = Family::of(*ip);
+            assert!(
+                self.groups
+                    .get(&used.group)
+                    .is_some_and(|g| g.ips.get(&family) == Some(ip)),
+                "planner invariant: {ip} is not among the IPs of its group {:?}",
+                used.group
+            );
+            for user in used.users.keys() {
+                assert!(
+                    self.entries
+                        .get(user)
+                        .is_some_and(|e| e.ips.get(&family) == Some(ip)),
+                    "planner invariant: {ip} names {user} as a user, whose entry does not hold it"
+                );
+            }
+        }
+        let kept = self
+            .quarantined
+            .iter()
+            .chain(self.reserved.keys())
+            .chain(self.fences.keys());
+        for ip in kept {
+            if let Some(ledger) = self.ledgers.values().find(|l| l.contains(*ip)) {
+                assert!(
+                    ledger.is_in_use(*ip),
+                    "planner invariant: {ip} is quarantined, reserved or fenced but free in its ledger"
+                );
+            }
+        }
+        let mut load: BTreeMap<&str, usize> = BTreeMap::new();
+        for (id, group) in &self.groups {
+            for ip in group.ips.values() {
+                assert!(
+                    self.ips.get(ip).is_some_and(|u| &u.group == id),
+                    "planner invariant: group {id:?} lists {ip}, which is not in use by it"
+                );
+            }
+            if let Some(node) = group.node.as_deref() {
+                *load.entry(node).or_default() += 1;
+            }
+        }
+        let kept: BTreeMap<&str, usize> = self
+            .load
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(node, n)| (node.as_str(), *n))
+            .collect();
+        assert_eq!(
+            kept, load,
+            "planner invariant: the election's load (left) is not the groups placed on each node (right)"
+        );
     }
 
     /// The full pass: every Service of `inputs`.
