@@ -17,7 +17,12 @@
 //!    gap between answers is measured) and is held at the end;
 //! 6. `kubectl drain` of the holder: the IP moves gracefully (timed);
 //! 7. no pod ever restarted (the agents' liveness probes passed all along);
-//! 8. `kubectl delete -k`: every object goes, and no alias is left on any node.
+//! 8. `kubectl delete -k`: every object goes, and no alias is left on any node;
+//! 9. installed again with the component optional/bird-sidecar (its bird.conf edited for the
+//!    lab's router, `scripts/lab bgp-up`, whose own node daemons are stopped): BIRD runs in
+//!    each agent pod, the router's sessions come up, a Service of a pool with `announce: bgp`
+//!    is routed through every node and answered from behind the router; `kubectl delete -k`
+//!    withdraws the paths.
 //!
 //! Needs root, the binaries (`cargo build --workspace --bins`) and Debian's packages
 //! (`scripts/image` and `scripts/kubelets` install what is missing). Run with `--nocapture`
@@ -34,6 +39,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
+use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, routed_pool};
 use aliaslb_e2e::client::{self, RecoveryProbe};
 use aliaslb_e2e::fixtures::lb_service;
 use aliaslb_e2e::lab::{
@@ -52,6 +60,46 @@ const GRACEFUL_BOUND: Duration = Duration::from_secs(1);
 /// The longest the LAN may go unanswered during the agents' rolling restart: each node's
 /// restart is at most one graceful move.
 const ROLLOUT_GAP_BOUND: Duration = Duration::from_secs(1);
+/// The BIRD sidecar's configuration for the lab's router (scripts/lab bgp-up: alb-router at
+/// 192.168.55.1 and fd55::1, AS 64500; the nodes AS 64501; the pools' host routes only), as a
+/// user writes it into the component's bird.conf.
+const LAB_BIRD_CONF: &str = r#"log stderr all;
+router id from "eth0";
+filter pools {
+  if net ~ [ 10.200.0.0/24{32,32} ] then accept;
+  if net ~ [ fd00:200::/64{128,128} ] then accept;
+  reject;
+}
+protocol device { scan time 10; }
+protocol direct {
+  ipv4 { import filter pools; };
+  ipv6 { import filter pools; };
+  interface "lo", "aliaslb0";
+}
+protocol bfd {
+  interface "eth0" { min rx interval 300 ms; min tx interval 300 ms; multiplier 3; };
+}
+template bgp upstream {
+  local as 64501;
+  hold time 9;
+  keepalive time 3;
+  connect delay time 1;
+  connect retry time 1;
+  error wait time 1, 5;
+  bfd on;
+}
+protocol bgp router4 from upstream {
+  neighbor 192.168.55.1 as 64500;
+  ipv4 { import none; export filter pools; };
+}
+protocol bgp router6 from upstream {
+  neighbor fd55::1 as 64500;
+  ipv6 { import none; export filter pools; };
+}
+"#;
+/// The routed Service's namespace and its pool address (inside the lab's BGP pool).
+const BGP_NS: &str = "bgp-e2e";
+const BGP_VIP: &str = "10.200.0.10";
 /// A move the test causes (a deleted agent pod, a cordon) must be over by then.
 const MOVE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Pods starting from a local image, probes passing.
@@ -80,6 +128,8 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 struct Cluster {
     lab: Lab,
     image: String,
+    /// The BIRD sidecar's image (manifests/optional/bird-sidecar).
+    bird_image: String,
     overlay: PathBuf,
 }
 
@@ -97,6 +147,7 @@ impl Cluster {
             .arg(&bins))?;
         let images = PathBuf::from(out.lines().last().unwrap_or_default().trim());
         let image = read_trimmed(&images.join("aliaslb.ref"))?;
+        let bird_image = read_trimmed(&images.join("bird.ref"))?;
         println!(
             "[install] image {image} in {:.1} s ({})",
             t0.elapsed().as_secs_f64(),
@@ -107,6 +158,7 @@ impl Cluster {
             overlay: lab.state_dir().join("install"),
             lab,
             image,
+            bird_image,
         };
         run(Command::new("bash")
             .arg(repo.join("scripts/kubelets"))
@@ -140,6 +192,42 @@ impl Cluster {
                 what: format!("writing the overlay in {}", self.overlay.display()),
                 source,
             })
+    }
+
+    /// The overlay of a user of the BIRD sidecar: manifests/ plus the component
+    /// optional/bird-sidecar, both images set to ours, and the component's bird.conf edited
+    /// for the lab's router (its comments say to). Returns its folder.
+    fn write_bird_overlay(&self, repo: &Path) -> Result<PathBuf, Error> {
+        let dir = self.lab.state_dir().join("install-bird");
+        let image = |i: &str| {
+            i.rsplit_once(':')
+                .map(|(n, t)| (n.to_owned(), t.to_owned()))
+                .ok_or_else(|| Error::Environment(format!("image {i} has no tag")))
+        };
+        let (name, tag) = image(&self.image)?;
+        let (bird_name, bird_tag) = image(&self.bird_image)?;
+        let patch = serde_json::json!([
+            {"op": "replace", "path": "/data/bird.conf", "value": LAB_BIRD_CONF}
+        ])
+        .to_string();
+        let yaml = format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources:\n  - {}\ncomponents:\n  - {}\nimages:\n\
+             \x20 - name: ghcr.io/aliaslb/aliaslb\n    newName: {name}\n    newTag: {tag}\n\
+             \x20 - name: ghcr.io/aliaslb/bird\n    newName: {bird_name}\n    newTag: {bird_tag}\n\
+             patches:\n  - target:\n      kind: ConfigMap\n      name: aliaslb-bird\n    \
+             patch: {}\n",
+            relative(&dir, &repo.join("manifests")).display(),
+            relative(&dir, &repo.join("manifests/optional/bird-sidecar")).display(),
+            serde_json::to_string(&patch).unwrap_or_default(),
+        );
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("kustomization.yaml"), yaml))
+            .map_err(|source| Error::Io {
+                what: format!("writing the overlay in {}", dir.display()),
+                source,
+            })?;
+        Ok(dir)
     }
 
     fn overlay_arg(&self) -> String {
@@ -583,5 +671,74 @@ fn phases(c: &Cluster) -> Result<(), Error> {
         "[install] kubectl delete -k: everything gone, no alias left, in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+
+    // 9. Installed again, with the BIRD sidecar component: the lab's router peers with the
+    // BIRD container of each agent pod (the lab's own node daemons stopped first) and routes a
+    // Service's address over the nodes.
+    let bgp = BgpLab::up(lab, NodeDaemon::Bird)?;
+    for n in NODES {
+        bgp.stop_daemon(n)?;
+    }
+    wait_for(
+        "the lab's node daemons' sessions to close",
+        Duration::from_secs(30),
+        || {
+            let sessions = bgp.router_sessions()?;
+            Ok(if sessions.values().any(|s| s == "Established") {
+                Err(format!("{sessions:?}"))
+            } else {
+                Ok(())
+            })
+        },
+    )?;
+    let bird_overlay = c.write_bird_overlay(&repo_root())?;
+    let bird_overlay = bird_overlay.to_string_lossy();
+    let t0 = Instant::now();
+    lab.kubectl(&["apply", "-k", &bird_overlay])?;
+    c.wait_rolled_out()?;
+    for pod in c.pods("aliaslb-agent")? {
+        let images: Vec<&str> = pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["image"].as_str())
+            .collect();
+        assert_eq!(images, [c.image.as_str(), c.bird_image.as_str()]);
+    }
+    bgp.wait_established(Duration::from_secs(60))?;
+    println!(
+        "[install] with optional/bird-sidecar: agent pods Ready (agent + bird), 6 sessions Established on the router, in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    routed_pool(lab, BGP_NS, BGP_VIP)?;
+    lab.apply(&lb_service(BGP_NS, SERVICE).to_yaml())?;
+    let all: BTreeSet<u8> = NODES.into_iter().collect();
+    let took = bgp.wait_next_hops(BGP_VIP, &all, Duration::from_secs(30))?;
+    let vip: std::net::IpAddr = BGP_VIP.parse().expect("a literal address");
+    let answers = wait_for(
+        &format!("answers from {vip} behind the router"),
+        Duration::from_secs(10),
+        || {
+            let answers = bgp.client_answers(vip, 80, 20)?;
+            Ok(if answers.iter().all(Result::is_ok) {
+                Ok(answers.len())
+            } else {
+                Err(format!("{answers:?}"))
+            })
+        },
+    )?;
+    println!(
+        "[install] {BGP_VIP}: the router has a path through every node's BIRD sidecar ({:.1} s after the Service), {answers} requests from behind the router answered",
+        took.as_secs_f64()
+    );
+    lab.kubectl(&[
+        "delete",
+        "-k",
+        &bird_overlay,
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    bgp.wait_next_hops(BGP_VIP, &BTreeSet::new(), Duration::from_secs(30))?;
+    println!("[install] kubectl delete -k: the router has no path left");
     Ok(())
 }
