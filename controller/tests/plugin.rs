@@ -15,7 +15,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -88,7 +88,7 @@ async fn kubectl_aliaslb_pools_explain_simulate_as_the_controller_does() {
     let n2 = c.node("n2").await;
     let n3 = c.node("n3").await;
     let _agents = [c.fake_agent(&n1), c.fake_agent(&n2), c.fake_agent(&n3)];
-    let (_controller, _metrics) = c.start_controller();
+    let (controller, _metrics) = c.start_controller();
     let plugin = PluginPath::new();
     let nodes = [n1.as_str(), n2.as_str(), n3.as_str()];
 
@@ -203,6 +203,26 @@ async fn kubectl_aliaslb_pools_explain_simulate_as_the_controller_does() {
     }
     let after = plugin.aliaslb(&c, &["explain", "svc/a", "-n", &c.ns]);
     assert!(after.contains(&format!("{target} (cordoned)")), "{after}");
+
+    // explain names the node of the controller's assignment objects, never the annotation
+    // a tenant can write (here with no controller to take it back).
+    drop(controller);
+    let (ip_b, holder_b) = holders["b"].clone();
+    let holder_b = c.holder_of(&nodes, &ip_b).await.unwrap_or(holder_b);
+    let fake = nodes.iter().find(|n| **n != holder_b).unwrap();
+    Api::<Service>::namespaced(c.client.clone(), &c.ns)
+        .patch(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"aliaslb.io/node": fake}}})),
+        )
+        .await
+        .unwrap();
+    let fooled = plugin.aliaslb(&c, &["explain", "svc/b", "-n", &c.ns]);
+    assert!(
+        fooled.contains(&format!("{holder_b} carries it")),
+        "explain must name {holder_b}, not the annotation's {fake}:\n{fooled}"
+    );
 
     c.cleanup().await;
 }

@@ -20,6 +20,7 @@ use kube::{Api, Client};
 use crate::cli::live::{Planned, Snapshot, ip_list};
 use crate::cli::status::service_info;
 use crate::config::ControllerConfig;
+use crate::node_assignments;
 use crate::observe::service;
 
 /// At most this many Warning Events are quoted per object.
@@ -159,7 +160,23 @@ pub fn explain(e: &Evidence<'_>, key: &ServiceKey) -> Result<Vec<String>, String
         });
         return Ok(out);
     }
-    let info = service_info(svc).ok_or_else(|| format!("Service {key} has no spec"))?;
+    let mut info = service_info(svc).ok_or_else(|| format!("Service {key} has no spec"))?;
+    // The node(s) from the controller's assignment objects, as agents act on them; never the
+    // `aliaslb.io/node` annotation, which anyone with `edit` on the Service can write.
+    let observed = node_assignments::observed(&e.snapshot.assignments);
+    info.node = node_assignments::trusted_node_of(
+        key,
+        &info.ips,
+        &node_assignments::trusted_nodes(&observed),
+    )
+    .map(str::to_owned)
+    .or_else(|| {
+        node_assignments::routed_nodes_of(
+            key,
+            &info.ips,
+            &node_assignments::routed_nodes(&observed),
+        )
+    });
     out.push(format!("Service {key} is a LoadBalancer aliaslb handles."));
 
     // The pool config.
