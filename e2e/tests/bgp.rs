@@ -321,9 +321,13 @@ fn tracked_on(n: u8, vip: IpAddr) -> Result<BTreeSet<u16>, Error> {
         &vip.to_string(),
     ]))?;
     // `tcp 6 431999 ESTABLISHED src=10.99.0.2 dst=10.200.0.1 sport=40312 dport=80 ...`:
-    // the first sport is the client's.
+    // the first sport is the client's. Only ESTABLISHED entries: the short connections of
+    // the phases before leave TIME_WAIT entries on every node for two minutes, and the
+    // client's ephemeral ports come round again, so a port can also name an old connection
+    // of another node (CI saw three connections of nodes 1 and 2 counted as node 3's).
     Ok(out
         .lines()
+        .filter(|l| l.split_whitespace().any(|w| w == "ESTABLISHED"))
         .filter_map(|l| {
             l.split_whitespace()
                 .find_map(|w| w.strip_prefix("sport="))
