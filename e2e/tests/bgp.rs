@@ -448,6 +448,20 @@ fn rehash(lab: &Lab, bgp: &BgpLab<'_>, vip: IpAddr) -> Result<(), Error> {
     Ok(())
 }
 
+/// Deletes Service `name` of the routed namespace and its Endpoints (which the endpoints
+/// controller may have removed already).
+fn delete(lab: &Lab, name: &str) -> Result<(), Error> {
+    lab.kubectl(&[
+        "delete",
+        "service,endpoints",
+        "--ignore-not-found",
+        "-n",
+        NS,
+        name,
+    ])
+    .map(drop)
+}
+
 /// How long the lab's agents take to withdraw their routed addresses once cut off from the
 /// API: two lease durations after their last renewal (the L3 fence), plus one renewal
 /// interval for the look.
@@ -472,14 +486,7 @@ fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
 
     let cut = ApiCut::new(lab, 3)?;
     let t_cut = Instant::now();
-    lab.kubectl(&[
-        "delete",
-        "service,endpoints",
-        "--ignore-not-found",
-        "-n",
-        NS,
-        "old",
-    ])?;
+    delete(lab, "old")?;
     lab.apply(
         &lb_service(NS, "new")
             .pods_on(&[2])
@@ -529,13 +536,6 @@ fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
     println!(
         "[e2e] {during} connections to the new Service while node 3 was cut off, {after} after the heal: all answered by its own pod"
     );
-    lab.kubectl(&[
-        "delete",
-        "service,endpoints",
-        "--ignore-not-found",
-        "-n",
-        NS,
-        "new",
-    ])?;
+    delete(lab, "new")?;
     Ok(())
 }

@@ -18,9 +18,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::cli::live::{Planned, Snapshot, ip_list};
-use crate::cli::status::service_info;
+use crate::cli::status::{service_info, set_trusted_nodes};
 use crate::config::ControllerConfig;
-use crate::node_assignments;
 use crate::observe::service;
 
 /// At most this many Warning Events are quoted per object.
@@ -161,22 +160,7 @@ pub fn explain(e: &Evidence<'_>, key: &ServiceKey) -> Result<Vec<String>, String
         return Ok(out);
     }
     let mut info = service_info(svc).ok_or_else(|| format!("Service {key} has no spec"))?;
-    // The node(s) from the controller's assignment objects, as agents act on them; never the
-    // `aliaslb.io/node` annotation, which anyone with `edit` on the Service can write.
-    let observed = node_assignments::observed(&e.snapshot.assignments);
-    info.node = node_assignments::trusted_node_of(
-        key,
-        &info.ips,
-        &node_assignments::trusted_nodes(&observed),
-    )
-    .map(str::to_owned)
-    .or_else(|| {
-        node_assignments::routed_nodes_of(
-            key,
-            &info.ips,
-            &node_assignments::routed_nodes(&observed),
-        )
-    });
+    set_trusted_nodes(std::slice::from_mut(&mut info), &e.snapshot.assignments);
     out.push(format!("Service {key} is a LoadBalancer aliaslb handles."));
 
     // The pool config.

@@ -26,7 +26,7 @@ use aliaslb_core::range::{Family, from_u128, to_u128};
 use aliaslb_core::report::{AgentReport, ShieldState};
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use serde::Serialize;
@@ -590,6 +590,20 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
     })
 }
 
+/// Sets each info's node from the controller's assignment objects `assignments`: the node
+/// agents act on (L3: the announcing nodes, comma-separated). Never the `aliaslb.io/node`
+/// annotation [`service_info`] read, a view anyone with `edit` on the Service can write.
+pub fn set_trusted_nodes(infos: &mut [ServiceInfo], assignments: &[ConfigMap]) {
+    let observed = crate::node_assignments::observed(assignments);
+    let trusted = crate::node_assignments::trusted_nodes(&observed);
+    let routed = crate::node_assignments::routed_nodes(&observed);
+    for info in infos {
+        info.node = crate::node_assignments::trusted_node_of(&info.key, &info.ips, &trusted)
+            .map(str::to_owned)
+            .or_else(|| crate::node_assignments::routed_nodes_of(&info.key, &info.ips, &routed));
+    }
+}
+
 /// What `aliaslb status` reads from one agent Lease at `now` (our wall clock): its node and
 /// [`AgentInfo`]; `None` for Leases that are not agent Leases. A report that is not valid
 /// JSON or out of bounds ([`AgentReport::from_json`]) reads as an empty one (shield
@@ -668,17 +682,8 @@ pub fn report(snapshot: &Snapshot) -> Result<Report, StatusError> {
             errors: errors.clone(),
         })?;
     let node_addresses = nodes::node_addresses(snapshot.nodes.iter().map(|n| &**n));
-    let observed = crate::node_assignments::observed(&snapshot.assignments);
     let mut infos: Vec<ServiceInfo> = snapshot.services.iter().filter_map(service_info).collect();
-    // The node agents act on is the one in the controller's assignments (the annotation is
-    // a view anyone with `edit` on the Service can write).
-    let trusted = crate::node_assignments::trusted_nodes(&observed);
-    let routed = crate::node_assignments::routed_nodes(&observed);
-    for info in &mut infos {
-        info.node = crate::node_assignments::trusted_node_of(&info.key, &info.ips, &trusted)
-            .map(str::to_owned)
-            .or_else(|| crate::node_assignments::routed_nodes_of(&info.key, &info.ips, &routed));
-    }
+    set_trusted_nodes(&mut infos, &snapshot.assignments);
     Ok(compute(
         config,
         &infos,
