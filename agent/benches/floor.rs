@@ -1,23 +1,28 @@
 //! The agent's kernel side against the floor, `ip -batch`, in one run (issue "Benchmarks
 //! against the floor"). Prints the figures recorded in BENCHMARKS.md and asserts that each
-//! measured step did its work (1,000 aliases really added, removed, kept). Needs root.
+//! measured step did its work (every alias really added, removed, kept). Needs root.
 //!
 //! ```sh
 //! cargo bench -p aliaslb-agent --bench floor              # every section
 //! cargo bench -p aliaslb-agent --bench floor -- apply     # or: idle, binary
+//! BENCH_ALIASES=10000 cargo bench -p aliaslb-agent --bench floor   # the scale target
 //! ```
 //!
-//! - `apply`: `AliasManager::reconcile` with a `DesiredSet` of 1,000 /32 through the real
-//!   `NetlinkBackend`, vs `ip -batch` adding the same 1,000 addresses with the same lifetime
+//! `BENCH_ALIASES` (default 1,000, at most 39,936) is the number of aliases of every section.
+//!
+//! - `apply`: `AliasManager::reconcile` with a `DesiredSet` of N /32 through the real
+//!   `NetlinkBackend`, vs `ip -batch` adding the same N addresses with the same lifetime
 //!   and label (iproute2 6.1 cannot set IFA_PROTO), then removing them; alternated,
 //!   `BENCH_REPS` times (default 15), medians and ratios. Announcer off, then a separate
 //!   run with it on.
 //! - `idle`: the agent's loop (renewal refresh every 1 s, resync every 30 s, reconcile on
-//!   every netlink tick) over 1,000 stable aliases for `BENCH_IDLE_SECS` (default 60):
+//!   every netlink tick) over N stable aliases for `BENCH_IDLE_SECS` (default 60):
 //!   writes by kind, reconciles, CPU time of this process.
 //! - `binary`: the real `aliaslb-agent` binary (same build profile) against the test
-//!   apiserver, holding 1,000 aliases through one idle period: CPU time, adds/removes from
-//!   its metrics, peak RSS (`VmHWM`).
+//!   apiserver (`KUBEBUILDER_ASSETS`), shield on: the time from its assignment object
+//!   written to N aliases in the kernel, then N aliases held through one idle period: CPU
+//!   time (its own, and its `nft` children's), adds/removes from its metrics, peak RSS
+//!   (`VmHWM`).
 //!
 //! Does I/O: creates network namespaces and veth links, runs `ip`, starts the test
 //! apiserver and the agent binary. `apply` and `idle` run on a thread inside a fresh
@@ -34,6 +39,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay};
@@ -47,11 +53,34 @@ use support::{NetNs, require_root};
 use tokio::runtime::Runtime;
 use tokio::time::MissedTickBehavior;
 
-/// Aliases per measurement.
-const N: u32 = 1_000;
-/// The agent's defaults: `--lease-duration 4s`, `--renew-interval 1s`, `--resync-interval 30s`.
-const LEASE: Duration = Duration::from_secs(4);
-const RENEW: Duration = Duration::from_secs(1);
+/// Aliases per measurement: `BENCH_ALIASES`, default 1,000.
+fn aliases() -> u32 {
+    static N: OnceLock<u32> = OnceLock::new();
+    *N.get_or_init(|| {
+        let n = env_number("BENCH_ALIASES", 1_000);
+        // From 10.0.100.0 up, inside eth1's 10.0.0.0/16.
+        assert!(
+            (1..=MAX_ALIASES).contains(&n),
+            "BENCH_ALIASES={n}: 1 to {MAX_ALIASES}"
+        );
+        n as u32
+    })
+}
+/// 10.0.100.0 .. 10.0.255.255.
+const MAX_ALIASES: u64 = 156 * 256;
+/// The lease, `BENCH_LEASE_SECS`, default the agent's `--lease-duration 4s`: the aliases'
+/// lifetime. Longer for counts the kernel cannot add within 4 s (the first aliases would
+/// lapse before the last are added, whoever adds them: see BENCHMARKS.md).
+fn lease() -> Duration {
+    Duration::from_secs(env_number("BENCH_LEASE_SECS", 4).max(1))
+}
+/// The renewal: the agent's default `--renew-interval 1s` with the default lease, else a
+/// quarter of the lease.
+fn renew() -> Duration {
+    let lease = lease().as_secs();
+    Duration::from_secs(if lease == 4 { 1 } else { (lease / 4).max(1) })
+}
+/// The agent's default `--resync-interval 30s`.
 const RESYNC: Duration = Duration::from_secs(30);
 
 fn main() {
@@ -66,8 +95,11 @@ fn main() {
     let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let reps = env_number("BENCH_REPS", 15);
     let idle_secs = env_number("BENCH_IDLE_SECS", 60);
+    let n = aliases();
     println!(
-        "aliaslb-agent floor bench: {N} aliases, lease {LEASE:?}, renew {RENEW:?}, {} build",
+        "aliaslb-agent floor bench: {n} aliases, lease {:?}, renew {:?}, {} build",
+        lease(),
+        renew(),
         if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -106,10 +138,10 @@ fn in_runtime<T>(f: impl FnOnce(&Runtime) -> T) -> T {
     f(&rt)
 }
 
-/// 10.0.100.0 .. 10.0.103.231.
+/// N addresses from 10.0.100.0 up (1,000: .. 10.0.103.231; 10,000: .. 10.0.139.15).
 fn vips() -> Vec<Ipv4Addr> {
     let base = u32::from(Ipv4Addr::new(10, 0, 100, 0));
-    (0..N).map(|i| Ipv4Addr::from(base + i)).collect()
+    (0..aliases()).map(|i| Ipv4Addr::from(base + i)).collect()
 }
 
 fn desired() -> DesiredSet {
@@ -124,7 +156,7 @@ fn manager() -> AliasManager<NetlinkBackend> {
         NetlinkBackend::connect().expect("netlink socket"),
         AliasConfig {
             interface_override: None,
-            lifetime: Lifetime::for_lease(LEASE),
+            lifetime: Lifetime::for_lease(lease()),
             routed_device: "lo".into(),
         },
     )
@@ -133,7 +165,7 @@ fn manager() -> AliasManager<NetlinkBackend> {
 /// Writes the `ip -batch` files adding and deleting the VIPs exactly as the agent does:
 /// /32, `valid_lft`/`preferred_lft` = the lease, label `eth1:alb`.
 fn batch_files(tag: &str) -> (PathBuf, PathBuf) {
-    let secs = Lifetime::for_lease(LEASE).seconds;
+    let secs = Lifetime::for_lease(lease()).seconds;
     let dir = std::env::temp_dir();
     let add = dir.join(format!("alb-floor-{tag}-{}.add", std::process::id()));
     let del = dir.join(format!("alb-floor-{tag}-{}.del", std::process::id()));
@@ -178,8 +210,9 @@ fn held(rt: &Runtime, backend: &NetlinkBackend) -> usize {
         .count()
 }
 
-/// Section 1: add and remove 1,000 aliases, ours vs `ip -batch`.
+/// Section 1: add and remove N aliases, ours vs `ip -batch`.
 fn apply(rt: &Runtime, reps: u64) {
+    let n = aliases();
     let (add_file, del_file) = batch_files("apply");
     let desired = desired();
     let empty = DesiredSet::new();
@@ -193,11 +226,11 @@ fn apply(rt: &Runtime, reps: u64) {
         for side in [ours_first, !ours_first] {
             if side {
                 let (add, r) = timed(rt, mgr.reconcile(&desired));
-                assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
-                assert_eq!(held(rt, &probe), N as usize);
+                assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0), "{r:?}");
+                assert_eq!(held(rt, &probe), n as usize);
                 let (dump, _) = timed(rt, probe.snapshot());
                 let (del, r) = timed(rt, mgr.reconcile(&empty));
-                assert_eq!((r.removed.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+                assert_eq!((r.removed.len(), r.errors.len()), (n as usize, 0), "{r:?}");
                 assert_eq!(held(rt, &probe), 0);
                 if rep > 0 {
                     ours_add.push(add);
@@ -206,7 +239,7 @@ fn apply(rt: &Runtime, reps: u64) {
                 }
             } else {
                 let add = ip_batch(&add_file);
-                assert_eq!(held(rt, &probe), N as usize);
+                assert_eq!(held(rt, &probe), n as usize);
                 let del = ip_batch(&del_file);
                 assert_eq!(held(rt, &probe), 0);
                 if rep > 0 {
@@ -216,11 +249,11 @@ fn apply(rt: &Runtime, reps: u64) {
             }
         }
     }
-    println!("\n## apply: {N} /32 aliases on a veth, announcer off, {reps} repetitions");
+    println!("\n## apply: {n} /32 aliases on a veth, announcer off, {reps} repetitions");
     row("add    ours (reconcile)", &ours_add, &ip_add);
     row("remove ours (reconcile)", &ours_del, &ip_del);
     println!(
-        "    of which the observe step (dump links, {N} addresses, routes): median {:.2} ms",
+        "    of which the observe step (dump links, {n} addresses, routes): median {:.2} ms",
         ms(median(&dumps))
     );
 
@@ -240,15 +273,15 @@ fn apply(rt: &Runtime, reps: u64) {
         let start = Instant::now();
         let r = rt.block_on(mgr.reconcile(&desired));
         with_add.push(start.elapsed());
-        assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+        assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0), "{r:?}");
         rt.block_on(async {
-            while announcer.frames_sent() + announcer.frames_failed() < before + u64::from(N) {
+            while announcer.frames_sent() + announcer.frames_failed() < before + u64::from(n) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         });
         frames_out.push(start.elapsed());
         let r = rt.block_on(mgr.reconcile(&empty));
-        assert_eq!(r.removed.len(), N as usize);
+        assert_eq!(r.removed.len(), n as usize);
     }
     assert_eq!(announcer.frames_failed(), 0, "announcements failed");
     println!("\n## apply with the announcer on (1 frame per alias), {announced_reps} repetitions");
@@ -278,20 +311,21 @@ fn row(what: &str, ours: &[Duration], floor: &[Duration]) {
     println!("    ip       {}", list(floor));
 }
 
-/// Section 2: the agent's loop over 1,000 stable aliases.
+/// Section 2: the agent's loop over N stable aliases.
 fn idle(rt: &Runtime, period: Duration) {
+    let n = aliases();
     let desired = desired();
     rt.block_on(async move {
         let mut mgr = manager();
         let r = mgr.reconcile(&desired).await;
-        assert_eq!((r.added.len(), r.errors.len()), (N as usize, 0), "{r:?}");
+        assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0), "{r:?}");
         let mut changes = watch_changes().expect("netlink notifications");
         // Our own adds do not tick (see `watch_changes`); let anything pending drain.
         tokio::time::sleep(Duration::from_millis(200)).await;
         while changes.try_recv().is_ok() {}
         let before = mgr.writes();
         let cpu_before = cpu_ticks("self");
-        let mut renew = tokio::time::interval(RENEW);
+        let mut renew = tokio::time::interval(renew());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut resync = tokio::time::interval(RESYNC);
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -334,10 +368,10 @@ fn idle(rt: &Runtime, period: Duration) {
         let w = diff(mgr.writes(), before);
         let still = mgr.backend().snapshot().await.expect("dump");
         let kept = still.addresses.iter().filter(|a| a.owned).count();
-        assert_eq!(kept, N as usize, "aliases lapsed during the idle period");
-        println!("\n## idle: the agent's loop over {N} stable aliases for {wall:.1?}");
+        assert_eq!(kept, n as usize, "aliases lapsed during the idle period");
+        println!("\n## idle: the agent's loop over {n} stable aliases for {wall:.1?}");
         println!(
-            "adds + deletes: {} + {} | refreshes: {} ({renewals} renewals x {N})",
+            "adds + deletes: {} + {} | refreshes: {} ({renewals} renewals x {n})",
             w.adds, w.deletes, w.refreshes
         );
         println!(
@@ -369,8 +403,9 @@ fn diff(after: WriteCounts, before: WriteCounts) -> WriteCounts {
     }
 }
 
-/// Section 3: the real agent binary holding 1,000 aliases through an idle period.
+/// Section 3: the real agent binary holding N aliases through an idle period.
 async fn binary(period: Duration) {
+    let n = aliases();
     let env = TestEnv::global();
     let client = env.client().await;
     let namespace = env.create_namespace(&client, "bench").await;
@@ -378,8 +413,8 @@ async fn binary(period: Duration) {
     let _relay = Relay::start(&ns, env.server_url());
     let name = "node-bench";
     let mut args = AgentArgs::new(name, &namespace);
-    args.lease = "4s";
-    args.renew = "1s";
+    args.lease = Box::leak(format!("{}s", lease().as_secs()).into_boxed_str());
+    args.renew = Box::leak(format!("{}s", renew().as_secs()).into_boxed_str());
     let agent = Agent::start(&ns, &args);
     let pid = agent.pid().to_string();
     let cluster = Cluster::new(&client, &namespace);
@@ -391,17 +426,22 @@ async fn binary(period: Duration) {
     cluster.create("many").await;
     let vips: Vec<String> = vips().iter().map(Ipv4Addr::to_string).collect();
     let refs: Vec<&str> = vips.iter().map(String::as_str).collect();
+    // The Service's status, then the node's assignment object (what the agent acts on).
+    let start = Instant::now();
     cluster.assign("many", Some(name), None, &refs).await;
+    let written = start.elapsed();
     let want: BTreeSet<&str> = refs.iter().copied().collect();
-    wait_for(Duration::from_secs(30), "1,000 aliases", async || {
+    let within = Duration::from_secs(30 + u64::from(n) / 200);
+    wait_for(within, &format!("{n} aliases"), async || {
         let addrs = ns.addrs("eth1");
         addrs
             .iter()
             .filter(|a| want.contains(a.local.as_str()))
             .count()
-            == N as usize
+            == n as usize
     })
     .await;
+    let first_sync = start.elapsed();
     // Let the announcement bursts (5 s) and the Lease report settle before the idle period.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let metric = |m: &str| agent.metric(&ns, m).unwrap_or(f64::NAN);
@@ -409,11 +449,14 @@ async fn binary(period: Duration) {
         metric("aliaslb_agent_address_adds_total"),
         metric("aliaslb_agent_address_removes_total"),
     );
+    let shielded = metric("aliaslb_agent_shield_addresses");
     let cpu_before = cpu_ticks(&pid);
+    let children_before = child_cpu_ticks(&pid);
     let start = Instant::now();
     tokio::time::sleep(period).await;
     let wall = start.elapsed();
     let cpu = ticks_to_duration(cpu_ticks(&pid) - cpu_before);
+    let children = ticks_to_duration(child_cpu_ticks(&pid) - children_before);
     let (adds_after, removes_after) = (
         metric("aliaslb_agent_address_adds_total"),
         metric("aliaslb_agent_address_removes_total"),
@@ -423,13 +466,25 @@ async fn binary(period: Duration) {
         .iter()
         .filter(|a| want.contains(a.local.as_str()))
         .count();
-    assert_eq!(kept, N as usize, "aliases lapsed during the idle period");
-    println!("\n## binary: aliaslb-agent (this build's profile), lease 4s, renew 1s");
+    assert_eq!(kept, n as usize, "aliases lapsed during the idle period");
+    println!(
+        "\n## binary: aliaslb-agent (this build's profile), lease {}, renew {}, shield on",
+        args.lease, args.renew
+    );
     println!("RSS before any Service (VmRSS): {idle_rss}");
     println!(
-        "idle {wall:.1?} holding {N} aliases: CPU {cpu:?} ({:.2} % of one core); \
-         adds {} -> {adds_after}, removes {} -> {removes_after} (its metrics)",
+        "first sync: Service status + assignment object written in {:.1} ms; {n} aliases in \
+         the kernel {:.1} ms after the writes began (ip -j addr polled every 20 ms); shield \
+         IPs (its metric): {shielded}",
+        ms(written),
+        ms(first_sync)
+    );
+    println!(
+        "idle {wall:.1?} holding {n} aliases: CPU {cpu:?} ({:.2} % of one core), its nft \
+         children {children:?} ({:.2} %); adds {} -> {adds_after}, removes {} -> \
+         {removes_after} (its metrics)",
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        100.0 * children.as_secs_f64() / wall.as_secs_f64(),
         adds,
         removes
     );
@@ -457,6 +512,16 @@ async fn wait_for(within: Duration, what: &str, mut check: impl AsyncFnMut() -> 
 /// User + system CPU time of process `pid` (or `self`), in clock ticks, from
 /// `/proc/<pid>/stat` (fields 14 and 15; threads that ended are included).
 fn cpu_ticks(pid: &str) -> u64 {
+    stat_fields(pid, &[14, 15])
+}
+
+/// User + system CPU time of the children `pid` has waited for (fields 16 and 17).
+fn child_cpu_ticks(pid: &str) -> u64 {
+    stat_fields(pid, &[16, 17])
+}
+
+/// The sum of the numeric fields `which` (1-based, as in proc(5)) of `/proc/<pid>/stat`.
+fn stat_fields(pid: &str, which: &[usize]) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
     // The command name (field 2) may hold spaces: count from the last ')'.
     let fields: Vec<&str> = stat
@@ -466,7 +531,7 @@ fn cpu_ticks(pid: &str) -> u64 {
         .split_whitespace()
         .collect();
     let field = |n: usize| -> u64 { fields[n - 3].parse().expect("stat field") };
-    field(14) + field(15)
+    which.iter().map(|&n| field(n)).sum()
 }
 
 fn ticks_to_duration(ticks: u64) -> Duration {

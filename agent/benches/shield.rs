@@ -8,15 +8,18 @@
 //! cargo bench -p aliaslb-agent --bench shield -- install   # or: change, path
 //! ```
 //!
-//! - `install`: the whole table with 1,000 IPv4 IPs x 2 ports (`Shield::sync` on a fresh
+//! - `install`: the whole table with `BENCH_IPS` (default 1,000) IPv4 IPs x 2 ports (`Shield::sync` on a fresh
 //!   `Shield`, i.e. `table_script` through the real `NftBackend`), into a namespace without
 //!   the table and replacing a full one; against `nft -f <file>` of the same script, and the
 //!   spawn floor (`NftBackend::apply` of an empty script). Alternated, `BENCH_REPS` times
 //!   (default 10) after one untimed round; median and p95.
 //! - `change`: one IP with one port added, then removed (`Shield::sync` of an installed
-//!   shield, i.e. `update_script` through `NftBackend::apply`) while the table holds 10, 100
-//!   and 1,000 IPs (2 ports each), one namespace per size, sizes interleaved,
-//!   `BENCH_CHANGES` times (default 30); with the spawn floor beside it.
+//!   shield, i.e. `update_script` through `NftBackend::apply`) while the table holds
+//!   `BENCH_SIZES` IPs (comma-separated, default `10,100,1000`; 2 ports each), one namespace
+//!   per size, sizes interleaved, `BENCH_CHANGES` times (default 30); with the spawn floor
+//!   beside it. Per size also what one change writes: the script's bytes, and (once, with
+//!   `strace` when it is installed) the netlink bytes `nft` sends and receives for it, which
+//!   tell whether nft reads the set it changes.
 //! - `path`: TCP connections (connect, 1 request byte, 1 reply byte, close) from a client
 //!   namespace to an LB IP held as a /32 alias in a server namespace, DNATed to a listener on
 //!   the server's own IP:8080 (a stand-in for kube-proxy); without the shield table, and with
@@ -47,12 +50,33 @@ use aliaslb_agent::shield::{
 use stats::{env_number, list, median, ms, timed};
 use support::{NetNs, require_root};
 
-/// IPs in the big table.
-const N: u32 = 1_000;
+/// IPs in the table of the `install` and `path` sections: `BENCH_IPS`, default 1,000.
+fn big() -> u32 {
+    let n = env_number("BENCH_IPS", 1_000);
+    assert!(n <= 500_000, "BENCH_IPS={n}: at most 500,000");
+    n as u32
+}
 /// The ports every held IP opens (the change adds one IP with the first only).
 const PORTS: [u16; 2] = [80, 443];
-/// Table sizes of the `change` section.
-const SIZES: [u32; 3] = [10, 100, 1_000];
+/// Table sizes of the `change` section: `BENCH_SIZES`, default 10, 100 and 1,000.
+fn sizes() -> Vec<u32> {
+    let Ok(v) = std::env::var("BENCH_SIZES") else {
+        return vec![10, 100, 1_000];
+    };
+    let sizes: Vec<u32> = v
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("BENCH_SIZES={v:?}: whole numbers, comma-separated"))
+        })
+        .collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|&n| n <= 500_000),
+        "BENCH_SIZES={v:?}: 1 to 500,000 each"
+    );
+    sizes
+}
 /// The `path` section's LB IP, Service port, and the server's own address and port.
 const LB_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 10);
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -181,11 +205,12 @@ fn nft_file(file: &std::path::Path) -> Duration {
 
 /// Section 1: the whole table, ours vs `nft -f <file>` vs the spawn floor.
 fn install(reps: u64) {
+    let n = big();
     let ns = NetNs::new("shinst");
     ns.enter();
     let rt = runtime();
-    let contents = held(N);
-    let (ips, ports) = (N as usize, N as usize * PORTS.len());
+    let contents = held(n);
+    let (ips, ports) = (n as usize, n as usize * PORTS.len());
     let script = table_script(&contents, false);
     let file = std::env::temp_dir().join(format!("alb-shield-{}.nft", std::process::id()));
     std::fs::write(&file, &script).expect("writing the nft file");
@@ -238,7 +263,7 @@ fn install(reps: u64) {
     }
     let _ = std::fs::remove_file(&file);
     println!(
-        "\n## install: the whole table, {N} IPv4 IPs x {} ports ({} elements, {} bytes of \
+        "\n## install: the whole table, {n} IPv4 IPs x {} ports ({} elements, {} bytes of \
          script), {reps} repetitions",
         PORTS.len(),
         ips + ports,
@@ -271,15 +296,16 @@ fn install(reps: u64) {
     println!("    spawn floor      {}", list(&spawn));
 }
 
-/// Section 2: one membership change at 10, 100 and 1,000 held IPs.
+/// Section 2: one membership change at each table size.
 fn change(changes: u64) {
+    let sizes = sizes();
     let rt = runtime();
     let add_base = u32::from(Ipv4Addr::new(10, 9, 0, 0));
-    let spaces: Vec<NetNs> = SIZES
+    let spaces: Vec<NetNs> = sizes
         .iter()
         .map(|n| NetNs::new(&format!("shch{n}")))
         .collect();
-    let bases: Vec<Contents> = SIZES.iter().map(|&n| held(n)).collect();
+    let bases: Vec<Contents> = sizes.iter().map(|&n| held(n)).collect();
     let mut shields: Vec<Shield<NftBackend>> = spaces
         .iter()
         .zip(&bases)
@@ -290,7 +316,7 @@ fn change(changes: u64) {
             shield
         })
         .collect();
-    let k = SIZES.len();
+    let k = sizes.len();
     let (mut adds, mut removes, mut scripts) = (vec![vec![]; k], vec![vec![]; k], vec![vec![]; k]);
     let mut spawn = vec![];
     let backend = NftBackend::default();
@@ -298,8 +324,8 @@ fn change(changes: u64) {
     for c in 0..=changes {
         for j in 0..k {
             let i = (j + c as usize) % k;
-            let n = SIZES[i] as usize;
-            let (ips, ports) = (n, n * PORTS.len());
+            let held_ips = sizes[i] as usize;
+            let (ips, ports) = (held_ips, held_ips * PORTS.len());
             spaces[i].enter();
             let ip = IpAddr::V4(Ipv4Addr::from(add_base + c as u32));
             let mut target = bases[i].clone();
@@ -339,7 +365,7 @@ fn change(changes: u64) {
     for i in 0..k {
         println!(
             "{:<10} {:>9.2} ms {:>6.2} ms {:>11.2} ms {:>6.2} ms {:>19.1} us",
-            SIZES[i],
+            sizes[i],
             ms(median(&adds[i])),
             ms(pct(&adds[i], 0.95)),
             ms(median(&removes[i])),
@@ -355,16 +381,108 @@ fn change(changes: u64) {
     let last = k - 1;
     println!(
         "ratio {} / {} IPs (medians): add {:.2}, remove {:.2}",
-        SIZES[last],
-        SIZES[0],
+        sizes[last],
+        sizes[0],
         ratio(&adds[last], &adds[0]),
         ratio(&removes[last], &removes[0])
     );
+    // What one change writes, against what rewriting the table would: the scripts' bytes,
+    // and the netlink traffic of one `nft -f` of each (once per size, after the timed runs).
+    println!(
+        "what one change writes (script bytes; netlink bytes nft sends / receives, from \
+         strace, one run each):"
+    );
+    let empty = nft_netlink_bytes("");
     for i in 0..k {
-        println!("    add    {:>5}  {}", SIZES[i], list(&adds[i]));
-        println!("    remove {:>5}  {}", SIZES[i], list(&removes[i]));
+        spaces[i].enter();
+        let mut target = bases[i].clone();
+        target.open(IpAddr::V4(Ipv4Addr::from(add_base)), [tcp(PORTS[0])]);
+        let (add, remove) = (
+            update_script(&bases[i], &target),
+            update_script(&target, &bases[i]),
+        );
+        let whole = table_script(&bases[i], false);
+        let (add_io, remove_io) = (nft_netlink_bytes(&add), nft_netlink_bytes(&remove));
+        assert_holds(sizes[i] as usize, sizes[i] as usize * PORTS.len());
+        println!(
+            "{:<10} add: {} B script, netlink {} | remove: {} B script, netlink {} | whole \
+             table script: {} B",
+            sizes[i],
+            add.len(),
+            io(add_io),
+            remove.len(),
+            io(remove_io),
+            whole.len()
+        );
+    }
+    println!("floor: empty script, netlink {}", io(empty));
+    for i in 0..k {
+        println!("    add    {:>5}  {}", sizes[i], list(&adds[i]));
+        println!("    remove {:>5}  {}", sizes[i], list(&removes[i]));
     }
     println!("    spawn         {}", list(&spawn));
+}
+
+/// Netlink traffic of one `nft -f` run of `script` in the calling thread's namespace, from
+/// `strace -f -e trace=sendto,sendmsg,recvfrom,recvmsg` (nft speaks to the kernel over
+/// netlink only):
+/// bytes sent, bytes received, messages received. `None` without `strace`.
+fn nft_netlink_bytes(script: &str) -> Option<(u64, u64, u64)> {
+    let dir = std::env::temp_dir();
+    let tag = format!("{}-{:?}", std::process::id(), std::thread::current().id());
+    let (file, trace) = (
+        dir.join(format!("alb-shield-strace-{tag}.nft")),
+        dir.join(format!("alb-shield-strace-{tag}.log")),
+    );
+    std::fs::write(&file, script).expect("writing the nft file");
+    let out = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=sendto,sendmsg,recvfrom,recvmsg",
+            "-o",
+        ])
+        .arg(&trace)
+        .args(["nft", "-f"])
+        .arg(&file)
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let out = out.ok()?;
+    assert!(
+        out.status.success(),
+        "strace nft -f failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&trace).expect("reading the strace log");
+    let _ = std::fs::remove_file(&trace);
+    let (mut sent, mut received, mut reads) = (0, 0, 0);
+    for line in log.lines() {
+        // `sendmsg(3, {...}, 0) = 1234`, `recvfrom(3, ...) = 8192`
+        let Some(bytes) = line
+            .rsplit_once(" = ")
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if line.contains("sendmsg(") || line.contains("sendto(") {
+            sent += bytes;
+        } else if line.contains("recvmsg(") || line.contains("recvfrom(") {
+            received += bytes;
+            reads += 1;
+        }
+    }
+    Some((sent, received, reads))
+}
+
+/// `nft_netlink_bytes` for a table.
+fn io(bytes: Option<(u64, u64, u64)>) -> String {
+    match bytes {
+        Some((sent, received, reads)) => {
+            format!("{sent} B sent / {received} B received in {reads} reads")
+        }
+        None => "(no strace)".to_string(),
+    }
 }
 
 /// One run of sequential connections: each connection's wall time, and the run's.
@@ -438,6 +556,7 @@ fn serve(listener: TcpListener, stop: Arc<AtomicBool>) {
 
 /// Section 3: the Service path without and with the shield.
 fn path(rounds: u64, conns: u64) {
+    let n = big();
     let client = NetNs::new("shcli");
     let server = NetNs::new("shsrv");
     client.veth("cli0", Some(&server), "srv0");
@@ -472,7 +591,7 @@ fn path(rounds: u64, conns: u64) {
         let stop = stop.clone();
         std::thread::spawn(move || serve(listener, stop))
     };
-    let mut contents = held(N);
+    let mut contents = held(n);
     contents.open(IpAddr::V4(LB_IP), [tcp(SERVICE_PORT)]);
     let mut shield = Shield::new(NftBackend::default());
     let service = SocketAddr::from((LB_IP, SERVICE_PORT));
@@ -535,7 +654,7 @@ fn path(rounds: u64, conns: u64) {
          a/b alternating"
     );
     println!(
-        "(b) = shield table holding {LB_IP} . tcp . {SERVICE_PORT} and {N} other IPs x {} ports",
+        "(b) = shield table holding {LB_IP} . tcp . {SERVICE_PORT} and {n} other IPs x {} ports",
         PORTS.len()
     );
     println!(
