@@ -1,18 +1,27 @@
-//! What this node must carry: the controller's assignment ConfigMap for this node
-//! (`aliaslb-node-<node>` in the controller's namespace, [`aliaslb_core::assignment`]),
-//! and nothing else. Not the Services' annotations (anyone with `edit` on Services can
-//! write those), not their type or class: the controller, the only writer of that object,
-//! has decided all of it, ports for the host-port shield included.
+//! What this node must carry: the controller's assignment objects for this node, in the
+//! controller's namespace ([`aliaslb_core::assignment`], laid out as in
+//! [`aliaslb_core::assignment::shards`]), and nothing else. Not the Services' annotations
+//! (anyone with `edit` on Services can write those), not their type or class: the
+//! controller, the only writer of those objects, has decided all of it, ports for the
+//! host-port shield included.
 //!
 //! [`Assignment`] is the pure state fed by watch events; [`watch_assignments`] does the
-//! API I/O (one watch of that one object, by a field selector on its name) and publishes
-//! the [`DesiredSet`] on a channel, only once the initial list is complete, so a restarted
-//! agent never drops aliases before it has read its assignment.
+//! API I/O and publishes the [`DesiredSet`] on a channel, only once the initial lists are
+//! complete, so a restarted agent never drops aliases before it has read its assignment.
+//! Two watches, both of this node's objects only:
+//! - [`Source::Index`]: the object `aliaslb-node-<node>`, by a field selector on its name.
+//!   In the single-object format of earlier controllers it is the whole assignment, read
+//!   from there; that is how an upgraded agent keeps working under an older controller.
+//! - [`Source::Labelled`]: every object labelled [`keys::LABEL_ASSIGNMENT_NODE`] with this
+//!   node, the index and its shards, in one watch: the controller writes new shards before
+//!   the index counts them and the events of one watch come in the order of the writes, so
+//!   the sharded set is read from this watch alone (its copy of the index included).
 //!
 //! **Absence is not an instruction.** An unreadable object keeps the last good set (it is
 //! a bug or an edit by hand); so does a missing one (deleted by hand, by `kubectl delete
-//! -k` or a GitOps prune: the controller says "nothing assigned" with an empty object,
-//! never with an absence). The kept set is marked ([`DesiredSet::object_missing`]) and
+//! -k` or a GitOps prune: the controller says "nothing assigned" with empty objects,
+//! never with an absence), or a shard the index counts and that is missing. The kept set is
+//! marked ([`DesiredSet::object_missing`]) and
 //! [`InForce`] lets the node act on it only while this agent's own authority is fresh
 //! (its Lease renewed within the lease duration): once it goes stale, the controller may
 //! have given the IPs to another node, so they are let go, and not taken back before the
@@ -23,6 +32,10 @@
 //! watch driver ([`aliaslb_ops::watch`]) retries at most 2 s apart, so a change made during an outage applies within about 3 s of
 //! the API path healing: see [`aliaslb_ops::api`].
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use aliaslb_core::assignment::shards;
 use aliaslb_core::assignment::{AssignmentError, NodeAssignments};
 use aliaslb_core::keys;
 use aliaslb_ops::watch::{AfterError, drive};
@@ -34,12 +47,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::aliases::DesiredSet;
 
-/// The desired set an assignment object asks for (`None`: the object does not exist).
-pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, AssignmentError> {
-    let data = object.and_then(|cm| cm.data.as_ref());
-    let key = |k: &str| data.and_then(|d| d.get(k)).map_or("", String::as_str);
-    let mut assignments = NodeAssignments::parse(key(keys::ASSIGNMENTS_KEY))?;
-    assignments.parse_node_macs(key(keys::NODE_MACS_KEY))?;
+/// The desired set a node's assignment says.
+fn set_of(assignments: NodeAssignments) -> DesiredSet {
     let mut set = DesiredSet::new();
     for (ip, a) in assignments.ips {
         set.insert(ip, a.interface);
@@ -54,85 +63,192 @@ pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, Assignment
     for (mac, node) in &assignments.node_macs {
         set.add_node_mac(*mac, node);
     }
-    Ok(set)
+    set
 }
 
-/// This node's assignment object, kept up to date from watch events.
+fn value<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
+    cm.data.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The desired set an assignment object of the single-object format asks for (`None`: the
+/// object does not exist).
+pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, AssignmentError> {
+    let key = |k: &str| object.and_then(|cm| value(cm, k)).unwrap_or("");
+    let mut assignments = NodeAssignments::parse(key(keys::ASSIGNMENTS_KEY))?;
+    assignments.parse_node_macs(key(keys::NODE_MACS_KEY))?;
+    Ok(set_of(assignments))
+}
+
+/// Which watch an event comes from (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The index object, by name.
+    Index,
+    /// The index and its shards, by label.
+    Labelled,
+}
+
+/// The objects one watch shows, kept up to date from its events.
 #[derive(Debug, Clone, Default)]
-pub struct Assignment {
-    current: Option<ConfigMap>,
+struct Listing {
+    objects: BTreeMap<String, ConfigMap>,
     /// Filled during a (re-)list, swapped in at its end.
-    listing: Option<Option<ConfigMap>>,
+    next: Option<BTreeMap<String, ConfigMap>>,
     synced: bool,
+}
+
+impl Listing {
+    /// Applies one event; whether a list just completed.
+    fn apply(&mut self, event: watcher::Event<ConfigMap>) -> bool {
+        let name = |cm: &ConfigMap| cm.metadata.name.clone().unwrap_or_default();
+        match event {
+            watcher::Event::Init => self.next = Some(BTreeMap::new()),
+            watcher::Event::InitApply(cm) => {
+                self.next.get_or_insert_default().insert(name(&cm), cm);
+            }
+            watcher::Event::InitDone => {
+                self.objects = self.next.take().unwrap_or_default();
+                self.synced = true;
+                return true;
+            }
+            watcher::Event::Apply(cm) => {
+                self.objects.insert(name(&cm), cm);
+            }
+            watcher::Event::Delete(cm) => {
+                self.objects.remove(&name(&cm));
+            }
+        }
+        false
+    }
+
+    /// Whether a complete list was read and no new list is under way.
+    fn current(&self) -> bool {
+        self.synced && self.next.is_none()
+    }
+}
+
+/// What the objects say right now.
+enum Reading {
+    /// A set.
+    Set(DesiredSet),
+    /// The index, or a shard it counts, is missing.
+    Missing,
+    /// An object cannot be read.
+    Unreadable(String),
+    /// The two watches disagree for a moment (the index's format changes): wait.
+    Between,
+}
+
+/// This node's assignment objects, kept up to date from both watches' events.
+#[derive(Debug, Clone)]
+pub struct Assignment {
+    node: String,
+    index: Listing,
+    labelled: Listing,
     /// The last set that could be read.
     good: Option<DesiredSet>,
 }
 
 impl Assignment {
-    /// Nothing known yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Applies one watch event; returns whether the desired set must be published: it may
-    /// have changed, or a complete list was read (news even when it reads the same: it is
-    /// a desired set read from the API at that moment, which is what ends a LAN yield, see
-    /// `guard`).
-    pub fn apply(&mut self, event: watcher::Event<ConfigMap>) -> bool {
-        match event {
-            watcher::Event::Init => {
-                self.listing = Some(None);
-                false
-            }
-            watcher::Event::InitApply(cm) => {
-                self.listing = Some(Some(cm));
-                false
-            }
-            watcher::Event::InitDone => {
-                self.current = self.listing.take().flatten();
-                self.synced = true;
-                self.read().is_some()
-            }
-            watcher::Event::Apply(cm) => {
-                self.current = Some(cm);
-                self.read().unwrap_or(false)
-            }
-            watcher::Event::Delete(_) => {
-                self.current = None;
-                self.read().unwrap_or(false)
-            }
+    /// Nothing known yet of `node`'s objects.
+    pub fn new(node: &str) -> Self {
+        Assignment {
+            node: node.to_owned(),
+            index: Listing::default(),
+            labelled: Listing::default(),
+            good: None,
         }
     }
 
-    /// Reads the current object: whether the desired set changed, `None` when the object
-    /// cannot be read (the last good set stays). A missing object keeps the last good set
-    /// too, marked as such (nothing read yet: nothing assigned).
+    /// Applies one watch event of `source`; returns whether the desired set must be
+    /// published: it may have changed, or a complete list was read while the other watch
+    /// is current (news even when it reads the same: it is a desired set read from the API
+    /// at that moment, which is what ends a LAN yield, see `guard`).
+    pub fn apply(&mut self, source: Source, event: watcher::Event<ConfigMap>) -> bool {
+        let (this, other) = match source {
+            Source::Index => (&mut self.index, &self.labelled),
+            Source::Labelled => (&mut self.labelled, &self.index),
+        };
+        let listed = this.apply(event);
+        if !(this.current() && other.current()) {
+            return false;
+        }
+        let changed = self.read();
+        if listed {
+            changed.is_some()
+        } else {
+            changed.unwrap_or(false)
+        }
+    }
+
+    /// What the objects say: the index's own lines in the single-object format, else the
+    /// shards the labelled watch's index counts.
+    fn reading(&self) -> Reading {
+        let index_name = keys::assignment_configmap(&self.node);
+        let Some(named) = self.index.objects.get(&index_name) else {
+            return Reading::Missing;
+        };
+        if value(named, keys::SHARDS_KEY).is_none() {
+            return match desired_from(Some(named)) {
+                Ok(set) => Reading::Set(set),
+                Err(e) => Reading::Unreadable(e.to_string()),
+            };
+        }
+        let Some(index) = self.labelled.objects.get(&index_name) else {
+            return Reading::Between;
+        };
+        let Some(count) = value(index, keys::SHARDS_KEY) else {
+            return Reading::Between;
+        };
+        let count = match shards::parse_count(count) {
+            Ok(count) => count,
+            Err(e) => return Reading::Unreadable(format!("{index_name}: {e}")),
+        };
+        let shard = |k| {
+            let name = keys::assignment_shard_configmap(&self.node, k);
+            let cm = self.labelled.objects.get(&name)?;
+            Some(value(cm, keys::ASSIGNMENTS_KEY).unwrap_or(""))
+        };
+        let mut assignments = match shards::read(count, shard) {
+            Ok(Some(assignments)) => assignments,
+            Ok(None) => return Reading::Missing,
+            Err(e) => return Reading::Unreadable(e.to_string()),
+        };
+        let macs = value(index, keys::NODE_MACS_KEY).unwrap_or("");
+        if let Err(e) = assignments.parse_node_macs(macs) {
+            return Reading::Unreadable(e.to_string());
+        }
+        Reading::Set(set_of(assignments))
+    }
+
+    /// Reads the current objects: whether the desired set changed, `None` when they cannot
+    /// be read (the last good set stays). A missing object keeps the last good set too,
+    /// marked as such (nothing read yet: nothing assigned).
     fn read(&mut self) -> Option<bool> {
-        let set = match &self.current {
-            None => {
+        let set = match self.reading() {
+            Reading::Set(set) => set,
+            Reading::Missing => {
                 let mut kept = self.good.clone().unwrap_or_default();
                 if !kept.object_missing() && !kept.is_empty() {
                     warn!(
                         kept = kept.len(),
-                        "the assignment object of this node is missing: keeping the last one read \
+                        "an assignment object of this node is missing: keeping the last set read \
                          while this agent's Lease stays fresh, until the controller writes it again"
                     );
                 }
                 kept.mark_object_missing();
                 kept
             }
-            Some(cm) => match desired_from(Some(cm)) {
-                Ok(set) => set,
-                Err(error) => {
-                    warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
-                    return None;
-                }
-            },
+            Reading::Unreadable(error) => {
+                warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
+                return None;
+            }
+            Reading::Between => return None,
         };
         if self.good.as_ref().is_some_and(DesiredSet::object_missing) && !set.object_missing() {
             info!(
                 desired = set.len(),
-                "the assignment object of this node is back"
+                "the assignment objects of this node are back"
             );
         }
         let changed = self.good.as_ref() != Some(&set);
@@ -140,9 +256,13 @@ impl Assignment {
         Some(changed)
     }
 
-    /// The desired set, once a complete list was seen and read (`None` before).
+    /// The desired set, once both watches listed completely and it was read (`None` before).
     pub fn desired(&self) -> Option<DesiredSet> {
-        if self.synced { self.good.clone() } else { None }
+        if self.index.synced && self.labelled.synced {
+            self.good.clone()
+        } else {
+            None
+        }
     }
 }
 
@@ -191,10 +311,10 @@ impl InForce {
     }
 }
 
-/// Watches this node's assignment object in `namespace` (forever, through
+/// Watches this node's assignment objects in `namespace` (forever, through
 /// [`aliaslb_ops::watch::drive`]: after an error, a backoff delay and a fresh list) and
 /// publishes the desired set on `tx` after every complete list and every change. The
-/// aliases held stay while the watch fails.
+/// aliases held stay while the watches fail.
 pub async fn watch_assignments(
     client: Client,
     namespace: String,
@@ -203,22 +323,41 @@ pub async fn watch_assignments(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let name = keys::assignment_configmap(&node);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut assignment = Assignment::new();
-    let on_event = |event| {
-        if assignment.apply(event)
-            && let Some(desired) = assignment.desired()
-        {
-            debug!(desired = desired.len(), "desired set read");
-            tx.send_replace(Some(desired));
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let label = keys::assignment_node_label(&node);
+    let by_label =
+        watcher::Config::default().labels(&format!("{}={label}", keys::LABEL_ASSIGNMENT_NODE));
+    // Both drivers run in this one task: the lock is never contended.
+    let assignment = Mutex::new(Assignment::new(&node));
+    let on_event = |source| {
+        let (assignment, tx) = (&assignment, &tx);
+        move |event| {
+            let mut assignment = assignment.lock().unwrap_or_else(|e| e.into_inner());
+            if assignment.apply(source, event)
+                && let Some(desired) = assignment.desired()
+            {
+                debug!(desired = desired.len(), "desired set read");
+                tx.send_replace(Some(desired));
+            }
         }
     };
     // A new watcher (a fresh list) after every error: kube's watcher resumes a failed
     // watch from its resource version without listing, and a resumed watch that brings
     // no event never says it is current, so after an outage the agent would have no
     // desired set read after it (a LAN yield would never end while the assignment stays).
-    let make = || watcher(api.clone(), config.clone());
-    drive("assignment ConfigMap", make, AfterError::Relist, on_event)
+    let index = drive(
+        "assignment ConfigMap",
+        || watcher(api.clone(), by_name.clone()),
+        AfterError::Relist,
+        on_event(Source::Index),
+    );
+    let labelled = drive(
+        "assignment shards",
+        || watcher(api.clone(), by_label.clone()),
+        AfterError::Relist,
+        on_event(Source::Labelled),
+    );
+    futures::future::join(index, labelled)
         .instrument(info_span!("assignments", configmap = %name, %namespace))
         .await;
 }
@@ -239,6 +378,24 @@ mod tests {
         cm.metadata.name = Some("aliaslb-node-me".into());
         cm.data = Some([(keys::ASSIGNMENTS_KEY.to_owned(), text.to_owned())].into());
         cm
+    }
+
+    /// Node `me`'s state with the labelled watch listed and empty (the single-object format
+    /// of earlier controllers, which label nothing).
+    fn labelled_listed() -> Assignment {
+        let mut a = Assignment::new("me");
+        a.apply(Source::Labelled, watcher::Event::Init);
+        a.apply(Source::Labelled, watcher::Event::InitDone);
+        a
+    }
+
+    /// [`labelled_listed`], with the index listed holding the single-object lines `text`.
+    fn listed_with(text: &str) -> Assignment {
+        let mut a = labelled_listed();
+        a.apply(Source::Index, watcher::Event::Init);
+        a.apply(Source::Index, watcher::Event::InitApply(object(text)));
+        a.apply(Source::Index, watcher::Event::InitDone);
+        a
     }
 
     fn set(entries: &[(&str, Option<&str>)]) -> DesiredSet {
@@ -314,12 +471,15 @@ mod tests {
 
     #[test]
     fn nothing_is_desired_before_the_initial_list_completes() {
-        let mut a = Assignment::new();
+        let mut a = labelled_listed();
         assert_eq!(a.desired(), None);
-        a.apply(watcher::Event::Init);
-        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
+        a.apply(Source::Index, watcher::Event::Init);
+        a.apply(
+            Source::Index,
+            watcher::Event::InitApply(object("10.0.0.1 - - a/b")),
+        );
         assert_eq!(a.desired(), None);
-        assert!(a.apply(watcher::Event::InitDone));
+        assert!(a.apply(Source::Index, watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
     }
 
@@ -332,16 +492,22 @@ mod tests {
 
     #[test]
     fn no_object_ever_read_means_nothing_assigned() {
-        let mut a = Assignment::new();
-        a.apply(watcher::Event::Init);
-        assert!(a.apply(watcher::Event::InitDone));
+        let mut a = labelled_listed();
+        a.apply(Source::Index, watcher::Event::Init);
+        assert!(a.apply(Source::Index, watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(kept(&[])));
-        assert!(a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))));
+        assert!(a.apply(
+            Source::Index,
+            watcher::Event::Apply(object("10.0.0.1 - - a/b"))
+        ));
         assert!(
-            !a.apply(watcher::Event::Apply(object("10.0.0.1 - - a/b"))),
+            !a.apply(
+                Source::Index,
+                watcher::Event::Apply(object("10.0.0.1 - - a/b"))
+            ),
             "same content"
         );
-        assert!(a.apply(watcher::Event::Apply(object(""))));
+        assert!(a.apply(Source::Index, watcher::Event::Apply(object(""))));
         assert_eq!(
             a.desired(),
             Some(DesiredSet::new()),
@@ -351,18 +517,21 @@ mod tests {
 
     #[test]
     fn a_deleted_object_keeps_the_last_good_set_until_one_is_written_again() {
-        let mut a = Assignment::new();
-        a.apply(watcher::Event::Init);
-        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
-        a.apply(watcher::Event::InitDone);
-        assert!(a.apply(watcher::Event::Delete(object("10.0.0.1 - - a/b"))));
+        let mut a = listed_with("10.0.0.1 - - a/b");
+        assert!(a.apply(
+            Source::Index,
+            watcher::Event::Delete(object("10.0.0.1 - - a/b"))
+        ));
         assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
         // Relisted while it is still missing: still kept.
-        a.apply(watcher::Event::Init);
-        assert!(a.apply(watcher::Event::InitDone));
+        a.apply(Source::Index, watcher::Event::Init);
+        assert!(a.apply(Source::Index, watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
         // The controller writes it again: that set, not marked.
-        assert!(a.apply(watcher::Event::Apply(object("10.0.0.2 - - a/b"))));
+        assert!(a.apply(
+            Source::Index,
+            watcher::Event::Apply(object("10.0.0.2 - - a/b"))
+        ));
         assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
     }
 
@@ -394,33 +563,189 @@ mod tests {
 
     #[test]
     fn an_unreadable_object_keeps_the_last_good_set() {
-        let mut a = Assignment::new();
-        a.apply(watcher::Event::Init);
-        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
-        a.apply(watcher::Event::InitDone);
-        assert!(!a.apply(watcher::Event::Apply(object("10.0.0.1 eth0"))));
+        let mut a = listed_with("10.0.0.1 - - a/b");
+        assert!(!a.apply(
+            Source::Index,
+            watcher::Event::Apply(object("10.0.0.1 eth0"))
+        ));
         assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
-        assert!(a.apply(watcher::Event::Apply(object("10.0.0.2 - - a/b"))));
+        assert!(a.apply(
+            Source::Index,
+            watcher::Event::Apply(object("10.0.0.2 - - a/b"))
+        ));
         assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
     }
 
     #[test]
     fn a_relist_replaces_the_object_only_when_complete() {
-        let mut a = Assignment::new();
-        a.apply(watcher::Event::Init);
-        a.apply(watcher::Event::InitApply(object("10.0.0.1 - - a/b")));
-        a.apply(watcher::Event::InitDone);
+        let mut a = listed_with("10.0.0.1 - - a/b");
         // Deleted while the watch was down: the relist does not list it.
-        a.apply(watcher::Event::Init);
+        a.apply(Source::Index, watcher::Event::Init);
         assert_eq!(
             a.desired(),
             Some(set(&[("10.0.0.1", None)])),
             "kept while relisting"
         );
-        assert!(a.apply(watcher::Event::InitDone));
+        assert!(a.apply(Source::Index, watcher::Event::InitDone));
         assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])), "kept");
         // A relist reading the same set is published too: a set read after an outage.
-        a.apply(watcher::Event::Init);
-        assert!(a.apply(watcher::Event::InitDone), "same set, freshly read");
+        a.apply(Source::Index, watcher::Event::Init);
+        assert!(
+            a.apply(Source::Index, watcher::Event::InitDone),
+            "same set, freshly read"
+        );
+    }
+
+    /// `me`'s sharded objects for `a`, as a controller writes them: shards, then the index.
+    fn sharded(a: &NodeAssignments, count: u32) -> Vec<ConfigMap> {
+        let split = shards::Sharded::split(a, count);
+        let mut out: Vec<ConfigMap> = (0..split.count())
+            .map(|k| {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(keys::assignment_shard_configmap("me", k));
+                let text = split.texts[k as usize].clone();
+                cm.data = Some([(keys::ASSIGNMENTS_KEY.to_owned(), text)].into());
+                cm
+            })
+            .collect();
+        let mut index = object(shards::LEGACY_MARKER);
+        let data = index.data.as_mut().unwrap();
+        data.insert(keys::SHARDS_KEY.to_owned(), split.count().to_string());
+        data.insert(
+            keys::NODE_MACS_KEY.to_owned(),
+            "02:00:00:00:00:01 n1\n".to_owned(),
+        );
+        out.push(index);
+        out
+    }
+
+    fn lines(n: u32) -> NodeAssignments {
+        let mut a = NodeAssignments::new();
+        for i in 0..n {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            a.assign(ip, None, [], "a/b");
+        }
+        a
+    }
+
+    fn listed(index: Option<&ConfigMap>, labelled: &[ConfigMap]) -> Assignment {
+        let mut a = Assignment::new("me");
+        a.apply(Source::Index, watcher::Event::Init);
+        if let Some(cm) = index {
+            a.apply(Source::Index, watcher::Event::InitApply(cm.clone()));
+        }
+        a.apply(Source::Labelled, watcher::Event::Init);
+        for cm in labelled {
+            a.apply(Source::Labelled, watcher::Event::InitApply(cm.clone()));
+        }
+        assert!(
+            !a.apply(Source::Index, watcher::Event::InitDone),
+            "one watch listed"
+        );
+        assert_eq!(a.desired(), None, "not before both watches listed");
+        assert!(a.apply(Source::Labelled, watcher::Event::InitDone));
+        a
+    }
+
+    #[test]
+    fn the_shards_the_index_counts_make_the_set() {
+        let objects = sharded(&lines(700), 1);
+        assert_eq!(objects.len(), 3, "2 shards and the index");
+        let index = objects.last().unwrap();
+        let a = listed(Some(index), &objects);
+        let d = a.desired().unwrap();
+        assert_eq!(d.len(), 700);
+        assert!(!d.object_missing());
+        assert_eq!(d.node_of_mac(Mac([2, 0, 0, 0, 0, 1])), Some("n1"));
+        // Another node's shard, which a label collision could bring, is not read.
+        let mut a = listed(Some(index), &objects[1..]);
+        assert!(a.desired().unwrap().object_missing(), "shard 0 missing");
+        let mut stranger = objects[0].clone();
+        stranger.metadata.name = Some(keys::assignment_shard_configmap("you", 0));
+        assert!(!a.apply(Source::Labelled, watcher::Event::Apply(stranger)));
+        assert!(a.desired().unwrap().object_missing());
+        assert!(a.apply(Source::Labelled, watcher::Event::Apply(objects[0].clone())));
+        assert_eq!(a.desired().unwrap().len(), 700);
+    }
+
+    #[test]
+    fn a_change_of_one_shard_changes_the_set() {
+        let objects = sharded(&lines(700), 1);
+        let index = objects.last().unwrap();
+        let mut a = listed(Some(index), &objects);
+        let mut fewer = lines(700);
+        let gone = *fewer.ips.keys().next().unwrap();
+        fewer.ips.remove(&gone);
+        let changed: Vec<ConfigMap> = sharded(&fewer, 2)
+            .into_iter()
+            .filter(|cm| !objects.contains(cm))
+            .collect();
+        assert_eq!(changed.len(), 1, "one shard written");
+        assert!(a.apply(Source::Labelled, watcher::Event::Apply(changed[0].clone())));
+        let d = a.desired().unwrap();
+        assert_eq!(d.len(), 699);
+        assert!(!d.contains(gone));
+    }
+
+    #[test]
+    fn the_format_changes_under_a_running_agent_without_a_gap() {
+        // An upgraded controller turns the single object of an earlier one into shards: the
+        // shards, then the index (both watches), in either order of the two watches; and an
+        // earlier controller turns it back. The set never loses an address on the way.
+        let whole = lines(700);
+        let legacy = object(&whole.render());
+        let objects = sharded(&whole, 1);
+        let index = objects.last().unwrap().clone();
+        for index_watch_first in [false, true] {
+            let mut a = listed(Some(&legacy), &[]);
+            assert_eq!(a.desired().unwrap().len(), 700, "the single object");
+            for shard in &objects[..objects.len() - 1] {
+                a.apply(Source::Labelled, watcher::Event::Apply(shard.clone()));
+                assert_eq!(a.desired().unwrap().len(), 700);
+            }
+            let steps = if index_watch_first {
+                [Source::Index, Source::Labelled]
+            } else {
+                [Source::Labelled, Source::Index]
+            };
+            for source in steps {
+                a.apply(source, watcher::Event::Apply(index.clone()));
+                let d = a.desired().unwrap();
+                assert_eq!(d.len(), 700, "{source:?} first: {index_watch_first}");
+                assert!(!d.object_missing());
+            }
+            // Back to an earlier controller: its apply drops the count and the label.
+            for source in steps {
+                match source {
+                    Source::Index => a.apply(source, watcher::Event::Apply(legacy.clone())),
+                    Source::Labelled => a.apply(source, watcher::Event::Delete(index.clone())),
+                };
+                let d = a.desired().unwrap();
+                assert_eq!(d.len(), 700, "back: {source:?} first");
+                assert!(!d.object_missing());
+            }
+        }
+    }
+
+    #[test]
+    fn a_relist_of_one_watch_publishes_once_the_other_is_current() {
+        let objects = sharded(&lines(10), 1);
+        let index = objects.last().unwrap();
+        let mut a = listed(Some(index), &objects);
+        a.apply(Source::Index, watcher::Event::Init);
+        a.apply(Source::Labelled, watcher::Event::Init);
+        a.apply(Source::Index, watcher::Event::InitApply(index.clone()));
+        assert!(
+            !a.apply(Source::Index, watcher::Event::InitDone),
+            "the labelled watch is still listing"
+        );
+        for cm in &objects {
+            a.apply(Source::Labelled, watcher::Event::InitApply(cm.clone()));
+        }
+        assert!(
+            a.apply(Source::Labelled, watcher::Event::InitDone),
+            "a set read after the outage, the same"
+        );
+        assert_eq!(a.desired().unwrap().len(), 10);
     }
 }

@@ -672,7 +672,7 @@ async fn a_deleted_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale
     assert!(
         s.agent
             .log_text()
-            .contains("the assignment object of this node is missing"),
+            .contains("assignment object of this node is missing"),
         "{}",
         s.agent.log_text()
     );

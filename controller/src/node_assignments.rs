@@ -1,14 +1,22 @@
-//! The trusted node assignments: for each node, the ConfigMap `aliaslb-node-<node>` in the
-//! controller's namespace saying which IPs its agent must carry, on which interface, with
-//! which Service ports open (format: [`aliaslb_core::assignment`]). Agents act on nothing
-//! else; tenants cannot write there, agents can only read.
+//! The trusted node assignments: for each node, the objects in the controller's namespace
+//! saying which IPs its agent must carry, on which interface, with which Service ports open
+//! (lines: [`aliaslb_core::assignment`]; layout: [`aliaslb_core::assignment::shards`]): the
+//! index `aliaslb-node-<node>` and its shards `aliaslb-shard-<node>-<k>`. Agents act on
+//! nothing else; tenants cannot write there, agents can only read.
 //!
 //! Pure: [`desired`] (from the pass's plans), [`observed`] (from the cache of what we
-//! wrote), [`trusted_nodes`] (which node holds which Service's IP, for the import at the
-//! start of a leadership term), [`node_macs`] (every node's MACs, from the agent reports).
-//! [`apply`] is the thin writer: one server-side apply per node whose text changed, behind
-//! the leader fence and the write timeout. A node whose last IP left keeps its object with
-//! an empty list: "nothing assigned" is said, not inferred from an absence.
+//! wrote), [`render_node`] (a node's objects and the order they are written in),
+//! [`read_node`] (a node's objects read back as its agent reads them), [`trusted_nodes`]
+//! (which node holds which Service's IP, for the import at the start of a leadership
+//! term), [`node_macs`] (every node's MACs, from the agent reports). [`apply`] is the thin
+//! writer: one server-side apply per object whose data changed, behind the leader fence and
+//! the write timeout. A change writes the one shard its line is in (~25 KB at most), not the
+//! node's whole list. A node whose last IP left keeps its objects with empty lists: "nothing
+//! assigned" is said, not inferred from an absence.
+//!
+//! **Upgrades.** An index written here replaces a single object of earlier releases (same
+//! name, same field manager) once its shards are written; an agent of earlier releases then
+//! refuses it (it reads [`LEGACY_MARKER`] as its lines) and keeps what it has, saying why.
 //!
 //! **First claims.** A line ends in `probe` when the planner marks its IP a first claim
 //! ([`PlanOutput::probe`]): placed while no agent report lists it as held, in a group no
@@ -17,17 +25,18 @@
 //! still has to do, and an agent that restarts (or loses the alias) later re-adds an
 //! address it already owned without probing for it.
 //!
-//! **Node MACs.** Every object also lists, under [`keys::NODE_MACS_KEY`], the MAC of every
+//! **Node MACs.** Every index also lists, under [`keys::NODE_MACS_KEY`], the MAC of every
 //! interface of every agent report (fresh or stale: a node partitioned from the API still
 //! answers on the LAN) with its node's name, so an agent tells another node's ARP/NDP
-//! claim from a foreign host's. The list is the same in every object: a change of MACs (a
-//! node joins, leaves or changes a NIC) rewrites every node's object once, N writes of
+//! claim from a foreign host's. The list is the same in every index: a change of MACs (a
+//! node joins, leaves or changes a NIC) rewrites every node's index once, N writes of
 //! ~30 bytes x interfaces x N each; MACs change rarely, so that is cheap next to the IP
 //! changes the objects carry anyway.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
+use aliaslb_core::assignment::shards::{self, LEGACY_MARKER, Sharded};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
@@ -43,24 +52,116 @@ use crate::fence::{ApplyError, guarded};
 /// Value of the [`keys::LABEL_ASSIGNMENTS`] label.
 pub const LABEL_VALUE: &str = "true";
 
-/// The data of one node's assignment object, as rendered: the IP lines
-/// ([`keys::ASSIGNMENTS_KEY`]) and every node's MACs ([`keys::NODE_MACS_KEY`]).
+/// The data of one assignment object, as rendered or read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Texts {
-    /// The IP lines.
+pub struct ObjectData {
+    /// [`keys::ASSIGNMENTS_KEY`]: the IP lines of a shard (or of a node in the
+    /// single-object format), [`LEGACY_MARKER`] in an index.
     pub ips: String,
-    /// The `MAC NODE` lines.
-    pub node_macs: String,
+    /// [`keys::NODE_MACS_KEY`]: every node's MACs (an index, a single object).
+    pub node_macs: Option<String>,
+    /// [`keys::SHARDS_KEY`]: the shard count (an index only).
+    pub shards: Option<String>,
 }
 
-impl Texts {
-    /// The rendered data of `assignments`.
-    pub fn of(assignments: &NodeAssignments) -> Self {
-        Texts {
-            ips: assignments.render(),
-            node_macs: assignments.render_node_macs(),
+impl ObjectData {
+    /// The data of `cm`.
+    pub fn of(cm: &ConfigMap) -> Self {
+        let key = |k: &str| cm.data.as_ref().and_then(|d| d.get(k)).cloned();
+        ObjectData {
+            ips: key(keys::ASSIGNMENTS_KEY).unwrap_or_default(),
+            node_macs: key(keys::NODE_MACS_KEY),
+            shards: key(keys::SHARDS_KEY),
         }
     }
+}
+
+/// One node's assignment objects (its index and its shards, or its single object), by name.
+pub type NodeObjects = BTreeMap<String, ObjectData>;
+
+/// The shard count `objects` are in force with: the index's; 0 for the single-object format
+/// or no index (every shard is then new); an unreadable count reads as 0 too.
+pub fn count_in_force(node: &str, objects: &NodeObjects) -> u32 {
+    objects
+        .get(&keys::assignment_configmap(node))
+        .and_then(|index| index.shards.as_deref())
+        .and_then(|count| shards::parse_count(count).ok())
+        .unwrap_or(0)
+}
+
+/// Reads a node's assignment from its objects, as its agent does: the shards its index
+/// lists (the sharded format), else the index's own lines (the single-object format), and
+/// the node MACs.
+pub fn read_node(node: &str, objects: &NodeObjects) -> Result<NodeAssignments, String> {
+    let index_name = keys::assignment_configmap(node);
+    let Some(index) = objects.get(&index_name) else {
+        return Err(format!("{index_name} is missing"));
+    };
+    let mut assignments = match index.shards.as_deref() {
+        None => NodeAssignments::parse(&index.ips).map_err(|e| e.to_string())?,
+        Some(count) => {
+            let count = shards::parse_count(count).map_err(|e| format!("{index_name}: {e}"))?;
+            let shard = |k| {
+                let name = keys::assignment_shard_configmap(node, k);
+                objects.get(&name).map(|o| o.ips.as_str())
+            };
+            shards::read(count, shard)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("a shard of the {count} {index_name} lists is missing"))?
+        }
+    };
+    assignments
+        .parse_node_macs(index.node_macs.as_deref().unwrap_or(""))
+        .map_err(|e| e.to_string())?;
+    Ok(assignments)
+}
+
+/// When an object must be written among a node's writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Round {
+    /// A shard beyond the count in force: before the index says it counts.
+    NewShard,
+    /// The index, and the shards already counted when the count does not change.
+    Index,
+    /// A shard already counted, after the index raised the count (it drops the lines that
+    /// moved to the new shards).
+    OldShard,
+}
+
+/// The objects that say `assignments` for `node` (every shard and the index), each with its
+/// [`Round`], the count never lower than `in_force` (what its objects say now).
+pub fn render_node(
+    node: &str,
+    assignments: &NodeAssignments,
+    in_force: u32,
+) -> Vec<(String, ObjectData, Round)> {
+    let sharded = Sharded::split(assignments, in_force.max(1));
+    let count = sharded.count();
+    let grows = count != in_force;
+    let mut out: Vec<(String, ObjectData, Round)> = sharded
+        .texts
+        .into_iter()
+        .zip(0..)
+        .map(|(ips, k)| {
+            let round = match (k >= in_force, grows) {
+                (true, _) => Round::NewShard,
+                (false, true) => Round::OldShard,
+                (false, false) => Round::Index,
+            };
+            let data = ObjectData {
+                ips,
+                ..ObjectData::default()
+            };
+            (keys::assignment_shard_configmap(node, k), data, round)
+        })
+        .collect();
+    let index = ObjectData {
+        ips: LEGACY_MARKER.to_owned(),
+        node_macs: Some(assignments.render_node_macs()),
+        shards: Some(count.to_string()),
+    };
+    out.push((keys::assignment_configmap(node), index, Round::Index));
+    out
 }
 
 /// The MAC of every interface of every agent report, fresh or stale, with its node. A MAC
@@ -75,9 +176,12 @@ pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, Strin
     out
 }
 
-/// The node an assignment ConfigMap is for, from its name.
+/// The node an assignment ConfigMap (an index or a shard) is for, from its name.
 pub fn node_of(name: &str) -> Option<&str> {
-    name.strip_prefix("aliaslb-node-").filter(|n| !n.is_empty())
+    match name.strip_prefix("aliaslb-node-") {
+        Some(node) => Some(node).filter(|n| !n.is_empty()),
+        None => keys::assignment_shard_of(name).map(|(node, _)| node),
+    }
 }
 
 /// The ports of `view` the shield opens (ports the API would refuse are left out).
@@ -137,37 +241,47 @@ pub fn desired<'a>(
     nodes
 }
 
-/// The texts of every assignment object we wrote, by node.
-pub fn observed<'a>(objects: impl IntoIterator<Item = &'a ConfigMap>) -> BTreeMap<String, Texts> {
-    objects
-        .into_iter()
-        .filter_map(|cm| {
-            let node = node_of(cm.metadata.name.as_deref()?)?;
-            let key = |k: &str| {
-                cm.data
-                    .as_ref()
-                    .and_then(|d| d.get(k))
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let texts = Texts {
-                ips: key(keys::ASSIGNMENTS_KEY),
-                node_macs: key(keys::NODE_MACS_KEY),
-            };
-            Some((node.to_owned(), texts))
+/// The data of every assignment object we wrote, by node and name.
+pub fn observed<'a>(
+    objects: impl IntoIterator<Item = &'a ConfigMap>,
+) -> BTreeMap<String, NodeObjects> {
+    let mut out: BTreeMap<String, NodeObjects> = BTreeMap::new();
+    for cm in objects {
+        let Some(name) = cm.metadata.name.as_deref() else {
+            continue;
+        };
+        let Some(node) = node_of(name) else {
+            continue;
+        };
+        out.entry(node.to_owned())
+            .or_default()
+            .insert(name.to_owned(), ObjectData::of(cm));
+    }
+    out
+}
+
+/// Every node's assignment our objects say; unreadable ones give nothing (their nodes are
+/// then elected afresh).
+fn read_all(observed: &BTreeMap<String, NodeObjects>) -> Vec<(&String, NodeAssignments)> {
+    observed
+        .iter()
+        .filter_map(|(node, objects)| match read_node(node, objects) {
+            Ok(assignments) => Some((node, assignments)),
+            Err(error) => {
+                tracing::warn!(node, %error, "our assignment objects for this node cannot be read");
+                None
+            }
         })
         .collect()
 }
 
 /// For each IP our assignment objects give a node: that node and the Services it is
 /// carried for. Unreadable objects give nothing (the node is then elected afresh).
-pub fn trusted_nodes(observed: &BTreeMap<String, Texts>) -> HashMap<IpAddr, (String, Vec<String>)> {
+pub fn trusted_nodes(
+    observed: &BTreeMap<String, NodeObjects>,
+) -> HashMap<IpAddr, (String, Vec<String>)> {
     let mut out = HashMap::new();
-    for (node, texts) in observed {
-        let Ok(assignments) = NodeAssignments::parse(&texts.ips) else {
-            tracing::warn!(node, "our assignment object for this node cannot be read");
-            continue;
-        };
+    for (node, assignments) in read_all(observed) {
         // L3 lines have no one holder to keep: their nodes are chosen afresh.
         for (ip, a) in assignments.ips.into_iter().filter(|(_, a)| !a.bgp) {
             out.insert(ip, (node.clone(), a.services.into_iter().collect()));
@@ -179,13 +293,10 @@ pub fn trusted_nodes(observed: &BTreeMap<String, Texts>) -> HashMap<IpAddr, (Str
 /// L3 mode: for each IP our assignment objects mark `bgp`, every node announcing it, each
 /// with the Services it is carried for (unreadable objects give nothing).
 pub fn routed_nodes(
-    observed: &BTreeMap<String, Texts>,
+    observed: &BTreeMap<String, NodeObjects>,
 ) -> HashMap<IpAddr, Vec<(String, Vec<String>)>> {
     let mut out: HashMap<IpAddr, Vec<(String, Vec<String>)>> = HashMap::new();
-    for (node, texts) in observed {
-        let Ok(assignments) = NodeAssignments::parse(&texts.ips) else {
-            continue;
-        };
+    for (node, assignments) in read_all(observed) {
         for (ip, a) in assignments.ips.into_iter().filter(|(_, a)| a.bgp) {
             let services = a.services.into_iter().collect();
             out.entry(ip).or_default().push((node.clone(), services));
@@ -226,32 +337,40 @@ pub fn trusted_node_of<'a>(
     })
 }
 
-/// Writes `texts` as `node`'s assignment (creating the object if needed).
+/// Writes `data` as `node`'s assignment object `name` (creating it if needed).
 pub async fn apply(
     api: &Api<ConfigMap>,
     namespace: &str,
     node: &str,
-    texts: &Texts,
+    name: &str,
+    data: &ObjectData,
     fence: impl Fn() -> Option<std::time::Instant>,
 ) -> Result<ConfigMap, ApplyError> {
-    let name = keys::assignment_configmap(node);
+    let mut values = serde_json::Map::new();
+    values.insert(keys::ASSIGNMENTS_KEY.into(), data.ips.clone().into());
+    if let Some(macs) = &data.node_macs {
+        values.insert(keys::NODE_MACS_KEY.into(), macs.clone().into());
+    }
+    if let Some(count) = &data.shards {
+        values.insert(keys::SHARDS_KEY.into(), count.clone().into());
+    }
     let body = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {keys::LABEL_ASSIGNMENTS: LABEL_VALUE},
+            "labels": {
+                keys::LABEL_ASSIGNMENTS: LABEL_VALUE,
+                keys::LABEL_ASSIGNMENT_NODE: keys::assignment_node_label(node),
+            },
         },
-        "data": {
-            keys::ASSIGNMENTS_KEY: texts.ips,
-            keys::NODE_MACS_KEY: texts.node_macs,
-        },
+        "data": values,
     });
     let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
     let object = format!("ConfigMap {namespace}/{name}");
     guarded("assignment", object, &fence, async {
-        api.patch(&name, &params, &Patch::Apply(&body)).await
+        api.patch(name, &params, &Patch::Apply(&body)).await
     })
     .await
 }
@@ -392,14 +511,14 @@ mod tests {
         for node in ["n1", "n3"] {
             assert_eq!(d[node].render(), "10.200.0.7 - tcp:443 shop/front bgp\n");
         }
-        let seen = BTreeMap::from([("n1".to_owned(), Texts::of(&d["n1"]))]);
+        let seen = BTreeMap::from([("n1".to_owned(), objects_of("n1", &d["n1"]))]);
         assert!(
             trusted_nodes(&seen).is_empty(),
             "an L3 line names no holder to keep"
         );
         let seen = BTreeMap::from([
-            ("n1".to_owned(), Texts::of(&d["n1"])),
-            ("n3".to_owned(), Texts::of(&d["n3"])),
+            ("n1".to_owned(), objects_of("n1", &d["n1"])),
+            ("n3".to_owned(), objects_of("n3", &d["n3"])),
         ]);
         let routed = routed_nodes(&seen);
         assert_eq!(
@@ -457,45 +576,121 @@ mod tests {
         );
         let listed = "02:00:00:00:01:00 n1\n02:00:00:00:01:01 n1\n02:00:00:00:03:01 n3\n";
         for node in ["n1", "n2"] {
-            let texts = Texts::of(&d[node]);
+            let objects = objects_of(node, &d[node]);
+            let index = &objects[&keys::assignment_configmap(node)];
             assert_eq!(
-                texts.node_macs, listed,
+                index.node_macs.as_deref(),
+                Some(listed),
                 "{node}: every node's MACs, the first name wins"
             );
         }
     }
 
+    /// The objects [`render_node`] gives `node` for `a`, by name, as the cache would show them.
+    fn objects_of(node: &str, a: &NodeAssignments) -> NodeObjects {
+        render_node(node, a, 0)
+            .into_iter()
+            .map(|(name, data, _)| (name, data))
+            .collect()
+    }
+
+    fn configmap(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.data = Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        cm
+    }
+
     #[test]
     fn only_our_objects_give_nodes_and_only_for_the_services_they_list() {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some("aliaslb-node-n1".into());
-        cm.data = Some(
-            [(
-                keys::ASSIGNMENTS_KEY.to_owned(),
-                "10.0.0.1 - - default/web\n".to_owned(),
-            )]
-            .into(),
+        // n1 in the single-object format of earlier releases, n2 unreadable, n3 sharded.
+        let legacy = configmap(
+            "aliaslb-node-n1",
+            &[(keys::ASSIGNMENTS_KEY, "10.0.0.1 - - default/web\n")],
         );
-        let mut garbage = ConfigMap::default();
-        garbage.metadata.name = Some("aliaslb-node-n2".into());
-        garbage.data = Some([(keys::ASSIGNMENTS_KEY.to_owned(), "not a line".to_owned())].into());
-        let mut other = ConfigMap::default();
-        other.metadata.name = Some("aliaslb-pools".into());
-        let seen = observed([&cm, &garbage, &other]);
+        let garbage = configmap("aliaslb-node-n2", &[(keys::ASSIGNMENTS_KEY, "not a line")]);
+        let index = configmap(
+            "aliaslb-node-n3",
+            &[
+                (keys::ASSIGNMENTS_KEY, LEGACY_MARKER),
+                (keys::SHARDS_KEY, "1"),
+            ],
+        );
+        let shard = configmap(
+            "aliaslb-shard-n3-0",
+            &[(keys::ASSIGNMENTS_KEY, "10.0.0.3 - - default/db\n")],
+        );
+        let other = configmap("aliaslb-pools", &[]);
+        let seen = observed([&legacy, &garbage, &index, &shard, &other]);
         assert_eq!(
-            seen["n1"].node_macs, "",
+            seen["n1"]["aliaslb-node-n1"].node_macs, None,
             "an object without node MACs reads as none"
         );
-        assert_eq!(seen.keys().collect::<Vec<_>>(), vec!["n1", "n2"]);
+        assert_eq!(seen.keys().collect::<Vec<_>>(), vec!["n1", "n2", "n3"]);
+        assert_eq!(count_in_force("n1", &seen["n1"]), 0);
+        assert_eq!(count_in_force("n3", &seen["n3"]), 1);
         let trusted = trusted_nodes(&seen);
         let web = ServiceKey::new("default", "web");
+        let db = ServiceKey::new("default", "db");
         let thief = ServiceKey::new("tenant", "thief");
         assert_eq!(
             trusted_node_of(&web, &[ip("10.0.0.1")], &trusted),
             Some("n1")
         );
+        assert_eq!(
+            trusted_node_of(&db, &[ip("10.0.0.3")], &trusted),
+            Some("n3")
+        );
         assert_eq!(trusted_node_of(&thief, &[ip("10.0.0.1")], &trusted), None);
         assert_eq!(trusted_node_of(&web, &[ip("10.0.0.2")], &trusted), None);
         assert_eq!(node_of("aliaslb-node-"), None);
+        assert_eq!(node_of("aliaslb-shard-n3-0"), Some("n3"));
+        // A shard the index counts but the cache lacks: the node reads as unreadable.
+        let mut lacking = seen["n3"].clone();
+        lacking.remove("aliaslb-shard-n3-0");
+        let e = read_node("n3", &lacking).unwrap_err();
+        assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_growing_node_writes_its_new_shards_first_and_its_old_ones_last() {
+        let mut a = NodeAssignments::new();
+        for i in 0..600u32 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            a.assign(ip, None, [], &format!("ns/s{i}"));
+        }
+        // From the single-object format: every shard is new, then the index.
+        let rounds: Vec<(String, Round)> = render_node("n1", &a, 0)
+            .into_iter()
+            .map(|(name, _, round)| (name, round))
+            .collect();
+        assert_eq!(
+            rounds,
+            vec![
+                ("aliaslb-shard-n1-0".to_owned(), Round::NewShard),
+                ("aliaslb-shard-n1-1".to_owned(), Round::NewShard),
+                ("aliaslb-node-n1".to_owned(), Round::Index),
+            ]
+        );
+        // From 1 shard: the new one, the index, then the old one.
+        let rounds: Vec<Round> = render_node("n1", &a, 1)
+            .into_iter()
+            .map(|(_, _, r)| r)
+            .collect();
+        assert_eq!(rounds, vec![Round::OldShard, Round::NewShard, Round::Index]);
+        // The count in force stays: one round.
+        let objects = render_node("n1", &a, 2);
+        assert!(objects.iter().all(|(_, _, r)| *r == Round::Index));
+        let by_name: NodeObjects = objects.into_iter().map(|(n, d, _)| (n, d)).collect();
+        assert_eq!(read_node("n1", &by_name).unwrap(), a);
+        // It never shrinks.
+        let small = render_node("n1", &NodeAssignments::new(), 4);
+        assert_eq!(small.len(), 5);
+        let by_name: NodeObjects = small.into_iter().map(|(n, d, _)| (n, d)).collect();
+        assert!(read_node("n1", &by_name).unwrap().is_empty());
     }
 }

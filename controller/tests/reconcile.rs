@@ -722,13 +722,9 @@ async fn a_write_refused_as_invalid_waits_for_a_change() {
     // stable: passes go on (the agent renews every 0.5 s), the same write is not made again.
     let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
     eventually(SETTLE, "full's IP in the node assignment", async || {
-        assignments
-            .get_opt(&keys::assignment_configmap(&node))
+        support::read_assignment(&assignments, &node)
             .await
-            .ok()
-            .flatten()
-            .and_then(|cm| cm.data)
-            .is_some_and(|d| d[keys::ASSIGNMENTS_KEY].contains("10.67.0.1 "))
+            .is_some_and(|a| a.ips.contains_key(&"10.67.0.1".parse().unwrap()))
     })
     .await;
     tokio::time::sleep(AGENT_RENEW * 3).await;

@@ -22,10 +22,12 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aliaslb_controller::node_assignments;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use futures::StreamExt;
@@ -306,6 +308,7 @@ impl Trusted {
             let log = log.clone();
             tokio::spawn(async move {
                 let mut synced = Some(synced_tx);
+                let mut objects: BTreeMap<String, node_assignments::NodeObjects> = BTreeMap::new();
                 let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
                 futures::pin_mut!(stream);
                 while let Some(event) = stream.next().await {
@@ -326,25 +329,31 @@ impl Trusted {
                             continue;
                         }
                     };
-                    let Some(node) = cm
-                        .metadata
-                        .name
-                        .as_deref()
-                        .and_then(|n| n.strip_prefix("aliaslb-node-"))
-                    else {
+                    let Some(name) = cm.metadata.name.clone() else {
                         continue;
                     };
-                    let text = cm
-                        .data
-                        .as_ref()
-                        .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
-                        .map_or("", String::as_str);
-                    let assignments = if deleted {
-                        None
+                    let Some(node) = node_assignments::node_of(&name).map(str::to_owned) else {
+                        continue;
+                    };
+                    let node_objects = objects.entry(node.clone()).or_default();
+                    if deleted {
+                        node_objects.remove(&name);
                     } else {
-                        Some(NodeAssignments::parse(text).unwrap_or_else(|e| {
-                            panic!("the controller wrote an unreadable assignment: {e}")
-                        }))
+                        node_objects.insert(name, node_assignments::ObjectData::of(&cm));
+                    }
+                    // What the node's agent reads after this event: nothing once the index is
+                    // gone; the last set while a shard the index counts is not there yet (the
+                    // initial list brings the index before its shards).
+                    let index_name = keys::assignment_configmap(&node);
+                    let assignments = match node_assignments::read_node(&node, node_objects) {
+                        Ok(a) => Some(a),
+                        Err(_) if !node_objects.contains_key(&index_name) => None,
+                        Err(e) if e.contains("is missing") => {
+                            let log = log.lock().unwrap();
+                            let last = log.iter().rev().find(|v| v.node == node);
+                            last.and_then(|v| v.assignments.clone())
+                        }
+                        Err(e) => panic!("the controller wrote an unreadable assignment: {e}"),
                     };
                     log.lock().unwrap().push(Version {
                         received: Instant::now(),
@@ -374,7 +383,8 @@ impl Trusted {
                     cm.metadata
                         .name
                         .as_deref()
-                        .is_some_and(|n| n.starts_with("aliaslb-node-"))
+                        .and_then(node_assignments::node_of)
+                        .is_some()
                 })
                 .all(|cm| {
                     log.iter()

@@ -3,10 +3,11 @@
 //!
 //! A Service's annotations can be written by anyone with `edit` on Services in its
 //! namespace, so they cannot say where an IP goes. The controller writes, for every node,
-//! one ConfigMap in its own namespace ([`crate::keys::assignment_configmap`]), labelled
-//! [`crate::keys::LABEL_ASSIGNMENTS`]; agents can read the controller's namespace but not
-//! write it, and tenants have no right there at all. Its data key
-//! [`crate::keys::ASSIGNMENTS_KEY`] holds one line per IP:
+//! ConfigMaps in its own namespace, labelled [`crate::keys::LABEL_ASSIGNMENTS`]: an index
+//! ([`crate::keys::assignment_configmap`]) and shards, laid out as [`shards`] says; agents
+//! can read the controller's namespace but not write it, and tenants have no right there at
+//! all. A shard's data key [`crate::keys::ASSIGNMENTS_KEY`] holds one line per IP (so did
+//! the single object per node of earlier releases):
 //!
 //! ```text
 //! 192.168.55.10 eth1 tcp:80,udp:53 default/web
@@ -25,16 +26,19 @@
 //! field is then `-`. Flags follow the services, in any order, each at most once; an agent
 //! older than a flag refuses the whole object and keeps what it has, never misreads it.
 //!
-//! The key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every node's
-//! interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
-//! another node claiming an IP (a handover) from a foreign host (a conflict) by it. A line format rather than JSON: at ~45 bytes an IP, one node can
-//! carry ~20,000 IPs within the 1 MiB object limit. Pure: render and parse only.
+//! The index's key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every
+//! node's interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
+//! another node claiming an IP (a handover) from a foreign host (a conflict) by it. A line
+//! format rather than JSON: ~45 bytes an IP, so a shard of 512 lines is ~25 KB. Pure:
+//! render and parse only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
 use crate::mac::{Mac, MacError};
+
+pub mod shards;
 
 /// A transport protocol a Service port can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -161,24 +165,7 @@ impl NodeAssignments {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for (ip, a) in &self.ips {
-            let interface = a.interface.as_deref().unwrap_or("-");
-            let ports = if a.ports.is_empty() {
-                "-".to_owned()
-            } else {
-                a.ports
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            let services = if a.services.is_empty() {
-                "-".to_owned()
-            } else {
-                a.services.iter().cloned().collect::<Vec<_>>().join(",")
-            };
-            let probe = if a.probe { " probe" } else { "" };
-            let bgp = if a.bgp { " bgp" } else { "" };
-            let _ = writeln!(out, "{ip} {interface} {ports} {services}{probe}{bgp}");
+            render_line(&mut out, *ip, a);
         }
         out
     }
@@ -293,6 +280,34 @@ impl NodeAssignments {
         }
         Ok(out)
     }
+}
+
+/// Appends the line of `ip` to `out`.
+pub(crate) fn render_line(out: &mut String, ip: IpAddr, a: &AssignedIp) {
+    let _ = write!(out, "{ip} {} ", a.interface.as_deref().unwrap_or("-"));
+    if a.ports.is_empty() {
+        out.push('-');
+    }
+    for (i, port) in a.ports.iter().enumerate() {
+        let _ = write!(out, "{}{port}", if i == 0 { "" } else { "," });
+    }
+    out.push(' ');
+    if a.services.is_empty() {
+        out.push('-');
+    }
+    for (i, service) in a.services.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(service);
+    }
+    if a.probe {
+        out.push_str(" probe");
+    }
+    if a.bgp {
+        out.push_str(" bgp");
+    }
+    out.push('\n');
 }
 
 /// Linux interface names, by the one rule the pool options and the agent reports use too

@@ -24,6 +24,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::hash::Fnv1a;
 use crate::keys::LABEL_EXCLUDE_FROM_LB;
 
 /// What the controller knows about one node, as plain data.
@@ -295,8 +296,7 @@ pub fn announcers(
 }
 
 /// Stable tie-break hash of (node, IP): FNV-1a 64 over the name, a separator and the
-/// address octets, then the murmur3 64-bit finalizer. Hand-written so it never changes
-/// across Rust versions (std's hasher may).
+/// address octets, then the murmur3 64-bit finalizer (`core/src/hash.rs`).
 ///
 /// The finalizer matters: FNV-1a alone barely moves the high bits when only the last
 /// octet differs, so the order of nodes would be the same for every IP of a pool and
@@ -304,50 +304,8 @@ pub fn announcers(
 pub fn tie_break_hash(node: &str, ip: Option<IpAddr>) -> u64 {
     let mut hash = Fnv1a::new();
     hash.write(node.as_bytes());
-    match ip {
-        Some(IpAddr::V4(v4)) => {
-            hash.write(&[0, 4]);
-            hash.write(&v4.octets());
-        }
-        Some(IpAddr::V6(v6)) => {
-            hash.write(&[0, 6]);
-            hash.write(&v6.octets());
-        }
-        None => hash.write(&[0, 0]),
-    }
-    fmix64(hash.finish())
-}
-
-/// murmur3's 64-bit finalizer: every input bit affects every output bit.
-fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    k ^ (k >> 33)
-}
-
-/// 64-bit FNV-1a (http://www.isthe.com/chongo/tech/comp/fnv/).
-struct Fnv1a(u64);
-
-impl Fnv1a {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    fn new() -> Self {
-        Fnv1a(Self::OFFSET_BASIS)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+    hash.write_ip(ip);
+    hash.finish_mixed()
 }
 
 #[cfg(test)]
@@ -568,18 +526,6 @@ mod tests {
             .map(|i| case(&[&format!("10.0.0.{i}")]).elect(&nodes).unwrap())
             .collect();
         assert_eq!(winners.len(), 3, "{winners:?}");
-    }
-
-    #[test]
-    fn fnv1a_matches_reference_vectors() {
-        // Published FNV-1a 64 test vectors: "" and "a".
-        let mut h = Fnv1a::new();
-        assert_eq!(h.finish(), 0xcbf2_9ce4_8422_2325);
-        h.write(b"a");
-        assert_eq!(h.finish(), 0xaf63_dc4c_8601_ec8c);
-        let mut h = Fnv1a::new();
-        h.write(b"foobar");
-        assert_eq!(h.finish(), 0x8594_4171_f739_67e8);
     }
 
     #[test]

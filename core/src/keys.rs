@@ -71,9 +71,62 @@ pub const ASSIGNMENTS_KEY: &str = "ips";
 /// ([`crate::assignment::NodeAssignments::render_node_macs`]).
 pub const NODE_MACS_KEY: &str = "node-macs";
 
-/// Name of the ConfigMap (in the controller's namespace) that holds what `node` must carry.
+/// Data key of a node's index object: how many shards hold its IP lines
+/// ([`crate::assignment::shards`]). Absent: the single-object format of earlier releases,
+/// whose lines are under [`ASSIGNMENTS_KEY`].
+pub const SHARDS_KEY: &str = "shards";
+/// Label on a node's index object and on each of its shards, so its agent watches its own
+/// node's objects only: the node's name ([`assignment_node_label`]).
+pub const LABEL_ASSIGNMENT_NODE: &str = "aliaslb.io/assignment-node";
+
+/// Name of the ConfigMap (in the controller's namespace) that says what `node` must carry:
+/// its index (the shard count and every node's MACs), or in the format of earlier releases,
+/// its whole assignment.
 pub fn assignment_configmap(node: &str) -> String {
     format!("aliaslb-node-{node}")
+}
+
+/// Name of shard `shard` of `node`'s assignment: `aliaslb-shard-<node>-<shard>`. The shard
+/// number has no `-`, so the name reads back one way only ([`assignment_shard_of`]), and no
+/// shard is ever named like an index.
+pub fn assignment_shard_configmap(node: &str, shard: u32) -> String {
+    format!("aliaslb-shard-{node}-{shard}")
+}
+
+/// The node and shard number of a shard's name: the inverse of
+/// [`assignment_shard_configmap`].
+pub fn assignment_shard_of(name: &str) -> Option<(&str, u32)> {
+    let rest = name.strip_prefix("aliaslb-shard-")?;
+    let (node, shard) = rest.rsplit_once('-')?;
+    let plain = !node.is_empty() && !shard.is_empty() && shard.bytes().all(|b| b.is_ascii_digit());
+    let shard = shard.parse().ok().filter(|_| plain)?;
+    // `01` would be a second name for shard 1.
+    (assignment_shard_configmap(node, shard) == name).then_some((node, shard))
+}
+
+/// Value of [`LABEL_ASSIGNMENT_NODE`] for `node`: its name when that is a valid label value
+/// (63 characters at most, as most node names are), else `h` and a stable hash of it. A
+/// label is only a filter for the watch: the agent still checks every object's name.
+pub fn assignment_node_label(node: &str) -> String {
+    let valid = node.len() <= 63
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && node
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && node
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if valid {
+        node.to_owned()
+    } else {
+        let mut hash = crate::hash::Fnv1a::new();
+        hash.write(node.as_bytes());
+        format!("h{:016x}", hash.finish_mixed())
+    }
 }
 
 #[cfg(test)]
@@ -90,5 +143,36 @@ mod tests {
         assert_eq!(agent_lease_node("aliaslb-agent-"), None);
         assert_eq!(agent_lease_node("aliaslb-controller"), None);
         assert_eq!(assignment_configmap("node-a"), "aliaslb-node-node-a");
+    }
+
+    #[test]
+    fn shard_names_read_back_one_way() {
+        for (node, shard) in [("a", 1), ("a-1", 0), ("a-1", 2), ("n.example.com", 31)] {
+            let name = assignment_shard_configmap(node, shard);
+            assert_eq!(assignment_shard_of(&name), Some((node, shard)), "{name}");
+        }
+        assert_eq!(assignment_shard_configmap("a-1", 2), "aliaslb-shard-a-1-2");
+        for name in [
+            "aliaslb-shard-a",
+            "aliaslb-shard--1",
+            "aliaslb-shard-a-",
+            "aliaslb-shard-a-01",
+            "aliaslb-shard-a-+1",
+            "aliaslb-shard-a-99999999999",
+            "aliaslb-node-a-1",
+        ] {
+            assert_eq!(assignment_shard_of(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn node_labels_are_valid_label_values() {
+        assert_eq!(assignment_node_label("node-a"), "node-a");
+        assert_eq!(assignment_node_label("n1.example.com"), "n1.example.com");
+        let long = "n".repeat(64);
+        let label = assignment_node_label(&long);
+        assert_eq!(label.len(), 17);
+        assert!(label.starts_with('h'), "{label}");
+        assert_ne!(label, assignment_node_label(&"m".repeat(64)));
     }
 }

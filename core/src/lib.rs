@@ -6,6 +6,7 @@
 pub mod annotations;
 pub mod assignment;
 pub mod election;
+mod hash;
 pub mod keys;
 pub mod ledger;
 pub mod mac;

@@ -16,7 +16,8 @@ pub(super) struct Index {
     pub(super) probe: BTreeSet<IpAddr>,
     /// The node MACs every assignment object lists, as last rendered.
     pub(super) macs: Option<String>,
-    /// The resourceVersion of each node's assignment object, as last seen.
+    /// The resourceVersions of each node's assignment objects (index and shards), as last
+    /// seen.
     pub(super) assignment_versions: HashMap<String, Option<String>>,
     /// The uids of our Services, for Events on deleted ones (the uid is shared with the
     /// record: no copy). The reference is built per Event, not per Service and pass (that

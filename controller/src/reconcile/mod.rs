@@ -477,13 +477,27 @@ impl Reconciler {
         }
         .render_node_macs();
         let objects = self.caches.assignments.state();
-        let versions: HashMap<String, Option<String>> = objects
-            .iter()
-            .filter_map(|cm| {
-                let node = node_assignments::node_of(cm.metadata.name.as_deref()?)?;
-                Some((node.to_owned(), cm.metadata.resource_version.clone()))
-            })
-            .collect();
+        // Each object's version, and per node, the versions of all its objects.
+        let mut object_versions: HashMap<String, Option<String>> = HashMap::new();
+        let mut versions: HashMap<String, Option<String>> = HashMap::new();
+        for cm in objects.iter() {
+            let Some(name) = cm.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(node) = node_assignments::node_of(name) else {
+                continue;
+            };
+            let version = cm.metadata.resource_version.clone();
+            let all = versions
+                .entry(node.to_owned())
+                .or_default()
+                .get_or_insert_default();
+            all.push_str(name);
+            all.push('=');
+            all.push_str(version.as_deref().unwrap_or(""));
+            all.push(';');
+            object_versions.insert(name.to_owned(), version);
+        }
         let every = touched.is_none() || self.index.macs.as_ref() != Some(&macs);
         let mut touched = touched.unwrap_or_default();
         for (node, version) in &versions {
@@ -503,8 +517,8 @@ impl Reconciler {
             touched.extend(versions.keys().cloned());
             touched.extend(self.index.on_node.keys().cloned());
         }
-        self.index.assignment_versions.clone_from(&versions);
-        self.index.macs = Some(macs.clone());
+        self.index.assignment_versions = versions;
+        self.index.macs = Some(macs);
         if touched.is_empty() {
             return;
         }
@@ -535,12 +549,16 @@ impl Reconciler {
                 .map(|cm| &**cm),
         );
         drop(objects);
-        let versions = versions
-            .into_iter()
-            .filter(|(node, _)| touched.contains(node))
-            .collect();
+        object_versions
+            .retain(|name, _| node_assignments::node_of(name).is_some_and(|n| touched.contains(n)));
         self.writes
-            .write_assignments(versions, desired, observed_assignments, &macs, observed.now)
+            .write_assignments(
+                object_versions,
+                desired,
+                observed_assignments,
+                &macs_map,
+                observed.now,
+            )
             .await;
     }
 
@@ -860,7 +878,7 @@ fn config_in_force(
 /// docs), never from the annotation: a Service none of them lists has no node to keep.
 pub(crate) fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
-    observed: &BTreeMap<String, node_assignments::Texts>,
+    observed: &BTreeMap<String, node_assignments::NodeObjects>,
 ) {
     if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
         tracing::warn!(

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::assignment::NodeAssignments;
+use aliaslb_core::mac::Mac;
 use aliaslb_core::plan::{ServiceKey, ServicePlan};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -17,7 +18,7 @@ use kube::Api;
 use super::MAX_IN_FLIGHT;
 use crate::context::Context;
 use crate::fence::ApplyError;
-use crate::node_assignments;
+use crate::node_assignments::{self, NodeObjects, ObjectData, Round};
 use crate::observe::service::{ServiceRecord, digest};
 use crate::service_writes::{self, ServiceWriter};
 
@@ -177,6 +178,15 @@ pub(super) struct Done {
     result: Result<Vec<Box<str>>, Box<ApplyError>>,
 }
 
+/// One assignment object to write.
+struct ObjectWrite {
+    node: String,
+    name: String,
+    data: ObjectData,
+    /// Its resourceVersion in the cache (`None`: not there).
+    version: Option<String>,
+}
+
 /// The write side of one leadership term, with what it remembers between passes.
 pub(super) struct Writes {
     ctx: Arc<Context>,
@@ -188,15 +198,18 @@ pub(super) struct Writes {
     /// Services whose last write the API server refused as invalid (422), with the
     /// [`attempt_key`] of that write: not retried while it stays the same.
     refused: HashMap<ServiceKey, u64>,
-    /// The node assignments written and not yet seen in the cache: digest of the text and
-    /// the versions before and after our write.
+    /// The node assignment objects written and not yet seen in the cache, by name: digest
+    /// of the data and the versions before and after our write.
     assign_memo: HashMap<String, (u64, [Option<String>; 2])>,
-    /// Assignment writes the API server refused (digest of the text, version of the object):
-    /// not made again until one of them changes.
+    /// Assignment object writes the API server refused, by name (digest of the data,
+    /// version of the object): not made again until one of them changes.
     assign_refused: HashMap<String, (u64, Option<String>)>,
     /// When failed assignment writes are retried, per node (the same policy as the
     /// Services').
     assign_retry: Retries<String>,
+    /// The shard count of each node's index as we last wrote it: the cache may still show
+    /// a lower one, and a count is never lowered, so the higher of the two is in force.
+    shard_counts: HashMap<String, u32>,
 }
 
 impl Writes {
@@ -212,6 +225,7 @@ impl Writes {
             assign_memo: HashMap::new(),
             assign_retry: Retries::new(),
             assign_refused: HashMap::new(),
+            shard_counts: HashMap::new(),
         }
     }
 
@@ -244,101 +258,159 @@ impl Writes {
             .min()
     }
 
-    /// Writes every node assignment whose text differs from what the cache shows (and
-    /// that we did not just write: the cache lags behind our writes). A node with nothing
-    /// assigned gets an empty list and the node MACs `macs` (rendered).
+    /// Writes every node assignment object whose data differs from what the cache shows
+    /// (and that we did not just write: the cache lags behind our writes), round by round
+    /// ([`Round`]): a node's writes of a round wait until its writes of the rounds before
+    /// are done, so its agent never reads a count whose shards are not written yet. A node
+    /// with nothing assigned gets empty lists and the node MACs `macs`.
     ///
-    /// `versions` is the resourceVersion of each node's assignment object in the cache.
+    /// `versions` is the resourceVersion of each assignment object in the cache, by name.
     pub(super) async fn write_assignments(
         &mut self,
         versions: HashMap<String, Option<String>>,
         desired: BTreeMap<String, NodeAssignments>,
-        observed: BTreeMap<String, node_assignments::Texts>,
-        macs: &str,
+        observed: BTreeMap<String, NodeObjects>,
+        macs: &BTreeMap<Mac, String>,
         now: Instant,
     ) {
         let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
-        let mut writes = Vec::new();
+        let nothing = NodeAssignments {
+            node_macs: macs.clone(),
+            ..NodeAssignments::default()
+        };
+        let no_objects = NodeObjects::new();
+        let mut rounds: BTreeMap<Round, Vec<ObjectWrite>> = BTreeMap::new();
+        // Nodes a write of which cannot be made now (refused, or waiting for its retry):
+        // none of their later rounds is written.
+        let mut blocked: HashMap<String, Round> = HashMap::new();
         for node in nodes {
-            let text = desired.get(node).map_or_else(
-                || node_assignments::Texts {
-                    ips: String::new(),
-                    node_macs: macs.to_owned(),
-                },
-                node_assignments::Texts::of,
-            );
-            if observed.get(node) == Some(&text) {
-                self.assign_memo.remove(node);
-                self.assign_refused.remove(node);
-                self.assign_retry.forget(node);
-                continue;
-            }
             if self.assign_retry.waiting(node, now) {
                 continue;
             }
-            let refused = (digest(&text), versions.get(node).cloned().flatten());
-            if self.assign_refused.get(node) == Some(&refused) {
-                continue;
+            let want = desired.get(node).unwrap_or(&nothing);
+            let seen = observed.get(node).unwrap_or(&no_objects);
+            let written = self.shard_counts.get(node).copied().unwrap_or(0);
+            let in_force = node_assignments::count_in_force(node, seen).max(written);
+            let mut pending = false;
+            for (name, data, round) in node_assignments::render_node(node, want, in_force) {
+                if seen.get(&name) == Some(&data) {
+                    self.assign_memo.remove(&name);
+                    self.assign_refused.remove(&name);
+                    continue;
+                }
+                let version = versions.get(&name).cloned().flatten();
+                let written = digest(&data);
+                if self.assign_refused.get(&name) == Some(&(written, version.clone())) {
+                    let first = blocked.entry(node.clone()).or_insert(round);
+                    *first = (*first).min(round);
+                    pending = true;
+                    continue;
+                }
+                // The same data was just written over this version: the cache has not
+                // caught up yet. A missing object (no version) is always written.
+                if version.is_some()
+                    && let Some((memo, seen)) = self.assign_memo.get(&name)
+                    && *memo == written
+                    && seen.contains(&version)
+                {
+                    continue;
+                }
+                pending = true;
+                rounds.entry(round).or_default().push(ObjectWrite {
+                    node: node.clone(),
+                    name,
+                    data,
+                    version,
+                });
             }
-            let version = versions.get(node).cloned().flatten();
-            // The same text was just written (or refused) over this version: the cache has
-            // not caught up yet. A missing object (no version) is always written.
-            if version.is_some()
-                && let Some((written, seen)) = self.assign_memo.get(node)
-                && *written == digest(&text)
-                && seen.contains(&version)
-            {
-                continue;
+            if !pending {
+                self.assign_retry.forget(node);
             }
-            writes.push((node.clone(), text, version));
-        }
-        if writes.is_empty() {
-            return;
         }
         let api = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.ctx.config.namespace);
+        for (round, writes) in rounds {
+            let writes: Vec<ObjectWrite> = writes
+                .into_iter()
+                .filter(|w| blocked.get(&w.node).is_none_or(|first| *first >= round))
+                .collect();
+            for (write, result) in self.run_object_writes(&api, writes).await {
+                self.settle_object_write(write, result, round, now, &mut blocked);
+            }
+        }
+    }
+
+    /// Runs assignment object writes, [`MAX_IN_FLIGHT`] at once.
+    async fn run_object_writes(
+        &self,
+        api: &Api<ConfigMap>,
+        writes: Vec<ObjectWrite>,
+    ) -> Vec<(ObjectWrite, Result<ConfigMap, ApplyError>)> {
         let namespace = &self.ctx.config.namespace;
         let leader = &self.ctx.leader;
-        let done: Vec<_> = futures::stream::iter(writes)
-            .map(|(node, text, before)| {
-                let api = &api;
-                async move {
-                    let result = node_assignments::apply(api, namespace, &node, &text, || {
-                        leader.write_deadline()
-                    })
-                    .await;
-                    (node, text, before, result)
-                }
+        futures::stream::iter(writes)
+            .map(|write| async move {
+                let result = node_assignments::apply(
+                    api,
+                    namespace,
+                    &write.node,
+                    &write.name,
+                    &write.data,
+                    || leader.write_deadline(),
+                )
+                .await;
+                (write, result)
             })
             .buffer_unordered(MAX_IN_FLIGHT)
             .collect()
-            .await;
-        for (node, text, before, result) in done {
-            match result {
-                Ok(written) => {
-                    self.assign_refused.remove(&node);
-                    self.assign_retry.forget(&node);
-                    tracing::info!(
-                        node,
-                        ips = text.ips.lines().count(),
-                        "node assignment written"
-                    );
-                    self.assign_memo.insert(
-                        node,
-                        (digest(&text), [before, written.metadata.resource_version]),
-                    );
+            .await
+    }
+
+    /// Remembers the outcome of one assignment object write of `round`; a node whose write
+    /// did not succeed is `blocked` from the later rounds of this pass.
+    fn settle_object_write(
+        &mut self,
+        write: ObjectWrite,
+        result: Result<ConfigMap, ApplyError>,
+        round: Round,
+        now: Instant,
+        blocked: &mut HashMap<String, Round>,
+    ) {
+        let ObjectWrite {
+            node,
+            name,
+            data,
+            version,
+        } = write;
+        match result {
+            Ok(written) => {
+                self.assign_refused.remove(&name);
+                self.assign_retry.forget(&node);
+                tracing::info!(
+                    node,
+                    object = name,
+                    ips = data.ips.lines().count(),
+                    "node assignment written"
+                );
+                if let Some(count) = data.shards.as_deref().and_then(|c| c.parse().ok()) {
+                    let known = self.shard_counts.entry(node.clone()).or_insert(0);
+                    *known = (*known).max(count);
                 }
-                Err(error) => {
-                    self.ctx.metrics.inc_reconcile_error(error.category());
-                    if error.is_transient() {
-                        let (failures, retry_in) = self.assign_retry.failed(node.clone(), now);
-                        tracing::warn!(node, failures, ?retry_in, error = %error, "node assignment write failed; retrying");
-                    } else if error.category() != "not_leader" {
-                        self.assign_retry.forget(&node);
-                        // Refused (e.g. 422: over the object size limit; 403: RBAC): not made
-                        // again until the text or the object changes.
-                        tracing::error!(node, error = %error, "node assignment write refused: this node's agent does not see the change");
-                        self.assign_refused.insert(node, (digest(&text), before));
-                    }
+                let after = written.metadata.resource_version;
+                self.assign_memo
+                    .insert(name, (digest(&data), [version, after]));
+            }
+            Err(error) => {
+                blocked.entry(node.clone()).or_insert(round);
+                self.ctx.metrics.inc_reconcile_error(error.category());
+                if error.is_transient() {
+                    let (failures, retry_in) = self.assign_retry.failed(node.clone(), now);
+                    tracing::warn!(node, object = name, failures, ?retry_in, error = %error, "node assignment write failed; retrying");
+                } else if error.category() != "not_leader" {
+                    self.assign_retry.forget(&node);
+                    // Refused (e.g. 422: over the object size limit; 403: RBAC): not made
+                    // again until the data or the object changes.
+                    tracing::error!(node, object = name, error = %error, "node assignment write refused: this node's agent does not see the change");
+                    self.assign_refused.insert(name, (digest(&data), version));
                 }
             }
         }

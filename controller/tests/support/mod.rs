@@ -16,6 +16,7 @@ use aliaslb_controller::context::Context;
 use aliaslb_controller::http::Readiness;
 use aliaslb_controller::leader::Leadership;
 use aliaslb_controller::metrics::Metrics;
+use aliaslb_controller::node_assignments;
 use aliaslb_controller::reconcile;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
@@ -181,7 +182,7 @@ impl Cluster {
     /// Dropping it stops renewing (hard loss).
     pub fn fake_agent(&self, node: &str) -> Task {
         let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
-        let assignment = keys::assignment_configmap(node);
+        let assignment = node.to_owned();
         self.agent_writing(node, move || {
             let assignments = assignments.clone();
             let assignment = assignment.clone();
@@ -207,7 +208,7 @@ impl Cluster {
         routing: Arc<std::sync::Mutex<Option<RoutingReport>>>,
     ) -> Task {
         let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
-        let assignment = keys::assignment_configmap(node);
+        let assignment = node.to_owned();
         self.agent_writing(node, move || {
             let assignments = assignments.clone();
             let assignment = assignment.clone();
@@ -484,18 +485,26 @@ impl Holdings {
     }
 }
 
-/// The IPs of the assignment object `name` (none when it is missing or unreadable), as an
-/// agent reads it.
-async fn assigned_ips(api: &Api<ConfigMap>, name: &str) -> std::collections::BTreeSet<IpAddr> {
-    match api.get_opt(name).await {
-        Ok(cm) => cm
-            .and_then(|cm| cm.data)
-            .and_then(|d| d.get(keys::ASSIGNMENTS_KEY).cloned())
-            .and_then(|text| NodeAssignments::parse(&text).ok())
-            .map(|a| a.ips.into_keys().collect())
-            .unwrap_or_default(),
-        Err(_) => Default::default(),
-    }
+/// `node`'s assignment, as its agent reads it from its objects (index and shards): `None`
+/// when they are missing or unreadable.
+pub async fn read_assignment(api: &Api<ConfigMap>, node: &str) -> Option<NodeAssignments> {
+    let params = ListParams::default().labels(&format!(
+        "{}={}",
+        keys::LABEL_ASSIGNMENT_NODE,
+        keys::assignment_node_label(node)
+    ));
+    let listed = api.list(&params).await.ok()?.items;
+    let objects = node_assignments::observed(&listed);
+    node_assignments::read_node(node, objects.get(node)?).ok()
+}
+
+/// The IPs of `node`'s assignment (none when it is missing or unreadable), as an agent
+/// reads it.
+async fn assigned_ips(api: &Api<ConfigMap>, node: &str) -> std::collections::BTreeSet<IpAddr> {
+    read_assignment(api, node)
+        .await
+        .map(|a| a.ips.into_keys().collect())
+        .unwrap_or_default()
 }
 
 impl Cluster {
@@ -504,7 +513,7 @@ impl Cluster {
     /// call, a node under load). Returns what it reported and when.
     pub fn slow_agent(&self, node: &str, keep: Duration) -> (Task, Arc<Holdings>) {
         let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
-        let assignment = keys::assignment_configmap(node);
+        let assignment = node.to_owned();
         let holdings = Arc::new(Holdings::default());
         let state = holdings.clone();
         let task = self.agent_writing(node, move || {
@@ -543,7 +552,7 @@ impl Cluster {
     pub fn lan_agent(&self, node: &str, mac: &str) -> (Task, Arc<std::sync::Mutex<LanScript>>) {
         use aliaslb_core::report::{Conflict, InterfaceReport};
         let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
-        let assignment = keys::assignment_configmap(node);
+        let assignment = node.to_owned();
         let script: Arc<std::sync::Mutex<LanScript>> = Arc::default();
         let state = script.clone();
         let mac: aliaslb_core::mac::Mac = mac.parse().unwrap();
@@ -600,7 +609,7 @@ impl Cluster {
         (task, script)
     }
 
-    /// The data of `node`'s assignment object (empty when it does not exist).
+    /// The data of `node`'s assignment object, its index (empty when it does not exist).
     pub async fn assignment_data(&self, node: &str) -> BTreeMap<String, String> {
         Api::<ConfigMap>::namespaced(self.client.clone(), &self.system)
             .get_opt(&keys::assignment_configmap(node))
@@ -656,12 +665,13 @@ impl Cluster {
         None
     }
 
-    /// The line of `node`'s assignment object for `ip`, if it lists it.
+    /// The line of `node`'s assignment for `ip`, if it lists it.
     pub async fn assignment_line(&self, node: &str, ip: &str) -> Option<String> {
-        let data = self.assignment_data(node).await;
-        data.get(keys::ASSIGNMENTS_KEY)?
-            .lines()
-            .find(|l| l.split(' ').next() == Some(ip))
-            .map(str::to_owned)
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
+        let ip: IpAddr = ip.parse().ok()?;
+        let mut a = read_assignment(&api, node).await?;
+        a.ips.retain(|i, _| *i == ip);
+        let line = a.render();
+        (!line.is_empty()).then(|| line.trim_end().to_owned())
     }
 }

@@ -1,0 +1,252 @@
+//! The sharded node assignment against the real kube-apiserver (1.37; 1.30 too): a node
+//! that carries more than a shard holds is split over several objects, a new Service then
+//! writes the one shard its address is in (never the node's other lines), and the
+//! single-object format of earlier releases is imported (no node changes) and converted.
+//! Agents are faked by renewing their Leases from the test.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aliaslb_core::assignment::NodeAssignments;
+use aliaslb_core::assignment::shards::{LEGACY_MARKER, MAX_SHARD_BYTES, MAX_SHARD_LINES};
+use aliaslb_core::keys;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+use support::{Cluster, Task, eventually, lb_service, read_assignment, serial};
+
+use support::SETTLE;
+
+/// Services on the one node: more than one shard holds.
+const MANY: usize = 600;
+
+/// The names and data sizes of the assignment objects written while a watch runs.
+#[derive(Default)]
+struct Writes(Mutex<Vec<(String, usize)>>);
+
+impl Writes {
+    /// Watches the assignment objects of `c` from now on (the initial list is not a write).
+    async fn start(c: &Cluster) -> (Arc<Writes>, Task) {
+        let writes = Arc::new(Writes::default());
+        let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let log = writes.clone();
+        let task = tokio::spawn(async move {
+            let config = watcher::Config::default().labels(keys::LABEL_ASSIGNMENTS);
+            let stream = watcher::watcher(api, config);
+            futures::pin_mut!(stream);
+            let mut synced = Some(synced_tx);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(Event::InitDone) => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Apply(cm)) => {
+                        let size = cm.data.iter().flatten().map(|(_, v)| v.len()).sum();
+                        let name = cm.metadata.name.unwrap_or_default();
+                        log.0.lock().unwrap().push((name, size));
+                    }
+                    _ => {}
+                }
+            }
+        });
+        synced_rx.await.unwrap();
+        (writes, Task(task))
+    }
+
+    fn take(&self) -> Vec<(String, usize)> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+/// `node`'s objects, by name, with their data.
+async fn objects(c: &Cluster, node: &str) -> Vec<ConfigMap> {
+    let label = format!(
+        "{}={}",
+        keys::LABEL_ASSIGNMENT_NODE,
+        keys::assignment_node_label(node)
+    );
+    Api::<ConfigMap>::namespaced(c.client.clone(), &c.system)
+        .list(&kube::api::ListParams::default().labels(&label))
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_is_sharded_and_a_new_service_writes_one_shard() {
+    let _serial = serial().await;
+    let c = Cluster::new("shards").await;
+    c.set_pool(&[(c.ns.as_str(), "10.63.0.0/21")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    futures::stream::iter(0..MANY)
+        .for_each_concurrent(16, |i| {
+            let api = api.clone();
+            async move {
+                let svc = lb_service(&format!("svc-{i:03}")).build();
+                api.create(&PostParams::default(), &svc).await.unwrap();
+            }
+        })
+        .await;
+    let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    eventually(
+        Duration::from_secs(60),
+        "every Service's address in the node's shards, none a first claim",
+        async || {
+            read_assignment(&assignments, &node)
+                .await
+                .is_some_and(|a| a.ips.len() == MANY && a.ips.values().all(|l| !l.probe))
+        },
+    )
+    .await;
+    let listed = objects(&c, &node).await;
+    let index_name = keys::assignment_configmap(&node);
+    let index = listed
+        .iter()
+        .find(|cm| cm.metadata.name.as_deref() == Some(index_name.as_str()))
+        .expect("the index");
+    let data = index.data.as_ref().unwrap();
+    let count: u32 = data[keys::SHARDS_KEY].parse().unwrap();
+    assert!(count >= 2, "{MANY} lines need 2 shards at least: {count}");
+    assert_eq!(data[keys::ASSIGNMENTS_KEY], LEGACY_MARKER);
+    assert_eq!(
+        listed.len(),
+        count as usize + 1,
+        "the index and its shards, nothing else"
+    );
+    for cm in &listed {
+        let text = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(keys::ASSIGNMENTS_KEY))
+            .unwrap();
+        assert!(
+            text.lines().count() <= MAX_SHARD_LINES,
+            "{:?}",
+            cm.metadata.name
+        );
+        assert!(text.len() <= MAX_SHARD_BYTES, "{:?}", cm.metadata.name);
+    }
+
+    // One more Service: its shard is written (the first claim, then without `probe` once
+    // the agent holds it), no other object, and each write is a shard's size, not the node's.
+    let (writes, _watch) = Writes::start(&c).await;
+    c.create(lb_service("one-more")).await;
+    c.wait_condition("one-more", keys::CONDITION_ANNOUNCED, "Announced")
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ip: IpAddr = c.ips("one-more").await[0].parse().unwrap();
+    let shard = aliaslb_core::assignment::shards::shard_of(ip, count);
+    let written = writes.take();
+    let names: BTreeSet<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([keys::assignment_shard_configmap(&node, shard).as_str()]),
+        "only the new address's shard is written: {written:?}"
+    );
+    assert!(
+        (1..=2).contains(&written.len()),
+        "the first claim, then without probe: {written:?}"
+    );
+    let whole = read_assignment(&assignments, &node)
+        .await
+        .unwrap()
+        .render()
+        .len();
+    for (name, size) in &written {
+        assert!(
+            *size * 3 < whole * 2,
+            "{name}: {size} bytes written, the node's lines are {whole}"
+        );
+    }
+    c.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_single_object_format_is_imported_and_converted() {
+    let _serial = serial().await;
+    let c = Cluster::new("legacy").await;
+    c.set_pool(&[(c.ns.as_str(), "10.64.0.0/24")]).await;
+    let nodes = [c.node("a").await, c.node("b").await, c.node("c").await];
+    let _agents: Vec<Task> = nodes.iter().map(|n| c.fake_agent(n)).collect();
+    // What an earlier controller left: six Services with their IPs in status, all carried
+    // by node c in its single object. A controller electing afresh spreads them.
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let mut legacy = NodeAssignments::new();
+    for i in 1..=6u8 {
+        let name = format!("old-{i}");
+        c.create(lb_service(&name)).await;
+        let ip = format!("10.64.0.{i}");
+        let status =
+            json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+        legacy.assign(ip.parse().unwrap(), None, [], &format!("{}/{name}", c.ns));
+    }
+    let index_name = keys::assignment_configmap(&nodes[2]);
+    let object = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": index_name,
+            "labels": {keys::LABEL_ASSIGNMENTS: "true"},
+        },
+        "data": {keys::ASSIGNMENTS_KEY: legacy.render(), keys::NODE_MACS_KEY: ""},
+    });
+    let params = PatchParams::apply(keys::CONTROLLER_FIELD_MANAGER).force();
+    let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    assignments
+        .patch(&index_name, &params, &Patch::Apply(object))
+        .await
+        .unwrap();
+
+    let (_controller, _metrics) = c.start_controller();
+    eventually(SETTLE, "node c's index in the sharded format", async || {
+        objects(&c, &nodes[2]).await.iter().any(|cm| {
+            cm.metadata.name.as_deref() == Some(index_name.as_str())
+                && cm
+                    .data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(keys::SHARDS_KEY))
+        })
+    })
+    .await;
+    let read = read_assignment(&assignments, &nodes[2]).await.unwrap();
+    assert_eq!(
+        read.ips.keys().collect::<Vec<_>>(),
+        legacy.ips.keys().collect::<Vec<_>>(),
+        "every address stays on node c"
+    );
+    for i in 1..=6 {
+        let name = format!("old-{i}");
+        assert_eq!(c.ips(&name).await, [format!("10.64.0.{i}")], "{name}");
+        c.wait_condition(&name, keys::CONDITION_ANNOUNCED, "Announced")
+            .await;
+        let svc = c.get(&name).await;
+        assert_eq!(
+            support::annotation(&svc, keys::ANNOTATION_NODE),
+            Some(nodes[2].as_str()),
+            "{name} stays where the earlier controller put it"
+        );
+    }
+    for node in &nodes[..2] {
+        let read = read_assignment(&assignments, node).await;
+        assert!(
+            read.as_ref().is_none_or(NodeAssignments::is_empty),
+            "{node}: {read:?}"
+        );
+    }
+    c.cleanup().await;
+}
