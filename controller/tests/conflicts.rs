@@ -315,13 +315,18 @@ async fn a_defended_claim_keeps_the_service_and_names_the_mac_unless_the_pool_re
     ])
     .await;
     c.wait_ips("web", &["10.89.1.2"], SETTLE).await;
-    let moved = warnings(&c, "web", reason::ADDRESS_CONFLICT).await;
-    assert!(
-        moved
-            .iter()
-            .any(|n| n.contains(FOREIGN) && n.contains("10.89.1.1")),
-        "{moved:?}"
-    );
+    // The Event is written after the pass that moved the address (the Event queue).
+    eventually(
+        SETTLE,
+        "an AddressConflict Warning naming the claim",
+        async || {
+            warnings(&c, "web", reason::ADDRESS_CONFLICT)
+                .await
+                .iter()
+                .any(|n| n.contains(FOREIGN) && n.contains("10.89.1.1"))
+        },
+    )
+    .await;
     c.cleanup().await;
 }
 
