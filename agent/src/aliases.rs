@@ -20,6 +20,7 @@ use crate::host::{Alias, HostState, InterfaceError, choose_interface};
 use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
 use crate::l2::announce::Announcer;
 use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
+use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::ShieldState;
 
@@ -37,9 +38,24 @@ pub struct DesiredSet {
     probe: BTreeSet<IpAddr>,
     routed: BTreeSet<IpAddr>,
     node_macs: BTreeMap<Mac, String>,
+    /// Fast L2 failover: the IPs this node stands by for (not held), by IP.
+    standby: BTreeMap<IpAddr, StandbyLine>,
+    /// Fast L2 failover: the standby of each IP held, where the adverts go.
+    peers: BTreeMap<IpAddr, Peer>,
     /// The assignment object is missing: this is the last set read, kept
     /// ([`crate::assignments`]).
     object_missing: bool,
+}
+
+/// An IP this node stands by for: it takes it over when its holder's adverts stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandbyLine {
+    /// The holder whose adverts keep it there.
+    pub holder: String,
+    /// The interface the assignment names for it.
+    pub interface: Option<String>,
+    /// The ports its Services open (for the shield once taken over).
+    pub ports: BTreeSet<OpenPort>,
 }
 
 impl DesiredSet {
@@ -120,6 +136,45 @@ impl DesiredSet {
         self.node_macs.get(&mac).map(String::as_str)
     }
 
+    /// Adds `ip` as an IP this node stands by for (not held).
+    pub fn add_standby(&mut self, ip: IpAddr, line: StandbyLine) {
+        self.standby.insert(ip, line);
+    }
+
+    /// The standby line of `ip`, if this node stands by for it.
+    pub fn standby(&self, ip: IpAddr) -> Option<&StandbyLine> {
+        self.standby.get(&ip)
+    }
+
+    /// Every IP this node stands by for.
+    pub fn standbys(&self) -> impl Iterator<Item = (IpAddr, &StandbyLine)> {
+        self.standby.iter().map(|(ip, line)| (*ip, line))
+    }
+
+    /// Names the standby of a held `ip`.
+    pub fn set_peer(&mut self, ip: IpAddr, peer: Peer) {
+        self.peers.insert(ip, peer);
+    }
+
+    /// The standby of a held `ip`, if it has one.
+    pub fn peer(&self, ip: IpAddr) -> Option<&Peer> {
+        self.peers.get(&ip)
+    }
+
+    /// This set with the standby IPs `taken` held too (taken over on the LAN: no probe).
+    pub fn with_taken_over(&self, taken: &BTreeSet<IpAddr>) -> DesiredSet {
+        let mut set = self.clone();
+        for ip in taken {
+            if let Some(line) = self.standby.get(ip)
+                && !set.entries.contains_key(ip)
+            {
+                set.entries.insert(*ip, line.interface.clone());
+                set.open(*ip, line.ports.iter().copied());
+            }
+        }
+        set
+    }
+
     /// Marks this set as the one kept while the assignment object is missing.
     pub fn mark_object_missing(&mut self) {
         self.object_missing = true;
@@ -148,6 +203,7 @@ impl DesiredSet {
             set.ports.remove(ip);
             set.probe.remove(ip);
             set.routed.remove(ip);
+            set.peers.remove(ip);
         }
         set
     }

@@ -45,12 +45,27 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::aliases::DesiredSet;
+use crate::aliases::{DesiredSet, StandbyLine};
 
 /// The desired set a node's assignment says.
 fn set_of(assignments: NodeAssignments) -> DesiredSet {
     let mut set = DesiredSet::new();
     for (ip, a) in assignments.ips {
+        if let Some(holder) = a.standby_for {
+            // Not to hold: to take over when the holder's adverts stop.
+            set.add_standby(
+                ip,
+                StandbyLine {
+                    holder,
+                    interface: a.interface,
+                    ports: a.ports,
+                },
+            );
+            continue;
+        }
+        if let Some(peer) = a.peer {
+            set.set_peer(ip, peer);
+        }
         set.insert(ip, a.interface);
         set.open(ip, a.ports);
         if a.bgp {

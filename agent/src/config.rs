@@ -87,6 +87,17 @@ pub struct Flags {
     /// socket dir>]`, or `none`.
     #[arg(long, env = "ALIASLB_ROUTING_DAEMON", default_value = "none")]
     pub routing_daemon: String,
+
+    /// Fast L2 failover: the UDP port of the liveness adverts between holder and standby
+    /// nodes (sent to the standby's address on the IP's subnet, received on every address).
+    /// `0` turns the adverts off here: this node's IPs then fail over by the Lease only.
+    #[arg(long, env = "ALIASLB_ADVERT_PORT", default_value_t = keys::DEFAULT_ADVERT_PORT)]
+    pub advert_port: u16,
+
+    /// Fast L2 failover: how often a holder sends its adverts; a standby takes over after
+    /// three intervals and a half of silence (and a LAN check). From 20ms to 1s.
+    #[arg(long, env = "ALIASLB_ADVERT_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    pub advert_interval: Duration,
 }
 
 /// An on/off flag value.
@@ -130,6 +141,10 @@ pub struct Settings {
     pub routed_device: String,
     /// `--routing-daemon`, as given (parsed by [`crate::l3::routing`]).
     pub routing_daemon: String,
+    /// `--advert-port` (`None`: adverts off).
+    pub advert_port: Option<u16>,
+    /// `--advert-interval`.
+    pub advert_interval: Duration,
 }
 
 /// Why the flags do not make a usable configuration.
@@ -138,6 +153,9 @@ pub enum AgentConfigError {
     /// The node name is empty.
     #[error("--node-name (or NODE_NAME) must not be empty")]
     EmptyNodeName,
+    /// The advert interval is out of range.
+    #[error("--advert-interval {0:?} must be from 20ms to 1s")]
+    AdvertInterval(Duration),
     /// `--routed-device` is no interface name.
     #[error(
         "--routed-device (or ALIASLB_ROUTED_DEVICE) {name:?} {why}: give an interface name such as `aliaslb0` or `lo`"
@@ -210,7 +228,12 @@ impl Flags {
             host_port_shield,
             routed_device,
             routing_daemon,
+            advert_port,
+            advert_interval,
         } = self;
+        if !(Duration::from_millis(20)..=Duration::from_secs(1)).contains(&advert_interval) {
+            return Err(AgentConfigError::AdvertInterval(advert_interval));
+        }
         if node_name.trim().is_empty() {
             return Err(AgentConfigError::EmptyNodeName);
         }
@@ -256,6 +279,8 @@ impl Flags {
             host_port_shield: host_port_shield == Toggle::On,
             routed_device,
             routing_daemon,
+            advert_port: (advert_port != 0).then_some(advert_port),
+            advert_interval,
         })
     }
 }

@@ -14,7 +14,9 @@ use aliaslb_agent::config::{Flags, Settings};
 use aliaslb_agent::http::{AgentProbes, Health};
 use aliaslb_agent::kernel::backend::{Lifetime, REQUEST_TIMEOUT, Timed};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
+use aliaslb_agent::l2::adverts;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::l2::failover::{Failover, FailoverConfig};
 use aliaslb_agent::l2::guard::GuardConfig;
 use aliaslb_agent::l2::lan::LanWatch;
 use aliaslb_agent::l2::lan::ProbeConfig;
@@ -29,7 +31,7 @@ use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{error, info, warn};
 
 /// Bound on one reading of the routing daemon (a stuck daemon must not stall the reports).
@@ -59,6 +61,8 @@ async fn main() -> anyhow::Result<()> {
         host_port_shield,
         routed_device,
         routing_daemon,
+        advert_port,
+        advert_interval,
     } = settings;
     info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -71,6 +75,8 @@ async fn main() -> anyhow::Result<()> {
         ?alias_lifetime,
         ?resync_interval,
         host_port_shield,
+        ?advert_port,
+        ?advert_interval,
         "aliaslb-agent starting"
     );
     let shield = if host_port_shield {
@@ -108,6 +114,38 @@ async fn main() -> anyhow::Result<()> {
         let _ = rx.wait_for(|stop| *stop).await;
     }));
 
+    // Fast L2 failover: the key, the adverts heard, the adverts to send.
+    let (key_tx, key_rx) = watch::channel(None);
+    let (heard_tx, heard_rx) = mpsc::channel(1024);
+    let (streams_tx, streams_rx) = watch::channel(Vec::new());
+    if let Some(port) = advert_port {
+        tokio::spawn(adverts::key_loop(client.clone(), namespace.clone(), key_tx));
+        let received = metrics.clone();
+        let receiver = adverts::receive_loop(port, key_rx.clone(), heard_tx, move |why| {
+            received.inc_advert_received(match why {
+                adverts::Dropped::NoKey => "no_key",
+                adverts::Dropped::Invalid => "invalid",
+            });
+        });
+        tokio::spawn(async move {
+            if let Err(e) = receiver.await {
+                error!(error = %e, port, "the advert receiver stopped: this node no longer takes over for silent holders");
+            }
+        });
+        tokio::spawn(adverts::send_loop(
+            adverts::Sender::new(&node_name, port),
+            advert_interval,
+            key_rx.clone(),
+            streams_rx,
+            metrics.clone(),
+        ));
+    } else {
+        warn!(
+            "--advert-port 0: no fast-failover adverts; this node's IPs fail over by the Lease only"
+        );
+        drop(heard_tx);
+    }
+    let failover = Failover::new(&node_name, FailoverConfig::new(advert_interval));
     let (desired_tx, desired_rx) = watch::channel(None);
     let watcher = tokio::spawn(assignments::watch_assignments(
         client.clone(),
@@ -115,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
         node_name.clone(),
         desired_tx,
     ));
+    let goodbye_node = node_name.clone();
     let heartbeat = Heartbeat::new(
         client,
         LeaseConfig {
@@ -198,6 +237,8 @@ async fn main() -> anyhow::Result<()> {
             kernel,
             guard: GuardConfig::default(),
             probe: ProbeConfig::default(),
+            failover,
+            streams_tx: advert_port.map(|_| streams_tx.clone()),
         },
     );
 
@@ -218,6 +259,7 @@ async fn main() -> anyhow::Result<()> {
                 renew_interval,
                 resync_interval,
                 routing: routing_rx,
+                heard: heard_rx,
             },
             stop,
         )
@@ -234,9 +276,16 @@ async fn main() -> anyhow::Result<()> {
         drop(report_tx);
         let _ = heartbeat_task.await;
         watcher.abort();
+        // No IP held from here on: the adverts still sent say so.
+        let streams = streams_tx.send_replace(Vec::new());
         let report = aliases.release_all().await;
         for e in &report.errors {
             error!(error = %e, "could not remove an alias (the kernel drops it when its lifetime ends)");
+        }
+        // The standbys learn the IPs were let go, not lost: they do not take them over.
+        if let Some(port) = advert_port {
+            let key = key_rx.borrow().clone();
+            adverts::goodbye(&goodbye_node, port, key.as_ref(), &streams).await;
         }
         info!(removed = report.removed.len(), "aliases removed");
         // Only now, and only when every alias is gone: removing the table first would open

@@ -33,6 +33,13 @@ struct OperationLabels {
     operation: String,
 }
 
+/// Labels of the fast-failover counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    /// What happened.
+    result: &'static str,
+}
+
 /// Labels of the shield's drop counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct FamilyLabels {
@@ -98,6 +105,9 @@ pub struct Metrics {
     bgp_sessions_established: Gauge,
     routes_exported: Gauge,
     yields: Counter,
+    adverts_received: Family<ResultLabels, Counter>,
+    adverts_sent: Counter,
+    failovers: Family<ResultLabels, Counter>,
     defences: Counter,
     claims_elsewhere: Counter,
     probes: Family<OutcomeLabels, Counter>,
@@ -249,6 +259,24 @@ impl Metrics {
             "Held addresses given up because another node claimed them while this agent's Lease was stale",
             yields.clone(),
         );
+        let adverts_received = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "adverts_received",
+            "Fast L2 failover: adverts received, by result (accepted; replayed: a counter not above the last one from that sender; not_for_me; invalid: not an advert or a MAC that does not verify; no_key)",
+            adverts_received.clone(),
+        );
+        let adverts_sent = Counter::default();
+        registry.register(
+            "adverts_sent",
+            "Fast L2 failover: adverts sent to the standbys of the IPs held",
+            adverts_sent.clone(),
+        );
+        let failovers = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "failovers",
+            "Fast L2 failover on the standby: taken_over (holder silent, nobody answered the LAN check), still_answered (holder silent, but the IP still answered: not taken), given_back (the holder spoke for an IP taken over)",
+            failovers.clone(),
+        );
         let defences = Counter::default();
         registry.register(
             "defences",
@@ -346,6 +374,9 @@ impl Metrics {
             bgp_sessions_established,
             routes_exported,
             yields,
+            adverts_received,
+            adverts_sent,
+            failovers,
             defences,
             claims_elsewhere,
             probes,
@@ -466,6 +497,23 @@ impl Metrics {
     /// Count one yield.
     pub fn inc_yield(&self) {
         self.yields.inc();
+    }
+
+    /// Count one advert received, by result.
+    pub fn inc_advert_received(&self, result: &'static str) {
+        self.adverts_received
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Count `n` adverts sent.
+    pub fn add_adverts_sent(&self, n: u64) {
+        self.adverts_sent.inc_by(n);
+    }
+
+    /// Count one failover event on the standby, by result.
+    pub fn inc_failover(&self, result: &'static str) {
+        self.failovers.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Count one defence.

@@ -12,11 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, StandbyLine};
 use aliaslb_agent::host::{HostAddress, Link};
 use aliaslb_agent::http::Health;
 use aliaslb_agent::kernel::backend::{Lifetime, Timed};
+use aliaslb_agent::l2::adverts::Stream;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
+use aliaslb_agent::l2::failover::{Failover, FailoverConfig};
 use aliaslb_agent::l2::guard::GuardConfig;
 use aliaslb_agent::l2::lan::{
     BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
@@ -24,6 +26,8 @@ use aliaslb_agent::l2::lan::{
 use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
+use aliaslb_core::advert::Advert;
+use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{AgentReport, RoutingReport};
 use fakes::{FakeKernel as Fake, Shared as Kernel};
@@ -114,6 +118,8 @@ struct Harness {
     metrics: Arc<Metrics>,
     changes_tx: mpsc::Sender<()>,
     routing_tx: watch::Sender<Option<RoutingReport>>,
+    heard_tx: mpsc::Sender<Advert>,
+    streams_rx: watch::Receiver<Vec<Stream>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -131,6 +137,8 @@ impl Harness {
         let (report_tx, report_rx) = watch::channel(None);
         let (changes_tx, changes) = mpsc::channel(1);
         let (routing_tx, routing_rx) = watch::channel(None);
+        let (heard_tx, heard) = mpsc::channel(64);
+        let (streams_tx, streams_rx) = watch::channel(Vec::new());
         let authority = Authority::new(LEASE);
         let kernel = KernelRounds::new();
         let metrics = Arc::new(Metrics::new());
@@ -153,6 +161,8 @@ impl Harness {
                 kernel: kernel.clone(),
                 guard: GuardConfig::default(),
                 probe: ProbeConfig::default(),
+                failover: Failover::new("alb-node-1", FailoverConfig::default()),
+                streams_tx: Some(streams_tx),
             },
         );
         let (stop, stopped) = oneshot::channel::<()>();
@@ -165,6 +175,7 @@ impl Harness {
             renew_interval: RENEW,
             resync_interval: Duration::from_secs(30),
             routing: routing_rx,
+            heard,
         };
         // Not `tokio::spawn`: the reconcile's write streams are not `Send` for every
         // lifetime (a compiler limit), so the loop runs on the test's thread.
@@ -186,6 +197,8 @@ impl Harness {
             metrics,
             changes_tx,
             routing_tx,
+            heard_tx,
+            streams_rx,
             stop: Some(stop),
             task,
         }
@@ -927,6 +940,176 @@ async fn a_kube_ipvs0_link_is_said_and_shown() {
             shown(&h).as_deref(),
             Some("aliaslb_agent_kube_proxy_ipvs 0")
         );
+        h.stop().await;
+    })
+    .await;
+}
+
+/// `held` IPs held here, `standby` IPs this node (alb-node-1) stands by for, held by
+/// alb-node-2; node-2's MAC known.
+fn with_standby(held: &[&str], standby: &[&str]) -> DesiredSet {
+    let mut d = desired(held, &[]);
+    for s in standby {
+        d.add_standby(
+            ip(s),
+            StandbyLine {
+                holder: "alb-node-2".into(),
+                interface: None,
+                ports: Default::default(),
+            },
+        );
+    }
+    d
+}
+
+impl Harness {
+    /// An advert from alb-node-2 listing `ips`.
+    fn advert(&self, counter: u64, ips: &[&str]) {
+        self.heard_tx
+            .try_send(Advert {
+                from: "alb-node-2".into(),
+                to: "alb-node-1".into(),
+                counter,
+                ips: ips.iter().map(|s| ip(s)).collect(),
+            })
+            .unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_takes_over_once_the_holder_is_silent_and_nobody_answers() {
+    local(async {
+        let h = Harness::start();
+        h.want(with_standby(&[], &["192.168.1.60"]));
+        settle().await;
+        assert!(h.fake.ours().is_empty(), "a standby line is not held");
+        assert!(h.report().held.is_empty());
+        // The holder advertises every 100 ms for a second: nothing happens.
+        for n in 1..=10 {
+            h.advert(n, &["192.168.1.60"]);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(h.fake.ours().is_empty());
+        assert!(
+            h.lan.probes.lock().unwrap().is_empty(),
+            "no check while adverts come"
+        );
+        // Silence: a check 350 ms after the last advert, then the IP, without a probe of
+        // the first-claim kind.
+        let last = Instant::now() - Duration::from_millis(100);
+        wait_for("the takeover", Duration::from_secs(1), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        let took = last.elapsed();
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_millis(500),
+            "taken over {took:?} after the last advert"
+        );
+        let probes = h.lan.probes.lock().unwrap().clone();
+        assert_eq!(probes.len(), 1, "{probes:?}");
+        assert_eq!(probes[0].2, vec![ip("192.168.1.60")]);
+        assert_eq!(h.report().held, [ip("192.168.1.60")].into());
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_failovers_total{result="taken_over"} 1"#),
+            "{text}"
+        );
+        // The holder speaks again: the IP goes back at once.
+        h.advert(11, &["192.168.1.60"]);
+        settle().await;
+        assert!(h.fake.ours().is_empty(), "given back");
+        // A replayed advert counts for nothing.
+        h.advert(11, &["192.168.1.60"]);
+        settle().await;
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_adverts_received_total{result="replayed"} 1"#),
+            "{text}"
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_holder_whose_ip_still_answers_keeps_it() {
+    local(async {
+        let h = Harness::start();
+        // A frozen holder: no adverts, but its kernel still answers for the IP.
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.60"), NODE2);
+        h.want(with_standby(&[], &["192.168.1.60"]));
+        settle().await;
+        h.advert(1, &["192.168.1.60"]);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(h.fake.ours().is_empty(), "never taken while answered");
+        let checks = h.lan.probes.lock().unwrap().len();
+        assert!(
+            (10..=20).contains(&checks),
+            "checked again every interval: {checks}"
+        );
+        // Its alias expires: the next check finds the IP free.
+        h.lan.answers.lock().unwrap().clear();
+        wait_for("the takeover", Duration::from_millis(300), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_publishes_one_stream_per_standby_and_lets_go_on_the_controllers_word() {
+    local(async {
+        let h = Harness::start();
+        let mut d = desired(&["192.168.1.50", "192.168.1.51", "192.168.1.52"], &[]);
+        for (i, to) in [
+            ("192.168.1.50", "alb-node-2"),
+            ("192.168.1.51", "alb-node-2"),
+            ("192.168.1.52", "alb-node-3"),
+        ] {
+            d.set_peer(
+                ip(i),
+                Peer {
+                    node: to.into(),
+                    address: ip(if to == "alb-node-2" {
+                        "192.168.1.12"
+                    } else {
+                        "192.168.1.13"
+                    }),
+                },
+            );
+        }
+        h.want(d);
+        settle().await;
+        let streams = h.streams_rx.borrow().clone();
+        assert_eq!(
+            streams,
+            vec![
+                Stream {
+                    to: "alb-node-2".into(),
+                    address: ip("192.168.1.12"),
+                    interface: "eth0".into(),
+                    ips: vec![ip("192.168.1.50"), ip("192.168.1.51")],
+                },
+                Stream {
+                    to: "alb-node-3".into(),
+                    address: ip("192.168.1.13"),
+                    interface: "eth0".into(),
+                    ips: vec![ip("192.168.1.52")],
+                },
+            ]
+        );
+        // The controller takes the IPs away: nothing to advertise (the sender keeps the
+        // streams, empty, for a while: the standbys know the IPs were let go).
+        h.want(desired(&[], &[]));
+        settle().await;
+        assert!(h.streams_rx.borrow().is_empty());
         h.stop().await;
     })
     .await;

@@ -50,6 +50,11 @@ pub struct Flags {
     #[arg(long, alias = "lease-duration", env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "4s", value_parser = parse_duration)]
     pub agent_lease_duration: Duration,
 
+    /// Turn fast L2 failover off: no standby per IP, no advert key. IPs then move when the
+    /// holder's agent Lease expires (the lease duration), as before.
+    #[arg(long, env = "ALIASLB_NO_FAST_FAILOVER", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_fast_failover: bool,
+
     /// How long the addresses of a deleted Service are held for it, so a re-created one
     /// (a reinstall, `kubectl replace --force`) gets them back and no other Service takes
     /// them meanwhile: at most 10m; `0s` hands a freed address to the next Service at once.
@@ -102,6 +107,8 @@ pub struct ControllerConfig {
     pub agent_lease_duration: Duration,
     /// How long a deleted Service's addresses are held for it (`--hold-released`).
     pub hold_released: Duration,
+    /// Fast L2 failover: a standby per L2 IP and the advert key (`--no-fast-failover`).
+    pub fast_failover: bool,
 }
 
 impl Default for ControllerConfig {
@@ -116,6 +123,7 @@ impl Default for ControllerConfig {
             respect_cordon: true,
             agent_lease_duration: Duration::from_secs(4),
             hold_released: aliaslb_core::plan::STICKY_FOR,
+            fast_failover: true,
         }
     }
 }
@@ -173,6 +181,7 @@ impl Flags {
             ignore_classless,
             ignore_cordon,
             agent_lease_duration,
+            no_fast_failover,
             hold_released,
             leader_lease_duration,
             leader_renew_deadline,
@@ -209,6 +218,7 @@ impl Flags {
                 respect_cordon: !ignore_cordon,
                 agent_lease_duration,
                 hold_released,
+                fast_failover: !no_fast_failover,
             },
             metrics_addr,
             log_format,

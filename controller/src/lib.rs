@@ -1,5 +1,6 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
+pub mod advert_key;
 pub mod cli;
 pub mod config;
 pub mod context;

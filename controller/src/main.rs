@@ -35,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         ignore_classless = controller.ignore_classless,
         respect_cordon = controller.respect_cordon,
         agent_lease_duration = ?controller.agent_lease_duration,
+        fast_failover = controller.fast_failover,
         "aliaslb-controller starting"
     );
 
@@ -57,6 +58,12 @@ async fn main() -> anyhow::Result<()> {
         wait_true(http_stopped),
     ));
 
+    if controller.fast_failover {
+        tokio::spawn(aliaslb_controller::advert_key::keep(
+            client.clone(),
+            controller.namespace.clone(),
+        ));
+    }
     let identity = leader_config.identity.clone();
     let (leadership, elector) = leader::start(client.clone(), leader_config);
     let ctx = Context::new(

@@ -37,10 +37,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use aliaslb_core::assignment::shards::{self, LEGACY_MARKER, Sharded};
-use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
+use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
-use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView};
+use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
 use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -196,34 +196,46 @@ fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
 
 /// What the nodes `only` (every node when `None`) must carry according to `plans`: each
 /// Service with a node gets its IPs there, with its ports (from its view, if given) and
-/// the pool's interface, `probe` on the first claims (`probe`); every node's object lists
-/// `macs`. A node in `only` that carries nothing is missing from the result.
+/// the pool's interface, `probe` on the first claims (`probe`); with `standbys`, each L2
+/// line names its standby (`peer=`) and the standby node gets the line as `standby=`
+/// (fast L2 failover). Every node's object lists `macs`. A node in `only` that carries
+/// nothing is missing from the result.
 pub fn desired<'a>(
     plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan, Option<&'a ServiceView>)>,
     probe: &BTreeSet<IpAddr>,
     macs: &BTreeMap<Mac, String>,
     only: Option<&BTreeSet<String>>,
+    standbys: bool,
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
+    let wanted = |node: &String| only.is_none_or(|only| only.contains(node));
+    fn of<'n>(
+        nodes: &'n mut BTreeMap<String, NodeAssignments>,
+        node: &str,
+        macs: &BTreeMap<Mac, String>,
+    ) -> &'n mut NodeAssignments {
+        nodes
+            .entry(node.to_owned())
+            .or_insert_with(|| NodeAssignments {
+                node_macs: macs.clone(),
+                ..NodeAssignments::default()
+            })
+    }
     for (key, plan, view) in plans {
         // L2: the one elected node; L3: every announcing node, each line marked `bgp`.
         let (targets, bgp) = match &plan.node {
             Some(node) => (std::slice::from_ref(node), false),
             None => (plan.nodes.as_slice(), true),
         };
-        let wanted = |node: &String| only.is_none_or(|only| only.contains(node));
-        if !targets.iter().any(wanted) {
+        let standby = plan.standby.as_ref().filter(|_| standbys && !bgp);
+        let standby_wanted = standby.is_some_and(|s| wanted(&s.node));
+        if !targets.iter().any(wanted) && !standby_wanted {
             continue;
         }
         let ports: Vec<OpenPort> = view.map(|v| open_ports(v).collect()).unwrap_or_default();
         let service = key.to_string();
         for node in targets.iter().filter(|n| wanted(n)) {
-            let assignments = nodes
-                .entry(node.clone())
-                .or_insert_with(|| NodeAssignments {
-                    node_macs: macs.clone(),
-                    ..NodeAssignments::default()
-                });
+            let assignments = of(&mut nodes, node, macs);
             for ip in &plan.ips {
                 assignments.assign(
                     *ip,
@@ -234,11 +246,40 @@ pub fn desired<'a>(
                 if let Some(line) = assignments.ips.get_mut(ip) {
                     line.probe |= !bgp && probe.contains(ip);
                     line.bgp |= bgp;
+                    line.peer = standby.and_then(|s| peer_of(s, *ip));
+                }
+            }
+        }
+        // The holder (`targets` is that one node in L2 mode) is never its own standby.
+        if let Some(s) = standby.filter(|s| standby_wanted && !targets.contains(&s.node)) {
+            let holder = &targets[0];
+            let assignments = of(&mut nodes, &s.node, macs);
+            for (ip, _) in &s.addresses {
+                assignments.assign(
+                    *ip,
+                    plan.interface.as_deref(),
+                    ports.iter().copied(),
+                    &service,
+                );
+                if let Some(line) = assignments.ips.get_mut(ip) {
+                    line.standby_for = Some(holder.clone());
                 }
             }
         }
     }
     nodes
+}
+
+/// The `peer=` of `ip`'s line: the standby and its address on `ip`'s subnet.
+fn peer_of(standby: &Standby, ip: IpAddr) -> Option<Peer> {
+    standby
+        .addresses
+        .iter()
+        .find(|(vip, _)| *vip == ip)
+        .map(|(_, address)| Peer {
+            node: standby.node.clone(),
+            address: *address,
+        })
 }
 
 /// The data of every assignment object we wrote, by node and name.
@@ -282,8 +323,13 @@ pub fn trusted_nodes(
 ) -> HashMap<IpAddr, (String, Vec<String>)> {
     let mut out = HashMap::new();
     for (node, assignments) in read_all(observed) {
-        // L3 lines have no one holder to keep: their nodes are chosen afresh.
-        for (ip, a) in assignments.ips.into_iter().filter(|(_, a)| !a.bgp) {
+        // L3 lines have no one holder to keep: their nodes are chosen afresh. A standby
+        // line holds nothing.
+        for (ip, a) in assignments
+            .ips
+            .into_iter()
+            .filter(|(_, a)| !a.bgp && a.held())
+        {
             out.insert(ip, (node.clone(), a.services.into_iter().collect()));
         }
     }
@@ -396,6 +442,7 @@ mod tests {
             node: node.map(str::to_owned),
             nodes: Vec::new(),
             interface: interface.map(str::to_owned),
+            standby: None,
             allocated: condition.clone(),
             announced: condition,
         }
@@ -435,7 +482,7 @@ mod tests {
             .services
             .iter()
             .map(|(key, plan)| (key, plan, views.get(key).copied()));
-        desired(plans, &output.probe, macs, None)
+        desired(plans, &output.probe, macs, None, true)
     }
 
     #[test]
@@ -454,6 +501,7 @@ mod tests {
             &BTreeSet::new(),
             &BTreeMap::new(),
             Some(&only),
+            true,
         );
         assert_eq!(
             d.keys().collect::<Vec<_>>(),
@@ -461,6 +509,61 @@ mod tests {
             "n9 carries nothing"
         );
         assert_eq!(d["n3"].render(), "10.200.0.7 - - default/dns bgp\n");
+    }
+
+    #[test]
+    fn a_standby_gets_a_standby_line_and_the_holder_names_it() {
+        let web = ServiceKey::new("default", "web");
+        let mut p = plan(&["192.168.55.10", "2001:db8::10"], Some("n1"), Some("eth1"));
+        p.standby = Some(Standby {
+            node: "n2".into(),
+            // No address of n2 on the IPv6 subnet: no takeover of that one.
+            addresses: vec![(ip("192.168.55.10"), ip("192.168.55.3"))],
+        });
+        let v = view(&web, &[(80, "TCP")], &[]);
+        let plans = [(web.clone(), p)];
+        let d = desired(
+            plans.iter().map(|(k, p)| (k, p, Some(&v))),
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+            None,
+            true,
+        );
+        assert_eq!(
+            d["n1"].render(),
+            "192.168.55.10 eth1 tcp:80 default/web peer=n2@192.168.55.3\n\
+             2001:db8::10 eth1 tcp:80 default/web\n"
+        );
+        assert_eq!(
+            d["n2"].render(),
+            "192.168.55.10 eth1 tcp:80 default/web standby=n1\n"
+        );
+        // The standby line is no holder: the IP is trusted on n1 only.
+        let seen: BTreeMap<String, NodeObjects> = d
+            .iter()
+            .map(|(node, a)| (node.clone(), objects_of(node, a)))
+            .collect();
+        let trusted = trusted_nodes(&seen);
+        assert_eq!(trusted[&ip("192.168.55.10")].0, "n1");
+        // Only n2 asked for: its standby line alone; fast failover off: no peer, no standby.
+        let only = BTreeSet::from(["n2".to_owned()]);
+        let d = desired(
+            plans.iter().map(|(k, p)| (k, p, Some(&v))),
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+            Some(&only),
+            true,
+        );
+        assert_eq!(d.keys().collect::<Vec<_>>(), vec!["n2"]);
+        let d = desired(
+            plans.iter().map(|(k, p)| (k, p, Some(&v))),
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+            None,
+            false,
+        );
+        assert_eq!(d.keys().collect::<Vec<_>>(), vec!["n1"]);
+        assert!(d["n1"].ips.values().all(|a| a.peer.is_none()));
     }
 
     #[test]

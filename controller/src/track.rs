@@ -189,6 +189,7 @@ mod tests {
             node: node.map(str::to_owned),
             nodes: Vec::new(),
             interface: None,
+            standby: None,
             allocated: condition(!ips.is_empty(), reason::ALLOCATED),
             announced: condition(
                 matches!(announced, reason::ANNOUNCED | reason::PARTIALLY_ANNOUNCED),

@@ -23,8 +23,12 @@
 //! must not wait. The flag `bgp` marks an address of an L3 pool (`announce: bgp`): the
 //! agent puts it on its local device (`aliaslb0`, else `lo`) for the node's routing daemon
 //! to announce, sends no gratuitous ARP / NA and does not watch the LAN for it; the interface
-//! field is then `-`. Flags follow the services, in any order, each at most once; an agent
-//! older than a flag refuses the whole object and keeps what it has, never misreads it.
+//! field is then `-`. Fast L2 failover adds two flags: `peer=NODE@ADDRESS` on the holder's
+//! line names the node standing by for the IP and the address the holder's liveness
+//! adverts go to; the standby's own assignment lists the IP with `standby=NODE` (its
+//! holder): not to hold, to take over when that holder's adverts stop. Flags follow the
+//! services, in any order, each at most once; an agent older than a flag refuses the whole
+//! object and keeps what it has, never misreads it.
 //!
 //! The index's key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every
 //! node's interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
@@ -110,6 +114,46 @@ pub struct AssignedIp {
     pub probe: bool,
     /// An address of an L3 pool: on the local device, announced by the routing daemon.
     pub bgp: bool,
+    /// On the holder's line: the node that stands by for the IP, and the address the
+    /// holder sends its liveness adverts to (flag `peer=NODE@ADDRESS`).
+    pub peer: Option<Peer>,
+    /// A standby line (flag `standby=NODE`): this node does not hold the IP; it takes it
+    /// over when the adverts of `NODE`, its holder, stop (fast L2 failover).
+    pub standby_for: Option<String>,
+}
+
+impl AssignedIp {
+    /// Whether the line asks the node to hold the IP (every line but a standby's).
+    pub fn held(&self) -> bool {
+        self.standby_for.is_none()
+    }
+}
+
+/// The standby of an IP, as its holder's line names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Peer {
+    /// The standby node.
+    pub node: String,
+    /// Its address on the IP's subnet: where the holder's adverts go.
+    pub address: IpAddr,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.node, self.address)
+    }
+}
+
+/// Whether `name` can be a Kubernetes node name (a DNS subdomain: at most 253 lower-case
+/// alphanumerics, `-` and `.`, starting and ending alphanumeric).
+pub fn valid_node_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// Everything one node must carry.
@@ -223,24 +267,44 @@ impl NodeAssignments {
             let [ip, interface, ports, services, ref flags @ ..] = fields[..] else {
                 return Err(err(format!(
                     "expected 4 fields (ip interface ports services) and optional flags \
-                     (`probe`, `bgp`), found {}",
+                     (`probe`, `bgp`, `peer=NODE@ADDRESS`, `standby=NODE`), found {}",
                     fields.len()
                 )));
             };
             let (mut probe, mut bgp) = (false, false);
+            let (mut peer, mut standby_for) = (None, None);
             for flag in flags {
-                let seen = match *flag {
-                    "probe" => &mut probe,
-                    "bgp" => &mut bgp,
-                    other => {
+                let seen = match flag.split_once('=') {
+                    None if *flag == "probe" => std::mem::replace(&mut probe, true),
+                    None if *flag == "bgp" => std::mem::replace(&mut bgp, true),
+                    Some(("peer", value)) => peer
+                        .replace(parse_peer(value).map_err(|m| err(format!("{flag}: {m}")))?)
+                        .is_some(),
+                    Some(("standby", node)) if valid_node_name(node) => {
+                        standby_for.replace(node.to_owned()).is_some()
+                    }
+                    Some(("standby", node)) => {
+                        return Err(err(format!("{flag}: not a node name: {node}")));
+                    }
+                    _ => {
                         return Err(err(format!(
-                            "unknown flag `{other}`: the flags are `probe` and `bgp`"
+                            "unknown flag `{flag}`: the flags are `probe`, `bgp`, \
+                             `peer=NODE@ADDRESS` and `standby=NODE`"
                         )));
                     }
                 };
-                if std::mem::replace(seen, true) {
+                if seen {
                     return Err(err(format!("flag `{flag}` given twice")));
                 }
+            }
+            let roles = [probe, bgp, peer.is_some(), standby_for.is_some()];
+            let exclusive = [(1, 2), (1, 3), (0, 3), (2, 3)];
+            if exclusive.iter().any(|&(a, b)| roles[a] && roles[b]) {
+                return Err(err(
+                    "flags that do not go together: a `bgp` line has no `peer` or `standby`, \
+                     and a `standby` line is neither probed nor has a `peer`"
+                        .to_owned(),
+                ));
             }
             let ip: IpAddr = ip
                 .parse()
@@ -260,6 +324,8 @@ impl NodeAssignments {
                 interface,
                 probe,
                 bgp,
+                peer,
+                standby_for,
                 ..AssignedIp::default()
             };
             if ports != "-" {
@@ -307,7 +373,29 @@ pub(crate) fn render_line(out: &mut String, ip: IpAddr, a: &AssignedIp) {
     if a.bgp {
         out.push_str(" bgp");
     }
+    if let Some(peer) = &a.peer {
+        let _ = write!(out, " peer={peer}");
+    }
+    if let Some(holder) = &a.standby_for {
+        let _ = write!(out, " standby={holder}");
+    }
     out.push('\n');
+}
+
+fn parse_peer(value: &str) -> Result<Peer, String> {
+    let (node, address) = value
+        .split_once('@')
+        .ok_or_else(|| "expected NODE@ADDRESS".to_owned())?;
+    if !valid_node_name(node) {
+        return Err(format!("not a node name: {node}"));
+    }
+    let address = address
+        .parse()
+        .map_err(|_| format!("not an IP address: {address}"))?;
+    Ok(Peer {
+        node: node.to_owned(),
+        address,
+    })
 }
 
 /// Linux interface names, by the one rule the pool options and the agent reports use too
@@ -404,6 +492,42 @@ mod tests {
     }
 
     #[test]
+    fn holder_and_standby_lines_round_trip() {
+        let text = "192.168.55.10 eth1 tcp:80 default/web probe peer=alb-node-2@192.168.55.3\n\
+                    192.168.55.11 - - default/dns standby=alb-node-1\n\
+                    2001:db8::10 - - default/v6 peer=n3@fd00::3\n";
+        let a = NodeAssignments::parse(text).unwrap();
+        let web = &a.ips[&ip("192.168.55.10")];
+        assert!(web.held() && web.probe);
+        assert_eq!(
+            web.peer,
+            Some(Peer {
+                node: "alb-node-2".into(),
+                address: ip("192.168.55.3")
+            })
+        );
+        let dns = &a.ips[&ip("192.168.55.11")];
+        assert!(!dns.held());
+        assert_eq!(dns.standby_for.as_deref(), Some("alb-node-1"));
+        assert_eq!(
+            a.ips[&ip("2001:db8::10")].peer.as_ref().unwrap().address,
+            ip("fd00::3")
+        );
+        assert_eq!(a.render(), text);
+    }
+
+    #[test]
+    fn node_names_are_dns_subdomains() {
+        for good in ["n1", "alb-node-2", "node.example.com", "7"] {
+            assert!(valid_node_name(good), "{good}");
+        }
+        let long = "a".repeat(254);
+        for bad in ["", "-n", "n-", "N1", "n_1", "n@1", "n=1", long.as_str()] {
+            assert!(!valid_node_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn bad_lines_are_errors_with_their_number() {
         let table = [
             ("10.0.0.1 eth0 tcp:80", 1, "expected 4 fields"),
@@ -423,6 +547,32 @@ mod tests {
             ("10.0.0.1 - quic:443 a/b", 1, "not a port"),
             ("10.0.0.1 - tcp:70000 a/b", 1, "not a port"),
             ("10.0.0.1 - - a/b\n10.0.0.1 - - c/d", 2, "listed twice"),
+            ("10.0.0.1 - - a/b peer=n2", 1, "expected NODE@ADDRESS"),
+            (
+                "10.0.0.1 - - a/b peer=N2@10.0.0.2",
+                1,
+                "not a node name: N2",
+            ),
+            (
+                "10.0.0.1 - - a/b peer=n2@10.0.0",
+                1,
+                "not an IP address: 10.0.0",
+            ),
+            ("10.0.0.1 - - a/b standby=-n1", 1, "not a node name: -n1"),
+            ("10.0.0.1 - - a/b standby=n1 standby=n3", 1, "given twice"),
+            ("10.0.0.1 - - a/b standby=n1 probe", 1, "do not go together"),
+            (
+                "10.0.0.1 - - a/b standby=n1 peer=n3@10.0.0.3",
+                1,
+                "do not go together",
+            ),
+            (
+                "10.0.0.1 - - a/b bgp peer=n3@10.0.0.3",
+                1,
+                "do not go together",
+            ),
+            ("10.0.0.1 - - a/b bgp standby=n1", 1, "do not go together"),
+            ("10.0.0.1 - - a/b holder=n1", 1, "unknown flag `holder=n1`"),
         ];
         for (text, line, want) in table {
             let e = NodeAssignments::parse(text).unwrap_err();

@@ -250,6 +250,54 @@ pub fn elect(
     Ok(chosen.name.clone())
 }
 
+/// The standby of `input.ips`, held by `holder`: the node that takes them over on the LAN
+/// when the holder's liveness adverts stop (fast L2 failover). It must pass every per-node
+/// rule, be another node than `holder`, and be on-link for at least one of the IPs (adverts
+/// and the takeover's gratuitous ARP go on that LAN). `current` stays while it qualifies
+/// (no churn); else the node the election would pick: least loaded, then the tie-break
+/// hash. `None`: no node qualifies.
+pub fn standby(
+    input: &ElectionInput<'_>,
+    nodes: &[NodeState],
+    holder: &str,
+    current: Option<&str>,
+    load: &BTreeMap<String, usize>,
+) -> Option<String> {
+    let fresh = ElectionInput {
+        current: None,
+        ..*input
+    };
+    let qualifies = |node: &&NodeState| {
+        node.name != holder && on_link(node, input.ips) > 0 && ineligibility(&fresh, node).is_none()
+    };
+    if let Some(current) = current
+        && nodes.iter().filter(qualifies).any(|n| n.name == current)
+    {
+        return Some(current.to_owned());
+    }
+    let first_ip = input.ips.first().copied();
+    nodes
+        .iter()
+        .filter(qualifies)
+        .min_by_key(|node| {
+            (
+                std::cmp::Reverse(on_link(node, input.ips)),
+                load.get(&node.name).copied().unwrap_or(0),
+                tie_break_hash(&node.name, first_ip),
+                &node.name,
+            )
+        })
+        .map(|node| node.name.clone())
+}
+
+/// The address of `node` on the subnet of `ip` (where a holder's adverts to it go).
+pub fn address_on_subnet(node: &NodeState, ip: IpAddr) -> Option<IpAddr> {
+    node.subnets
+        .iter()
+        .find(|net| net.contains(&ip))
+        .map(|net| net.addr())
+}
+
 /// L3 mode: every node that announces `input.ips` over BGP, by name; or why there is none.
 ///
 /// The per-node rules of [`ineligibility`] apply, each of `current` (the nodes announcing
@@ -398,6 +446,48 @@ mod tests {
 
     fn load(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
         pairs.iter().map(|(n, l)| ((*n).to_owned(), *l)).collect()
+    }
+
+    #[test]
+    fn the_standby_is_another_eligible_node_on_the_lan_and_stays() {
+        let c = case(&["192.168.55.10"]);
+        let lan = |name: &str, addr: &str| node(name).subnet(addr);
+        let nodes = [
+            lan("a", "192.168.55.2/24"),
+            lan("b", "192.168.55.3/24"),
+            lan("c", "192.168.55.4/24").cordoned(),
+            node("d").subnet("10.0.0.5/24"),
+            lan("e", "192.168.55.6/24").not_ready(),
+            lan("f", "192.168.55.7/24"),
+        ];
+        let none = BTreeMap::new();
+        // Never the holder, a cordoned, unready or off-LAN node; the least loaded.
+        let busy = load(&[("b", 3)]);
+        assert_eq!(
+            standby(&c.input(), &nodes, "a", None, &busy),
+            Some("f".into())
+        );
+        assert_eq!(
+            standby(&c.input(), &nodes, "a", None, &load(&[("f", 3)])),
+            Some("b".into())
+        );
+        // The current standby stays while it qualifies, whatever the load.
+        assert_eq!(
+            standby(&c.input(), &nodes, "a", Some("b"), &busy),
+            Some("b".into())
+        );
+        // A current standby that no longer qualifies is replaced by the election's pick.
+        assert_eq!(
+            standby(&c.input(), &nodes, "a", Some("c"), &none),
+            standby(&c.input(), &nodes, "a", None, &none)
+        );
+        // Alone on its LAN: no standby.
+        assert_eq!(standby(&c.input(), &nodes[..1], "a", None, &none), None);
+        assert_eq!(
+            address_on_subnet(&nodes[1], ip("192.168.55.10")),
+            Some(ip("192.168.55.3"))
+        );
+        assert_eq!(address_on_subnet(&nodes[3], ip("192.168.55.10")), None);
     }
 
     #[test]

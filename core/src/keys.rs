@@ -129,6 +129,14 @@ pub fn assignment_node_label(node: &str) -> String {
     }
 }
 
+/// The Secret (in the controller's namespace) that holds the key of the fast-failover
+/// adverts: the controller creates it, agents read it ([`crate::advert`]).
+pub const ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
+/// Its data key.
+pub const ADVERT_KEY_DATA: &str = "key";
+/// The UDP port of the fast-failover adverts.
+pub const DEFAULT_ADVERT_PORT: u16 = 7479;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! No Kubernetes client, no tokio, no netlink: everything here is plain data and
 //! functions, tested with plain `#[test]`s and property tests.
 
+pub mod advert;
 pub mod annotations;
 pub mod assignment;
 pub mod election;

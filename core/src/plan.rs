@@ -391,6 +391,9 @@ pub struct ServicePlan {
     pub nodes: Vec<String>,
     /// Desired `aliaslb.io/interface` (from the pool options; `None`: no annotation).
     pub interface: Option<String>,
+    /// L2 mode: the node standing by for the IPs (fast failover), with its address on the
+    /// subnet of each IP it can take over; `None`: no standby.
+    pub standby: Option<Standby>,
     /// Condition `aliaslb.io/IPAllocated`.
     pub allocated: ConditionPlan,
     /// Condition `aliaslb.io/Announced`.
@@ -407,6 +410,16 @@ impl ServicePlan {
             (None, true) => None,
         }
     }
+}
+
+/// The standby of a Service's IPs (fast L2 failover).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Standby {
+    /// The standby node.
+    pub node: String,
+    /// For each IP it stands by for: its own address on that IP's subnet, where the
+    /// holder's adverts go.
+    pub addresses: Vec<(IpAddr, IpAddr)>,
 }
 
 /// Desired state of one Service condition.
@@ -582,6 +595,9 @@ struct Group {
     claims: Vec<(IpAddr, bool)>,
     /// L3 mode: the nodes announcing the IPs, by name (`node` is then `None`).
     announcers: Vec<String>,
+    /// L2 mode: the node standing by for the IPs (fast failover); `None` without a node
+    /// or without a node that qualifies ([`crate::election::standby`]).
+    standby: Option<String>,
 }
 
 /// One IP in use.

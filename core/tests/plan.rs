@@ -1753,3 +1753,65 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
     world.node_mut("a").agent_ready = false;
     assert_eq!(ips(&world.plan(&mut planner), "default", "d"), ["10.0.0.2"]);
 }
+
+/// Fast L2 failover: each L2 Service gets a standby on its LAN (never its holder), which
+/// stays while it qualifies; when the holder is lost, the standby (which took the IP over
+/// on the LAN) becomes the holder and another node the standby.
+#[test]
+fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
+    let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
+    world.nodes.push(node("c"));
+    world.nodes.push(node("off-lan"));
+    for (n, net) in [
+        ("a", "10.0.0.11/24"),
+        ("b", "10.0.0.12/24"),
+        ("c", "10.0.0.13/24"),
+        ("off-lan", "192.168.9.9/24"),
+    ] {
+        world.node_mut(n).subnets = vec![net.parse().unwrap()];
+    }
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web").clone();
+    let holder = web.node.clone().expect("a holder");
+    let standby = web.standby.clone().expect("a standby");
+    assert_ne!(standby.node, holder);
+    assert_ne!(standby.node, "off-lan", "a standby is on the IP's LAN");
+    let address = |n: &str| match n {
+        "a" => ip("10.0.0.11"),
+        "b" => ip("10.0.0.12"),
+        _ => ip("10.0.0.13"),
+    };
+    assert_eq!(
+        standby.addresses,
+        vec![(ip("10.0.0.1"), address(&standby.node))]
+    );
+    world.holds(&holder, "10.0.0.1");
+    for _ in 0..2 {
+        let out = world.plan(&mut planner);
+        assert_eq!(
+            plan_of(&out, "default", "web").standby,
+            Some(standby.clone())
+        );
+    }
+    // Hard loss: the standby holds the IP on the LAN already and becomes the holder.
+    world.holds(&holder, "");
+    world.holds(&standby.node, "10.0.0.1");
+    world.node_mut(&holder).agent_ready = false;
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.node.as_deref(), Some(standby.node.as_str()));
+    let next = web.standby.as_ref().expect("a new standby");
+    assert!(
+        next.node != standby.node && next.node != holder && next.node != "off-lan",
+        "{next:?}"
+    );
+    // A standby that goes (cordoned) is replaced.
+    world.node_mut(&next.node.clone()).unschedulable = true;
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").standby,
+        None,
+        "no node left to stand by"
+    );
+}

@@ -129,6 +129,11 @@ where
         let mut after = After::Nothing;
         for claim in claims {
             let who = self.sighting(claim.mac, claim.ifindex, None);
+            // An IP taken over from its holder goes back when that holder speaks for it.
+            if claim.kind == ClaimKind::Uses && self.holder_claims(claim.ip, who.node.as_deref()) {
+                after = After::Reconcile;
+                continue;
+            }
             let (ip, mac, ifname) = (claim.ip, claim.mac, who.ifname.clone());
             let link = self.own_link(ip);
             let verdict = self.guard.observe(

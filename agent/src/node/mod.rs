@@ -14,6 +14,7 @@
 //! The LAN side of the loop (probes, claims, defences, what the LAN port watches) is in
 //! `lan`.
 
+mod failover;
 mod lan;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +23,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aliaslb_core::advert::Advert;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{
     AgentReport, Conflict, InterfaceReport, MAX_CONFLICTS, REPORT_VERSION, RoutingReport,
@@ -36,9 +38,13 @@ use crate::assignments::InForce;
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
 use crate::kernel::backend::{AddressBackend, BackendError};
+use crate::l2::adverts::Stream;
 use crate::l2::announce::Announcer;
+use crate::l2::failover::{Failover, Heard};
 use crate::l2::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
-use crate::l2::lan::{LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults};
+use crate::l2::lan::{
+    ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
+};
 use crate::l3::{FenceEdge, RoutedFence};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
@@ -63,6 +69,8 @@ pub struct Loop {
     pub resync_interval: Duration,
     /// L3 mode: the routing daemon as last read (`None`: not read, `--routing-daemon=none`).
     pub routing: watch::Receiver<Option<RoutingReport>>,
+    /// Fast L2 failover: the adverts heard, their MAC verified.
+    pub heard: mpsc::Receiver<Advert>,
 }
 
 /// What the loop shares with the rest of the agent, and its LAN settings.
@@ -84,6 +92,10 @@ pub struct NodeSetup<L> {
     pub guard: GuardConfig,
     /// How first claims are probed.
     pub probe: ProbeConfig,
+    /// Fast L2 failover: the standby's state.
+    pub failover: Failover,
+    /// Fast L2 failover: where the adverts to send are published (`None`: none sent).
+    pub streams_tx: Option<watch::Sender<Vec<Stream>>>,
 }
 
 /// Why a reconcile runs.
@@ -110,6 +122,8 @@ pub enum Cause {
     /// The authority went stale while the set in force is kept for a missing assignment
     /// object.
     Stale,
+    /// Fast L2 failover: an IP taken over, or given back to its holder.
+    Failover,
 }
 
 /// What the loop does after claims were handled.
@@ -133,6 +147,9 @@ const PROBE_GRACE: Duration = Duration::from_secs(2);
 
 /// A probe that finished: the interface, its name, the IPs, the result.
 type ProbeDone = (u32, String, Vec<IpAddr>, ProbeResults);
+
+/// A takeover check that finished: the IP, and whether nobody answered for it.
+type CheckDone = (IpAddr, bool);
 
 /// The run loop's state.
 #[derive(Debug)]
@@ -164,6 +181,10 @@ pub struct Node<B, S, L> {
     lan_watched: Vec<IpAddr>,
     /// L3: withdraws the routed addresses while cut off from the API.
     routed_fence: RoutedFence,
+    /// Fast L2 failover: the standby's state, the checks in flight, the adverts to send.
+    failover: Failover,
+    checks: JoinSet<CheckDone>,
+    streams_tx: Option<watch::Sender<Vec<Stream>>>,
 }
 
 impl<B, S, L> Node<B, S, L>
@@ -195,6 +216,9 @@ where
             lan_interfaces: Vec::new(),
             lan_watched: Vec::new(),
             routing: None,
+            failover: setup.failover,
+            checks: JoinSet::new(),
+            streams_tx: setup.streams_tx,
         }
     }
 
@@ -232,6 +256,11 @@ where
         loop {
             let wake = self.guard.next_wakeup();
             let wake_at = wake.map_or_else(
+                || Instant::now() + Duration::from_secs(3_600),
+                Instant::from_std,
+            );
+            let due = self.failover.next_due(&self.desired);
+            let due_at = due.map_or_else(
                 || Instant::now() + Duration::from_secs(3_600),
                 Instant::from_std,
             );
@@ -296,6 +325,31 @@ where
                     }
                     Cause::Probe
                 }
+                Some(advert) = inputs.heard.recv() => {
+                    let mut adverts = vec![advert];
+                    while let Ok(more) = inputs.heard.try_recv() {
+                        adverts.push(more);
+                    }
+                    if self.on_adverts(&adverts) && synced {
+                        Cause::Failover
+                    } else {
+                        continue;
+                    }
+                }
+                () = tokio::time::sleep_until(due_at), if due.is_some() && synced => {
+                    self.start_checks();
+                    continue;
+                }
+                Some(done) = self.checks.join_next(), if !self.checks.is_empty() => {
+                    match done {
+                        Ok(done) if self.on_check(done) => Cause::Failover,
+                        Ok(_) => continue,
+                        Err(e) => {
+                            error!(error = %e, "a takeover check failed");
+                            continue;
+                        }
+                    }
+                }
                 changed = inputs.routing.changed(), if routing_open => {
                     if changed.is_err() {
                         routing_open = false;
@@ -327,9 +381,14 @@ where
                 self.guard.desired_changed();
                 self.routed_fence.desired_changed();
             }
-            self.desired = self
+            let in_force = self
                 .in_force
                 .of(&received, self.authority.is_fresh(Instant::now()));
+            for ip in self.failover.settle(&in_force) {
+                info!(%ip, "takeover over: the assignment no longer names this node the IP's standby for that holder");
+            }
+            // Held while taken over: as desired as any other IP, never probed.
+            self.desired = in_force.with_taken_over(self.failover.taken());
             let first = !synced;
             retry = self.reconcile(cause, first).await;
             if first {
@@ -574,6 +633,7 @@ where
 
     /// Publishes the report; the heartbeat writes the Lease at once when it changed.
     fn publish(&self) {
+        self.publish_streams();
         let lan = self.guard.conflicts();
         self.metrics.set_lan_conflicts(lan.len());
         let mut conflicts: Vec<Conflict> = self

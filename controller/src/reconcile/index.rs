@@ -10,7 +10,7 @@ use super::*;
 pub(super) struct Index {
     /// The plan of every Service of ours, merged from the passes' outputs.
     pub(super) plans: HashMap<ServiceKey, ServicePlan>,
-    /// Node -> the Services planned on it (the L2 node, or an L3 announcer).
+    /// Node -> the Services planned on it (the L2 node, an L3 announcer, or the standby).
     pub(super) on_node: HashMap<String, BTreeSet<ServiceKey>>,
     /// The first claims of the last pass.
     pub(super) probe: BTreeSet<IpAddr>,
@@ -29,8 +29,10 @@ impl Index {
     /// Moves the pass's plans into [`Index::plans`] (`output.services` is empty
     /// after); returns what they touched.
     pub(super) fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
+        // The L2 node, the L3 announcers and the standby: each has a line of the plan.
         fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
-            plan.node.iter().chain(&plan.nodes)
+            let standby = plan.standby.as_ref().map(|s| &s.node);
+            plan.node.iter().chain(&plan.nodes).chain(standby)
         }
         let everything = observed.changes.everything;
         let mut touched = BTreeSet::new();

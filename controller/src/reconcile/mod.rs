@@ -535,7 +535,13 @@ impl Reconciler {
                 let view = records.get(key).and_then(|r| r.view.as_deref());
                 Some((key, plan, view))
             });
-        let desired = node_assignments::desired(carried, &output.probe, &macs_map, Some(&touched));
+        let desired = node_assignments::desired(
+            carried,
+            &output.probe,
+            &macs_map,
+            Some(&touched),
+            self.ctx.config.fast_failover,
+        );
         let observed_assignments = node_assignments::observed(
             objects
                 .iter()

@@ -372,6 +372,7 @@ impl Planner {
                 g.node.as_deref() == Some(n)
                     || g.moving_from.as_deref() == Some(n)
                     || g.announcers.iter().any(|a| a == n)
+                    || g.standby.as_deref() == Some(n)
             };
             let in_subnets = |subnets: &[IpNet]| {
                 g.ips

@@ -25,9 +25,12 @@ use litemap::LiteMap;
 
 use super::{
     ConditionPlan, Group, GroupId, Inputs, MAX_MESSAGE, Pass, Planner, ServiceKey, ServicePlan,
-    ServiceView, Sink, join, reason,
+    ServiceView, Sink, Standby, join, reason,
 };
-use crate::election::{ElectionInput, Ineligible, NodeState, announcers, elect, ineligibility};
+use crate::election::{
+    ElectionInput, Ineligible, NodeState, address_on_subnet, announcers, elect, ineligibility,
+    standby,
+};
 use crate::keys::LABEL_EXCLUDE_FROM_LB;
 use crate::pool::{Announce, PoolOptions};
 use crate::report::{AgentReport, Conflict};
@@ -185,6 +188,7 @@ impl Planner {
                 node: None,
                 nodes: Vec::new(),
                 interface: None,
+                standby: None,
                 allocated: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
                 announced: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
             };
@@ -240,19 +244,56 @@ impl Planner {
             }
             entry.conflict = conflict.map(|(_, m)| Box::from(m));
         }
+        let standby = group
+            .and_then(|g| g.standby.as_deref().filter(|_| g.node.is_some()))
+            .and_then(|name| {
+                let state = inputs.nodes.iter().find(|n| n.name == name)?;
+                let addresses: Vec<(IpAddr, IpAddr)> = ips
+                    .iter()
+                    .filter_map(|ip| Some((*ip, address_on_subnet(state, *ip)?)))
+                    .collect();
+                (!addresses.is_empty()).then(|| Standby {
+                    node: name.to_owned(),
+                    addresses,
+                })
+            });
         ServicePlan {
             ips,
             node,
             nodes,
             interface,
+            standby,
             allocated,
             announced,
         }
     }
 }
 
-/// One group's node decision; returns the Events for its members.
+/// One group's node decision, then its standby ([`standby`]); returns the Events for its
+/// members. Blind, the standby stays as it is, like the node.
 fn step(
+    group: &mut Group,
+    input: &ElectionInput<'_>,
+    world: &NodeStep<'_>,
+    load: &mut BTreeMap<String, usize>,
+) -> Vec<Note> {
+    let notes = step_holder(group, input, world, load);
+    if !world.inputs.agents_unobservable {
+        group.standby = group.node.as_deref().and_then(|holder| {
+            standby(
+                input,
+                world.inputs.nodes,
+                holder,
+                group.standby.as_deref(),
+                load,
+            )
+        });
+    }
+    notes
+}
+
+/// One group's holder decision; returns the Events for its members.
+fn step_holder(
     group: &mut Group,
     input: &ElectionInput<'_>,
     world: &NodeStep<'_>,
@@ -314,7 +355,22 @@ fn step(
         }
         left = Some((cur, why));
     }
-    match elect(input, world.inputs.nodes, load) {
+    // A holder lost for good: its standby, if still eligible, may already carry the IPs
+    // (it takes them over on the LAN when the adverts stop): keep them there.
+    let standby_first = group.standby.as_deref().filter(|_| left.is_some());
+    let elected = match standby_first {
+        Some(standby) => elect(
+            &ElectionInput {
+                current: Some(standby),
+                ..*input
+            },
+            world.inputs.nodes,
+            load,
+        )
+        .or_else(|_| elect(input, world.inputs.nodes, load)),
+        None => elect(input, world.inputs.nodes, load),
+    };
+    match elected {
         Ok(node) => {
             *load.entry(node.clone()).or_default() += 1;
             notes.push(match left {
