@@ -240,6 +240,17 @@ impl Cluster {
 
     /// An agent for `node` renewing its Lease every [`AGENT_RENEW`] with the report
     /// annotation `report` gives each time.
+    #[allow(dead_code)]
+    pub fn agent_with<F: Future<Output = String> + Send>(
+        &self,
+        node: &str,
+        report: impl Fn() -> F + Send + 'static,
+    ) -> Task {
+        self.agent_writing(node, report)
+    }
+
+    /// An agent for `node` renewing its Lease every [`AGENT_RENEW`] with the report
+    /// annotation `report` gives each time.
     fn agent_writing<F: Future<Output = String> + Send>(
         &self,
         node: &str,
@@ -501,9 +512,16 @@ pub async fn read_assignment(api: &Api<ConfigMap>, node: &str) -> Option<NodeAss
 /// The IPs of `node`'s assignment (none when it is missing or unreadable), as an agent
 /// reads it.
 async fn assigned_ips(api: &Api<ConfigMap>, node: &str) -> std::collections::BTreeSet<IpAddr> {
+    // What the node holds: a standby line (fast failover) is not held.
     read_assignment(api, node)
         .await
-        .map(|a| a.ips.into_keys().collect())
+        .map(|a| {
+            a.ips
+                .into_iter()
+                .filter(|(_, line)| line.held())
+                .map(|(ip, _)| ip)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
