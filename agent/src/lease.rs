@@ -499,3 +499,67 @@ mod tests {
         assert!(authority.is_fresh(start + Duration::from_secs(13)));
     }
 }
+
+/// [`crate::l2::failover::HolderCheck`] over the agents' Leases: reads the holder's Lease
+/// every [`HOLDER_POLL`] and answers once its `resourceVersion` moved (a renewal after the
+/// first reading) and its report holds some of the IPs.
+#[derive(Debug, Clone)]
+pub struct LeaseHolderCheck {
+    api: Api<Lease>,
+}
+
+/// How often [`LeaseHolderCheck`] reads a holder's Lease.
+pub const HOLDER_POLL: Duration = Duration::from_millis(250);
+
+impl LeaseHolderCheck {
+    /// Reads the Leases in `namespace`.
+    pub fn new(client: Client, namespace: &str) -> Self {
+        LeaseHolderCheck {
+            api: Api::namespaced(client, namespace),
+        }
+    }
+}
+
+impl crate::l2::failover::HolderCheck for LeaseHolderCheck {
+    fn alive_holding(
+        &self,
+        holder: &str,
+        ips: Vec<std::net::IpAddr>,
+        within: Duration,
+    ) -> crate::l2::lan::BoxFuture<Vec<std::net::IpAddr>> {
+        let api = self.api.clone();
+        let name = keys::agent_lease_name(holder);
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + within;
+            let mut first: Option<Option<String>> = None;
+            while tokio::time::Instant::now() < deadline {
+                let read = tokio::time::timeout(HOLDER_POLL * 2, api.get_opt(&name)).await;
+                if let Ok(Ok(lease)) = read {
+                    let version = lease
+                        .as_ref()
+                        .and_then(|l| l.metadata.resource_version.clone());
+                    match &first {
+                        None => first = Some(version),
+                        Some(before) if *before != version => {
+                            let held = lease
+                                .as_ref()
+                                .and_then(|l| l.metadata.annotations.as_ref())
+                                .and_then(|a| a.get(keys::ANNOTATION_AGENT_REPORT))
+                                .and_then(|r| AgentReport::from_json(r).ok())
+                                .map(|r| r.held)
+                                .unwrap_or_default();
+                            let proven: Vec<_> =
+                                ips.iter().filter(|ip| held.contains(ip)).copied().collect();
+                            if !proven.is_empty() {
+                                return proven;
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                }
+                tokio::time::sleep(HOLDER_POLL).await;
+            }
+            Vec::new()
+        })
+    }
+}

@@ -21,7 +21,9 @@ use aliaslb_agent::l2::guard::GuardConfig;
 use aliaslb_agent::l2::lan::LanWatch;
 use aliaslb_agent::l2::lan::ProbeConfig;
 use aliaslb_agent::l3::routing::{DaemonSpec, DaemonView};
-use aliaslb_agent::lease::{self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig};
+use aliaslb_agent::lease::{
+    self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig, LeaseHolderCheck,
+};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
 use aliaslb_agent::shield::Shield;
@@ -154,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
         desired_tx,
     ));
     let goodbye_node = node_name.clone();
+    let (holder_client, holder_namespace) = (client.clone(), agent_namespace.clone());
     let heartbeat = Heartbeat::new(
         client,
         LeaseConfig {
@@ -239,6 +242,10 @@ async fn main() -> anyhow::Result<()> {
             probe: ProbeConfig::default(),
             failover,
             streams_tx: advert_port.map(|_| streams_tx.clone()),
+            holders: Some(Arc::new(LeaseHolderCheck::new(
+                holder_client,
+                &holder_namespace,
+            ))),
         },
     );
 

@@ -18,7 +18,7 @@ use aliaslb_agent::http::Health;
 use aliaslb_agent::kernel::backend::{Lifetime, Timed};
 use aliaslb_agent::l2::adverts::Stream;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::l2::failover::{Failover, FailoverConfig};
+use aliaslb_agent::l2::failover::{Failover, FailoverConfig, HolderCheck};
 use aliaslb_agent::l2::guard::GuardConfig;
 use aliaslb_agent::l2::lan::{
     BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
@@ -106,6 +106,38 @@ impl LanPort for FakeLan {
     }
 }
 
+/// Holders as their Leases show them: those in `alive` renew 1 s after being asked and
+/// report holding every IP asked about; the others never prove anything.
+#[derive(Debug, Default)]
+struct FakeHolders {
+    alive: Mutex<Vec<String>>,
+    asked: Mutex<Vec<(String, Vec<IpAddr>)>>,
+}
+
+impl HolderCheck for FakeHolders {
+    fn alive_holding(
+        &self,
+        holder: &str,
+        ips: Vec<IpAddr>,
+        within: Duration,
+    ) -> BoxFuture<Vec<IpAddr>> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((holder.to_owned(), ips.clone()));
+        let alive = self.alive.lock().unwrap().iter().any(|h| h == holder);
+        Box::pin(async move {
+            if alive {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                ips
+            } else {
+                tokio::time::sleep(within).await;
+                Vec::new()
+            }
+        })
+    }
+}
+
 /// A running loop and every handle on it.
 struct Harness {
     fake: Arc<Fake>,
@@ -120,6 +152,7 @@ struct Harness {
     routing_tx: watch::Sender<Option<RoutingReport>>,
     heard_tx: mpsc::Sender<Advert>,
     streams_rx: watch::Receiver<Vec<Stream>>,
+    holders: Arc<FakeHolders>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -139,6 +172,7 @@ impl Harness {
         let (routing_tx, routing_rx) = watch::channel(None);
         let (heard_tx, heard) = mpsc::channel(64);
         let (streams_tx, streams_rx) = watch::channel(Vec::new());
+        let holders = Arc::new(FakeHolders::default());
         let authority = Authority::new(LEASE);
         let kernel = KernelRounds::new();
         let metrics = Arc::new(Metrics::new());
@@ -163,6 +197,7 @@ impl Harness {
                 probe: ProbeConfig::default(),
                 failover: Failover::new("alb-node-1", FailoverConfig::default()),
                 streams_tx: Some(streams_tx),
+                holders: Some(holders.clone() as Arc<dyn HolderCheck>),
             },
         );
         let (stop, stopped) = oneshot::channel::<()>();
@@ -199,6 +234,7 @@ impl Harness {
             routing_tx,
             heard_tx,
             streams_rx,
+            holders,
             stop: Some(stop),
             task,
         }
@@ -1110,6 +1146,56 @@ async fn a_holder_publishes_one_stream_per_standby_and_lets_go_on_the_controller
         h.want(desired(&[], &[]));
         settle().await;
         assert!(h.streams_rx.borrow().is_empty());
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_silent_here_but_renewing_its_lease_with_the_ip_gets_it_back_for_good() {
+    local(async {
+        let h = Harness::start();
+        // Cut off from this node on the LAN, not from its clients nor from the API.
+        h.holders.alive.lock().unwrap().push("alb-node-2".into());
+        h.want(with_standby(&[], &["192.168.1.60"]));
+        settle().await;
+        h.advert(1, &["192.168.1.60"]);
+        wait_for("the takeover", Duration::from_secs(1), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        assert_eq!(
+            *h.holders.asked.lock().unwrap(),
+            vec![("alb-node-2".to_owned(), vec![ip("192.168.1.60")])]
+        );
+        let took = Instant::now();
+        wait_for("the give-back", Duration::from_secs(2), || {
+            h.fake.ours().is_empty()
+        })
+        .await;
+        assert!(
+            took.elapsed() <= Duration::from_millis(1_100),
+            "{:?}",
+            took.elapsed()
+        );
+        // Still silent here: not taken again (no flapping), until an advert lists it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(h.fake.ours().is_empty(), "not taken again while disarmed");
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_failovers_total{result="holder_alive"} 1"#),
+            "{text}"
+        );
+        // The partition heals, then the holder dies for real: taken over again.
+        h.holders.alive.lock().unwrap().clear();
+        h.advert(2, &["192.168.1.60"]);
+        wait_for("the second takeover", Duration::from_secs(1), || {
+            !h.fake.ours().is_empty()
+        })
+        .await;
+        // A dead holder proves nothing: the takeover stands past the lease.
+        tokio::time::sleep(LEASE + Duration::from_secs(2)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.60")]);
         h.stop().await;
     })
     .await;

@@ -21,6 +21,12 @@
 //!   LAN ([`Failover::give_back`]). The controller's holder keeps priority: it is the one
 //!   the whole cluster agrees on.
 //! - A standby line that goes away or names another holder ends its takeover.
+//! - The LAN alone cannot tell a dead holder from one cut off from the other nodes but
+//!   still reaching its clients. So after a takeover the loop also watches the holder's
+//!   Lease ([`HolderCheck`]): renewed after the takeover with a report that holds the IP,
+//!   the holder is alive and serving it; the IP goes back and stays disarmed until an
+//!   advert from that holder lists it again ([`Failover::give_back_for_good`]). With the
+//!   API unreachable nothing is learnt there, and the takeover stands.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -226,6 +232,15 @@ impl Failover {
         self.taken.remove(&ip)
     }
 
+    /// The holder proved (by its Lease) that it is alive and holds taken-over `ip`: give
+    /// it back, and do not take it again until an advert from the holder lists it (a
+    /// holder cut off from this node on the LAN would be taken over again at once).
+    /// Returns whether it was taken over here.
+    pub fn give_back_for_good(&mut self, ip: IpAddr) -> bool {
+        self.listed.remove(&ip);
+        self.taken.remove(&ip)
+    }
+
     /// A new desired set: takeovers whose standby line went away or names another holder
     /// end (a line that became this node's own is held as such). Returns those ended.
     pub fn settle(&mut self, desired: &DesiredSet) -> Vec<IpAddr> {
@@ -247,6 +262,20 @@ impl Failover {
         self.answered.retain(|ip, _| desired.standby(*ip).is_some());
         ended
     }
+}
+
+/// Whether a holder is alive and holds IPs, from its Lease (the API), for a standby that
+/// took them over.
+pub trait HolderCheck: Send + Sync + std::fmt::Debug + 'static {
+    /// Resolves with those of `ips` that `holder` proves it holds: its Lease renewed after
+    /// this call began, with a report that lists them; empty once `within` passed without
+    /// that (a dead holder, or no API).
+    fn alive_holding(
+        &self,
+        holder: &str,
+        ips: Vec<IpAddr>,
+        within: Duration,
+    ) -> crate::l2::lan::BoxFuture<Vec<IpAddr>>;
 }
 
 #[cfg(test)]

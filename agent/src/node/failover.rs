@@ -77,11 +77,34 @@ where
         if taken {
             warn!(%ip, "nobody answers for the IP and its holder is silent: taking it over");
             self.metrics.inc_failover("taken_over");
+            // Silent to this node is not dead: a holder cut off from the other nodes but
+            // not from its clients still renews its Lease and reports the IP held.
+            if let (Some(holders), Some(line)) = (&self.holders, self.desired.standby(ip)) {
+                let holder = line.holder.clone();
+                let within = self.authority.lease_duration() + Duration::from_secs(1);
+                let check = holders.alive_holding(&holder, vec![ip], within);
+                self.holder_checks
+                    .spawn(async move { (holder, check.await) });
+            }
         } else if !free {
             debug!(%ip, "the IP is still answered on the LAN: its holder keeps it");
             self.metrics.inc_failover("still_answered");
         }
         taken
+    }
+
+    /// A holder check ended: the IPs its holder proved it holds go back, for good (until
+    /// its adverts list them again). Returns whether any did.
+    pub(super) fn on_holder_alive(&mut self, (holder, ips): (String, Vec<IpAddr>)) -> bool {
+        let mut back = false;
+        for ip in ips {
+            if self.failover.give_back_for_good(ip) {
+                warn!(%ip, %holder, "the holder renewed its Lease holding the IP, so it is alive though silent on this LAN (cut off from this node?): giving the takeover back");
+                self.metrics.inc_failover("holder_alive");
+                back = true;
+            }
+        }
+        back
     }
 
     /// A claim of `ip` by `node` on the LAN, for an IP taken over here from that node:

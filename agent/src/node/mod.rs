@@ -40,7 +40,7 @@ use crate::http::Health;
 use crate::kernel::backend::{AddressBackend, BackendError};
 use crate::l2::adverts::Stream;
 use crate::l2::announce::Announcer;
-use crate::l2::failover::{Failover, Heard};
+use crate::l2::failover::{Failover, Heard, HolderCheck};
 use crate::l2::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::l2::lan::{
     ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
@@ -96,6 +96,9 @@ pub struct NodeSetup<L> {
     pub failover: Failover,
     /// Fast L2 failover: where the adverts to send are published (`None`: none sent).
     pub streams_tx: Option<watch::Sender<Vec<Stream>>>,
+    /// Fast L2 failover: tells, after a takeover, whether the holder is alive and holds the
+    /// IP after all (`None`: never asked).
+    pub holders: Option<Arc<dyn HolderCheck>>,
 }
 
 /// Why a reconcile runs.
@@ -185,6 +188,8 @@ pub struct Node<B, S, L> {
     failover: Failover,
     checks: JoinSet<CheckDone>,
     streams_tx: Option<watch::Sender<Vec<Stream>>>,
+    holders: Option<Arc<dyn HolderCheck>>,
+    holder_checks: JoinSet<(String, Vec<IpAddr>)>,
 }
 
 impl<B, S, L> Node<B, S, L>
@@ -219,6 +224,8 @@ where
             failover: setup.failover,
             checks: JoinSet::new(),
             streams_tx: setup.streams_tx,
+            holders: setup.holders,
+            holder_checks: JoinSet::new(),
         }
     }
 
@@ -346,6 +353,16 @@ where
                         Ok(_) => continue,
                         Err(e) => {
                             error!(error = %e, "a takeover check failed");
+                            continue;
+                        }
+                    }
+                }
+                Some(done) = self.holder_checks.join_next(), if !self.holder_checks.is_empty() => {
+                    match done.map(|done| self.on_holder_alive(done)) {
+                        Ok(true) => Cause::Failover,
+                        Ok(false) => continue,
+                        Err(e) => {
+                            error!(error = %e, "a holder check failed");
                             continue;
                         }
                     }
