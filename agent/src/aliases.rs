@@ -42,6 +42,8 @@ pub struct DesiredSet {
     standby: BTreeMap<IpAddr, StandbyLine>,
     /// Fast L2 failover: the standby of each IP held, where the adverts go.
     peers: BTreeMap<IpAddr, Peer>,
+    /// Fast L2 failover: the relay of each IP held (its address), where a copy goes.
+    relays: BTreeMap<IpAddr, IpAddr>,
     /// The assignment object is missing: this is the last set read, kept
     /// ([`crate::assignments`]).
     object_missing: bool,
@@ -156,6 +158,16 @@ impl DesiredSet {
         self.peers.insert(ip, peer);
     }
 
+    /// Names the relay (its address) of the adverts of a held `ip`.
+    pub fn set_relay(&mut self, ip: IpAddr, address: IpAddr) {
+        self.relays.insert(ip, address);
+    }
+
+    /// The relay's address of a held `ip`, if it has one.
+    pub fn relay(&self, ip: IpAddr) -> Option<IpAddr> {
+        self.relays.get(&ip).copied()
+    }
+
     /// The standby of a held `ip`, if it has one.
     pub fn peer(&self, ip: IpAddr) -> Option<&Peer> {
         self.peers.get(&ip)
@@ -204,6 +216,7 @@ impl DesiredSet {
             set.probe.remove(ip);
             set.routed.remove(ip);
             set.peers.remove(ip);
+            set.relays.remove(ip);
         }
         set
     }

@@ -66,6 +66,9 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
         if let Some(peer) = a.peer {
             set.set_peer(ip, peer);
         }
+        if let Some(relay) = a.relay {
+            set.set_relay(ip, relay.address);
+        }
         set.insert(ip, a.interface);
         set.open(ip, a.ports);
         if a.bgp {

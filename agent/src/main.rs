@@ -123,12 +123,18 @@ async fn main() -> anyhow::Result<()> {
     if let Some(port) = advert_port {
         tokio::spawn(adverts::key_loop(client.clone(), namespace.clone(), key_tx));
         let received = metrics.clone();
-        let receiver = adverts::receive_loop(port, key_rx.clone(), heard_tx, move |why| {
-            received.inc_advert_received(match why {
-                adverts::Dropped::NoKey => "no_key",
-                adverts::Dropped::Invalid => "invalid",
-            });
-        });
+        let receiver = adverts::receive_loop(
+            node_name.clone(),
+            port,
+            key_rx.clone(),
+            heard_tx,
+            move |why| {
+                received.inc_advert_received(match why {
+                    adverts::Dropped::NoKey => "no_key",
+                    adverts::Dropped::Invalid => "invalid",
+                });
+            },
+        );
         tokio::spawn(async move {
             if let Err(e) = receiver.await {
                 error!(error = %e, port, "the advert receiver stopped: this node no longer takes over for silent holders");

@@ -1006,6 +1006,7 @@ impl Harness {
                 from: "alb-node-2".into(),
                 to: "alb-node-1".into(),
                 counter,
+                via: None,
                 ips: ips.iter().map(|s| ip(s)).collect(),
             })
             .unwrap();
@@ -1056,7 +1057,7 @@ async fn a_standby_takes_over_once_the_holder_is_silent_and_nobody_answers() {
         settle().await;
         assert!(h.fake.ours().is_empty(), "given back");
         // A replayed advert counts for nothing.
-        h.advert(11, &["192.168.1.60"]);
+        h.advert(10, &["192.168.1.60"]);
         settle().await;
         let text = h.metrics.encode().unwrap();
         assert!(
@@ -1131,12 +1132,14 @@ async fn a_holder_publishes_one_stream_per_standby_and_lets_go_on_the_controller
                     to: "alb-node-2".into(),
                     address: ip("192.168.1.12"),
                     interface: "eth0".into(),
+                    relay: None,
                     ips: vec![ip("192.168.1.50"), ip("192.168.1.51")],
                 },
                 Stream {
                     to: "alb-node-3".into(),
                     address: ip("192.168.1.13"),
                     interface: "eth0".into(),
+                    relay: None,
                     ips: vec![ip("192.168.1.52")],
                 },
             ]

@@ -247,6 +247,11 @@ pub fn desired<'a>(
                     line.probe |= !bgp && probe.contains(ip);
                     line.bgp |= bgp;
                     line.peer = standby.and_then(|s| peer_of(s, *ip));
+                    line.relay = line
+                        .peer
+                        .as_ref()
+                        .and(standby)
+                        .and_then(|s| relay_of(s, *ip));
                 }
             }
         }
@@ -268,6 +273,18 @@ pub fn desired<'a>(
         }
     }
     nodes
+}
+
+/// The `relay=` of `ip`'s line: the relay and its address on `ip`'s subnet.
+fn relay_of(standby: &Standby, ip: IpAddr) -> Option<Peer> {
+    let (node, addresses) = standby.relay.as_ref()?;
+    addresses
+        .iter()
+        .find(|(vip, _)| *vip == ip)
+        .map(|(_, address)| Peer {
+            node: node.clone(),
+            address: *address,
+        })
 }
 
 /// The `peer=` of `ip`'s line: the standby and its address on `ip`'s subnet.
@@ -519,6 +536,7 @@ mod tests {
             node: "n2".into(),
             // No address of n2 on the IPv6 subnet: no takeover of that one.
             addresses: vec![(ip("192.168.55.10"), ip("192.168.55.3"))],
+            relay: Some(("n3".into(), vec![(ip("192.168.55.10"), ip("192.168.55.4"))])),
         });
         let v = view(&web, &[(80, "TCP")], &[]);
         let plans = [(web.clone(), p)];
@@ -531,7 +549,7 @@ mod tests {
         );
         assert_eq!(
             d["n1"].render(),
-            "192.168.55.10 eth1 tcp:80 default/web peer=n2@192.168.55.3\n\
+            "192.168.55.10 eth1 tcp:80 default/web peer=n2@192.168.55.3 relay=n3@192.168.55.4\n\
              2001:db8::10 eth1 tcp:80 default/web\n"
         );
         assert_eq!(

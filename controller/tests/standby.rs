@@ -1,6 +1,6 @@
 //! Fast L2 failover's control side against the real kube-apiserver: the advert key Secret
 //! is created once and kept; each L2 IP's holder line names a standby on the IP's LAN
-//! (`peer=NODE@ADDRESS`) and that standby's own assignment lists the IP as `standby=HOLDER`;
+//! (`peer=NODE@ADDRESS`), relayed by the third (`relay=`), and that standby's own assignment lists the IP as `standby=HOLDER`;
 //! a hard loss of the holder moves the IP to its standby (which took it over on the LAN
 //! already) and names a new standby. Agents are faked by renewing their Leases from the
 //! test, reporting their LAN subnet and holding their held lines.
@@ -144,6 +144,12 @@ async fn each_l2_ip_has_a_standby_on_its_lan_and_a_hard_loss_moves_it_there() {
     )
     .await;
     let third = 3 - holder - s;
+    let relay = read_assignment(&api, &nodes[holder])
+        .await
+        .and_then(|a| a.ips.get(&ip).and_then(|l| l.relay.clone()))
+        .expect("the third node relays the adverts");
+    assert_eq!(relay.node, nodes[third]);
+    assert_eq!(relay.address.to_string(), address(third));
     assert!(
         read_assignment(&api, &nodes[third])
             .await

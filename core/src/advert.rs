@@ -8,8 +8,13 @@
 //!
 //! ```text
 //! "ALBA" | version 1 | from: len u8, bytes | to: len u8, bytes | counter u64 BE
+//!        | via: family u8 (0: none, 4|6) and 0|4|16 address bytes
 //!        | count u16 BE | count x (family u8 (4|6), 4|16 address bytes) | HMAC-SHA256 (32)
 //! ```
+//!
+//! `via` marks a copy sent to a relay node: the relay forwards it to the `via` address
+//! without it (same sender, counter and IPs, signed again with the same key), so a standby
+//! cut off from its holder on the LAN, but not from the relay, still hears the holder.
 //!
 //! The HMAC (keyed by the cluster's advert key, a Secret only agents and the controller
 //! read) covers every byte before it, so a host on the LAN can neither forge an advert nor
@@ -42,6 +47,8 @@ pub struct Advert {
     pub to: String,
     /// Grows with every advert of the sender.
     pub counter: u64,
+    /// A copy for a relay: the address it forwards it to (the standby's).
+    pub via: Option<IpAddr>,
     /// The IPs the sender holds for `to` (at most [`MAX_IPS`]).
     pub ips: Vec<IpAddr>,
 }
@@ -107,19 +114,14 @@ impl Advert {
             out.extend_from_slice(bytes);
         }
         out.extend_from_slice(&self.counter.to_be_bytes());
+        match self.via {
+            Some(via) => push_ip(&mut out, via),
+            None => out.push(0),
+        }
         let ips = &self.ips[..self.ips.len().min(MAX_IPS)];
         out.extend_from_slice(&(ips.len() as u16).to_be_bytes());
         for ip in ips {
-            match ip {
-                IpAddr::V4(v4) => {
-                    out.push(4);
-                    out.extend_from_slice(&v4.octets());
-                }
-                IpAddr::V6(v6) => {
-                    out.push(6);
-                    out.extend_from_slice(&v6.octets());
-                }
-            }
+            push_ip(&mut out, *ip);
         }
         let tag = hmac::sign(&key.0, &out);
         out.extend_from_slice(tag.as_ref());
@@ -140,17 +142,18 @@ impl Advert {
         let from = r.name()?;
         let to = r.name()?;
         let counter = u64::from_be_bytes(r.array()?);
+        let via = match r.array::<1>()?[0] {
+            0 => None,
+            family => Some(r.ip(family)?),
+        };
         let count = usize::from(u16::from_be_bytes(r.array()?));
         if count > MAX_IPS {
             return Err(AdvertError::Malformed("more IPs than an advert carries"));
         }
         let mut ips = Vec::with_capacity(count);
         for _ in 0..count {
-            ips.push(match r.array::<1>()?[0] {
-                4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>()?)),
-                6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>()?)),
-                _ => return Err(AdvertError::Malformed("unknown address family")),
-            });
+            let family = r.array::<1>()?[0];
+            ips.push(r.ip(family)?);
         }
         if !r.0.is_empty() {
             return Err(AdvertError::Malformed("bytes after the IPs"));
@@ -159,8 +162,22 @@ impl Advert {
             from,
             to,
             counter,
+            via,
             ips,
         })
+    }
+}
+
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            out.push(4);
+            out.extend_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out.push(6);
+            out.extend_from_slice(&v6.octets());
+        }
     }
 }
 
@@ -180,6 +197,14 @@ impl Reader<'_> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
+    }
+
+    fn ip(&mut self, family: u8) -> Result<IpAddr, AdvertError> {
+        match family {
+            4 => Ok(IpAddr::V4(Ipv4Addr::from(self.array::<4>()?))),
+            6 => Ok(IpAddr::V6(Ipv6Addr::from(self.array::<16>()?))),
+            _ => Err(AdvertError::Malformed("unknown address family")),
+        }
     }
 
     fn name(&mut self) -> Result<String, AdvertError> {
@@ -203,6 +228,7 @@ pub fn round(
             from: from.to_owned(),
             to: to.to_owned(),
             counter: counter(),
+            via: None,
             ips: chunk.to_vec(),
         })
         .collect();
@@ -211,6 +237,7 @@ pub fn round(
             from: from.to_owned(),
             to: to.to_owned(),
             counter: counter(),
+            via: None,
             ips: Vec::new(),
         });
     }
@@ -230,6 +257,7 @@ mod tests {
             from: "alb-node-1".into(),
             to: "alb-node-2".into(),
             counter: 1_700_000_000_000_001,
+            via: None,
             ips: vec![
                 "192.168.55.10".parse().unwrap(),
                 "2001:db8::10".parse().unwrap(),
@@ -240,8 +268,16 @@ mod tests {
     #[test]
     fn an_advert_reads_back_with_its_key() {
         let bytes = advert().encode(&key(7));
-        assert_eq!(bytes.len(), 5 + 11 + 11 + 8 + 2 + 5 + 17 + TAG_LEN);
+        assert_eq!(bytes.len(), 5 + 11 + 11 + 8 + 1 + 2 + 5 + 17 + TAG_LEN);
         assert_eq!(Advert::decode(&key(7), &bytes), Ok(advert()));
+        let relayed = Advert {
+            via: Some("192.168.55.3".parse().unwrap()),
+            ..advert()
+        };
+        assert_eq!(
+            Advert::decode(&key(7), &relayed.encode(&key(7))),
+            Ok(relayed)
+        );
     }
 
     #[test]
@@ -281,6 +317,7 @@ mod tests {
         // A key holder's bug, not an attacker: signed, but the count runs past the end.
         let mut body = b"ALBA\x01\x01a\x01b".to_vec();
         body.extend_from_slice(&5u64.to_be_bytes());
+        body.push(0);
         body.extend_from_slice(&2u16.to_be_bytes());
         body.extend_from_slice(&[4, 10, 0, 0, 1]);
         let tag = hmac::sign(&key(7).0, &body);

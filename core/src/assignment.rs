@@ -26,7 +26,9 @@
 //! field is then `-`. Fast L2 failover adds two flags: `peer=NODE@ADDRESS` on the holder's
 //! line names the node standing by for the IP and the address the holder's liveness
 //! adverts go to; the standby's own assignment lists the IP with `standby=NODE` (its
-//! holder): not to hold, to take over when that holder's adverts stop. Flags follow the
+//! holder): not to hold, to take over when that holder's adverts stop. `relay=NODE@ADDRESS`
+//! on the holder's line names a third node on the LAN that forwards the adverts to the
+//! standby (a standby cut off from the holder alone keeps hearing it). Flags follow the
 //! services, in any order, each at most once; an agent older than a flag refuses the whole
 //! object and keeps what it has, never misreads it.
 //!
@@ -117,6 +119,10 @@ pub struct AssignedIp {
     /// On the holder's line: the node that stands by for the IP, and the address the
     /// holder sends its liveness adverts to (flag `peer=NODE@ADDRESS`).
     pub peer: Option<Peer>,
+    /// On the holder's line: a third node on the IP's LAN that relays the adverts to the
+    /// standby (flag `relay=NODE@ADDRESS`), so a standby cut off from the holder alone
+    /// still hears it and takes nothing over.
+    pub relay: Option<Peer>,
     /// A standby line (flag `standby=NODE`): this node does not hold the IP; it takes it
     /// over when the adverts of `NODE`, its holder, stop (fast L2 failover).
     pub standby_for: Option<String>,
@@ -272,12 +278,15 @@ impl NodeAssignments {
                 )));
             };
             let (mut probe, mut bgp) = (false, false);
-            let (mut peer, mut standby_for) = (None, None);
+            let (mut peer, mut standby_for, mut relay) = (None, None, None);
             for flag in flags {
                 let seen = match flag.split_once('=') {
                     None if *flag == "probe" => std::mem::replace(&mut probe, true),
                     None if *flag == "bgp" => std::mem::replace(&mut bgp, true),
                     Some(("peer", value)) => peer
+                        .replace(parse_peer(value).map_err(|m| err(format!("{flag}: {m}")))?)
+                        .is_some(),
+                    Some(("relay", value)) => relay
                         .replace(parse_peer(value).map_err(|m| err(format!("{flag}: {m}")))?)
                         .is_some(),
                     Some(("standby", node)) if valid_node_name(node) => {
@@ -289,7 +298,7 @@ impl NodeAssignments {
                     _ => {
                         return Err(err(format!(
                             "unknown flag `{flag}`: the flags are `probe`, `bgp`, \
-                             `peer=NODE@ADDRESS` and `standby=NODE`"
+                             `peer=NODE@ADDRESS`, `relay=NODE@ADDRESS` and `standby=NODE`"
                         )));
                     }
                 };
@@ -299,10 +308,13 @@ impl NodeAssignments {
             }
             let roles = [probe, bgp, peer.is_some(), standby_for.is_some()];
             let exclusive = [(1, 2), (1, 3), (0, 3), (2, 3)];
-            if exclusive.iter().any(|&(a, b)| roles[a] && roles[b]) {
+            if exclusive.iter().any(|&(a, b)| roles[a] && roles[b])
+                || (relay.is_some() && peer.is_none())
+            {
                 return Err(err(
                     "flags that do not go together: a `bgp` line has no `peer` or `standby`, \
-                     and a `standby` line is neither probed nor has a `peer`"
+                     a `standby` line is neither probed nor has a `peer`, and a `relay` needs \
+                     a `peer`"
                         .to_owned(),
                 ));
             }
@@ -326,6 +338,7 @@ impl NodeAssignments {
                 bgp,
                 peer,
                 standby_for,
+                relay,
                 ..AssignedIp::default()
             };
             if ports != "-" {
@@ -375,6 +388,9 @@ pub(crate) fn render_line(out: &mut String, ip: IpAddr, a: &AssignedIp) {
     }
     if let Some(peer) = &a.peer {
         let _ = write!(out, " peer={peer}");
+    }
+    if let Some(relay) = &a.relay {
+        let _ = write!(out, " relay={relay}");
     }
     if let Some(holder) = &a.standby_for {
         let _ = write!(out, " standby={holder}");
@@ -493,7 +509,8 @@ mod tests {
 
     #[test]
     fn holder_and_standby_lines_round_trip() {
-        let text = "192.168.55.10 eth1 tcp:80 default/web probe peer=alb-node-2@192.168.55.3\n\
+        let text = "192.168.55.10 eth1 tcp:80 default/web probe peer=alb-node-2@192.168.55.3 \
+                    relay=alb-node-3@192.168.55.4\n\
                     192.168.55.11 - - default/dns standby=alb-node-1\n\
                     2001:db8::10 - - default/v6 peer=n3@fd00::3\n";
         let a = NodeAssignments::parse(text).unwrap();
@@ -506,6 +523,7 @@ mod tests {
                 address: ip("192.168.55.3")
             })
         );
+        assert_eq!(web.relay.as_ref().unwrap().node, "alb-node-3");
         let dns = &a.ips[&ip("192.168.55.11")];
         assert!(!dns.held());
         assert_eq!(dns.standby_for.as_deref(), Some("alb-node-1"));
@@ -573,6 +591,16 @@ mod tests {
             ),
             ("10.0.0.1 - - a/b bgp standby=n1", 1, "do not go together"),
             ("10.0.0.1 - - a/b holder=n1", 1, "unknown flag `holder=n1`"),
+            (
+                "10.0.0.1 - - a/b relay=n3@10.0.0.3",
+                1,
+                "a `relay` needs a `peer`",
+            ),
+            (
+                "10.0.0.1 - - a/b peer=n2@10.0.0.2 relay=n3",
+                1,
+                "expected NODE@ADDRESS",
+            ),
         ];
         for (text, line, want) in table {
             let e = NodeAssignments::parse(text).unwrap_err();

@@ -250,16 +250,16 @@ pub fn elect(
     Ok(chosen.name.clone())
 }
 
-/// The standby of `input.ips`, held by `holder`: the node that takes them over on the LAN
-/// when the holder's liveness adverts stop (fast L2 failover). It must pass every per-node
-/// rule, be another node than `holder`, and be on-link for at least one of the IPs (adverts
+/// The standby of `input.ips`: the node that takes them over on the LAN when the holder's
+/// liveness adverts stop (fast L2 failover); also its relay. It must pass every per-node
+/// rule, not be one of `exclude` (the holder; for the relay, the standby too), and be on-link for at least one of the IPs (adverts
 /// and the takeover's gratuitous ARP go on that LAN). `current` stays while it qualifies
 /// (no churn); else the node the election would pick: least loaded, then the tie-break
 /// hash. `None`: no node qualifies.
 pub fn standby(
     input: &ElectionInput<'_>,
     nodes: &[NodeState],
-    holder: &str,
+    exclude: &[&str],
     current: Option<&str>,
     load: &BTreeMap<String, usize>,
 ) -> Option<String> {
@@ -268,7 +268,9 @@ pub fn standby(
         ..*input
     };
     let qualifies = |node: &&NodeState| {
-        node.name != holder && on_link(node, input.ips) > 0 && ineligibility(&fresh, node).is_none()
+        !exclude.contains(&node.name.as_str())
+            && on_link(node, input.ips) > 0
+            && ineligibility(&fresh, node).is_none()
     };
     if let Some(current) = current
         && nodes.iter().filter(qualifies).any(|n| n.name == current)
@@ -464,25 +466,25 @@ mod tests {
         // Never the holder, a cordoned, unready or off-LAN node; the least loaded.
         let busy = load(&[("b", 3)]);
         assert_eq!(
-            standby(&c.input(), &nodes, "a", None, &busy),
+            standby(&c.input(), &nodes, &["a"], None, &busy),
             Some("f".into())
         );
         assert_eq!(
-            standby(&c.input(), &nodes, "a", None, &load(&[("f", 3)])),
+            standby(&c.input(), &nodes, &["a"], None, &load(&[("f", 3)])),
             Some("b".into())
         );
         // The current standby stays while it qualifies, whatever the load.
         assert_eq!(
-            standby(&c.input(), &nodes, "a", Some("b"), &busy),
+            standby(&c.input(), &nodes, &["a"], Some("b"), &busy),
             Some("b".into())
         );
         // A current standby that no longer qualifies is replaced by the election's pick.
         assert_eq!(
-            standby(&c.input(), &nodes, "a", Some("c"), &none),
-            standby(&c.input(), &nodes, "a", None, &none)
+            standby(&c.input(), &nodes, &["a"], Some("c"), &none),
+            standby(&c.input(), &nodes, &["a"], None, &none)
         );
         // Alone on its LAN: no standby.
-        assert_eq!(standby(&c.input(), &nodes[..1], "a", None, &none), None);
+        assert_eq!(standby(&c.input(), &nodes[..1], &["a"], None, &none), None);
         assert_eq!(
             address_on_subnet(&nodes[1], ip("192.168.55.10")),
             Some(ip("192.168.55.3"))

@@ -420,6 +420,9 @@ pub struct Standby {
     /// For each IP it stands by for: its own address on that IP's subnet, where the
     /// holder's adverts go.
     pub addresses: Vec<(IpAddr, IpAddr)>,
+    /// A third node on the LAN that relays the holder's adverts to the standby, with its
+    /// address on each IP's subnet (`None`: no third node qualifies).
+    pub relay: Option<(String, Vec<(IpAddr, IpAddr)>)>,
 }
 
 /// Desired state of one Service condition.
@@ -598,6 +601,8 @@ struct Group {
     /// L2 mode: the node standing by for the IPs (fast failover); `None` without a node
     /// or without a node that qualifies ([`crate::election::standby`]).
     standby: Option<String>,
+    /// L2 mode: the node relaying the holder's adverts to the standby.
+    relay: Option<String>,
 }
 
 /// One IP in use.

@@ -37,6 +37,8 @@ pub struct Stream {
     pub address: IpAddr,
     /// The interface the IPs are on.
     pub interface: String,
+    /// The relay's address: a copy of each advert goes there, to be forwarded.
+    pub relay: Option<IpAddr>,
     /// The IPs held for it on that interface (may be empty: "alive, holding nothing").
     pub ips: Vec<IpAddr>,
 }
@@ -185,6 +187,20 @@ impl Sender {
                         debug!(%to, interface = %stream.interface, %error, "advert not sent")
                     }
                 }
+                // The same advert (same counter) through the relay, marked for forwarding.
+                if let Some(relay) = stream.relay {
+                    let copy = Advert {
+                        via: Some(stream.address),
+                        ..advert
+                    };
+                    let at = SocketAddr::new(relay, self.port);
+                    match socket.send_to(&copy.encode(key), at).await {
+                        Ok(_) => sent += 1,
+                        Err(error) => {
+                            debug!(%at, interface = %stream.interface, %error, "advert not sent to the relay")
+                        }
+                    }
+                }
             }
         }
         sent
@@ -203,7 +219,8 @@ pub async fn send_loop(
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut lingering: BTreeMap<(String, IpAddr, String), tokio::time::Instant> = BTreeMap::new();
+    type Id = (String, IpAddr, String, Option<IpAddr>);
+    let mut lingering: BTreeMap<Id, tokio::time::Instant> = BTreeMap::new();
     loop {
         tick.tick().await;
         let Some(k) = key.borrow_and_update().clone() else {
@@ -211,19 +228,22 @@ pub async fn send_loop(
         };
         let now = tokio::time::Instant::now();
         let mut round = streams.borrow_and_update().clone();
-        let live: BTreeSet<(String, IpAddr, String)> = round
+        let live: BTreeSet<Id> = round
             .iter()
-            .map(|s| (s.to.clone(), s.address, s.interface.clone()))
+            .map(|s| (s.to.clone(), s.address, s.interface.clone(), s.relay))
             .collect();
         for id in &live {
             lingering.insert(id.clone(), now + LINGER);
         }
         lingering.retain(|_, until| *until > now);
-        for ((to, address, interface), _) in lingering.iter().filter(|(id, _)| !live.contains(id)) {
+        for ((to, address, interface, relay), _) in
+            lingering.iter().filter(|(id, _)| !live.contains(id))
+        {
             round.push(Stream {
                 to: to.clone(),
                 address: *address,
                 interface: interface.clone(),
+                relay: *relay,
                 ips: Vec::new(),
             });
         }
@@ -259,8 +279,11 @@ pub enum Dropped {
 }
 
 /// Receives adverts on `port` (IPv4 and IPv6), verifies them with the current key and
-/// sends them on `tx`; counts what it drops on `dropped`.
+/// sends them on `tx`; counts what it drops on `dropped`. A copy for a relay (`via`) that
+/// is for another node (`node` is this one) is forwarded to its `via` address without
+/// `via`, signed again: never delivered here, never forwarded twice.
 pub async fn receive_loop(
+    node: String,
     port: u16,
     key: KeyRx,
     tx: mpsc::Sender<Advert>,
@@ -287,7 +310,23 @@ pub async fn receive_loop(
             continue;
         };
         match Advert::decode(&k, &buf[..n]) {
-            Ok(advert) => {
+            Ok(mut advert) => {
+                if let Some(final_address) = advert.via.take()
+                    && advert.to != node
+                {
+                    let socket = if final_address.is_ipv6() {
+                        v6.as_ref()
+                    } else {
+                        Some(&v4)
+                    };
+                    let at = SocketAddr::new(final_address, port);
+                    if let Some(socket) = socket
+                        && let Err(error) = socket.send_to(&advert.encode(&k), at).await
+                    {
+                        debug!(%at, %error, "relayed advert not sent");
+                    }
+                    continue;
+                }
                 if tx.send(advert).await.is_err() {
                     return Ok(());
                 }

@@ -81,6 +81,8 @@ pub enum Heard {
     },
     /// For another node (a misrouted or replayed advert of another pair).
     NotForMe,
+    /// The same advert again: its copy through the relay, or the direct one after it.
+    Duplicate,
     /// Its counter is not above the last one from that sender: a replay, or reordered.
     Stale,
 }
@@ -130,7 +132,8 @@ impl Failover {
             return Heard::NotForMe;
         }
         match self.senders.get_mut(&advert.from) {
-            Some(s) if advert.counter <= s.counter => return Heard::Stale,
+            Some(s) if advert.counter == s.counter => return Heard::Duplicate,
+            Some(s) if advert.counter < s.counter => return Heard::Stale,
             Some(s) => {
                 s.counter = advert.counter;
                 s.last = now;
@@ -309,6 +312,7 @@ mod tests {
             from: from.into(),
             to: to.into(),
             counter,
+            via: None,
             ips: ips.iter().map(|i| ip(i)).collect(),
         }
     }
@@ -345,6 +349,10 @@ mod tests {
         f.heard(&advert("a", "b", 5, &["10.0.0.1"]), t0);
         assert_eq!(
             f.heard(&advert("a", "b", 5, &[]), t0 + 50 * MS),
+            Heard::Duplicate
+        );
+        assert_eq!(
+            f.heard(&advert("a", "b", 4, &[]), t0 + 50 * MS),
             Heard::Stale
         );
         assert_eq!(

@@ -26,6 +26,7 @@ where
                     }
                 }
                 Heard::NotForMe => self.metrics.inc_advert_received("not_for_me"),
+                Heard::Duplicate => self.metrics.inc_advert_received("duplicate"),
                 Heard::Stale => self.metrics.inc_advert_received("replayed"),
             }
         }
@@ -125,7 +126,8 @@ where
         let Some(tx) = &self.streams_tx else {
             return;
         };
-        let mut streams: BTreeMap<(String, IpAddr, String), Vec<IpAddr>> = BTreeMap::new();
+        type Key = (String, IpAddr, String, Option<IpAddr>);
+        let mut streams: BTreeMap<Key, Vec<IpAddr>> = BTreeMap::new();
         for alias in self.aliases.owned() {
             if self.links_up.get(&alias.ifindex) == Some(&false) {
                 continue;
@@ -133,17 +135,19 @@ where
             let Some(peer) = self.desired.peer(alias.ip) else {
                 continue;
             };
+            let relay = self.desired.relay(alias.ip);
             streams
-                .entry((peer.node.clone(), peer.address, alias.ifname.clone()))
+                .entry((peer.node.clone(), peer.address, alias.ifname.clone(), relay))
                 .or_default()
                 .push(alias.ip);
         }
         let streams: Vec<Stream> = streams
             .into_iter()
-            .map(|((to, address, interface), ips)| Stream {
+            .map(|((to, address, interface, relay), ips)| Stream {
                 to,
                 address,
                 interface,
+                relay,
                 ips,
             })
             .collect();

@@ -373,6 +373,7 @@ impl Planner {
                     || g.moving_from.as_deref() == Some(n)
                     || g.announcers.iter().any(|a| a == n)
                     || g.standby.as_deref() == Some(n)
+                    || g.relay.as_deref() == Some(n)
             };
             let in_subnets = |subnets: &[IpNet]| {
                 g.ips

@@ -244,19 +244,24 @@ impl Planner {
             }
             entry.conflict = conflict.map(|(_, m)| Box::from(m));
         }
-        let standby = group
-            .and_then(|g| g.standby.as_deref().filter(|_| g.node.is_some()))
-            .and_then(|name| {
-                let state = inputs.nodes.iter().find(|n| n.name == name)?;
-                let addresses: Vec<(IpAddr, IpAddr)> = ips
-                    .iter()
-                    .filter_map(|ip| Some((*ip, address_on_subnet(state, *ip)?)))
-                    .collect();
-                (!addresses.is_empty()).then(|| Standby {
-                    node: name.to_owned(),
-                    addresses,
-                })
-            });
+        // A node with its address on the subnet of each IP it can serve.
+        let on_lan = |name: &str| {
+            let state = inputs.nodes.iter().find(|n| n.name == name)?;
+            let addresses: Vec<(IpAddr, IpAddr)> = ips
+                .iter()
+                .filter_map(|ip| Some((*ip, address_on_subnet(state, *ip)?)))
+                .collect();
+            (!addresses.is_empty()).then(|| (name.to_owned(), addresses))
+        };
+        let standby = group.filter(|g| g.node.is_some()).and_then(|g| {
+            let (node, addresses) = on_lan(g.standby.as_deref()?)?;
+            let relay = g.relay.as_deref().and_then(on_lan);
+            Some(Standby {
+                node,
+                addresses,
+                relay,
+            })
+        });
         ServicePlan {
             ips,
             node,
@@ -279,15 +284,21 @@ fn step(
 ) -> Vec<Note> {
     let notes = step_holder(group, input, world, load);
     if !world.inputs.agents_unobservable {
-        group.standby = group.node.as_deref().and_then(|holder| {
-            standby(
+        let nodes = world.inputs.nodes;
+        group.standby = group
+            .node
+            .as_deref()
+            .and_then(|holder| standby(input, nodes, &[holder], group.standby.as_deref(), load));
+        group.relay = match (group.node.as_deref(), group.standby.as_deref()) {
+            (Some(holder), Some(standby_node)) => standby(
                 input,
-                world.inputs.nodes,
-                holder,
-                group.standby.as_deref(),
+                nodes,
+                &[holder, standby_node],
+                group.relay.as_deref(),
                 load,
-            )
-        });
+            ),
+            _ => None,
+        };
     }
     notes
 }
