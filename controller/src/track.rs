@@ -130,7 +130,8 @@ impl Failovers {
     }
 }
 
-/// The Services with IPs whose `aliaslb.io/Announced` reason is not `Announced`, with their
+/// The Services with IPs whose `aliaslb.io/Announced` reason is not `Announced` (nor
+/// `TakenOver`: answered by the standby), with their
 /// pool and that reason (`WaitingForAgent`, `Moving`, `NoEligibleNode`, `AddressConflict`,
 /// `AgentsUnobservable`, L3: `PartiallyAnnounced`, `NotAnnounced`), kept from pass to pass:
 /// a narrowed pass updates the Services it re-planned, a full pass starts afresh.
@@ -147,8 +148,10 @@ impl Unannounced {
 
     /// Records the new plan of the Service `key`, of pool `pool`.
     pub fn set(&mut self, key: &ServiceKey, pool: &str, plan: &ServicePlan) {
+        // A standby's takeover is answered on the LAN: announced, not a problem to count.
         let fine = plan.ips.is_empty()
             || plan.announced.reason == reason::ANNOUNCED
+            || plan.announced.reason == reason::TAKEN_OVER
             || plan.announced.reason == reason::NOT_ALLOCATED;
         if fine {
             self.services.remove(key);

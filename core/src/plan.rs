@@ -225,6 +225,10 @@ pub mod reason {
     pub const SHARING_KEY_CONFLICT: &str = "SharingKeyConflict";
     /// Announced True: the elected node's agent holds every IP.
     pub const ANNOUNCED: &str = "Announced";
+    /// Announced True: the standby holds every IP, taken over on the LAN when the
+    /// elected node's adverts stopped (fast L2 failover); the controller confirms it as
+    /// the holder once the elected node's Lease expires.
+    pub const TAKEN_OVER: &str = "TakenOver";
     /// Announced False: no IP allocated yet.
     pub const NOT_ALLOCATED: &str = "NotAllocated";
     /// Announced False: waiting for the elected node's agent to add the IPs.

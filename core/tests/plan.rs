@@ -1815,3 +1815,34 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
         "no node left to stand by"
     );
 }
+
+/// A standby holding the IPs (it took them over on the LAN) while the elected node does not
+/// shows as Announced `TakenOver`, naming both.
+#[test]
+fn a_takeover_by_the_standby_is_shown_on_the_service() {
+    let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
+    for (n, net) in [("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")] {
+        world.node_mut(n).subnets = vec![net.parse().unwrap()];
+    }
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web").clone();
+    let (holder, standby) = (web.node.unwrap(), web.standby.unwrap().node);
+    world.holds(&holder, "10.0.0.1");
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").announced.reason,
+        reason::ANNOUNCED
+    );
+    world.holds(&holder, "");
+    world.holds(&standby, "10.0.0.1");
+    let out = world.plan(&mut planner);
+    let announced = &plan_of(&out, "default", "web").announced;
+    assert!(announced.status);
+    assert_eq!(announced.reason, reason::TAKEN_OVER);
+    assert!(
+        announced.message.contains(&standby) && announced.message.contains(&holder),
+        "{}",
+        announced.message
+    );
+}

@@ -659,9 +659,24 @@ fn announced(
             Some((reason::ADDRESS_CONFLICT, message)),
         );
     }
-    match report {
-        Some(r) if holds_all => (
+    let standby = group.standby.as_deref().and_then(|s| {
+        let r = inputs.agents.get(s)?;
+        ips.iter().all(|ip| r.held.contains(ip)).then_some((s, r))
+    });
+    match (report, standby) {
+        (Some(r), _) if holds_all => (
             condition(true, reason::ANNOUNCED, format!("held by {node}{}", on(r))),
+            None,
+        ),
+        (_, Some((s, r))) => (
+            condition(
+                true,
+                reason::TAKEN_OVER,
+                format!(
+                    "held by the standby {s}{}, which took it over on the LAN when {node}                      went silent; it becomes the holder once {node}'s Lease expires",
+                    on(r)
+                ),
+            ),
             None,
         ),
         _ => (
