@@ -218,25 +218,17 @@ impl Assignment {
         let Some(count) = value(index, keys::SHARDS_KEY) else {
             return Reading::Between;
         };
-        let count = match shards::parse_count(count) {
-            Ok(count) => count,
-            Err(e) => return Reading::Unreadable(format!("{index_name}: {e}")),
-        };
         let shard = |k| {
             let name = keys::assignment_shard_configmap(&self.node, k);
             let cm = self.labelled.objects.get(&name)?;
             Some(value(cm, keys::ASSIGNMENTS_KEY).unwrap_or(""))
         };
-        let mut assignments = match shards::read(count, shard) {
-            Ok(Some(assignments)) => assignments,
-            Ok(None) => return Reading::Missing,
-            Err(e) => return Reading::Unreadable(e.to_string()),
-        };
         let macs = value(index, keys::NODE_MACS_KEY).unwrap_or("");
-        if let Err(e) = assignments.parse_node_macs(macs) {
-            return Reading::Unreadable(e.to_string());
+        match shards::read_index(&index_name, count, macs, shard) {
+            Ok(Some(assignments)) => Reading::Set(set_of(assignments)),
+            Ok(None) => Reading::Missing,
+            Err(e) => Reading::Unreadable(e),
         }
-        Reading::Set(set_of(assignments))
     }
 
     /// Reads the current objects: whether the desired set changed, `None` when they cannot

@@ -97,23 +97,20 @@ pub fn read_node(node: &str, objects: &NodeObjects) -> Result<NodeAssignments, S
     let Some(index) = objects.get(&index_name) else {
         return Err(format!("{index_name} is missing"));
     };
-    let mut assignments = match index.shards.as_deref() {
-        None => NodeAssignments::parse(&index.ips).map_err(|e| e.to_string())?,
-        Some(count) => {
-            let count = shards::parse_count(count).map_err(|e| format!("{index_name}: {e}"))?;
-            let shard = |k| {
-                let name = keys::assignment_shard_configmap(node, k);
-                objects.get(&name).map(|o| o.ips.as_str())
-            };
-            shards::read(count, shard)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("a shard of the {count} {index_name} lists is missing"))?
-        }
+    let macs = index.node_macs.as_deref().unwrap_or("");
+    let Some(count) = index.shards.as_deref() else {
+        let mut assignments = NodeAssignments::parse(&index.ips).map_err(|e| e.to_string())?;
+        assignments
+            .parse_node_macs(macs)
+            .map_err(|e| e.to_string())?;
+        return Ok(assignments);
     };
-    assignments
-        .parse_node_macs(index.node_macs.as_deref().unwrap_or(""))
-        .map_err(|e| e.to_string())?;
-    Ok(assignments)
+    let shard = |k| {
+        let name = keys::assignment_shard_configmap(node, k);
+        objects.get(&name).map(|o| o.ips.as_str())
+    };
+    shards::read_index(&index_name, count, macs, shard)?
+        .ok_or_else(|| format!("a shard of the {count} {index_name} lists is missing"))
 }
 
 /// When an object must be written among a node's writes.

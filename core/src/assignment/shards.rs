@@ -151,6 +151,25 @@ pub fn read<'a>(
     Ok(Some(out))
 }
 
+/// A node's sharded assignment as both its agent and the controller read it: the index
+/// `index_name`'s shard count and node MACs (their texts), and the shards by number
+/// (`shard`). `Ok(None)`: a shard the count lists is missing (not written yet, or gone).
+pub fn read_index<'a>(
+    index_name: &str,
+    count: &str,
+    node_macs: &str,
+    shard: impl FnMut(u32) -> Option<&'a str>,
+) -> Result<Option<NodeAssignments>, String> {
+    let count = parse_count(count).map_err(|e| format!("{index_name}: {e}"))?;
+    let Some(mut assignments) = read(count, shard).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    assignments
+        .parse_node_macs(node_macs)
+        .map_err(|e| e.to_string())?;
+    Ok(Some(assignments))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
