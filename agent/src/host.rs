@@ -247,10 +247,19 @@ pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
                 .collect();
             subnets.sort();
             subnets.dedup();
+            let mut addresses: Vec<IpAddr> = host
+                .addresses
+                .iter()
+                .filter(|a| a.ifindex == link.index && a.global && !a.owned)
+                .map(|a| a.ip)
+                .collect();
+            addresses.sort();
+            addresses.dedup();
             (!subnets.is_empty()).then(|| InterfaceReport {
                 mac: link.mac.map(Mac),
                 name: link.name.clone(),
                 subnets,
+                addresses,
             })
         })
         .collect()
@@ -376,11 +385,13 @@ mod tests {
             got,
             vec![
                 InterfaceReport {
+                    addresses: vec![ip("192.168.1.10")],
                     mac: Some(Mac([2, 0, 0, 0, 0, 2])),
                     name: "eth0".into(),
                     subnets: vec!["192.168.1.0/24".parse().unwrap()],
                 },
                 InterfaceReport {
+                    addresses: vec![ip("10.0.0.0"), ip("10.0.0.2"), ip("fd00:1::2")],
                     mac: Some(Mac([2, 0, 0, 0, 0, 3])),
                     name: "eth1".into(),
                     subnets: vec![

@@ -432,6 +432,7 @@ mod tests {
         let report = AgentReport {
             version: 1,
             interfaces: vec![InterfaceReport {
+                addresses: Vec::new(),
                 mac: None,
                 name: "eth1".into(),
                 subnets: vec!["10.0.0.0/24".parse().unwrap()],

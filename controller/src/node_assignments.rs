@@ -661,6 +661,7 @@ mod tests {
             .insert(dns.clone(), plan(&["10.0.0.2"], Some("n2"), None));
         output.probe.insert(ip("10.0.0.2"));
         let interface = |name: &str, mac: Option<&str>| InterfaceReport {
+            addresses: Vec::new(),
             name: name.to_owned(),
             subnets: Vec::new(),
             mac: mac.map(|m| m.parse().unwrap()),

@@ -21,7 +21,9 @@ use support::{Cluster, Task, eventually, lb_service, read_assignment, serial};
 fn lan_agent(c: &Cluster, node: &str, address: &str) -> Task {
     let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
     let node_name = node.to_owned();
-    let subnet = format!("{address}/24").parse().unwrap();
+    let subnet: ipnet::IpNet = format!("{address}/24").parse().unwrap();
+    let subnet = subnet.trunc();
+    let own: IpAddr = address.parse().unwrap();
     c.agent_with(node, move || {
         let assignments = assignments.clone();
         let node_name = node_name.clone();
@@ -43,6 +45,7 @@ fn lan_agent(c: &Cluster, node: &str, address: &str) -> Task {
                     name: "eth0".into(),
                     subnets: vec![subnet],
                     mac: None,
+                    addresses: vec![own],
                 }],
                 ..AgentReport::default()
             }

@@ -51,6 +51,9 @@ pub struct NodeState {
     pub agent_announcing: bool,
     /// Subnets of the node's interfaces, as reported by its agent.
     pub subnets: Vec<IpNet>,
+    /// The node's own addresses in `subnets`, as reported by its agent (fast failover's
+    /// adverts go there).
+    pub addresses: Vec<IpAddr>,
 }
 
 /// What is being placed, and the policy that applies to it.
@@ -292,12 +295,13 @@ pub fn standby(
         .map(|node| node.name.clone())
 }
 
-/// The address of `node` on the subnet of `ip` (where a holder's adverts to it go).
+/// The address of `node` on the subnet of `ip` (where a holder's adverts to it go): one
+/// of its reported addresses that a subnet holding `ip` holds too.
 pub fn address_on_subnet(node: &NodeState, ip: IpAddr) -> Option<IpAddr> {
     node.subnets
         .iter()
-        .find(|net| net.contains(&ip))
-        .map(|net| net.addr())
+        .filter(|net| net.contains(&ip))
+        .find_map(|net| node.addresses.iter().find(|a| net.contains(*a)).copied())
 }
 
 /// L3 mode: every node that announces `input.ips` over BGP, by name; or why there is none.
@@ -453,7 +457,12 @@ mod tests {
     #[test]
     fn the_standby_is_another_eligible_node_on_the_lan_and_stays() {
         let c = case(&["192.168.55.10"]);
-        let lan = |name: &str, addr: &str| node(name).subnet(addr);
+        let lan = |name: &str, addr: &str| {
+            let mut n = node(name).subnet(addr);
+            n.addresses
+                .push(addr.split('/').next().unwrap().parse().unwrap());
+            n
+        };
         let nodes = [
             lan("a", "192.168.55.2/24"),
             lan("b", "192.168.55.3/24"),

@@ -184,6 +184,10 @@ pub struct InterfaceReport {
     /// the agents, which tell another node's ARP/NDP claim from a foreign host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<Mac>,
+    /// Its own (non-alias) global addresses in `subnets`: where the holder's fast-failover
+    /// adverts reach this node (agents before fast failover do not report them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<IpAddr>,
 }
 
 /// An assigned IP the agent did not take.
@@ -483,6 +487,7 @@ mod tests {
             version: REPORT_VERSION,
             interfaces: vec![InterfaceReport {
                 mac: None,
+                addresses: Vec::new(),
                 name: "eth1".into(),
                 subnets: vec!["192.168.55.3/24".parse().unwrap()],
             }],
@@ -560,6 +565,7 @@ mod tests {
             version: REPORT_VERSION,
             interfaces: vec![InterfaceReport {
                 mac: None,
+                addresses: Vec::new(),
                 name: "eth0".into(),
                 subnets: vec!["10.0.0.0/24".parse().unwrap()],
             }],
@@ -572,6 +578,7 @@ mod tests {
     fn interface(name: &str, subnets: usize) -> InterfaceReport {
         InterfaceReport {
             mac: None,
+            addresses: Vec::new(),
             name: name.into(),
             subnets: (0..subnets)
                 .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
@@ -746,6 +753,7 @@ mod tests {
             r.interfaces.push(interface("eth1", 0));
             r.interfaces.push(InterfaceReport {
                 mac: None,
+                addresses: Vec::new(),
                 name: long.clone(),
                 subnets: Vec::new(),
             });
@@ -880,6 +888,7 @@ mod tests {
                 name: "eth0".into(),
                 subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
                 mac: None,
+                addresses: Vec::new(),
             }],
             ..AgentReport::default()
         }

@@ -1769,6 +1769,7 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
         ("off-lan", "192.168.9.9/24"),
     ] {
         world.node_mut(n).subnets = vec![net.parse().unwrap()];
+        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
     }
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
@@ -1823,6 +1824,7 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
     let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
     for (n, net) in [("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")] {
         world.node_mut(n).subnets = vec![net.parse().unwrap()];
+        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
     }
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);

@@ -353,6 +353,7 @@ impl Model {
                 report.interfaces.retain(|i| i.name != name);
                 if *on {
                     report.interfaces.push(InterfaceReport {
+                        addresses: Vec::new(),
                         name,
                         subnets: vec![net],
                         mac: None,

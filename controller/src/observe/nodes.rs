@@ -44,6 +44,14 @@ pub fn node_states(
                 subnets: agent
                     .map(|(_, r)| r.elected_subnets(&listed_ips(node)).copied().collect())
                     .unwrap_or_default(),
+                addresses: agent
+                    .map(|(_, r)| {
+                        r.interfaces
+                            .iter()
+                            .flat_map(|i| i.addresses.iter().copied())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 name,
             })
         })
@@ -208,6 +216,7 @@ mod tests {
         use aliaslb_core::report::InterfaceReport;
         let report = |subnets: &[&str]| AgentReport {
             interfaces: vec![InterfaceReport {
+                addresses: Vec::new(),
                 name: "eth0".into(),
                 subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
                 mac: None,

@@ -613,6 +613,7 @@ impl Cluster {
                 AgentReport {
                     version: REPORT_VERSION,
                     interfaces: vec![InterfaceReport {
+                        addresses: Vec::new(),
                         name: "eth1".to_owned(),
                         subnets: Vec::new(),
                         mac: Some(mac),

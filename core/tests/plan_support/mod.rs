@@ -214,6 +214,7 @@ impl World {
             .or_default()
             .interfaces
             .push(InterfaceReport {
+                addresses: Vec::new(),
                 mac: None,
                 name: name.to_owned(),
                 subnets: vec![subnet.parse().unwrap()],
@@ -280,6 +281,7 @@ impl World {
             .or_default()
             .interfaces
             .push(InterfaceReport {
+                addresses: Vec::new(),
                 mac: Some(mac.parse().unwrap()),
                 name: name.to_owned(),
                 subnets: Vec::new(),

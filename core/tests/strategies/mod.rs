@@ -78,6 +78,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
         prop::collection::vec((any::<IpAddr>(), 0u8..=32), 0..3),
     )
         .prop_map(|(name, subnets)| InterfaceReport {
+            addresses: Vec::new(),
             mac: None,
             name,
             subnets: subnets
@@ -142,6 +143,7 @@ pub fn hostile_report(
     let interface =
         (name, prop::collection::vec((ips.clone(), 0u8..=32), 0..3)).prop_map(|(name, subnets)| {
             InterfaceReport {
+                addresses: Vec::new(),
                 mac: None,
                 name,
                 subnets: subnets
