@@ -40,13 +40,16 @@
 //! ends, 3 s at the 4 s lease, so no two MACs), `flap` (`--flaps` downs and ups of the
 //! holder's link, `--flap-ms` each: one MAC at a time, moved or not) and `adverts-blocked`
 //! (the holder's UDP adverts dropped for `--pause-seconds`, ARP still answered: no other
-//! MAC at all). The second table is the client's and the address sampler's view, as before.
+//! MAC at all). `lan-partition` cuts the holder off the other nodes on the LAN bridge for
+//! `--pause-seconds` (the client still reaches every node): the standby hears neither
+//! adverts nor ARP answers, so only the two-MAC bound judges it. The second table is the
+//! client's and the address sampler's view, as before.
 //!
 //! ```sh
 //! cargo run -p aliaslb-e2e --example failover_trials -- --leases 4 --trials 50 \
 //!     --faults hard,hard-api-pause
 //! cargo run -p aliaslb-e2e --example failover_trials -- --leases 4 --trials 10 \
-//!     --faults freeze,flap,adverts-blocked,api-pause,partition --pause-seconds 5
+//!     --faults freeze,flap,adverts-blocked,lan-partition,api-pause,partition --pause-seconds 5
 //! ```
 
 use std::path::PathBuf;
@@ -456,6 +459,11 @@ fn lan_row(s: &Series) -> String {
     };
     let none = s.trials.iter().filter(|t| t.lan.is_none()).count();
     let named = s.trials.iter().filter(|t| t.standby.is_some()).count();
+    let lined = s
+        .trials
+        .iter()
+        .filter(|t| t.standby_line == Some(true))
+        .count();
     let to_standby = s.trials.iter().filter(|t| t.taker_is_standby()).count();
     let took = s.trials.iter().filter(|t| t.lan.is_some()).count();
     let garp: Vec<Duration> = s.trials.iter().filter_map(|t| t.announced).collect();
@@ -479,7 +487,7 @@ fn lan_row(s: &Series) -> String {
         format!("{} problem(s): {}", problems.len(), problems[0])
     };
     format!(
-        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named}/{} | {garp} | {followed} | {} | {with_two} | {} | {verdict} |",
+        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named} / {lined} / {} | {garp} | {followed} | {} | {with_two} | {} | {verdict} |",
         s.fault.describe(),
         s.lease.as_secs(),
         s.trials.len(),
@@ -492,7 +500,7 @@ fn lan_row(s: &Series) -> String {
 
 fn lan_table(all: &[Series]) -> String {
     let mut out = format!(
-        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named | that MAC's GARP p50 ms | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named (peer=) / with its standby= line / trials | that MAC's GARP p50 ms | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         ms(TWO_MAC_BOUND)
     );
     for s in all {

@@ -234,6 +234,11 @@ pub const ADVERTS_TABLE: &str = "aliaslb_e2e_adverts";
 /// The UDP port of the agents' adverts (issue 24; the agent's `--advert-port` default).
 pub const ADVERT_PORT: u16 = 7479;
 
+/// The nftables table (family `bridge`, in the LAN's namespace) of [`Lab::partition_lan`].
+pub const LAN_PARTITION_TABLE: &str = "aliaslb_e2e_lan";
+/// The namespace of the LAN bridge `br0`, where each machine has its port (`node-N`, ...).
+pub const LAN_NS: &str = "alb-lan";
+
 /// The apiserver's port (`ALIASLB_LAB_API_PORT`, as `scripts/lab` reads it).
 pub fn api_port() -> u16 {
     std::env::var("ALIASLB_LAB_API_PORT")
@@ -853,6 +858,50 @@ impl Lab {
             Command::new("ip").args(["netns", "exec", &node_name(n), "nft", "-f", "-"]),
             Some(&rules),
         )
+        .map(drop)
+    }
+
+    /// Cuts node `n` off the other nodes on the LAN, both ways, broadcasts included: the
+    /// bridge drops every frame between its port and theirs (an nftables table of family
+    /// `bridge` in [`LAN_NS`]), while the node and the others still reach the client and
+    /// the client them. Undo with [`Lab::heal_lan`].
+    pub fn partition_lan(&self, n: u8) -> Result<(), Error> {
+        let others: Vec<String> = NODES
+            .into_iter()
+            .filter(|&o| o != n)
+            .map(|o| format!("\"node-{o}\""))
+            .collect();
+        let others = others.join(", ");
+        let rules = format!(
+            "table bridge {LAN_PARTITION_TABLE} {{\n  chain forward {{\n    type filter hook forward priority -300; policy accept;\n    iifname \"node-{n}\" oifname {{ {others} }} drop\n    iifname {{ {others} }} oifname \"node-{n}\" drop\n  }}\n}}\n"
+        );
+        run_with_input(
+            Command::new("ip").args(["netns", "exec", LAN_NS, "nft", "-f", "-"]),
+            Some(&rules),
+        )
+        .map(drop)
+    }
+
+    /// Removes the LAN partition of [`Lab::partition_lan`] (none is fine).
+    pub fn heal_lan(&self) -> Result<(), Error> {
+        let listed =
+            run(Command::new("ip").args(["netns", "exec", LAN_NS, "nft", "list", "tables"]))?;
+        if !listed
+            .lines()
+            .any(|l| l.trim() == format!("table bridge {LAN_PARTITION_TABLE}"))
+        {
+            return Ok(());
+        }
+        run(Command::new("ip").args([
+            "netns",
+            "exec",
+            LAN_NS,
+            "nft",
+            "delete",
+            "table",
+            "bridge",
+            LAN_PARTITION_TABLE,
+        ]))
         .map(drop)
     }
 

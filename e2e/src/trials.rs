@@ -71,6 +71,10 @@ pub enum Fault {
     /// The holder's adverts dropped for a while ([`Lab::block_adverts`]), the LAN
     /// otherwise fine: its kernel still answers ARP, so nothing may move.
     AdvertsBlocked,
+    /// The holder cut off the other nodes on the LAN for a while, broadcasts included
+    /// ([`Lab::partition_lan`]), while the client still reaches every node: the standby
+    /// hears neither adverts nor ARP answers. One MAC at a time, moved or not.
+    LanPartition,
     /// A foreign host on the LAN takes the IP ([`Lab::add_rogue`]): the holder must yield
     /// within [`crate::lan::YIELD_BOUND`].
     ForeignHost,
@@ -78,7 +82,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, hard ones first.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::AgentKill,
         Fault::LinkDown,
         Fault::HardLoss,
@@ -92,6 +96,7 @@ impl Fault {
         Fault::ApiPause,
         Fault::ControllerPartition,
         Fault::AdvertsBlocked,
+        Fault::LanPartition,
         Fault::ForeignHost,
     ];
 
@@ -111,6 +116,7 @@ impl Fault {
             Fault::ApiPause => "api-pause",
             Fault::ControllerPartition => "controller-partition",
             Fault::AdvertsBlocked => "adverts-blocked",
+            Fault::LanPartition => "lan-partition",
             Fault::ForeignHost => "foreign",
         }
     }
@@ -144,14 +150,16 @@ impl Fault {
             Fault::ApiPause => "no move: kube-apiserver paused (SIGSTOP)",
             Fault::ControllerPartition => "no move: the controller's API path cut",
             Fault::AdvertsBlocked => "no move: the holder's adverts dropped (ARP answered)",
+            Fault::LanPartition => "LAN partition: the holder cut off the other nodes only",
             Fault::ForeignHost => "conflict: a foreign host takes the IP (time to yield)",
         }
     }
 
     /// Whether the IP has to move to another node: false for the faults that must change
     /// nothing on the LAN (the API, the controller or the adverts away), for a flapping
-    /// link (it may stay or move) and for a foreign host (the holder yields; the Service
-    /// moves to another address, not the IP to another node).
+    /// link and a LAN partition between the nodes (it may stay or move) and for a foreign
+    /// host (the holder yields; the Service moves to another address, not the IP to
+    /// another node).
     pub fn moves(self) -> bool {
         !matches!(
             self,
@@ -159,22 +167,23 @@ impl Fault {
                 | Fault::ControllerPartition
                 | Fault::AdvertsBlocked
                 | Fault::LinkFlap
+                | Fault::LanPartition
                 | Fault::ForeignHost
         )
     }
 
     /// Whether no other MAC may answer for the IP at all during the trial.
     pub fn stays(self) -> bool {
-        self.timed()
+        matches!(
+            self,
+            Fault::ApiPause | Fault::ControllerPartition | Fault::AdvertsBlocked
+        )
     }
 
     /// Whether the fault lasts a fixed time (`--pause-seconds`) and is undone by the trial
     /// before its verdict.
     pub fn timed(self) -> bool {
-        matches!(
-            self,
-            Fault::ApiPause | Fault::ControllerPartition | Fault::AdvertsBlocked
-        )
+        self.stays() || self == Fault::LanPartition
     }
 
     /// Whether the move is a planned one (break-before-make, no lease to wait for).
@@ -718,6 +727,29 @@ pub fn standby_of(lab: &Lab, n: u8, ip: Ipv4Addr) -> Result<Option<Standby>, Err
     Ok(line_flags(&lines, IpAddr::V4(ip)).and_then(|f| peer_flag(&f)))
 }
 
+/// Whether standby `s`'s assignment lists `ip` with the flag `standby=<holder>`, waiting
+/// up to [`STANDBY_WAIT`] for it (the controller writes the nodes' objects in rounds).
+fn wait_standby_line(lab: &Lab, s: u8, holder: u8, ip: Ipv4Addr) -> Result<bool, Error> {
+    let holder = node_name(holder);
+    let listed = wait_for(
+        &format!("a standby={holder} line for {ip} on {}", node_name(s)),
+        STANDBY_WAIT,
+        || {
+            let lines = assignment_lines(lab, s)?;
+            let flags = line_flags(&lines, IpAddr::V4(ip));
+            Ok(match flags {
+                Some(f) if standby_flag(&f) == Some(holder.as_str()) => Ok(()),
+                other => Err(format!("flags {other:?}")),
+            })
+        },
+    );
+    match listed {
+        Ok(()) => Ok(true),
+        Err(Error::Timeout { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Waits up to `timeout` for [`standby_of`] to name a standby (the controller writes it
 /// with, or just after, the holder's line).
 pub fn wait_standby(
@@ -802,6 +834,9 @@ pub struct Trial {
     pub from: u8,
     /// The standby the controller named on the holder's line before the fault.
     pub standby: Option<Standby>,
+    /// Whether the standby's own assignment had a line for the IP flagged
+    /// `standby=<holder>` before the fault; `None` when no standby was named.
+    pub standby_line: Option<bool>,
     /// How long injecting the fault took (`kubectl`, `kill`, `ip`, `scripts/lab stop`).
     pub injection: Duration,
     /// The client: the node that answered after the fault and how long it took; `None`:
@@ -852,6 +887,15 @@ impl Trial {
     pub fn problems(&self, lease: Duration) -> Vec<String> {
         let mut out = Vec::new();
         let f = self.fault;
+        if let (Some(s), Some(false)) = (&self.standby, self.standby_line) {
+            out.push(format!(
+                "{}: the holder's peer= flag names {} but its assignment has no line for {} flagged standby={}",
+                f.key(),
+                s.node,
+                self.ip,
+                node_name(self.from)
+            ));
+        }
         if f.standby_takes() {
             match self.lan {
                 None => out.push(format!(
@@ -1022,6 +1066,10 @@ pub fn run_trial(
     let old_mac = lab.node_mac(old)?;
     let names = lab.mac_names()?;
     let standby = wait_standby(lab, old, ip, STANDBY_WAIT)?;
+    let standby_line = match standby.as_ref().and_then(Standby::number) {
+        Some(s) => Some(wait_standby_line(lab, s, old, ip)?),
+        None => None,
+    };
     let timeout = fault.timeout(launcher.lease, settings.pause);
     let sampler = Sampler::start();
     let lan = LanSampler::start([ip])?;
@@ -1108,6 +1156,7 @@ pub fn run_trial(
         ip,
         from: old,
         standby,
+        standby_line,
         injection,
         recovered,
         lan: lan_takeover(&record, ip, old_mac, fault_at)
@@ -1266,6 +1315,7 @@ fn undo_timed(lab: &Lab, fault: Fault, n: u8) -> Result<(), Error> {
         Fault::ApiPause => lab.resume_apiserver(),
         Fault::ControllerPartition => lab.heal_controller("controller-1"),
         Fault::AdvertsBlocked => lab.unblock_adverts(n),
+        Fault::LanPartition => lab.heal_lan(),
         _ => Ok(()),
     }
 }
@@ -1296,6 +1346,7 @@ fn inject(
         Fault::ApiPause => lab.pause_apiserver(),
         Fault::ControllerPartition => lab.partition_controller("controller-1"),
         Fault::AdvertsBlocked => lab.block_adverts(n),
+        Fault::LanPartition => lab.partition_lan(n),
         Fault::ForeignHost => lab.add_rogue(ip).map(drop),
         Fault::AgentKill => lab.kill(&agent),
         Fault::LinkDown => lab.unplug(n),
@@ -1371,6 +1422,7 @@ fn restore(
         Fault::LinkDown | Fault::LinkFlap => lab.plug(n)?,
         Fault::ApiPartition => lab.heal_api(n)?,
         Fault::AdvertsBlocked => lab.unblock_adverts(n)?,
+        Fault::LanPartition => lab.heal_lan()?,
         Fault::ApiPause
         | Fault::ControllerPartition
         | Fault::ForeignHost
@@ -1611,6 +1663,7 @@ mod tests {
                 "api-pause",
                 "controller-partition",
                 "adverts-blocked",
+                "lan-partition",
                 "foreign"
             ]
         );
@@ -1622,7 +1675,7 @@ mod tests {
         assert_eq!(
             stays,
             ["api-pause", "controller-partition", "adverts-blocked"],
-            "a flapping link may move the IP, a foreign host takes it"
+            "a flapping link or a LAN partition may move the IP, a foreign host takes it"
         );
         assert_eq!(Fault::ForeignHost.target(Duration::from_secs(4)), ms(100));
     }
@@ -1775,6 +1828,7 @@ mod tests {
                 node: "alb-node-2".to_owned(),
                 address: "192.168.55.102".parse().unwrap(),
             }),
+            standby_line: Some(true),
             injection: ms(5),
             recovered: None,
             lan: None,
@@ -1821,6 +1875,9 @@ mod tests {
         assert!(f.problems(lease)[0].contains("longest run 160 ms (bound 120 ms)"));
         f.two_macs.longest = ms(120);
         assert!(f.problems(lease).is_empty());
+        // The standby must carry the IP's line, flagged standby=<holder>.
+        f.standby_line = Some(false);
+        assert!(f.problems(lease)[0].contains("flagged standby=alb-node-1"));
     }
 
     #[test]
