@@ -224,6 +224,10 @@ fn restart_everything(
             },
         )?;
     }
+    println!(
+        "[trials] {}",
+        trials::wait_advert_keys(lab, Duration::from_secs(10))?
+    );
     settle(lab, settings, None).map(drop)
 }
 

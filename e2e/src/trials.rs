@@ -750,6 +750,64 @@ fn wait_standby_line(lab: &Lab, s: u8, holder: u8, ip: Ipv4Addr) -> Result<bool,
     }
 }
 
+/// The Secret holding the advert key, in the controller's namespace (core's
+/// `keys::ADVERT_KEY_SECRET`).
+pub const ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
+/// What an agent logs once it has the advert key.
+const KEY_READ_LOG: &str = "advert key read";
+
+/// Waits up to `timeout` until the controller has created the advert key's Secret and
+/// every agent has logged reading it: agents started before the controller read it again
+/// every few seconds, and until then fail over by the Lease only. Returns what it saw, one
+/// line: a trial run should not start in that window, nor fail on a slow start.
+pub fn wait_advert_keys(lab: &Lab, timeout: Duration) -> Result<String, Error> {
+    let t0 = Instant::now();
+    let ready = wait_for(
+        "the advert key Secret and every agent reading it",
+        timeout,
+        || {
+            let secret = lab.kubectl(&[
+                "get",
+                "secret",
+                "-n",
+                SYSTEM_NAMESPACE,
+                ADVERT_KEY_SECRET,
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ])?;
+            if secret.trim().is_empty() {
+                return Ok(Err(format!("no Secret {ADVERT_KEY_SECRET}")));
+            }
+            // The agent's log of its current run: from its last start on.
+            let without: Vec<u8> = NODES
+                .into_iter()
+                .filter(|&n| {
+                    let log = lab.log_tail(&format!("agent-{n}"), 400);
+                    let run = log.rsplit("aliaslb-agent starting").next().unwrap_or("");
+                    !run.contains(KEY_READ_LOG)
+                })
+                .collect();
+            Ok(if without.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("agents {without:?} have not read it"))
+            })
+        },
+    );
+    match ready {
+        Ok(()) => Ok(format!(
+            "every agent has the advert key ({} ms)",
+            t0.elapsed().as_millis()
+        )),
+        Err(Error::Timeout { last, .. }) => Ok(format!(
+            "after {} ms: {last}: those fail over by the Lease only",
+            timeout.as_millis()
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// Waits up to `timeout` for [`standby_of`] to name a standby (the controller writes it
 /// with, or just after, the holder's line).
 pub fn wait_standby(

@@ -33,12 +33,14 @@ use aliaslb_e2e::fixtures::{lb_service, namespace};
 use aliaslb_e2e::lab::{LEASE_DURATION, Lab};
 use aliaslb_e2e::trials::{
     Fault, Launcher, Summary, TWO_MAC_BOUND, Trial, TrialSettings, TwoMacs, lan_times,
-    series_problems, settle,
+    series_problems, settle, wait_advert_keys,
 };
 
 const NS: &str = "e2e-fast-failover";
 const SERVICE: &str = "fast";
 const POOL: [&str; 1] = ["192.168.55.40"];
+/// How long to wait for every agent to read the advert key.
+const KEY_WAIT: Duration = Duration::from_secs(10);
 /// The trials, in order.
 const PLAN: [(Fault, usize); 4] = [
     (Fault::HardLoss, 5),
@@ -56,6 +58,8 @@ fn failover_on_the_lan_within_a_second_one_mac_at_a_time() -> Result<(), Error> 
     lab.apply(&namespace(NS))?;
     lab.add_pool(NS, &POOL)?;
     lab.apply(&lb_service(NS, SERVICE).to_yaml())?;
+    // The agents start before the controller creates the key and read it again every 5 s.
+    println!("[fast] {}", wait_advert_keys(&lab, KEY_WAIT)?);
     // The lab's agents run with the defaults; restarted ones get the same lease explicitly.
     let launcher = Launcher::new(LEASE_DURATION)?;
     let settings = TrialSettings {
