@@ -662,20 +662,33 @@ impl TwoMacs {
     }
 }
 
-/// The standby of an IP as the controller names it on the holder's line: the flag
-/// `peer=<node>@<address>` (issue 24).
+/// A node the controller names on the holder's line with its address (issue 24): the
+/// standby (`peer=<node>@<address>`, where the adverts go) or the relay
+/// (`relay=<node>@<address>`, which forwards a copy to the standby).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Standby {
-    /// The standby's Node name.
+pub struct Peer {
+    /// The node's name.
     pub node: String,
     /// The address the holder sends its adverts to.
     pub address: IpAddr,
 }
 
-impl Standby {
-    /// The lab node number of the standby (`alb-node-N`).
+impl Peer {
+    /// The lab node number (`alb-node-N`).
     pub fn number(&self) -> Option<u8> {
         node_number(&self.node)
+    }
+
+    /// Whether the address is the node's own LAN address in the lab.
+    pub fn address_is_the_nodes(&self) -> bool {
+        self.number()
+            .is_some_and(|n| self.address == IpAddr::V4(crate::lab::node_ip(n)))
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.node, self.address)
     }
 }
 
@@ -691,10 +704,19 @@ pub fn line_flags(lines: &str, ip: IpAddr) -> Option<Vec<&str>> {
 }
 
 /// The standby named by a `peer=<node>@<address>` flag among `flags`.
-pub fn peer_flag(flags: &[&str]) -> Option<Standby> {
+pub fn peer_flag(flags: &[&str]) -> Option<Peer> {
+    node_at_flag(flags, "peer=")
+}
+
+/// The relay named by a `relay=<node>@<address>` flag among `flags`.
+pub fn relay_flag(flags: &[&str]) -> Option<Peer> {
+    node_at_flag(flags, "relay=")
+}
+
+fn node_at_flag(flags: &[&str], prefix: &str) -> Option<Peer> {
     flags.iter().find_map(|f| {
-        let (node, address) = f.strip_prefix("peer=")?.rsplit_once('@')?;
-        Some(Standby {
+        let (node, address) = f.strip_prefix(prefix)?.rsplit_once('@')?;
+        Some(Peer {
             node: node.to_owned(),
             address: address.parse().ok()?,
         })
@@ -720,11 +742,12 @@ pub fn assignment_lines(lab: &Lab, n: u8) -> Result<String, Error> {
         .join("\n"))
 }
 
-/// The standby the controller names for `ip` on holder `n`'s line, `None` when it names
-/// none (no `peer=` flag, or no line for `ip`).
-pub fn standby_of(lab: &Lab, n: u8, ip: Ipv4Addr) -> Result<Option<Standby>, Error> {
+/// The standby and the relay the controller names for `ip` on holder `n`'s line; `None`
+/// when it names no standby (no `peer=` flag, or no line for `ip`).
+pub fn standby_of(lab: &Lab, n: u8, ip: Ipv4Addr) -> Result<Option<(Peer, Option<Peer>)>, Error> {
     let lines = assignment_lines(lab, n)?;
-    Ok(line_flags(&lines, IpAddr::V4(ip)).and_then(|f| peer_flag(&f)))
+    let flags = line_flags(&lines, IpAddr::V4(ip)).unwrap_or_default();
+    Ok(peer_flag(&flags).map(|p| (p, relay_flag(&flags))))
 }
 
 /// Whether standby `s`'s assignment lists `ip` with the flag `standby=<holder>`, waiting
@@ -815,7 +838,7 @@ pub fn wait_standby(
     n: u8,
     ip: Ipv4Addr,
     timeout: Duration,
-) -> Result<Option<Standby>, Error> {
+) -> Result<Option<(Peer, Option<Peer>)>, Error> {
     match wait_for(
         &format!("a peer= flag for {ip} on {}", node_name(n)),
         timeout,
@@ -891,7 +914,9 @@ pub struct Trial {
     /// The node that held it.
     pub from: u8,
     /// The standby the controller named on the holder's line before the fault.
-    pub standby: Option<Standby>,
+    pub standby: Option<Peer>,
+    /// The relay named there.
+    pub relay: Option<Peer>,
     /// Whether the standby's own assignment had a line for the IP flagged
     /// `standby=<holder>` before the fault; `None` when no standby was named.
     pub standby_line: Option<bool>,
@@ -945,6 +970,16 @@ impl Trial {
     pub fn problems(&self, lease: Duration) -> Vec<String> {
         let mut out = Vec::new();
         let f = self.fault;
+        for (what, p) in [("peer=", &self.standby), ("relay=", &self.relay)] {
+            if let Some(p) = p.as_ref().filter(|p| !p.address_is_the_nodes()) {
+                out.push(format!(
+                    "{}: the holder's {what} flag sends the adverts to {}, which is not {}'s own LAN address",
+                    f.key(),
+                    p.address,
+                    p.node
+                ));
+            }
+        }
         if let (Some(s), Some(false)) = (&self.standby, self.standby_line) {
             out.push(format!(
                 "{}: the holder's peer= flag names {} but its assignment has no line for {} flagged standby={}",
@@ -1123,8 +1158,11 @@ pub fn run_trial(
 ) -> Result<Trial, Error> {
     let old_mac = lab.node_mac(old)?;
     let names = lab.mac_names()?;
-    let standby = wait_standby(lab, old, ip, STANDBY_WAIT)?;
-    let standby_line = match standby.as_ref().and_then(Standby::number) {
+    let (standby, relay) = match wait_standby(lab, old, ip, STANDBY_WAIT)? {
+        Some((s, r)) => (Some(s), r),
+        None => (None, None),
+    };
+    let standby_line = match standby.as_ref().and_then(Peer::number) {
         Some(s) => Some(wait_standby_line(lab, s, old, ip)?),
         None => None,
     };
@@ -1214,6 +1252,7 @@ pub fn run_trial(
         ip,
         from: old,
         standby,
+        relay,
         standby_line,
         injection,
         recovered,
@@ -1514,7 +1553,7 @@ fn evidence(
     settings: &TrialSettings,
     ip: Ipv4Addr,
     old: u8,
-    standby: Option<&Standby>,
+    standby: Option<&Peer>,
 ) -> Result<String, Error> {
     let service = lab.service(&settings.ns, &settings.service)?.summary();
     let mut on = BTreeMap::new();
@@ -1526,7 +1565,7 @@ fn evidence(
         "\n---- agent-{old} (old holder) ----\n{}",
         lab.log_tail(&format!("agent-{old}"), 12)
     );
-    if let Some(s) = standby.and_then(Standby::number) {
+    if let Some(s) = standby.and_then(Peer::number) {
         logs.push_str(&format!(
             "\n---- agent-{s} (standby) ----\n{}",
             lab.log_tail(&format!("agent-{s}"), 12)
@@ -1857,10 +1896,21 @@ mod tests {
         let flags = line_flags(lines, IpAddr::V4(IP_30)).unwrap();
         assert_eq!(
             peer_flag(&flags),
-            Some(Standby {
+            Some(Peer {
                 node: "alb-node-2".to_owned(),
                 address: "192.168.55.102".parse().unwrap(),
             })
+        );
+        assert!(peer_flag(&flags).unwrap().address_is_the_nodes());
+        assert_eq!(relay_flag(&flags), None);
+        let relayed = [
+            "peer=alb-node-2@192.168.55.0",
+            "relay=alb-node-3@192.168.55.103",
+        ];
+        assert!(!peer_flag(&relayed).unwrap().address_is_the_nodes());
+        assert_eq!(
+            relay_flag(&relayed).map(|r| r.to_string()).as_deref(),
+            Some("alb-node-3@192.168.55.103")
         );
         assert_eq!(peer_flag(&flags).unwrap().number(), Some(2));
         let other = line_flags(lines, "192.168.55.31".parse().unwrap()).unwrap();
@@ -1882,10 +1932,11 @@ mod tests {
             fault,
             ip: IP_30,
             from: 1,
-            standby: Some(Standby {
+            standby: Some(Peer {
                 node: "alb-node-2".to_owned(),
                 address: "192.168.55.102".parse().unwrap(),
             }),
+            relay: None,
             standby_line: Some(true),
             injection: ms(5),
             recovered: None,
@@ -1936,6 +1987,10 @@ mod tests {
         // The standby must carry the IP's line, flagged standby=<holder>.
         f.standby_line = Some(false);
         assert!(f.problems(lease)[0].contains("flagged standby=alb-node-1"));
+        // The adverts must go to the standby's own address.
+        f.standby_line = Some(true);
+        f.standby.as_mut().unwrap().address = "192.168.55.0".parse().unwrap();
+        assert!(f.problems(lease)[0].contains("192.168.55.0, which is not alb-node-2's own"));
     }
 
     #[test]
