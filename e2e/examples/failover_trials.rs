@@ -484,6 +484,18 @@ fn lan_row(s: &Series) -> String {
         .map(|t| t.two_macs)
         .fold(TwoMacs::default(), TwoMacs::merge);
     let with_two = s.trials.iter().filter(|t| t.two_macs.rounds > 0).count();
+    let mut rates: Vec<f64> = s.trials.iter().filter_map(|t| t.adverts_per_s).collect();
+    rates.sort_by(f64::total_cmp);
+    let rate = rates
+        .get(rates.len().saturating_sub(1) / 2)
+        .map_or("—".to_owned(), |r| format!("{r:.0}"));
+    let counted = s
+        .trials
+        .iter()
+        .filter_map(|t| t.standby_counters)
+        .fold((0, 0, 0), |(a, b, c), x| {
+            (a + x.taken_over, b + x.still_answered, c + x.given_back)
+        });
     let problems = trials::series_problems(&s.trials, s.lease);
     let verdict = if problems.is_empty() {
         "ok".to_owned()
@@ -491,12 +503,15 @@ fn lan_row(s: &Series) -> String {
         format!("{} problem(s): {}", problems.len(), problems[0])
     };
     format!(
-        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named} / {lined} / {} | {garp} | {followed} | {} | {with_two} | {} | {verdict} |",
+        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named} / {lined} / {} | {rate} | {} / {} / {} | {garp} | {followed} | {} | {with_two} | {} | {verdict} |",
         s.fault.describe(),
         s.lease.as_secs(),
         s.trials.len(),
         lan_cell(s),
         s.trials.len(),
+        counted.0,
+        counted.1,
+        counted.2,
         two.rounds,
         ms(two.longest),
     )
@@ -504,7 +519,7 @@ fn lan_row(s: &Series) -> String {
 
 fn lan_table(all: &[Series]) -> String {
     let mut out = format!(
-        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named (peer=) / with its standby= line / trials | that MAC's GARP p50 ms | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named (peer=) / with its standby= line / trials | adverts/s the standby accepted before the fault, p50 | standby's taken_over / still_answered / given_back | that MAC's GARP p50 ms | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         ms(TWO_MAC_BOUND)
     );
     for s in all {

@@ -773,6 +773,72 @@ fn wait_standby_line(lab: &Lab, s: u8, holder: u8, ip: Ipv4Addr) -> Result<bool,
     }
 }
 
+/// The fast-failover counters of an agent (its `/metrics`): adverts its standby side
+/// accepted and what its takeovers did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailoverCounters {
+    /// `aliaslb_agent_adverts_received_total{result="accepted"}`.
+    pub accepted: u64,
+    /// `aliaslb_agent_failovers_total{result="taken_over"}`.
+    pub taken_over: u64,
+    /// `aliaslb_agent_failovers_total{result="still_answered"}`.
+    pub still_answered: u64,
+    /// `aliaslb_agent_failovers_total{result="given_back"}`.
+    pub given_back: u64,
+}
+
+/// The agents' metrics port (`--metrics-addr` default, in each node's namespace).
+const AGENT_METRICS_PORT: u16 = 9101;
+
+impl FailoverCounters {
+    /// Reads the counters from a Prometheus text exposition (absent series: 0).
+    pub fn parse(text: &str) -> FailoverCounters {
+        let value = |name: &str, result: &str| -> u64 {
+            let label = format!("result=\"{result}\"");
+            text.lines()
+                .filter(|l| l.starts_with(name) && l.contains(&label))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .map(|v| v as u64)
+                .sum()
+        };
+        FailoverCounters {
+            accepted: value("aliaslb_agent_adverts_received_total{", "accepted"),
+            taken_over: value("aliaslb_agent_failovers_total{", "taken_over"),
+            still_answered: value("aliaslb_agent_failovers_total{", "still_answered"),
+            given_back: value("aliaslb_agent_failovers_total{", "given_back"),
+        }
+    }
+
+    /// What grew since `before`.
+    pub fn since(self, before: FailoverCounters) -> FailoverCounters {
+        FailoverCounters {
+            accepted: self.accepted.saturating_sub(before.accepted),
+            taken_over: self.taken_over.saturating_sub(before.taken_over),
+            still_answered: self.still_answered.saturating_sub(before.still_answered),
+            given_back: self.given_back.saturating_sub(before.given_back),
+        }
+    }
+}
+
+/// Node `n`'s agent's [`FailoverCounters`], read from its `/metrics` inside the node's
+/// namespace; `None` when it does not answer (dead, frozen).
+pub fn failover_counters(n: u8) -> Result<Option<FailoverCounters>, Error> {
+    let text = client::in_namespace(&node_name(n), || -> Option<String> {
+        use std::io::{Read as _, Write as _};
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], AGENT_METRICS_PORT));
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text)
+    })?;
+    Ok(text.map(|t| FailoverCounters::parse(&t)))
+}
+
 /// The Secret holding the advert key, in the controller's namespace (core's
 /// `keys::ADVERT_KEY_SECRET`).
 pub const ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
@@ -917,6 +983,10 @@ pub struct Trial {
     pub standby: Option<Peer>,
     /// The relay named there.
     pub relay: Option<Peer>,
+    /// Adverts per second the standby accepted just before the fault (from its metrics).
+    pub adverts_per_s: Option<f64>,
+    /// The standby's failover counters, from just before the fault to the end of the trial.
+    pub standby_counters: Option<FailoverCounters>,
     /// Whether the standby's own assignment had a line for the IP flagged
     /// `standby=<holder>` before the fault; `None` when no standby was named.
     pub standby_line: Option<bool>,
@@ -1061,8 +1131,16 @@ impl Trial {
             Some((n, after)) => format!("{} after {} ms", node_name(n), after.as_millis()),
             None => "—".to_owned(),
         };
+        let heard = match (self.adverts_per_s, self.standby_counters) {
+            (Some(rate), Some(c)) => format!(
+                "standby heard {rate:.0} adverts/s before; its failovers: taken_over +{}, still_answered +{}, given_back +{}",
+                c.taken_over, c.still_answered, c.given_back
+            ),
+            (Some(rate), None) => format!("standby heard {rate:.0} adverts/s before"),
+            _ => "standby's metrics unread".to_owned(),
+        };
         format!(
-            "{} {}s: {} on {} (standby {standby}); {lan}; GARP {} ms; client via {client}; controller moved it to {followed}; two MACs in {} rounds (longest {} ms); on two nodes in {} address samples; restore at {} ms",
+            "{} {}s: {} on {} (standby {standby}; {heard}); {lan}; GARP {} ms; client via {client}; controller moved it to {followed}; two MACs in {} rounds (longest {} ms); on two nodes in {} address samples; restore at {} ms",
             self.fault.key(),
             lease.as_secs(),
             self.ip,
@@ -1167,9 +1245,24 @@ pub fn run_trial(
         None => None,
     };
     let timeout = fault.timeout(launcher.lease, settings.pause);
+    let standby_n = standby.as_ref().and_then(Peer::number);
+    let counters = |n: Option<u8>| -> Result<Option<(Instant, FailoverCounters)>, Error> {
+        Ok(match n {
+            Some(n) => failover_counters(n)?.map(|c| (Instant::now(), c)),
+            None => None,
+        })
+    };
+    let first = counters(standby_n)?;
     let sampler = Sampler::start();
     let lan = LanSampler::start([ip])?;
     std::thread::sleep(BEFORE_FAULT);
+    let before = counters(standby_n)?;
+    let adverts_per_s = match (first, before) {
+        (Some((t0, c0)), Some((t1, c1))) => {
+            Some(c1.since(c0).accepted as f64 / t1.saturating_duration_since(t0).as_secs_f64())
+        }
+        _ => None,
+    };
     let probe = fault.moves().then(|| {
         RecoveryProbe::start(ip, timeout, move |a| a.via_node().is_some_and(|n| n != old))
     });
@@ -1228,6 +1321,10 @@ pub fn run_trial(
     let restored = fault_at.elapsed();
     let lease_before = restore(lab, launcher, fault, old)?;
     std::thread::sleep(settings.tail);
+    let standby_counters = match (before, counters(standby_n)?) {
+        (Some((_, b)), Some((_, a))) => Some(a.since(b)),
+        _ => None,
+    };
     let samples = sampler.finish()?;
     let record = lan.finish()?;
     if let Some(stale) = lease_before {
@@ -1253,6 +1350,8 @@ pub fn run_trial(
         from: old,
         standby,
         relay,
+        adverts_per_s,
+        standby_counters,
         standby_line,
         injection,
         recovered,
@@ -1925,6 +2024,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn failover_counters_are_read_from_the_agents_metrics() {
+        let text = "# HELP aliaslb_agent_adverts_received_total Fast L2 failover\n\
+                    aliaslb_agent_adverts_received_total{result=\"accepted\"} 120\n\
+                    aliaslb_agent_adverts_received_total{result=\"replayed\"} 3\n\
+                    aliaslb_agent_failovers_total{result=\"taken_over\"} 1\n\
+                    aliaslb_agent_failovers_total{result=\"still_answered\"} 7\n\
+                    aliaslb_agent_adverts_sent_total 40\n";
+        let c = FailoverCounters::parse(text);
+        assert_eq!(
+            c,
+            FailoverCounters {
+                accepted: 120,
+                taken_over: 1,
+                still_answered: 7,
+                given_back: 0
+            }
+        );
+        let later = FailoverCounters {
+            accepted: 130,
+            given_back: 1,
+            ..c
+        };
+        assert_eq!(
+            later.since(c),
+            FailoverCounters {
+                accepted: 10,
+                given_back: 1,
+                ..FailoverCounters::default()
+            }
+        );
+    }
+
     const IP_30: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 30);
 
     fn trial(fault: Fault) -> Trial {
@@ -1937,6 +2069,8 @@ mod tests {
                 address: "192.168.55.102".parse().unwrap(),
             }),
             relay: None,
+            adverts_per_s: Some(10.0),
+            standby_counters: None,
             standby_line: Some(true),
             injection: ms(5),
             recovered: None,
