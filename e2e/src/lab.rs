@@ -229,6 +229,16 @@ pub const ROGUE_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 250);
 /// The nftables table of [`Lab::partition_api`] (the agent's own is `inet aliaslb`).
 pub const PARTITION_TABLE: &str = "aliaslb_e2e_partition";
 
+/// The nftables table of [`Lab::block_adverts`].
+pub const ADVERTS_TABLE: &str = "aliaslb_e2e_adverts";
+/// The UDP port of the agents' adverts (issue 24; the agent's `--advert-port` default).
+pub const ADVERT_PORT: u16 = 7479;
+
+/// The nftables table (family `bridge`, in the LAN's namespace) of [`Lab::partition_lan`].
+pub const LAN_PARTITION_TABLE: &str = "aliaslb_e2e_lan";
+/// The namespace of the LAN bridge `br0`, where each machine has its port (`node-N`, ...).
+pub const LAN_NS: &str = "alb-lan";
+
 /// The apiserver's port (`ALIASLB_LAB_API_PORT`, as `scripts/lab` reads it).
 pub fn api_port() -> u16 {
     std::env::var("ALIASLB_LAB_API_PORT")
@@ -833,22 +843,71 @@ impl Lab {
 
     /// Removes node `n`'s API partition (none is fine).
     pub fn heal_api(&self, n: u8) -> Result<(), Error> {
-        let ns = node_name(n);
-        let listed = run(Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "tables"]))?;
-        if !listed.contains(PARTITION_TABLE) {
+        delete_nft_table(n, PARTITION_TABLE)
+    }
+
+    /// Drops node `n`'s agent adverts, both ways (UDP to [`ADVERT_PORT`], in and out), in
+    /// an nftables table of the harness's own in the node's namespace: its standby hears
+    /// nothing, while the LAN is otherwise fine (its kernel answers ARP, the client is
+    /// served). Undo with [`Lab::unblock_adverts`].
+    pub fn block_adverts(&self, n: u8) -> Result<(), Error> {
+        let rules = format!(
+            "table inet {ADVERTS_TABLE} {{\n  chain output {{\n    type filter hook output priority -300; policy accept;\n    udp dport {ADVERT_PORT} drop\n  }}\n  chain input {{\n    type filter hook input priority -300; policy accept;\n    udp dport {ADVERT_PORT} drop\n  }}\n}}\n"
+        );
+        run_with_input(
+            Command::new("ip").args(["netns", "exec", &node_name(n), "nft", "-f", "-"]),
+            Some(&rules),
+        )
+        .map(drop)
+    }
+
+    /// Cuts node `n` off the other nodes on the LAN, both ways, broadcasts included: the
+    /// bridge drops every frame between its port and theirs (an nftables table of family
+    /// `bridge` in [`LAN_NS`]), while the node and the others still reach the client and
+    /// the client them. Undo with [`Lab::heal_lan`].
+    pub fn partition_lan(&self, n: u8) -> Result<(), Error> {
+        let others: Vec<String> = NODES
+            .into_iter()
+            .filter(|&o| o != n)
+            .map(|o| format!("\"node-{o}\""))
+            .collect();
+        let others = others.join(", ");
+        let rules = format!(
+            "table bridge {LAN_PARTITION_TABLE} {{\n  chain forward {{\n    type filter hook forward priority -300; policy accept;\n    iifname \"node-{n}\" oifname {{ {others} }} drop\n    iifname {{ {others} }} oifname \"node-{n}\" drop\n  }}\n}}\n"
+        );
+        run_with_input(
+            Command::new("ip").args(["netns", "exec", LAN_NS, "nft", "-f", "-"]),
+            Some(&rules),
+        )
+        .map(drop)
+    }
+
+    /// Removes the LAN partition of [`Lab::partition_lan`] (none is fine).
+    pub fn heal_lan(&self) -> Result<(), Error> {
+        let listed =
+            run(Command::new("ip").args(["netns", "exec", LAN_NS, "nft", "list", "tables"]))?;
+        if !listed
+            .lines()
+            .any(|l| l.trim() == format!("table bridge {LAN_PARTITION_TABLE}"))
+        {
             return Ok(());
         }
         run(Command::new("ip").args([
             "netns",
             "exec",
-            &ns,
+            LAN_NS,
             "nft",
             "delete",
             "table",
-            "inet",
-            PARTITION_TABLE,
+            "bridge",
+            LAN_PARTITION_TABLE,
         ]))
         .map(drop)
+    }
+
+    /// Lets node `n`'s adverts through again (none blocked is fine).
+    pub fn unblock_adverts(&self, n: u8) -> Result<(), Error> {
+        delete_nft_table(n, ADVERTS_TABLE)
     }
 
     /// SIGSTOP of kube-apiserver: every client's requests hang (nothing is refused) until
@@ -1041,6 +1100,23 @@ impl Drop for Lab {
             Err(e) => eprintln!("[e2e] scripts/lab down failed: {e:?}"),
         }
     }
+}
+
+/// Deletes the harness's nftables table `table` (family `inet`) in node `n`'s namespace,
+/// if it is there.
+fn delete_nft_table(n: u8, table: &str) -> Result<(), Error> {
+    let ns = node_name(n);
+    let listed = run(Command::new("ip").args(["netns", "exec", &ns, "nft", "list", "tables"]))?;
+    if !listed
+        .lines()
+        .any(|l| l.trim() == format!("table inet {table}"))
+    {
+        return Ok(());
+    }
+    run(Command::new("ip").args([
+        "netns", "exec", &ns, "nft", "delete", "table", "inet", table,
+    ]))
+    .map(drop)
 }
 
 /// Where `aliaslb-controller` and `aliaslb-agent` are: `ALIASLB_E2E_BIN_DIR`, else the
