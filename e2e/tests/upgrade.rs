@@ -530,6 +530,18 @@ fn sharded_lines(n: u8, objects: &NodeObjects) -> Result<BTreeMap<IpAddr, String
             .get(&name)
             .ok_or_else(|| format!("{name} (of {count}) is missing"))?;
         for line in text.lines() {
+            // Fast failover's words: a standby line is no IP this node carries, and the
+            // previous release wrote no `peer=` or `relay=` (its agents refuse them).
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.iter().any(|w| w.starts_with("standby=")) {
+                continue;
+            }
+            let kept: Vec<&str> = words
+                .into_iter()
+                .filter(|w| !w.starts_with("peer=") && !w.starts_with("relay="))
+                .collect();
+            let line = kept.join(" ");
+            let line = line.as_str();
             let ip = line_ip(line).ok_or_else(|| format!("{name}: line {line:?}"))?;
             // A copy in another shard than its own exists only while the count grows (a
             // handful of lines never grows it): without the hash, refuse to guess.
