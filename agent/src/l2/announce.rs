@@ -354,6 +354,14 @@ impl AnnounceError {
     }
 }
 
+/// Whether a frame due at `due` and sendable at `now` comes too late to be sent: more than
+/// one `interval` behind. A frozen (SIGSTOPped) agent thawed after its aliases expired
+/// and their IPs moved on would otherwise send the rest of a burst at once, pointing the
+/// LAN at a node that no longer answers for the IP.
+fn late(due: std::time::Instant, now: std::time::Instant, interval: Duration) -> bool {
+    now.saturating_duration_since(due) > interval
+}
+
 /// Sends announcement bursts in background tasks and counts the frames.
 #[derive(Debug, Clone)]
 pub struct Announcer {
@@ -404,9 +412,19 @@ impl Announcer {
         let outbox = self.outbox.clone();
         let (ip, ifindex, ifname) = (alias.ip, alias.ifindex, alias.ifname.clone());
         let task = tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
             for i in 0..=config.repeats {
                 if i > 0 {
-                    tokio::time::sleep(config.interval).await;
+                    let due = start + config.interval * i;
+                    tokio::time::sleep_until(due).await;
+                    if late(
+                        due.into_std(),
+                        tokio::time::Instant::now().into_std(),
+                        config.interval,
+                    ) {
+                        debug!(%ip, interface = %ifname, n = i, "announcement burst ended: this agent was stopped or starved past its schedule, the alias may be gone");
+                        return;
+                    }
                 }
                 let result = submit(&outbox, ifindex, frame.clone())
                     .await
@@ -461,6 +479,18 @@ impl Announcer {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_frame_more_than_an_interval_behind_schedule_is_not_sent() {
+        let t0 = std::time::Instant::now();
+        let second = Duration::from_secs(1);
+        assert!(!late(t0, t0, second));
+        assert!(!late(t0, t0 + Duration::from_millis(900), second));
+        assert!(!late(t0, t0 + second, second));
+        assert!(late(t0, t0 + Duration::from_millis(1_001), second));
+        // Thawed 8 s into a 5 s burst: the rest is dropped.
+        assert!(late(t0 + 2 * second, t0 + 8 * second, second));
+    }
     use super::*;
 
     const MAC: [u8; 6] = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
