@@ -1745,6 +1745,10 @@ fn evidence(
             lab.log_tail(&format!("agent-{s}"), 12)
         ));
     }
+    logs.push_str(&format!(
+        "\n---- controller-1 ----\n{}",
+        lab.log_tail("controller-1", 15)
+    ));
     Ok(format!(
         "Service: {service}; {ip} on eth0: {on:?}; {}'s agent report: {}{logs}",
         node_name(old),
