@@ -42,7 +42,9 @@
 //! (the holder's UDP adverts dropped for `--pause-seconds`, ARP still answered: no other
 //! MAC at all). `lan-partition` cuts the holder off the other nodes on the LAN bridge for
 //! `--pause-seconds` (the client still reaches every node): the standby hears neither
-//! adverts nor ARP answers, so only the two-MAC bound judges it. The second table is the
+//! adverts nor ARP answers, so only the two-MAC bound judges it; `standby-partition` cuts
+//! it off its standby alone (the relay still reaches both: nothing may move). Gratuitous
+//! ARPs by a node that does not answer for the IP (stray) are counted too. The second table is the
 //! client's and the address sampler's view, as before.
 //!
 //! ```sh
@@ -496,6 +498,11 @@ fn lan_row(s: &Series) -> String {
         .fold((0, 0, 0), |(a, b, c), x| {
             (a + x.taken_over, b + x.still_answered, c + x.given_back)
         });
+    let stray = s
+        .trials
+        .iter()
+        .filter(|t| !t.stray_garps.is_empty())
+        .count();
     let problems = trials::series_problems(&s.trials, s.lease);
     let verdict = if problems.is_empty() {
         "ok".to_owned()
@@ -503,7 +510,7 @@ fn lan_row(s: &Series) -> String {
         format!("{} problem(s): {}", problems.len(), problems[0])
     };
     format!(
-        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named} / {lined} / {} | {rate} | {} / {} / {} | {garp} | {followed} | {} | {with_two} | {} | {verdict} |",
+        "| {} | {} s | {} | {} | {target} | {none} | {to_standby}/{took} | {named} / {lined} / {} | {rate} | {} / {} / {} | {garp} | {stray} | {followed} | {} | {with_two} | {} | {verdict} |",
         s.fault.describe(),
         s.lease.as_secs(),
         s.trials.len(),
@@ -519,7 +526,7 @@ fn lan_row(s: &Series) -> String {
 
 fn lan_table(all: &[Series]) -> String {
     let mut out = format!(
-        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named (peer=) / with its standby= line / trials | adverts/s the standby accepted before the fault, p50 | standby's taken_over / still_answered / given_back | that MAC's GARP p50 ms | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| Fault | agent lease | trials | LAN: fault -> another MAC answers ARP, p50 / p99 / max ms | target p50 / p99 ms | trials with no other MAC | taken by the peer= standby | standby named (peer=) / with its standby= line / trials | adverts/s the standby accepted before the fault, p50 | standby's taken_over / still_answered / given_back | that MAC's GARP p50 ms | trials with a stray GARP (sender not answering) | controller moved the Service p50 ms | LAN rounds with 2 MACs | trials with 2 MACs | longest 2-MAC run ms (bound {}) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         ms(TWO_MAC_BOUND)
     );
     for s in all {

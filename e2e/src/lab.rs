@@ -866,11 +866,13 @@ impl Lab {
     /// `bridge` in [`LAN_NS`]), while the node and the others still reach the client and
     /// the client them. Undo with [`Lab::heal_lan`].
     pub fn partition_lan(&self, n: u8) -> Result<(), Error> {
-        let others: Vec<String> = NODES
-            .into_iter()
-            .filter(|&o| o != n)
-            .map(|o| format!("\"node-{o}\""))
-            .collect();
+        let others: Vec<u8> = NODES.into_iter().filter(|&o| o != n).collect();
+        self.partition_lan_from(n, &others)
+    }
+
+    /// [`Lab::partition_lan`] between node `n` and the nodes `others` only.
+    pub fn partition_lan_from(&self, n: u8, others: &[u8]) -> Result<(), Error> {
+        let others: Vec<String> = others.iter().map(|o| format!("\"node-{o}\"")).collect();
         let others = others.join(", ");
         let rules = format!(
             "table bridge {LAN_PARTITION_TABLE} {{\n  chain forward {{\n    type filter hook forward priority -300; policy accept;\n    iifname \"node-{n}\" oifname {{ {others} }} drop\n    iifname {{ {others} }} oifname \"node-{n}\" drop\n  }}\n}}\n"

@@ -75,6 +75,10 @@ pub enum Fault {
     /// ([`Lab::partition_lan`]), while the client still reaches every node: the standby
     /// hears neither adverts nor ARP answers. One MAC at a time, moved or not.
     LanPartition,
+    /// The holder cut off its standby alone on the LAN for a while
+    /// ([`Lab::partition_lan_from`]); the relay and the client reach both: the standby
+    /// still hears the adverts through the relay, so nothing may move.
+    StandbyPartition,
     /// A foreign host on the LAN takes the IP ([`Lab::add_rogue`]): the holder must yield
     /// within [`crate::lan::YIELD_BOUND`].
     ForeignHost,
@@ -82,7 +86,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, hard ones first.
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 16] = [
         Fault::AgentKill,
         Fault::LinkDown,
         Fault::HardLoss,
@@ -97,6 +101,7 @@ impl Fault {
         Fault::ControllerPartition,
         Fault::AdvertsBlocked,
         Fault::LanPartition,
+        Fault::StandbyPartition,
         Fault::ForeignHost,
     ];
 
@@ -117,6 +122,7 @@ impl Fault {
             Fault::ControllerPartition => "controller-partition",
             Fault::AdvertsBlocked => "adverts-blocked",
             Fault::LanPartition => "lan-partition",
+            Fault::StandbyPartition => "standby-partition",
             Fault::ForeignHost => "foreign",
         }
     }
@@ -151,6 +157,9 @@ impl Fault {
             Fault::ControllerPartition => "no move: the controller's API path cut",
             Fault::AdvertsBlocked => "no move: the holder's adverts dropped (ARP answered)",
             Fault::LanPartition => "LAN partition: the holder cut off the other nodes only",
+            Fault::StandbyPartition => {
+                "no move: the holder cut off its standby only (the relay reaches both)"
+            }
             Fault::ForeignHost => "conflict: a foreign host takes the IP (time to yield)",
         }
     }
@@ -168,6 +177,7 @@ impl Fault {
                 | Fault::AdvertsBlocked
                 | Fault::LinkFlap
                 | Fault::LanPartition
+                | Fault::StandbyPartition
                 | Fault::ForeignHost
         )
     }
@@ -176,7 +186,10 @@ impl Fault {
     pub fn stays(self) -> bool {
         matches!(
             self,
-            Fault::ApiPause | Fault::ControllerPartition | Fault::AdvertsBlocked
+            Fault::ApiPause
+                | Fault::ControllerPartition
+                | Fault::AdvertsBlocked
+                | Fault::StandbyPartition
         )
     }
 
@@ -602,6 +615,32 @@ pub fn lan_announced(
         .map(|a| (a.mac, a.at.saturating_duration_since(since)))
 }
 
+/// The gratuitous ARPs for `ip` whose sender did not answer for it in any round from one
+/// period before to `within` after (rounds up to then recorded): an announcement of an
+/// address its sender does not hold, which moves the clients' caches to a node that does
+/// not answer for it. (when, MAC.)
+pub fn stray_announcements(
+    record: &LanRecord,
+    ip: Ipv4Addr,
+    within: Duration,
+) -> Vec<(Instant, Mac)> {
+    let end = record.samples.last().map(|s| s.at);
+    record
+        .announcements
+        .iter()
+        .filter(|a| a.ip == ip)
+        .filter(|a| end.is_some_and(|end| end >= a.at + within))
+        .filter(|a| {
+            !record.samples.iter().any(|s| {
+                s.at + LAN_PERIOD >= a.at
+                    && s.at <= a.at + within
+                    && s.answers.get(&ip).is_some_and(|m| m.contains(&a.mac))
+            })
+        })
+        .map(|a| (a.at, a.mac))
+        .collect()
+}
+
 /// The rounds of a LAN record in which two or more MACs answered for one IP, excused or
 /// not (the yield windows of [`LanRecord::violations`] do not apply: issue 24 bounds every
 /// run of them by one advert interval).
@@ -928,6 +967,9 @@ const LABEL_ASSIGNMENT_NODE: &str = "aliaslb.io/assignment-node";
 const ASSIGNMENTS_KEY: &str = "ips";
 /// How long a trial waits for the controller to name the holder's standby before the fault.
 const STANDBY_WAIT: Duration = Duration::from_secs(3);
+/// How long after a gratuitous ARP its sender must answer for the IP for it not to be a
+/// stray one.
+const STRAY_WITHIN: Duration = Duration::from_millis(200);
 /// Clean LAN rounds recorded before the fault.
 const BEFORE_FAULT: Duration = Duration::from_millis(200);
 /// How long to wait for the Service to settle.
@@ -999,6 +1041,10 @@ pub struct Trial {
     pub lan: Option<(Mac, Option<u8>, Duration)>,
     /// The LAN: the first gratuitous ARP by another MAC.
     pub announced: Option<Duration>,
+    /// The LAN: gratuitous ARPs for the IP by a MAC that did not answer for it
+    /// ([`stray_announcements`]): its node and when, in ms from the fault (negative:
+    /// before it).
+    pub stray_garps: Vec<(Option<u8>, i64)>,
     /// When the controller moved the Service to another node, and where.
     pub followed: Option<(u8, Duration)>,
     /// When the fault was undone (restore started).
@@ -1139,8 +1185,18 @@ impl Trial {
             (Some(rate), None) => format!("standby heard {rate:.0} adverts/s before"),
             _ => "standby's metrics unread".to_owned(),
         };
+        let stray = if self.stray_garps.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self
+                .stray_garps
+                .iter()
+                .map(|(n, ms)| format!("{} at {ms} ms", n.map_or("?".to_owned(), node_name)))
+                .collect();
+            format!("; STRAY GARPs (sender not answering): {}", each.join(", "))
+        };
         format!(
-            "{} {}s: {} on {} (standby {standby}; {heard}); {lan}; GARP {} ms; client via {client}; controller moved it to {followed}; two MACs in {} rounds (longest {} ms); on two nodes in {} address samples; restore at {} ms",
+            "{} {}s: {} on {} (standby {standby}; {heard}); {lan}; GARP {} ms{stray}; client via {client}; controller moved it to {followed}; two MACs in {} rounds (longest {} ms); on two nodes in {} address samples; restore at {} ms",
             self.fault.key(),
             lease.as_secs(),
             self.ip,
@@ -1276,7 +1332,7 @@ pub fn run_trial(
         _ => None,
     };
     let fault_at = Instant::now();
-    inject(lab, fault, ip, old, settings)?;
+    inject(lab, fault, ip, old, standby_n, settings)?;
     let injection = fault_at.elapsed();
     if fault.timed() {
         std::thread::sleep(settings.pause.saturating_sub(injection));
@@ -1358,6 +1414,17 @@ pub fn run_trial(
         lan: lan_takeover(&record, ip, old_mac, fault_at)
             .map(|(mac, after)| (mac, node_of(mac), after)),
         announced: lan_announced(&record, ip, old_mac, fault_at).map(|(_, after)| after),
+        stray_garps: stray_announcements(&record, ip, STRAY_WITHIN)
+            .into_iter()
+            .map(|(at, mac)| {
+                let ms = if at >= fault_at {
+                    at.duration_since(fault_at).as_millis() as i64
+                } else {
+                    -(fault_at.duration_since(at).as_millis() as i64)
+                };
+                (node_of(mac), ms)
+            })
+            .collect(),
         followed,
         restored,
         overlap: Overlap::of(&samples.since(fault_at), ip),
@@ -1511,7 +1578,7 @@ fn undo_timed(lab: &Lab, fault: Fault, n: u8) -> Result<(), Error> {
         Fault::ApiPause => lab.resume_apiserver(),
         Fault::ControllerPartition => lab.heal_controller("controller-1"),
         Fault::AdvertsBlocked => lab.unblock_adverts(n),
-        Fault::LanPartition => lab.heal_lan(),
+        Fault::LanPartition | Fault::StandbyPartition => lab.heal_lan(),
         _ => Ok(()),
     }
 }
@@ -1534,6 +1601,7 @@ fn inject(
     fault: Fault,
     ip: Ipv4Addr,
     n: u8,
+    standby: Option<u8>,
     settings: &TrialSettings,
 ) -> Result<(), Error> {
     let agent = format!("agent-{n}");
@@ -1543,6 +1611,13 @@ fn inject(
         Fault::ControllerPartition => lab.partition_controller("controller-1"),
         Fault::AdvertsBlocked => lab.block_adverts(n),
         Fault::LanPartition => lab.partition_lan(n),
+        Fault::StandbyPartition => match standby {
+            Some(s) => lab.partition_lan_from(n, &[s]),
+            None => Err(Error::Environment(format!(
+                "standby-partition: no standby named for {ip} on {}",
+                node_name(n)
+            ))),
+        },
         Fault::ForeignHost => lab.add_rogue(ip).map(drop),
         Fault::AgentKill => lab.kill(&agent),
         Fault::LinkDown => lab.unplug(n),
@@ -1618,7 +1693,7 @@ fn restore(
         Fault::LinkDown | Fault::LinkFlap => lab.plug(n)?,
         Fault::ApiPartition => lab.heal_api(n)?,
         Fault::AdvertsBlocked => lab.unblock_adverts(n)?,
-        Fault::LanPartition => lab.heal_lan()?,
+        Fault::LanPartition | Fault::StandbyPartition => lab.heal_lan()?,
         Fault::ApiPause
         | Fault::ControllerPartition
         | Fault::ForeignHost
@@ -1670,6 +1745,10 @@ fn evidence(
             lab.log_tail(&format!("agent-{s}"), 12)
         ));
     }
+    logs.push_str(&format!(
+        "\n---- controller-1 ----\n{}",
+        lab.log_tail("controller-1", 15)
+    ));
     Ok(format!(
         "Service: {service}; {ip} on eth0: {on:?}; {}'s agent report: {}{logs}",
         node_name(old),
@@ -1860,6 +1939,7 @@ mod tests {
                 "controller-partition",
                 "adverts-blocked",
                 "lan-partition",
+                "standby-partition",
                 "foreign"
             ]
         );
@@ -1870,7 +1950,12 @@ mod tests {
             .collect();
         assert_eq!(
             stays,
-            ["api-pause", "controller-partition", "adverts-blocked"],
+            [
+                "api-pause",
+                "controller-partition",
+                "adverts-blocked",
+                "standby-partition"
+            ],
             "a flapping link or a LAN partition may move the IP, a foreign host takes it"
         );
         assert_eq!(Fault::ForeignHost.target(Duration::from_secs(4)), ms(100));
@@ -2057,6 +2142,42 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_announcement_by_a_mac_that_does_not_answer_is_stray() {
+        use crate::lan::Announcement;
+        let t0 = Instant::now();
+        let mut r = lan(
+            t0,
+            &[
+                &[OLD],
+                &[OLD],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+                &[NEW],
+            ],
+        );
+        let at = |ms_: u64, mac| Announcement {
+            at: t0 + ms(ms_),
+            ip: IP,
+            mac,
+        };
+        // NEW announcing as it arrives, OLD announcing after it stopped answering, and an
+        // announcement too close to the end of the record to judge.
+        r.announcements = vec![at(35, NEW), at(100, OLD), at(290, OLD)];
+        assert_eq!(stray_announcements(&r, IP, ms(200)), [(t0 + ms(100), OLD)]);
+    }
+
     const IP_30: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 30);
 
     fn trial(fault: Fault) -> Trial {
@@ -2076,6 +2197,7 @@ mod tests {
             recovered: None,
             lan: None,
             announced: None,
+            stray_garps: Vec::new(),
             followed: None,
             restored: ms(4000),
             overlap: Overlap::default(),

@@ -17,7 +17,7 @@
 //!
 //! Every trial runs even when an earlier one broke a bound; the test fails at the end with
 //! the list. With the agent of before issue 24 (failover by the controller after the 4 s
-//! lease, no `peer=` flag) every hard loss breaks its bound. Needs root; about 2 minutes:
+//! lease, no `peer=` flag) every hard loss breaks its bound. Needs root; about 80 s:
 //!
 //! ```sh
 //! cargo build --workspace --bins && cargo test -p aliaslb-e2e --test fast_failover -- --nocapture
