@@ -15,7 +15,7 @@ use aliaslb_core::report::{AgentReport, InterfaceReport, REPORT_VERSION};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::DeleteParams;
-use support::{Cluster, Task, eventually, lb_service, read_assignment, serial};
+use support::{Cluster, Task, assigned_ips, eventually, lb_service, read_assignment, serial};
 
 /// A fake agent for `node` on the LAN 10.66.0.0/24 at `address`, holding its held lines.
 fn lan_agent(c: &Cluster, node: &str, address: &str) -> Task {
@@ -28,16 +28,7 @@ fn lan_agent(c: &Cluster, node: &str, address: &str) -> Task {
         let assignments = assignments.clone();
         let node_name = node_name.clone();
         async move {
-            let held = read_assignment(&assignments, &node_name)
-                .await
-                .map(|a| {
-                    a.ips
-                        .into_iter()
-                        .filter(|(_, l)| l.held())
-                        .map(|(ip, _)| ip)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let held = assigned_ips(&assignments, &node_name).await;
             AgentReport {
                 version: REPORT_VERSION,
                 held,

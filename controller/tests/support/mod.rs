@@ -511,7 +511,8 @@ pub async fn read_assignment(api: &Api<ConfigMap>, node: &str) -> Option<NodeAss
 
 /// The IPs of `node`'s assignment (none when it is missing or unreadable), as an agent
 /// reads it.
-async fn assigned_ips(api: &Api<ConfigMap>, node: &str) -> std::collections::BTreeSet<IpAddr> {
+#[allow(dead_code)]
+pub async fn assigned_ips(api: &Api<ConfigMap>, node: &str) -> std::collections::BTreeSet<IpAddr> {
     // What the node holds: a standby line (fast failover) is not held.
     read_assignment(api, node)
         .await
