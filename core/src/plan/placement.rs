@@ -673,7 +673,7 @@ fn announced(
                 true,
                 reason::TAKEN_OVER,
                 format!(
-                    "held by the standby {s}{}, which took it over on the LAN when {node}                      went silent; it becomes the holder once {node}'s Lease expires",
+                    "held by the standby {s}{}, which took it over on the LAN when {node} went silent; it becomes the holder once {node}'s Lease expires",
                     on(r)
                 ),
             ),
