@@ -41,15 +41,23 @@ pub struct Flags {
     #[arg(long, env = "ALIASLB_INTERFACE")]
     pub interface: Option<String>,
 
-    /// Agent Lease duration, also the kernel lifetime of every alias: if the agent stops
-    /// renewing, the controller moves its IPs and the kernel drops them after this long.
-    /// Whole seconds, e.g. `4s`.
-    #[arg(long, env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "4s", value_parser = parse_duration)]
+    /// Agent Lease duration: an agent not seen renewing for this long has lost its node
+    /// (the controller then moves its IPs; an L2 standby takes them over long before, on
+    /// the LAN). Whole seconds, e.g. `30s`.
+    #[arg(long, env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "30s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 
-    /// How often the Lease is renewed and alias lifetimes refreshed.
-    #[arg(long, env = "ALIASLB_AGENT_RENEW_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    /// How often the Lease is renewed when nothing changed (a changed report is written at
+    /// once). At least three renewals per lease.
+    #[arg(long, env = "ALIASLB_AGENT_RENEW_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub renew_interval: Duration,
+
+    /// Kernel lifetime of every alias, refreshed locally three times per lifetime: the
+    /// dead-man switch of an agent that stops (a frozen or killed agent's aliases are gone
+    /// this long after its last refresh). Whole seconds, at most the lease less one renew
+    /// interval. Default: 3s, or the lease less one renew interval if that is shorter.
+    #[arg(long, env = "ALIASLB_AGENT_ALIAS_LIFETIME", value_parser = parse_duration)]
+    pub alias_lifetime: Option<Duration>,
 
     /// How often the whole desired set is re-applied even without any change seen.
     #[arg(long, env = "ALIASLB_AGENT_RESYNC_INTERVAL", default_value = "30s", value_parser = parse_duration)]
@@ -122,11 +130,13 @@ pub struct Settings {
     pub interface: Option<String>,
     /// Lease duration (whole seconds).
     pub lease_duration: Duration,
-    /// Renewal and lifetime refresh period.
+    /// Lease renewal period (when the report did not change).
     pub renew_interval: Duration,
-    /// Kernel lifetime of the aliases: the lease duration less one renew interval, in whole
-    /// seconds (see [`alias_lifetime`]).
+    /// Kernel lifetime of the aliases (whole seconds, see [`alias_lifetime`]).
     pub alias_lifetime: Duration,
+    /// How often the alias lifetimes are refreshed: a third of the lifetime
+    /// ([`refresh_interval`]).
+    pub refresh_interval: Duration,
     /// Full resync period.
     pub resync_interval: Duration,
     /// Bound on the SIGTERM clean-up.
@@ -174,41 +184,78 @@ pub enum AgentConfigError {
         "--lease-duration {0:?} must be a whole number of seconds, at least 1s (the Lease and the kernel's address lifetimes count seconds)"
     )]
     LeaseNotWholeSeconds(Duration),
-    /// Renewing no faster than the lease expires would let aliases lapse.
+    /// Fewer than three renewals per lease: one lost write would cost the node.
     #[error(
-        "--renew-interval {renew_interval:?} must be shorter than --lease-duration {lease_duration:?}, or aliases expire between two refreshes"
+        "--renew-interval {renew_interval:?} must be at most a third of --lease-duration {lease_duration:?} (three renewals per lease, so one lost write does not cost the node its IPs), e.g. --renew-interval {suggest:?}"
     )]
-    RenewNotBelowLease {
+    RenewTooSlow {
         /// Renew interval given.
         renew_interval: Duration,
         /// Lease duration given.
         lease_duration: Duration,
-    },
-    /// The aliases' lifetime would not outlast two renewals.
-    #[error(
-        "--lease-duration {lease_duration:?} with --renew-interval {renew_interval:?} leaves the aliases a kernel lifetime of {lifetime:?} (the lease less one renewal, in whole seconds), which does not cover two renewals: renew at least three times per lease, e.g. --renew-interval {suggest:?}"
-    )]
-    LifetimeTooShort {
-        /// Lease duration given.
-        lease_duration: Duration,
-        /// Renew interval given.
-        renew_interval: Duration,
-        /// The lifetime that would result.
-        lifetime: Duration,
         /// A renew interval that would work.
         suggest: Duration,
     },
+    /// The alias lifetime is not a whole number of seconds, or zero.
+    #[error(
+        "--alias-lifetime {0:?} must be a whole number of seconds, at least 1s (the kernel counts address lifetimes in seconds)"
+    )]
+    LifetimeNotWholeSeconds(Duration),
+    /// The aliases would outlive the moment the controller may give their IPs away.
+    #[error(
+        "--alias-lifetime {lifetime:?} must be at most --lease-duration {lease_duration:?} less --renew-interval {renew_interval:?} ({bound:?}): a dead agent's aliases must be gone from the kernel before the controller gives their IPs to another node"
+    )]
+    LifetimeOutlivesLease {
+        /// The lifetime given (or the default).
+        lifetime: Duration,
+        /// Lease duration given.
+        lease_duration: Duration,
+        /// Renew interval given.
+        renew_interval: Duration,
+        /// The longest lifetime allowed.
+        bound: Duration,
+    },
 }
 
-/// The kernel lifetime of the aliases: `lease - renew`, floored to whole seconds.
+/// The default alias lifetime.
+pub const DEFAULT_ALIAS_LIFETIME: Duration = Duration::from_secs(3);
+
+/// The longest kernel lifetime the aliases may have: `lease - renew`, floored to whole
+/// seconds.
 ///
-/// Shorter than the lease on purpose. The controller declares a node lost one lease after
-/// it last SAW the Lease change, and the agent's last Lease write can come up to one renew
-/// interval after its last lifetime refresh; with lifetime = lease, a dead node's alias
-/// could outlive the moment its IP is given to another node. With `lease - renew` the
-/// kernel drops it first (figures in BENCHMARKS.md, "End-to-end failover").
-pub fn alias_lifetime(lease_duration: Duration, renew_interval: Duration) -> Duration {
+/// The controller declares a node lost one lease after it last SAW the Lease change, and
+/// the agent's last Lease write can come up to one renew interval after its last lifetime
+/// refresh; a longer lifetime would let a dead node's alias outlive the moment its IP is
+/// given to another node.
+pub fn lifetime_bound(lease_duration: Duration, renew_interval: Duration) -> Duration {
     Duration::from_secs(lease_duration.saturating_sub(renew_interval).as_secs())
+}
+
+/// The kernel lifetime of the aliases: `--alias-lifetime`, else [`DEFAULT_ALIAS_LIFETIME`]
+/// or the [`lifetime_bound`] if that is shorter.
+///
+/// Independent of the Lease: the lifetime is refreshed locally (netlink), three times per
+/// lifetime, so Lease writes can be rare (one per renew interval) while a stopped agent's
+/// aliases still go within seconds (figures in BENCHMARKS.md, "End-to-end failover").
+pub fn alias_lifetime(
+    given: Option<Duration>,
+    lease_duration: Duration,
+    renew_interval: Duration,
+) -> Duration {
+    given.unwrap_or_else(|| {
+        DEFAULT_ALIAS_LIFETIME.min(lifetime_bound(lease_duration, renew_interval))
+    })
+}
+
+/// How often the alias lifetimes are refreshed: a third of the lifetime, so one missed or
+/// late refresh never lets an alias lapse.
+pub fn refresh_interval(lifetime: Duration) -> Duration {
+    third(lifetime)
+}
+
+/// A third of `d`, in whole milliseconds.
+fn third(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis() / 3).unwrap_or(u64::MAX))
 }
 
 impl Flags {
@@ -221,6 +268,7 @@ impl Flags {
             interface,
             lease_duration,
             renew_interval,
+            alias_lifetime: lifetime_given,
             resync_interval,
             shutdown_timeout,
             metrics_addr,
@@ -249,19 +297,24 @@ impl Flags {
         if lease_duration.subsec_nanos() != 0 || lease_duration.as_secs() == 0 {
             return Err(AgentConfigError::LeaseNotWholeSeconds(lease_duration));
         }
-        if renew_interval >= lease_duration {
-            return Err(AgentConfigError::RenewNotBelowLease {
+        if renew_interval.is_zero() || renew_interval * 3 > lease_duration {
+            return Err(AgentConfigError::RenewTooSlow {
                 renew_interval,
                 lease_duration,
+                suggest: third(lease_duration),
             });
         }
-        let lifetime = alias_lifetime(lease_duration, renew_interval);
-        if lifetime < renew_interval * 2 {
-            return Err(AgentConfigError::LifetimeTooShort {
+        let lifetime = alias_lifetime(lifetime_given, lease_duration, renew_interval);
+        if lifetime.subsec_nanos() != 0 || lifetime.is_zero() {
+            return Err(AgentConfigError::LifetimeNotWholeSeconds(lifetime));
+        }
+        let bound = lifetime_bound(lease_duration, renew_interval);
+        if lifetime > bound {
+            return Err(AgentConfigError::LifetimeOutlivesLease {
+                lifetime,
                 lease_duration,
                 renew_interval,
-                lifetime,
-                suggest: lease_duration / 4,
+                bound,
             });
         }
         Ok(Settings {
@@ -272,6 +325,7 @@ impl Flags {
             lease_duration,
             renew_interval,
             alias_lifetime: lifetime,
+            refresh_interval: refresh_interval(lifetime),
             resync_interval,
             shutdown_timeout,
             metrics_addr,
@@ -304,9 +358,10 @@ mod tests {
         assert_eq!(s.namespace, "aliaslb-system");
         assert_eq!(s.agent_namespace, "aliaslb-agents");
         assert_eq!(s.interface, None);
-        assert_eq!(s.lease_duration, Duration::from_secs(4));
-        assert_eq!(s.renew_interval, Duration::from_secs(1));
+        assert_eq!(s.lease_duration, Duration::from_secs(30));
+        assert_eq!(s.renew_interval, Duration::from_secs(10));
         assert_eq!(s.alias_lifetime, Duration::from_secs(3));
+        assert_eq!(s.refresh_interval, Duration::from_secs(1));
         assert_eq!(s.resync_interval, Duration::from_secs(30));
         assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(s.metrics_addr, "0.0.0.0:9101".parse().unwrap());
@@ -345,6 +400,7 @@ mod tests {
         assert_eq!(s.lease_duration, Duration::from_secs(2));
         assert_eq!(s.renew_interval, Duration::from_millis(500));
         assert_eq!(s.alias_lifetime, Duration::from_secs(1));
+        assert_eq!(s.refresh_interval, Duration::from_millis(333));
         assert_eq!(s.resync_interval, Duration::from_secs(60));
         assert_eq!(s.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(s.metrics_addr, "127.0.0.1:1234".parse().unwrap());
@@ -361,6 +417,10 @@ mod tests {
             ),
             (
                 &["--node-name=n", "--renew-interval=0s"],
+                "greater than zero",
+            ),
+            (
+                &["--node-name=n", "--alias-lifetime=0s"],
                 "greater than zero",
             ),
             (
@@ -396,9 +456,23 @@ mod tests {
                     "--lease-duration=2s",
                     "--renew-interval=2s",
                 ],
-                AgentConfigError::RenewNotBelowLease {
+                AgentConfigError::RenewTooSlow {
                     renew_interval: Duration::from_secs(2),
                     lease_duration: Duration::from_secs(2),
+                    suggest: Duration::from_millis(666),
+                },
+            ),
+            (
+                &["--node-name=n", "--alias-lifetime=2500ms"],
+                AgentConfigError::LifetimeNotWholeSeconds(Duration::from_millis(2500)),
+            ),
+            (
+                &["--node-name=n", "--alias-lifetime=21s"],
+                AgentConfigError::LifetimeOutlivesLease {
+                    lifetime: Duration::from_secs(21),
+                    lease_duration: Duration::from_secs(30),
+                    renew_interval: Duration::from_secs(10),
+                    bound: Duration::from_secs(20),
                 },
             ),
         ];
@@ -410,28 +484,50 @@ mod tests {
     }
 
     #[test]
-    fn the_alias_lifetime_is_the_lease_less_one_renewal_and_covers_two() {
+    fn the_alias_lifetime_is_local_and_bounded_by_the_lease_less_one_renewal() {
+        let at = |args: &[&str]| {
+            let s = parse(args).unwrap().into_settings().unwrap();
+            (s.alias_lifetime, s.refresh_interval)
+        };
+        // Rare Lease writes, a short lifetime refreshed locally.
         assert_eq!(
-            alias_lifetime(Duration::from_secs(4), Duration::from_secs(1)),
-            Duration::from_secs(3)
+            at(&["--node-name=n"]),
+            (Duration::from_secs(3), Duration::from_secs(1))
         );
         assert_eq!(
-            alias_lifetime(Duration::from_secs(2), Duration::from_millis(500)),
-            Duration::from_secs(1)
+            at(&["--node-name=n", "--alias-lifetime=6s"]),
+            (Duration::from_secs(6), Duration::from_secs(2))
         );
-        let err = parse(&["--node-name=n", "--lease-duration=2s"])
-            .unwrap()
-            .into_settings()
-            .unwrap_err();
+        // The earlier flags keep their meaning: lease 4s, renew 1s -> lifetime 3s.
         assert_eq!(
-            err,
-            AgentConfigError::LifetimeTooShort {
-                lease_duration: Duration::from_secs(2),
-                renew_interval: Duration::from_secs(1),
-                lifetime: Duration::from_secs(1),
-                suggest: Duration::from_millis(500),
-            }
+            at(&[
+                "--node-name=n",
+                "--lease-duration=4s",
+                "--renew-interval=1s"
+            ]),
+            (Duration::from_secs(3), Duration::from_secs(1))
         );
-        assert!(err.to_string().contains("--renew-interval 500ms"), "{err}");
+        // A short lease bounds the default lifetime.
+        assert_eq!(
+            at(&[
+                "--node-name=n",
+                "--lease-duration=2s",
+                "--renew-interval=500ms"
+            ]),
+            (Duration::from_secs(1), Duration::from_millis(333))
+        );
+        assert_eq!(
+            lifetime_bound(Duration::from_secs(30), Duration::from_secs(10)),
+            Duration::from_secs(20)
+        );
+        let err = parse(&[
+            "--node-name=n",
+            "--lease-duration=2s",
+            "--renew-interval=1s",
+        ])
+        .unwrap()
+        .into_settings()
+        .unwrap_err();
+        assert!(err.to_string().contains("--renew-interval 666ms"), "{err}");
     }
 }

@@ -1,6 +1,12 @@
 //! The agent's heartbeat: its own Lease `aliaslb-agent-<node>` in the agents' namespace
-//! (`--agent-namespace`), renewed every renew interval and rewritten at once whenever the report
-//! (interfaces, held IPs, conflicts) changes. Does API I/O (that one Lease only).
+//! (`--agent-namespace`), renewed every renew interval (10 s by default, the kubelet's own
+//! rate) and rewritten at once whenever the report (interfaces, held IPs, conflicts)
+//! changes. Does API I/O (that one Lease only).
+//!
+//! Liveness is not the Lease's job any more where it must be fast: an L2 holder's loss is
+//! seen on the LAN by its standby (`l2::failover`), and a stopped agent's aliases expire
+//! by their kernel lifetime, refreshed locally. The Lease carries the report and the
+//! authority below, at a rate that scales (1,000 nodes: 100 writes/s).
 //!
 //! [`lease_for`] builds the object (pure); [`Heartbeat`] writes and deletes it, each call
 //! under a timeout; [`run`] is the loop, which also owns the "API reachable" edge: logged
@@ -41,8 +47,11 @@ pub struct LeaseConfig {
     pub node_name: String,
     /// `leaseDurationSeconds` (whole seconds, checked by `config`).
     pub lease_duration: Duration,
-    /// Renewal period.
+    /// Renewal period (when the report did not change).
     pub renew_interval: Duration,
+    /// The aliases' kernel lifetime: a report is written only while the last kernel round
+    /// is younger ([`may_renew`]).
+    pub alias_lifetime: Duration,
 }
 
 impl LeaseConfig {
@@ -255,6 +264,14 @@ impl Authority {
             .is_some_and(|at| now.saturating_duration_since(at) < self.lease_duration)
     }
 
+    /// Ends the authority now (the Lease was released): stale at once, and stale past a
+    /// lease two lease durations from now.
+    pub fn revoke(&self, at: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.renewed = None;
+        state.started = at;
+    }
+
     /// When the last renewal succeeded, if one did.
     pub fn last_renewal(&self) -> Option<Instant> {
         self.state
@@ -299,19 +316,78 @@ impl KernelRounds {
     }
 }
 
-/// Whether the heartbeat may renew at `now`, given the last good kernel round at `last_ok`:
-/// only while that round is within the lease duration minus one renew interval. An alias's
-/// lifetime is the lease duration from its last refresh; a refresh due one renew interval
-/// after `last_ok` that did not happen leaves the kernel expiring the aliases within
-/// the remaining time, so past this point the report's held IPs may no longer exist, and a
-/// renewal would tell the controller they do.
-pub fn may_renew(
-    last_ok: Instant,
-    now: Instant,
-    lease_duration: Duration,
+/// Whether the heartbeat may write a report at `now`, given the last good kernel round at
+/// `last_ok`: only while that round is younger than the aliases' kernel lifetime. Each
+/// round refreshes the lifetimes, so past this point the aliases the report lists may be
+/// gone from the kernel, and a renewal would tell the controller they exist.
+pub fn may_renew(last_ok: Instant, now: Instant, alias_lifetime: Duration) -> bool {
+    now.saturating_duration_since(last_ok) <= alias_lifetime
+}
+
+/// What the heartbeat does at one look ([`Schedule::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// Write the Lease with the report.
+    Write,
+    /// Release the Lease (holderless, nothing held): the kernel rounds stopped, so the
+    /// aliases may be gone and the controller should move the IPs now rather than a lease
+    /// later.
+    Release,
+    /// Nothing to write.
+    Nothing,
+}
+
+/// When the heartbeat writes (pure): a changed report at once, an unchanged one once per
+/// renew interval after the last write that succeeded (so a failed write is retried at the
+/// next look), a release once when the kernel rounds stop, and a write at once when they
+/// resume.
+#[derive(Debug, Clone)]
+pub struct Schedule {
     renew_interval: Duration,
-) -> bool {
-    now.saturating_duration_since(last_ok) <= lease_duration.saturating_sub(renew_interval)
+    last_write: Option<Instant>,
+    released: bool,
+}
+
+impl Schedule {
+    /// Nothing written yet.
+    pub fn new(renew_interval: Duration) -> Self {
+        Schedule {
+            renew_interval,
+            last_write: None,
+            released: false,
+        }
+    }
+
+    /// What to do at `now`: `gated` when [`may_renew`] says no, `changed` when the report
+    /// differs from the last one written.
+    pub fn decide(&self, now: Instant, gated: bool, changed: bool) -> Beat {
+        if gated {
+            return if self.released {
+                Beat::Nothing
+            } else {
+                Beat::Release
+            };
+        }
+        let due = self
+            .last_write
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.renew_interval);
+        if changed || due || self.released {
+            Beat::Write
+        } else {
+            Beat::Nothing
+        }
+    }
+
+    /// A write sent at `at` succeeded.
+    pub fn wrote(&mut self, at: Instant) {
+        self.last_write = Some(at);
+        self.released = false;
+    }
+
+    /// The release succeeded.
+    pub fn released(&mut self) {
+        self.released = true;
+    }
 }
 
 /// What [`run`] shares with the rest of the agent.
@@ -326,13 +402,15 @@ pub struct HeartbeatLinks {
     pub kernel: KernelRounds,
 }
 
-/// The heartbeat loop: waits for the first report, then writes the Lease every renew
-/// interval and at once on every report change. Signals `api_back` when a write succeeds
-/// after failures (or after authority was stale); records every success in `links.authority`. Writes nothing while the
-/// alias loop's kernel rounds are too old ([`may_renew`]), logging once when it stops and
-/// once when it resumes. Returns when the report sender is dropped (shutdown), after
-/// finishing the write in flight, so a later [`Heartbeat::release`] cannot be overtaken by
-/// it.
+/// The heartbeat loop: waits for the first report, then looks every refresh interval (a
+/// third of the alias lifetime, at most the renew interval) and at once on every report
+/// change, and writes what [`Schedule::decide`] says. Signals `api_back` when a write
+/// succeeds after failures (or after authority was stale); records every success in
+/// `links.authority`. While the alias loop's kernel rounds are too old ([`may_renew`]) it
+/// releases the Lease once (the controller moves the IPs now) and writes nothing else,
+/// logging once when it stops and once when it resumes. Returns when the report sender is
+/// dropped (shutdown), after finishing the write in flight, so a later
+/// [`Heartbeat::release`] cannot be overtaken by it.
 pub async fn run(
     heartbeat: Heartbeat,
     mut reports: watch::Receiver<Option<AgentReport>>,
@@ -344,12 +422,12 @@ pub async fn run(
         authority,
         kernel,
     } = links;
-    let (lease_duration, renew_interval) = (
-        heartbeat.config.lease_duration,
-        heartbeat.config.renew_interval,
-    );
-    let mut tick = tokio::time::interval(renew_interval);
+    let config = heartbeat.config.clone();
+    let look_every = (config.alias_lifetime / 3).min(config.renew_interval);
+    let mut tick = tokio::time::interval(look_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut schedule = Schedule::new(config.renew_interval);
+    let mut written: Option<AgentReport> = None;
     // `None`: nothing written yet.
     let mut reachable: Option<bool> = None;
     let mut gated = false;
@@ -365,52 +443,71 @@ pub async fn run(
         let now = Instant::now();
         metrics.set_authority_fresh(authority.is_fresh(now));
         let last_round = kernel.last_ok();
-        if !may_renew(last_round, now, lease_duration, renew_interval) {
+        let closed = !may_renew(last_round, now, config.alias_lifetime);
+        if closed {
+            metrics.record_renewal_gated();
             if !gated {
                 warn!(
                     since_ms = now.saturating_duration_since(last_round).as_millis(),
-                    "the alias loop has not completed a kernel round for too long: the Lease is no longer renewed (its held IPs may have expired)"
+                    "the alias loop has not completed a kernel round for longer than the alias lifetime: its aliases may be gone; releasing the Lease so the controller moves this node's IPs now"
                 );
                 gated = true;
             }
-            metrics.record_renewal_gated();
-            continue;
-        }
-        if gated {
+        } else if gated {
             info!("kernel rounds complete again: renewing the Lease");
             gated = false;
         }
-        let was_stale = !authority.is_fresh(now);
-        match heartbeat.renew(&report).await {
-            Ok(()) => {
-                authority.record_renewal(now);
-                metrics.set_authority_fresh(true);
-                metrics.record_renewal(true);
-                if was_stale && reachable == Some(true) {
-                    // Stale without an API failure (renewals were gated): the loop may end
-                    // its yields now.
-                    api_back.notify_one();
+        let changed = written.as_ref() != Some(&report);
+        match schedule.decide(now, closed, changed) {
+            Beat::Nothing => {}
+            Beat::Release => match heartbeat.release().await {
+                Ok(()) => {
+                    schedule.released();
+                    written = None;
+                    authority.revoke(now);
+                    metrics.set_authority_fresh(false);
+                    info!(lease = %heartbeat.name, "agent Lease released (kernel rounds stopped)");
                 }
-                match reachable {
-                    None => {
-                        info!(lease = %heartbeat.name, namespace = %heartbeat.config.namespace, "agent Lease written")
+                Err(error) => debug!(%error, "cannot release the Lease; retrying at the next look"),
+            },
+            Beat::Write => {
+                let was_stale = !authority.is_fresh(now);
+                match heartbeat.renew(&report).await {
+                    Ok(()) => {
+                        schedule.wrote(now);
+                        written = Some(report.clone());
+                        authority.record_renewal(now);
+                        metrics.set_authority_fresh(true);
+                        metrics.record_renewal(true);
+                        if was_stale && reachable == Some(true) {
+                            // Stale without an API failure (renewals were gated): the loop
+                            // may end its yields now.
+                            api_back.notify_one();
+                        }
+                        match reachable {
+                            None => {
+                                info!(lease = %heartbeat.name, namespace = %config.namespace, "agent Lease written")
+                            }
+                            Some(false) => {
+                                info!(lease = %heartbeat.name, "API server reachable again: Lease renewed, reconciling");
+                                api_back.notify_one();
+                            }
+                            Some(true) => {
+                                debug!(held = report.held.len(), changed, "Lease renewed")
+                            }
+                        }
+                        reachable = Some(true);
                     }
-                    Some(false) => {
-                        info!(lease = %heartbeat.name, "API server reachable again: Lease renewed, reconciling");
-                        api_back.notify_one();
+                    Err(error) => {
+                        metrics.record_renewal(false);
+                        if reachable != Some(false) {
+                            warn!(%error, "cannot renew the agent Lease (API server unreachable?); aliases stay and keep being refreshed");
+                        } else {
+                            debug!(%error, "Lease renewal still failing");
+                        }
+                        reachable = Some(false);
                     }
-                    Some(true) => debug!(held = report.held.len(), "Lease renewed"),
                 }
-                reachable = Some(true);
-            }
-            Err(error) => {
-                metrics.record_renewal(false);
-                if reachable != Some(false) {
-                    warn!(%error, "cannot renew the agent Lease (API server unreachable?); aliases stay and keep being refreshed");
-                } else {
-                    debug!(%error, "Lease renewal still failing");
-                }
-                reachable = Some(false);
             }
         }
     }
@@ -428,6 +525,7 @@ mod tests {
             node_name: "node-a".into(),
             lease_duration: Duration::from_secs(4),
             renew_interval: Duration::from_secs(1),
+            alias_lifetime: Duration::from_secs(3),
         };
         let report = AgentReport {
             version: 1,
@@ -459,9 +557,9 @@ mod tests {
     }
 
     #[test]
-    fn renewals_stop_once_the_last_kernel_round_is_older_than_lease_minus_renew() {
+    fn reports_stop_once_the_last_kernel_round_is_older_than_the_alias_lifetime() {
         let t = Instant::now();
-        let (lease, renew) = (Duration::from_secs(4), Duration::from_secs(1));
+        let lifetime = Duration::from_secs(3);
         let at = |ms| t + Duration::from_millis(ms);
         let cases = [
             (0, true),
@@ -471,11 +569,60 @@ mod tests {
             (60_000, false),
         ];
         for (ms, want) in cases {
-            assert_eq!(may_renew(t, at(ms), lease, renew), want, "{ms} ms");
+            assert_eq!(may_renew(t, at(ms), lifetime), want, "{ms} ms");
         }
-        // A renew interval as long as the lease: only a round this instant counts.
-        assert!(may_renew(t, t, lease, lease));
-        assert!(!may_renew(t, at(1), lease, lease));
+    }
+
+    #[test]
+    fn the_schedule_writes_changes_at_once_and_the_rest_once_per_renew_interval() {
+        let t = Instant::now();
+        let s = |ms| t + Duration::from_millis(ms);
+        let mut schedule = Schedule::new(Duration::from_secs(10));
+        assert_eq!(schedule.decide(t, false, false), Beat::Write, "first");
+        schedule.wrote(t);
+        assert_eq!(schedule.decide(s(1_000), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(9_999), false, false), Beat::Nothing);
+        assert_eq!(
+            schedule.decide(s(2_000), false, true),
+            Beat::Write,
+            "a change"
+        );
+        schedule.wrote(s(2_000));
+        assert_eq!(schedule.decide(s(11_999), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(12_000), false, false), Beat::Write);
+        // A failed write is not recorded: the next look writes again.
+        assert_eq!(schedule.decide(s(13_000), false, false), Beat::Write);
+        schedule.wrote(s(13_000));
+        // Kernel rounds stopped: one release, then nothing, even for a change.
+        assert_eq!(schedule.decide(s(14_000), true, false), Beat::Release);
+        assert_eq!(
+            schedule.decide(s(15_000), true, false),
+            Beat::Release,
+            "a failed release is retried"
+        );
+        schedule.released();
+        assert_eq!(schedule.decide(s(16_000), true, true), Beat::Nothing);
+        assert_eq!(schedule.decide(s(40_000), true, false), Beat::Nothing);
+        // Rounds again: written at once, though the last write is recent.
+        let mut recent = schedule.clone();
+        recent.wrote(s(16_500));
+        recent.released();
+        assert_eq!(recent.decide(s(17_000), false, false), Beat::Write);
+        assert_eq!(schedule.decide(s(41_000), false, false), Beat::Write);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_revoked_authority_is_stale_at_once_and_past_a_lease_two_leases_later() {
+        let lease = Duration::from_secs(4);
+        let authority = Authority::new(lease);
+        let start = Instant::now();
+        authority.record_renewal(start);
+        let at = start + Duration::from_secs(1);
+        authority.revoke(at);
+        assert!(!authority.is_fresh(at));
+        assert_eq!(authority.last_renewal(), None);
+        assert!(!authority.stale_past_a_lease(at + Duration::from_millis(7_999)));
+        assert!(authority.stale_past_a_lease(at + 2 * lease));
     }
 
     #[tokio::test(start_paused = true)]

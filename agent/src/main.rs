@@ -56,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
         lease_duration,
         renew_interval,
         alias_lifetime,
+        refresh_interval,
         resync_interval,
         shutdown_timeout,
         metrics_addr,
@@ -75,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         ?lease_duration,
         ?renew_interval,
         ?alias_lifetime,
+        ?refresh_interval,
         ?resync_interval,
         host_port_shield,
         ?advert_port,
@@ -103,7 +105,8 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("creating the Kubernetes client (KUBECONFIG or in-cluster config)")?;
     let metrics = Arc::new(Metrics::new());
-    let health = Health::new((lease_duration * 3).max(Duration::from_secs(10)));
+    // The loop beats at every lifetime refresh: ten missed beats is a hung loop.
+    let health = Health::new((refresh_interval * 10).max(Duration::from_secs(10)));
     let (stop_http, http_stopped) = watch::channel(false);
     let listener = http::bind(metrics_addr).await?;
     info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
@@ -170,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
             node_name,
             lease_duration,
             renew_interval,
+            alias_lifetime,
         },
     );
     let (report_tx, report_rx) = watch::channel(None);
@@ -213,7 +217,7 @@ async fn main() -> anyhow::Result<()> {
                 timeout: ROUTING_READ_TIMEOUT,
             },
             daemon,
-            renew_interval,
+            refresh_interval,
             routing_tx,
             metrics.clone(),
         ));
@@ -269,7 +273,7 @@ async fn main() -> anyhow::Result<()> {
                 observed,
                 api_back,
                 health: health.clone(),
-                renew_interval,
+                refresh_interval,
                 resync_interval,
                 routing: routing_rx,
                 heard: heard_rx,

@@ -867,6 +867,16 @@ async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewrit
         assert!(healed < bound, "{how:?}: {healed:?}");
     }
     assert!(alias(node, "10.0.0.140").is_some());
+    // The last case's `Failing` and `Active` reports may still be on their way: start the
+    // next one from an `Active` report, or its `Failing` could be the last case's.
+    report_where(
+        &c,
+        &s.name,
+        "the shield reported active after the rewrites",
+        Duration::from_secs(3),
+        |r| r.shield == ShieldState::Active,
+    )
+    .await;
 
     // Deleted while nft cannot write: the state reads `failing` in the report and the
     // metric, never `active`, until the rewrite works again.
@@ -904,9 +914,10 @@ async fn the_shield_heals_a_flushed_ruleset_and_reads_failing_until_it_is_rewrit
         .unwrap();
     assert!(damaged >= 4.0, "{damaged}");
 
-    // A read that fails is a warning, once, not a debug line every renewal.
+    // A read that fails is a warning, once, not a debug line every renewal. The whole table
+    // (`nft -t`) is read every 5 s: failing for longer than that fails at least one read.
     std::fs::write(dir.path().join("fail-read"), "").unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
     std::fs::remove_file(dir.path().join("fail-read")).unwrap();
     let log = s.agent.log_text();
     let warned: Vec<&str> = log
@@ -991,5 +1002,86 @@ async fn a_node_cut_off_from_the_api_withdraws_its_routed_addresses_after_a_leas
     assert_eq!(
         s.agent.metric(node, "aliaslb_agent_routed_withdrawn"),
         Some(0.0)
+    );
+}
+
+/// Issue 24, heartbeats that scale: at the defaults (30 s lease, renewed every 10 s) an
+/// unchanged report is written once per renew interval, a change at once, and the aliases
+/// still live 3 s, refreshed locally between the writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_written_once_per_renew_interval_and_a_change_at_once() {
+    if !require_root() {
+        return;
+    }
+    let s = setup("rare", |a| {
+        a.lease = "30s";
+        a.renew = "10s";
+    })
+    .await;
+    let (node, c) = (&s.node, &s.cluster);
+    c.create("web").await;
+    let assigned = Instant::now();
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.71"])
+        .await;
+    let (_, took) = report_where(
+        c,
+        &s.name,
+        "the report to hold the new IP",
+        Duration::from_secs(5),
+        |r| r.held.contains(&"10.0.0.71".parse().unwrap()),
+    )
+    .await;
+    eprintln!(
+        "assigned -> reported held after {:?} (renew interval 10 s)",
+        assigned.elapsed()
+    );
+    assert!(took < Duration::from_secs(3), "a change waited {took:?}");
+    // Now count the writes: the Lease read every 100 ms for 21 s (two renew intervals and a
+    // bit). A write whose report is the one before is a renewal; one that changed it (an
+    // interface, the shield's state) is a change, written at once by design.
+    let read = async || {
+        c.lease(&s.name).await.map(|l| {
+            let report = l
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(aliaslb_core::keys::ANNOTATION_AGENT_REPORT));
+            (l.metadata.resource_version, report)
+        })
+    };
+    let (mut version, mut report) = read().await.unwrap();
+    let (mut renewals, mut changes) = (0, Vec::new());
+    let mut longest_lifetime = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(21) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (v, r) = read().await.unwrap();
+        if v != version {
+            if r == report {
+                renewals += 1;
+            } else {
+                changes.push(format!("{:?}: {r:?}", start.elapsed()));
+            }
+            (version, report) = (v, r);
+        }
+        let lifetime = alias(node, "10.0.0.71")
+            .expect("the alias stays, refreshed locally")
+            .valid_life_time;
+        longest_lifetime = longest_lifetime.max(lifetime);
+    }
+    eprintln!(
+        "21 s: {renewals} renewals of an unchanged report, {} changes written; alias valid_lft at most {longest_lifetime} s",
+        changes.len()
+    );
+    for change in &changes {
+        eprintln!("  change at {change}");
+    }
+    // Every 10 s: two in 21 s, three at most; at the old 1 s renewal about 21.
+    assert!(
+        (1..=3).contains(&renewals),
+        "{renewals} renewals in 21 s at a 10 s renew interval; changes: {changes:?}"
+    );
+    assert!(
+        (1..=3).contains(&longest_lifetime),
+        "valid_lft {longest_lifetime}"
     );
 }

@@ -207,7 +207,7 @@ impl Harness {
             observed,
             api_back: Arc::new(Notify::new()),
             health: Health::new(Duration::from_secs(60)),
-            renew_interval: RENEW,
+            refresh_interval: RENEW,
             resync_interval: Duration::from_secs(30),
             routing: routing_rx,
             heard,
@@ -607,7 +607,7 @@ async fn a_hung_kernel_stops_the_lease_renewals_until_it_answers_again() {
         let h = Harness::start();
         h.want(desired(&["192.168.1.50"], &[]));
         settle().await;
-        let gate = |k: &KernelRounds| may_renew(k.last_ok(), Instant::now(), LEASE, RENEW);
+        let gate = |k: &KernelRounds| may_renew(k.last_ok(), Instant::now(), LEASE - RENEW);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(gate(&h.kernel), "refreshes keep the gate open");
         h.fake.hang.store(true, Ordering::SeqCst);

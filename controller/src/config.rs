@@ -46,8 +46,10 @@ pub struct Flags {
     pub ignore_cordon: bool,
 
     /// Agent Lease duration: an agent whose renewal was not seen for this long (on the
-    /// controller's own clock) is not fresh and its IPs move. E.g. `4s`, `500ms`.
-    #[arg(long, alias = "lease-duration", env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "4s", value_parser = parse_duration)]
+    /// controller's own clock) is not fresh and its IPs move. Read from each Lease's
+    /// `leaseDurationSeconds` (the agent's `--lease-duration`); this is for Leases without one.
+    /// E.g. `30s`, `500ms`.
+    #[arg(long, alias = "lease-duration", env = "ALIASLB_AGENT_LEASE_DURATION", default_value = "30s", value_parser = parse_duration)]
     pub agent_lease_duration: Duration,
 
     /// Turn fast L2 failover off: no standby per IP, no advert key. IPs then move when the
@@ -121,7 +123,7 @@ impl Default for ControllerConfig {
             load_balancer_class: keys::DEFAULT_LOAD_BALANCER_CLASS.to_owned(),
             ignore_classless: false,
             respect_cordon: true,
-            agent_lease_duration: Duration::from_secs(4),
+            agent_lease_duration: Duration::from_secs(30),
             hold_released: aliaslb_core::plan::STICKY_FOR,
             fast_failover: true,
         }

@@ -27,8 +27,13 @@ pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 55, 200);
 pub const SYSTEM_NAMESPACE: &str = "aliaslb-system";
 /// The namespace of the agents' Leases (manifests/).
 pub const AGENT_NAMESPACE: &str = "aliaslb-agents";
-/// Lease duration of the agents (and the controller's freshness window): the defaults.
+/// Lease duration of the lab's agents (and the controller's freshness window): shorter
+/// than the default (30 s) so that the suites which wait for a Lease to expire (API-only
+/// partitions, the fences, killed agents without a standby) stay short. Renewed every
+/// [`LEASE_RENEW`]; the aliases live 3 s either way (the default lifetime).
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);
+/// The lab agents' `--renew-interval` under [`LEASE_DURATION`].
+pub const LEASE_RENEW: Duration = Duration::from_secs(1);
 
 /// The name of node `n`'s namespace and Node object.
 pub fn node_name(n: u8) -> String {
@@ -656,13 +661,19 @@ impl Lab {
         self.start_agent_with(n, &[])
     }
 
-    /// [`Lab::start_agent`] with more flags for the agent.
+    /// [`Lab::start_agent`] with more flags for the agent. Without a `--lease-duration`
+    /// among them, the agent runs with the lab's [`LEASE_DURATION`] and [`LEASE_RENEW`].
     pub fn start_agent_with(&self, n: u8, flags: &[&str]) -> Result<(), Error> {
         let kubeconfig = format!("KUBECONFIG={}", self.agent_kubeconfig.display());
         let node = format!("NODE_NAME={}", node_name(n));
         let bin = self.bins.join("aliaslb-agent");
         let bin = bin.to_string_lossy();
+        let lease = format!("{}s", LEASE_DURATION.as_secs());
+        let renew = format!("{}ms", LEASE_RENEW.as_millis());
         let mut cmd = vec!["env", "NO_COLOR=1", &kubeconfig, &node, &bin];
+        if !flags.iter().any(|f| f.starts_with("--lease-duration")) {
+            cmd.extend_from_slice(&["--lease-duration", &lease, "--renew-interval", &renew]);
+        }
         cmd.extend_from_slice(flags);
         self.spawn(&format!("agent-{n}"), &format!("node-{n}"), &cmd)
     }

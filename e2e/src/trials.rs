@@ -294,9 +294,10 @@ const FOREIGN_WATCH: Duration = Duration::from_secs(3);
 const FLAP_WATCH: Duration = Duration::from_secs(3);
 
 /// The kernel lifetime of an agent's aliases under agent lease `lease` as [`Launcher`]
-/// starts it: the lease less one renewal (a quarter of it).
+/// starts it: the agent's default, 3 s, or the lease less one renewal (a quarter of it) in
+/// whole seconds if that is shorter.
 pub fn alias_lifetime(lease: Duration) -> Duration {
-    lease - lease / 4
+    Duration::from_secs((lease - lease / 4).as_secs()).min(Duration::from_secs(3))
 }
 
 /// Starts `aliaslb-agent` and `aliaslb-controller` in the lab like [`Lab::start_agent`] and

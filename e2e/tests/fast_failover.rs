@@ -3,8 +3,9 @@
 //! Service's IP every 20 ms, and each trial ([`aliaslb_e2e::trials::run_trial`]) times the
 //! fault to the first answer by another MAC, checks that MAC is the standby the controller
 //! named in the holder's `peer=` flag, and bounds every run of rounds with two MACs by one
-//! advert interval ([`TWO_MAC_BOUND`]). In order, on one lab, with the default agent lease
-//! (4 s, aliases living 3 s):
+//! advert interval ([`TWO_MAC_BOUND`]). In order, on one lab, with the lab's agent lease
+//! (4 s renewed every second, aliases living 3 s: the default lifetime; the failover itself
+//! does not depend on the lease):
 //!
 //! - 5 hard losses (the holder's LAN link cut and its agent SIGKILLed): answered by the
 //!   standby within 1 s each and 0.5 s at p50;

@@ -63,8 +63,8 @@ pub struct Loop {
     pub api_back: Arc<Notify>,
     /// Beaten at every renewal tick; set ready after the first reconcile.
     pub health: Health,
-    /// Lifetime refresh period.
-    pub renew_interval: Duration,
+    /// Lifetime refresh period (a third of the alias lifetime).
+    pub refresh_interval: Duration,
     /// Full reconcile period.
     pub resync_interval: Duration,
     /// L3 mode: the routing daemon as last read (`None`: not read, `--routing-daemon=none`).
@@ -247,7 +247,7 @@ where
         stop: impl Future<Output = &'static str>,
     ) -> &'static str {
         tokio::pin!(stop);
-        let mut renew = tokio::time::interval(inputs.renew_interval);
+        let mut renew = tokio::time::interval(inputs.refresh_interval);
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut resync = tokio::time::interval(inputs.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
