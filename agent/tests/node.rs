@@ -1203,3 +1203,33 @@ async fn a_holder_silent_here_but_renewing_its_lease_with_the_ip_gets_it_back_fo
     })
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_that_carried_many_ips_is_checked_once_at_a_time_not_once_per_ip() {
+    local(async {
+        let h = Harness::start();
+        let ips = ["192.168.1.60", "192.168.1.61", "192.168.1.62"];
+        h.want(with_standby(&[], &ips));
+        settle().await;
+        h.advert(1, &ips);
+        wait_for("the takeovers", Duration::from_secs(1), || {
+            h.fake.ours().len() == ips.len()
+        })
+        .await;
+        // One Lease check for the dead holder, not three.
+        let asked = h.holders.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0].0, "alb-node-2");
+        // It proves nothing within a lease and a second: the IPs that waited are checked
+        // next, together.
+        tokio::time::sleep(LEASE + Duration::from_millis(1_500)).await;
+        let asked = h.holders.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        let mut all: Vec<IpAddr> = asked.iter().flat_map(|(_, ips)| ips.clone()).collect();
+        all.sort();
+        assert_eq!(all, ips.iter().map(|s| ip(s)).collect::<Vec<_>>());
+        assert_eq!(h.fake.ours().len(), ips.len(), "the takeovers stand");
+        h.stop().await;
+    })
+    .await;
+}

@@ -80,12 +80,9 @@ where
             self.metrics.inc_failover("taken_over");
             // Silent to this node is not dead: a holder cut off from the other nodes but
             // not from its clients still renews its Lease and reports the IP held.
-            if let (Some(holders), Some(line)) = (&self.holders, self.desired.standby(ip)) {
+            if let Some(line) = self.desired.standby(ip) {
                 let holder = line.holder.clone();
-                let within = self.authority.lease_duration() + Duration::from_secs(1);
-                let check = holders.alive_holding(&holder, vec![ip], within);
-                self.holder_checks
-                    .spawn(async move { (holder, check.await) });
+                self.check_holder(holder, vec![ip]);
             }
         } else if !free {
             debug!(%ip, "the IP is still answered on the LAN: its holder keeps it");
@@ -94,9 +91,37 @@ where
         taken
     }
 
+    /// Asks whether `holder` is alive and holds `ips` (its Lease), one check per holder
+    /// at a time: IPs taken over from a holder already being checked wait for the next
+    /// check, so a holder that carried many IPs costs one Lease read per poll, not one per
+    /// IP.
+    fn check_holder(&mut self, holder: String, ips: Vec<IpAddr>) {
+        let Some(holders) = &self.holders else {
+            return;
+        };
+        if let Some(waiting) = self.holders_checking.get_mut(&holder) {
+            waiting.extend(ips);
+            return;
+        }
+        self.holders_checking.insert(holder.clone(), Vec::new());
+        let within = self.authority.lease_duration() + Duration::from_secs(1);
+        let check = holders.alive_holding(&holder, ips, within);
+        self.holder_checks
+            .spawn(async move { (holder, check.await) });
+    }
+
     /// A holder check ended: the IPs its holder proved it holds go back, for good (until
-    /// its adverts list them again). Returns whether any did.
+    /// its adverts list them again). Returns whether any did. IPs taken over from the same
+    /// holder meanwhile are checked next.
     pub(super) fn on_holder_alive(&mut self, (holder, ips): (String, Vec<IpAddr>)) -> bool {
+        let waiting = self.holders_checking.remove(&holder).unwrap_or_default();
+        let next: Vec<IpAddr> = waiting
+            .into_iter()
+            .filter(|ip| !ips.contains(ip) && self.failover.taken().contains(ip))
+            .collect();
+        if !next.is_empty() {
+            self.check_holder(holder.clone(), next);
+        }
         let mut back = false;
         for ip in ips {
             if self.failover.give_back_for_good(ip) {

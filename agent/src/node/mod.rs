@@ -190,6 +190,9 @@ pub struct Node<B, S, L> {
     streams_tx: Option<watch::Sender<Vec<Stream>>>,
     holders: Option<Arc<dyn HolderCheck>>,
     holder_checks: JoinSet<(String, Vec<IpAddr>)>,
+    /// The holders with a check in flight (one each), and the IPs taken over from them
+    /// since it began (checked next).
+    holders_checking: BTreeMap<String, Vec<IpAddr>>,
 }
 
 impl<B, S, L> Node<B, S, L>
@@ -226,6 +229,7 @@ where
             streams_tx: setup.streams_tx,
             holders: setup.holders,
             holder_checks: JoinSet::new(),
+            holders_checking: BTreeMap::new(),
         }
     }
 
