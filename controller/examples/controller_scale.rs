@@ -5,9 +5,9 @@
 //! (`/proc/PID/stat`) are its own.
 //!
 //! Fake agent Leases for `--nodes` nodes run in the bench process for the whole run (each
-//! renewed every second by its own task, the tasks spread over the second as real agents
-//! are; each reports as held what is assigned to its node). Phases, all against the same
-//! apiserver:
+//! renewed every `--renew-every` seconds by its own task, the tasks spread over the period as
+//! real agents are; each reports as held what is assigned to its node, written at once when
+//! that changes, as a real agent does). Phases, all against the same apiserver:
 //! 0. the floors with 0 Services: the controller binary starts; idle CPU over `--steady`
 //!    seconds right after `/readyz`; then `--latency` Services (`zero-0000`, ...) created one
 //!    at a time, each waited for (create -> ingress IP); then the controller is killed
@@ -27,7 +27,9 @@
 //!    IP (ratio to the floor), then until every one is `Announced=True`;
 //! 4. latency: `--latency` more Services (`lat-0000`, ...) created one at a time, each
 //!    waited for, with the N converged Services still in the controller's caches (ratio to
-//!    phase 0's p50 and p99);
+//!    phase 0's p50 and p99), and the controller's latency to notice a node's report: from
+//!    the fake agent's Lease write that first lists the new Service's IP to the watch seeing
+//!    it `Announced=True`;
 //! 5. steady state: the controller's CPU over `--steady` seconds with the N Services and the
 //!    agents renewing (beside phase 0's idle figure), with the reconcile passes and their
 //!    mean time over the window (the controller's `/metrics`).
@@ -41,10 +43,13 @@
 //! KUBEBUILDER_ASSETS=$HOME/.cache/aliaslb/kube-v1.37.2/bin \
 //!   cargo run --release -p aliaslb-controller --example controller_scale -- \
 //!   [--services 1000] [--namespaces 50] [--nodes 5] [--latency 200] [--steady 20]
+//!   [--renew-every 1]
 //! ```
 //! - `--services N`: Services converged in phases 1-3 (and in the caches in 4-5);
 //! - `--namespaces M` (1..=60): namespaces (one /22 pool each) they are spread over;
-//! - `--nodes K`: Nodes, each with a fake agent Lease renewed at 1 Hz (100 works);
+//! - `--nodes K`: Nodes, each with a fake agent Lease (1,000 works at `--renew-every 10`);
+//! - `--renew-every R`: seconds between two renewals of an unchanged report (1; the agent's
+//!   default is 10), the lease being three periods (at least 4 s);
 //! - `--latency L`: Services created one by one in phases 0 and 4 (0 skips both);
 //! - `--steady S`: seconds of each CPU window (phase 0's idle floor and phase 5).
 //!
@@ -106,9 +111,8 @@ const FLOOR_IN_FLIGHT: usize = aliaslb_controller::reconcile::MAX_IN_FLIGHT;
 const CREATE_IN_FLIGHT: usize = 32;
 /// Label on every bench Service (the progress watch selects on it).
 const LABEL: &str = "aliaslb.io/bench";
-/// Fake agent renewal period (the agent's default) and lease duration.
-const RENEW_EVERY: Duration = Duration::from_secs(1);
-const LEASE_SECONDS: i32 = 4;
+/// How often a fake agent looks whether its held set changed (written at once if so).
+const REPORT_LOOK: Duration = Duration::from_millis(100);
 /// The controller's `POD_NAME` (its leader-election identity), the same for both starts.
 /// The controller killed after phase 0 leaves the leader Lease naming it, unexpired; a
 /// replica whose identity is the Lease's holder renews it at its first look
@@ -130,6 +134,8 @@ struct Options {
     latency: usize,
     /// Seconds of each CPU window.
     steady: usize,
+    /// Seconds between two renewals of an unchanged report.
+    renew_every: usize,
 }
 
 impl Options {
@@ -140,6 +146,7 @@ impl Options {
             nodes: 5,
             latency: 200,
             steady: 20,
+            renew_every: 1,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -149,6 +156,7 @@ impl Options {
                 "--nodes" => &mut o.nodes,
                 "--latency" => &mut o.latency,
                 "--steady" => &mut o.steady,
+                "--renew-every" => &mut o.renew_every,
                 other => return Err(format!("unknown argument `{other}`")),
             };
             let value = args
@@ -158,8 +166,16 @@ impl Options {
                 .parse()
                 .map_err(|_| format!("{flag}: `{value}` is not a number"))?;
         }
-        if o.namespaces == 0 || o.namespaces > 60 || o.nodes == 0 || o.steady == 0 {
-            return Err("--namespaces must be 1..=60, --nodes and --steady at least 1".into());
+        if o.namespaces == 0
+            || o.namespaces > 60
+            || o.nodes == 0
+            || o.steady == 0
+            || !(1..=60).contains(&o.renew_every)
+        {
+            return Err(
+                "--namespaces must be 1..=60, --renew-every 1..=60, --nodes and --steady at least 1"
+                    .into(),
+            );
         }
         // Each namespace has a /22 (1,024 addresses); the first one also takes the latency
         // Services (phase 0's are deleted before phase 1).
@@ -172,9 +188,19 @@ impl Options {
     /// The command line these options stand for, every flag spelled out.
     fn flags(&self) -> String {
         format!(
-            "--services {} --namespaces {} --nodes {} --latency {} --steady {}",
-            self.services, self.namespaces, self.nodes, self.latency, self.steady
+            "--services {} --namespaces {} --nodes {} --latency {} --steady {} --renew-every {}",
+            self.services, self.namespaces, self.nodes, self.latency, self.steady, self.renew_every
         )
+    }
+
+    /// The fake agents' renewal period.
+    fn renew(&self) -> Duration {
+        Duration::from_secs(self.renew_every as u64)
+    }
+
+    /// The fake agents' `leaseDurationSeconds`: three periods, at least 4 s.
+    fn lease_seconds(&self) -> i32 {
+        i32::try_from((3 * self.renew_every).max(4)).unwrap_or(i32::MAX)
     }
 }
 
@@ -211,6 +237,13 @@ struct Progress {
     announced: usize,
     /// First moment each Service was seen with an ingress IP.
     first_ip: HashMap<String, Instant>,
+    /// First moment each Service was seen `Announced=True`.
+    first_announced: HashMap<String, Instant>,
+    /// When the last fake agent Lease write that newly listed each IP as held returned (an
+    /// address reused by a later Service counts from its new listing).
+    reported: HashMap<IpAddr, Instant>,
+    /// Bumped whenever what a node's fake agent reports may have changed.
+    node_version: HashMap<String, u64>,
     /// Keys of the Services assigned to each node (so a renewal does not scan them all).
     by_node: HashMap<String, HashSet<String>>,
 }
@@ -220,8 +253,11 @@ impl Progress {
         if let Some(old) = self.services.remove(&key) {
             self.with_ip -= usize::from(!old.ips.is_empty());
             self.announced -= usize::from(old.announced);
-            if let Some(keys) = old.node.and_then(|n| self.by_node.get_mut(&n)) {
-                keys.remove(&key);
+            if let Some(node) = old.node {
+                *self.node_version.entry(node.clone()).or_default() += 1;
+                if let Some(keys) = self.by_node.get_mut(&node) {
+                    keys.remove(&key);
+                }
             }
         }
         if let Some(seen) = seen {
@@ -229,8 +265,12 @@ impl Progress {
                 self.with_ip += 1;
                 self.first_ip.entry(key.clone()).or_insert(now);
             }
+            if seen.announced {
+                self.first_announced.entry(key.clone()).or_insert(now);
+            }
             self.announced += usize::from(seen.announced);
             if let Some(node) = &seen.node {
+                *self.node_version.entry(node.clone()).or_default() += 1;
                 self.by_node
                     .entry(node.clone())
                     .or_default()
@@ -369,7 +409,7 @@ async fn until(
     }
 }
 
-/// What the fake agents did, to check that every Lease really is renewed at 1 Hz.
+/// What the fake agents did, to check that every Lease really is renewed at its period.
 #[derive(Debug, Default, Clone, Copy)]
 struct AgentStats {
     /// Renewals that succeeded.
@@ -382,15 +422,26 @@ struct AgentStats {
     longest_gap: Duration,
 }
 
+/// How the fake agents renew.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    /// Between two renewals of an unchanged report.
+    every: Duration,
+    /// `leaseDurationSeconds`.
+    lease_seconds: i32,
+}
+
 /// Runs one fake agent per node, all at once: each renews its node's agent Lease every
-/// [`RENEW_EVERY`], the agents' phases spread evenly over the period (real agents start at
+/// `renewal.every`, the agents' phases spread evenly over the period (real agents start at
 /// unrelated moments), reporting as held every IP the watch sees assigned to its node (what
-/// a real agent reports once it added them). Concurrent, so K Leases really are K
-/// renewals a second however long one PATCH takes; `stats` shows whether they were.
+/// a real agent reports once it added them), and writes at once when that changes.
+/// Concurrent, so K Leases really are K renewals per period however long one PATCH takes;
+/// `stats` shows whether they were.
 async fn fake_agents(
     client: Client,
     system: String,
     nodes: Vec<String>,
+    renewal: Renewal,
     p: Arc<Mutex<Progress>>,
     stats: Arc<Mutex<AgentStats>>,
 ) {
@@ -398,11 +449,12 @@ async fn fake_agents(
     let first = tokio::time::Instant::now();
     let count = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
     let agents = nodes.into_iter().enumerate().map(|(i, node)| {
-        let phase = RENEW_EVERY * u32::try_from(i).unwrap_or(0) / count;
+        let phase = renewal.every * u32::try_from(i).unwrap_or(0) / count;
         fake_agent(
             leases.clone(),
             node,
             first + phase,
+            renewal,
             p.clone(),
             stats.clone(),
         )
@@ -410,24 +462,44 @@ async fn fake_agents(
     futures::future::join_all(agents).await;
 }
 
-/// One fake agent: renews `node`'s Lease every [`RENEW_EVERY`] from `first` on.
+/// One fake agent: from `first` on, writes `node`'s Lease every `renewal.every`, and at
+/// once (within [`REPORT_LOOK`]) when its held set changed.
 async fn fake_agent(
     leases: Api<Lease>,
     node: String,
     first: tokio::time::Instant,
+    renewal: Renewal,
     p: Arc<Mutex<Progress>>,
     stats: Arc<Mutex<AgentStats>>,
 ) {
     let params = PatchParams::apply(keys::AGENT_FIELD_MANAGER).force();
     let name = keys::agent_lease_name(&node);
-    let mut every = tokio::time::interval_at(first, RENEW_EVERY);
+    tokio::time::sleep_until(first).await;
+    let mut look = tokio::time::interval(REPORT_LOOK);
     // A renewal slower than the period delays the next one rather than bunching them.
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last: Option<Instant> = None;
+    let mut seen_version: Option<u64> = None;
+    let mut written: Option<BTreeSet<IpAddr>> = None;
     loop {
-        every.tick().await;
-        let started = Instant::now();
+        look.tick().await;
+        let version = p.lock().unwrap().node_version.get(&node).copied();
+        let due = last.is_none_or(|at| at.elapsed() >= renewal.every);
+        if !due && version == seen_version {
+            continue;
+        }
+        seen_version = version;
         let held = p.lock().unwrap().held_by(&node);
+        if !due && written.as_ref() == Some(&held) {
+            continue;
+        }
+        let started = Instant::now();
+        let new: Vec<IpAddr> = held
+            .iter()
+            .filter(|ip| !written.as_ref().is_some_and(|w| w.contains(ip)))
+            .copied()
+            .collect();
+        let report_held = held.clone();
         let report = AgentReport {
             version: REPORT_VERSION,
             held,
@@ -438,7 +510,7 @@ async fn fake_agent(
             "metadata": {"name": name, "annotations": {keys::ANNOTATION_AGENT_REPORT: report.to_json()}},
             "spec": {
                 "holderIdentity": node,
-                "leaseDurationSeconds": LEASE_SECONDS,
+                "leaseDurationSeconds": renewal.lease_seconds,
                 "renewTime": MicroTime(Timestamp::now()),
             },
         });
@@ -446,7 +518,15 @@ async fn fake_agent(
         let took = started.elapsed();
         let mut s = stats.lock().unwrap();
         match result {
-            Ok(_) => s.renewals += 1,
+            Ok(_) => {
+                s.renewals += 1;
+                let done = Instant::now();
+                let mut progress = p.lock().unwrap();
+                for ip in new {
+                    progress.reported.insert(ip, done);
+                }
+                written = Some(report_held);
+            }
             Err(e) => {
                 s.failures += 1;
                 eprintln!("fake agent {node}: renewing failed: {e}");
@@ -773,8 +853,9 @@ async fn latency(
     count: usize,
     progress: &Mutex<Progress>,
     tick: &mut watch::Receiver<u64>,
-) -> (Vec<Duration>, Vec<String>) {
+) -> Latencies {
     let mut to_ip = Vec::with_capacity(count);
+    let mut noticed = Vec::with_capacity(count);
     let mut keys = Vec::with_capacity(count);
     for l in 0..count {
         let name = format!("{prefix}-{l:04}");
@@ -785,10 +866,38 @@ async fn latency(
             .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
         until(progress, tick, |p| p.first_ip.contains_key(&key)).await;
         to_ip.push(progress.lock().unwrap().first_ip[&key] - t);
+        until(progress, tick, |p| p.first_announced.contains_key(&key)).await;
+        let p = progress.lock().unwrap();
+        let reported = p.services[&key]
+            .ips
+            .iter()
+            .filter_map(|ip| p.reported.get(ip))
+            .max()
+            .copied();
+        if let Some(reported) = reported {
+            noticed.push(p.first_announced[&key].saturating_duration_since(reported));
+        }
+        drop(p);
         keys.push(key);
     }
     to_ip.sort();
-    (to_ip, keys)
+    noticed.sort();
+    Latencies {
+        to_ip,
+        noticed,
+        keys,
+    }
+}
+
+/// What [`latency`] measured.
+struct Latencies {
+    /// Create -> ingress IP, sorted.
+    to_ip: Vec<Duration>,
+    /// The fake agent's Lease write listing the IP returned -> the watch saw
+    /// `Announced=True`, sorted: the controller noticing a node's report.
+    noticed: Vec<Duration>,
+    /// The Services created.
+    keys: Vec<String>,
 }
 
 /// `p50 .. p99 .. max` of sorted latencies.
@@ -912,6 +1021,10 @@ async fn main() {
         client.clone(),
         system.clone(),
         nodes.clone(),
+        Renewal {
+            every: opts.renew(),
+            lease_seconds: opts.lease_seconds(),
+        },
         progress.clone(),
         agent_stats.clone(),
     ));
@@ -933,12 +1046,16 @@ async fn main() {
     );
     let idle = window(zero_pid, zero.addr, steady, &agent_stats).await;
     println!(
-        "  idle floor over {} s with {} fake agents renewing at 1 Hz: controller CPU {:.1} % of one core",
-        opts.steady, opts.nodes, idle.cpu_percent
+        "  idle floor over {} s with {} fake agents renewing every {} s: controller CPU {:.1} % of one core",
+        opts.steady, opts.nodes, opts.renew_every, idle.cpu_percent
     );
     println!("    {}", idle.describe());
     let zero_latency = if opts.latency > 0 {
-        let (to_ip, zero_keys) = latency(
+        let Latencies {
+            to_ip,
+            noticed,
+            keys: zero_keys,
+        } = latency(
             &first_ns,
             &namespaces[0],
             "zero",
@@ -951,6 +1068,15 @@ async fn main() {
             "  latency with 0 other Services over {} created one by one: create -> ingress IP {}",
             opts.latency,
             percentiles(&to_ip)
+        );
+        println!(
+            "    a node's report noticed (its Lease write listing the IP -> Announced=True), {} of them: {}",
+            noticed.len(),
+            if noticed.is_empty() {
+                "-".to_owned()
+            } else {
+                percentiles(&noticed)
+            }
         );
         Some((to_ip, zero_keys))
     } else {
@@ -1120,7 +1246,7 @@ async fn main() {
     let mut latency_max = None;
     let written_before = written.lock().unwrap().clone();
     if let Some(zero_latency) = &zero_latency {
-        let (to_ip, _) = latency(
+        let Latencies { to_ip, noticed, .. } = latency(
             &first_ns,
             &namespaces[0],
             "lat",
@@ -1133,6 +1259,17 @@ async fn main() {
             "latency over {} Services created one by one ({n} others converged): create -> ingress IP {}",
             opts.latency,
             percentiles(&to_ip)
+        );
+        println!(
+            "  a node's report noticed (its Lease write listing the IP -> Announced=True), {} of them, {} fake agents renewing every {} s: {}",
+            noticed.len(),
+            opts.nodes,
+            opts.renew_every,
+            if noticed.is_empty() {
+                "-".to_owned()
+            } else {
+                percentiles(&noticed)
+            }
         );
         println!(
             "latency with 0 other Services:                        create -> ingress IP {}",
@@ -1155,8 +1292,8 @@ async fn main() {
     // Phase 5: steady state.
     let busy = window(pid, addr, steady, &agent_stats).await;
     println!(
-        "steady state over {} s with {} fake agents renewing at 1 Hz: controller CPU {:.1} % of one core (target < 5 %)",
-        opts.steady, opts.nodes, busy.cpu_percent
+        "steady state over {} s with {} fake agents renewing every {} s: controller CPU {:.1} % of one core (target < 5 %)",
+        opts.steady, opts.nodes, opts.renew_every, busy.cpu_percent
     );
     println!("    {}", busy.describe());
     println!(
