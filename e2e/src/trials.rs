@@ -1972,10 +1972,11 @@ mod tests {
         }
         assert_eq!(Fault::HardLoss.p50_target(), Some(ms(500)));
         assert_eq!(Fault::LinkDown.p50_target(), None);
-        // A holder whose kernel still answers ARP: its alias's lifetime (lease less a
-        // quarter), then the standby's re-check.
+        // A holder whose kernel still answers ARP: its alias's lifetime (the agent's: 3 s, or
+        // the lease less a quarter in whole seconds if shorter), then the standby's re-check.
         assert_eq!(Fault::AgentFreeze.target(lease), ms(3500));
-        assert_eq!(Fault::AgentKill.target(Duration::from_secs(2)), ms(2000));
+        assert_eq!(Fault::AgentKill.target(Duration::from_secs(2)), ms(1500));
+        assert_eq!(Fault::AgentKill.target(Duration::from_secs(30)), ms(3500));
         // The controller moves the IP off an API-partitioned holder.
         assert_eq!(Fault::ApiPartition.target(lease), ms(5000));
         assert_eq!(TWO_MAC_BOUND, ms(120));
