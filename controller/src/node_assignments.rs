@@ -39,7 +39,7 @@ use std::net::IpAddr;
 use aliaslb_core::assignment::shards::{self, LEGACY_MARKER, Sharded};
 use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, Protocol};
 use aliaslb_core::keys;
-use aliaslb_core::mac::Mac;
+use aliaslb_core::mac::{Mac, virtual_mac};
 use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
 use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -195,7 +195,8 @@ fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
 /// Service with a node gets its IPs there, with its ports (from its view, if given) and
 /// the pool's interface, `probe` on the first claims (`probe`); with `standbys`, each L2
 /// line names its standby (`peer=`) and the standby node gets the line as `standby=`
-/// (fast L2 failover). Every node's object lists `macs`. A node in `only` that carries
+/// (fast L2 failover); a pool with `virtualMAC` gives both lines the IP's `vmac=`. Every
+/// node's object lists `macs`. A node in `only` that carries
 /// nothing is missing from the result.
 pub fn desired<'a>(
     plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan, Option<&'a ServiceView>)>,
@@ -241,6 +242,7 @@ pub fn desired<'a>(
                     &service,
                 );
                 if let Some(line) = assignments.ips.get_mut(ip) {
+                    line.vmac = plan.virtual_mac.then(|| virtual_mac(*ip));
                     line.probe |= !bgp && probe.contains(ip);
                     line.bgp |= bgp;
                     line.peer = standby.and_then(|s| peer_of(s, *ip));
@@ -264,6 +266,7 @@ pub fn desired<'a>(
                     &service,
                 );
                 if let Some(line) = assignments.ips.get_mut(ip) {
+                    line.vmac = plan.virtual_mac.then(|| virtual_mac(*ip));
                     line.standby_for = Some(holder.clone());
                 }
             }
@@ -456,6 +459,7 @@ mod tests {
             node: node.map(str::to_owned),
             nodes: Vec::new(),
             interface: interface.map(str::to_owned),
+            virtual_mac: false,
             standby: None,
             allocated: condition.clone(),
             announced: condition,
@@ -552,6 +556,28 @@ mod tests {
         assert_eq!(
             d["n2"].render(),
             "192.168.55.10 eth1 tcp:80 default/web standby=n1\n"
+        );
+        // A virtual-MAC pool: both lines name the MAC, the holder's and the standby's.
+        let mut vmac = plans.clone();
+        vmac[0].1.virtual_mac = true;
+        let d_vmac = desired(
+            vmac.iter().map(|(k, p)| (k, p, Some(&v))),
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+            None,
+            true,
+        );
+        let mac6 = virtual_mac(ip("2001:db8::10"));
+        assert_eq!(
+            d_vmac["n1"].render(),
+            format!(
+                "192.168.55.10 eth1 tcp:80 default/web peer=n2@192.168.55.3 relay=n3@192.168.55.4 \
+                 vmac=02:00:c0:a8:37:0a\n2001:db8::10 eth1 tcp:80 default/web vmac={mac6}\n"
+            )
+        );
+        assert_eq!(
+            d_vmac["n2"].render(),
+            "192.168.55.10 eth1 tcp:80 default/web standby=n1 vmac=02:00:c0:a8:37:0a\n"
         );
         // The standby line is no holder: the IP is trusted on n1 only.
         let seen: BTreeMap<String, NodeObjects> = d

@@ -345,6 +345,7 @@ mod tests {
             node: node.map(Into::into),
             nodes: Vec::new(),
             interface: None,
+            virtual_mac: false,
             standby: None,
             allocated: ConditionPlan {
                 status: !ips.is_empty(),

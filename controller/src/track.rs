@@ -192,6 +192,7 @@ mod tests {
             node: node.map(str::to_owned),
             nodes: Vec::new(),
             interface: None,
+            virtual_mac: false,
             standby: None,
             allocated: condition(!ips.is_empty(), reason::ALLOCATED),
             announced: condition(

@@ -28,7 +28,10 @@
 //! adverts go to; the standby's own assignment lists the IP with `standby=NODE` (its
 //! holder): not to hold, to take over when that holder's adverts stop. `relay=NODE@ADDRESS`
 //! on the holder's line names a third node on the LAN that forwards the adverts to the
-//! standby (a standby cut off from the holder alone keeps hearing it). Flags follow the
+//! standby (a standby cut off from the holder alone keeps hearing it). A pool with
+//! `virtualMAC: true` adds `vmac=MAC` to the holder's and the standby's lines: the IP is
+//! answered from that MAC ([`crate::mac::virtual_mac`]), on a macvlan of the interface, so
+//! the MAC moves with the IP. Flags follow the
 //! services, in any order, each at most once; an agent older than a flag refuses the whole
 //! object and keeps what it has, never misreads it.
 //!
@@ -126,6 +129,9 @@ pub struct AssignedIp {
     /// A standby line (flag `standby=NODE`): this node does not hold the IP; it takes it
     /// over when the adverts of `NODE`, its holder, stop (fast L2 failover).
     pub standby_for: Option<String>,
+    /// The IP's virtual MAC (flag `vmac=MAC`, pools with `virtualMAC: true`): the agent
+    /// puts the IP on a macvlan with this MAC instead of on the interface itself.
+    pub vmac: Option<Mac>,
 }
 
 impl AssignedIp {
@@ -273,12 +279,12 @@ impl NodeAssignments {
             let [ip, interface, ports, services, ref flags @ ..] = fields[..] else {
                 return Err(err(format!(
                     "expected 4 fields (ip interface ports services) and optional flags \
-                     (`probe`, `bgp`, `peer=NODE@ADDRESS`, `standby=NODE`), found {}",
+                     (`probe`, `bgp`, `peer=NODE@ADDRESS`, `standby=NODE`, `vmac=MAC`), found {}",
                     fields.len()
                 )));
             };
             let (mut probe, mut bgp) = (false, false);
-            let (mut peer, mut standby_for, mut relay) = (None, None, None);
+            let (mut peer, mut standby_for, mut relay, mut vmac) = (None, None, None, None);
             for flag in flags {
                 let seen = match flag.split_once('=') {
                     None if *flag == "probe" => std::mem::replace(&mut probe, true),
@@ -295,10 +301,25 @@ impl NodeAssignments {
                     Some(("standby", node)) => {
                         return Err(err(format!("{flag}: not a node name: {node}")));
                     }
+                    Some(("vmac", value)) => vmac
+                        .replace(
+                            value
+                                .parse::<Mac>()
+                                .ok()
+                                .filter(|m| m.0[0] & 0b11 == 0b10)
+                                .ok_or_else(|| {
+                                    err(format!(
+                                        "{flag}: not a locally administered unicast MAC \
+                                         (`02:00:c0:a8:37:0a`)"
+                                    ))
+                                })?,
+                        )
+                        .is_some(),
                     _ => {
                         return Err(err(format!(
                             "unknown flag `{flag}`: the flags are `probe`, `bgp`, \
-                             `peer=NODE@ADDRESS`, `relay=NODE@ADDRESS` and `standby=NODE`"
+                             `peer=NODE@ADDRESS`, `relay=NODE@ADDRESS`, `standby=NODE` and \
+                             `vmac=MAC`"
                         )));
                     }
                 };
@@ -310,11 +331,12 @@ impl NodeAssignments {
             let exclusive = [(1, 2), (1, 3), (0, 3), (2, 3)];
             if exclusive.iter().any(|&(a, b)| roles[a] && roles[b])
                 || (relay.is_some() && peer.is_none())
+                || (bgp && vmac.is_some())
             {
                 return Err(err(
-                    "flags that do not go together: a `bgp` line has no `peer` or `standby`, \
-                     a `standby` line is neither probed nor has a `peer`, and a `relay` needs \
-                     a `peer`"
+                    "flags that do not go together: a `bgp` line has no `peer`, `standby` or \
+                     `vmac`, a `standby` line is neither probed nor has a `peer`, and a `relay` \
+                     needs a `peer`"
                         .to_owned(),
                 ));
             }
@@ -339,6 +361,7 @@ impl NodeAssignments {
                 peer,
                 standby_for,
                 relay,
+                vmac,
                 ..AssignedIp::default()
             };
             if ports != "-" {
@@ -394,6 +417,9 @@ pub(crate) fn render_line(out: &mut String, ip: IpAddr, a: &AssignedIp) {
     }
     if let Some(holder) = &a.standby_for {
         let _ = write!(out, " standby={holder}");
+    }
+    if let Some(mac) = &a.vmac {
+        let _ = write!(out, " vmac={mac}");
     }
     out.push('\n');
 }
@@ -535,6 +561,16 @@ mod tests {
     }
 
     #[test]
+    fn a_virtual_mac_rides_on_holder_and_standby_lines() {
+        let text = "10.0.0.1 eth1 tcp:80 a/b peer=n2@10.0.0.2 vmac=02:00:0a:00:00:01\n\
+                    10.0.0.9 - - a/c standby=n1 vmac=02:00:0a:00:00:09\n";
+        let a = NodeAssignments::parse(text).unwrap();
+        assert_eq!(a.ips[&ip("10.0.0.1")].vmac, Some(Mac([2, 0, 10, 0, 0, 1])));
+        assert_eq!(a.ips[&ip("10.0.0.9")].vmac, Some(Mac([2, 0, 10, 0, 0, 9])));
+        assert_eq!(a.render(), text);
+    }
+
+    #[test]
     fn node_names_are_dns_subdomains() {
         for good in ["n1", "alb-node-2", "node.example.com", "7"] {
             assert!(valid_node_name(good), "{good}");
@@ -600,6 +636,26 @@ mod tests {
                 "10.0.0.1 - - a/b peer=n2@10.0.0.2 relay=n3",
                 1,
                 "expected NODE@ADDRESS",
+            ),
+            (
+                "10.0.0.1 - - a/b bgp vmac=02:00:0a:00:00:01",
+                1,
+                "do not go together",
+            ),
+            (
+                "10.0.0.1 - - a/b vmac=00:11:22:33:44:55",
+                1,
+                "not a locally administered unicast MAC",
+            ),
+            (
+                "10.0.0.1 - - a/b vmac=02:00:0a",
+                1,
+                "not a locally administered",
+            ),
+            (
+                "10.0.0.1 - - a/b vmac=02:00:0a:00:00:01 vmac=02:00:0a:00:00:01",
+                1,
+                "given twice",
             ),
         ];
         for (text, line, want) in table {

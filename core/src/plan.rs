@@ -395,6 +395,9 @@ pub struct ServicePlan {
     pub nodes: Vec<String>,
     /// Desired `aliaslb.io/interface` (from the pool options; `None`: no annotation).
     pub interface: Option<String>,
+    /// The pool answers each IP from its own MAC (`virtualMAC: true`, L2 only): the
+    /// assignment lines carry `vmac=`.
+    pub virtual_mac: bool,
     /// L2 mode: the node standing by for the IPs (fast failover), with its address on the
     /// subnet of each IP it can take over; `None`: no standby.
     pub standby: Option<Standby>,

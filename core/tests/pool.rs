@@ -438,6 +438,12 @@ fn options_apply_to_their_pool() {
         defend.pool(&ns("a")).unwrap().options,
         PoolOptions::default()
     );
+    assert!(!options.virtual_mac, "the default");
+    let vmac = valid(&[
+        ("a", "10.0.0.1"),
+        ("config.yaml", "pools:\n  a:\n    virtualMAC: true\n"),
+    ]);
+    assert!(vmac.pool(&ns("a")).unwrap().options.virtual_mac);
     // Empty or comment-only options are no options.
     valid(&[("a", "10.0.0.1"), ("config.yaml", "# later\n")]);
     valid(&[("a", "10.0.0.1"), ("config.yaml", "pools:\n  a:\n")]);
@@ -448,23 +454,23 @@ fn options_errors() {
     for (options, want) in [
         (
             "pools:\n  staging:\n    interfce: eth1\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`interfce: eth1`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `interfce`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`, `virtualMAC` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`interfce: eth1`)",
         ),
         (
             "pool:\n  staging: {}\n",
-            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`pool:`)",
+            "key config.yaml, line 1: not valid options YAML: unknown field `pool`, expected `pools`; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`pool:`)",
         ),
         (
             "pools:\n  staging:\n    allowSharing: maybe\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`allowSharing: maybe`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.allowSharing: invalid type: string \"maybe\", expected a boolean at line 3 column 19; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`allowSharing: maybe`)",
         ),
         (
             "pools:\n  staging: {interface: eth1\n",
-            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`staging: {interface: eth1`)",
+            "key config.yaml, line 2: not valid options YAML: did not find expected ',' or '}' at line 3 column 1, while parsing a flow mapping at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`staging: {interface: eth1`)",
         ),
         (
             "pools:\n  staging: [eth1]\n",
-            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`staging: [eth1]`)",
+            "key config.yaml, line 2: not valid options YAML: pools.staging: invalid type: sequence, expected a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`, `virtualMAC` at line 2 column 12; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`staging: [eth1]`)",
         ),
         (
             "pools:\n  staging: {}\n  prod:\n    interface: eth2\n",
@@ -488,7 +494,7 @@ fn options_errors() {
         ),
         (
             "pools:\n  staging:\n    announce: ospf\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.announce: unknown variant `ospf`, expected `l2` or `bgp` at line 3 column 15; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`announce: ospf`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.announce: unknown variant `ospf`, expected `l2` or `bgp` at line 3 column 15; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`announce: ospf`)",
         ),
         (
             "pools:\n  staging:\n    maxNodes: 2\n",
@@ -504,11 +510,19 @@ fn options_errors() {
         ),
         (
             "pools:\n  staging:\n    onConflict: move\n",
-            "key config.yaml, line 3: not valid options YAML: pools.staging.onConflict: unknown variant `move`, expected `defend` or `renumber` at line 3 column 17; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes` and `onConflict` (`defend` or `renumber`) (`onConflict: move`)",
+            "key config.yaml, line 3: not valid options YAML: pools.staging.onConflict: unknown variant `move`, expected `defend` or `renumber` at line 3 column 17; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`onConflict: move`)",
         ),
         (
             "pools:\n  staging:\n    announce: bgp\n    onConflict: renumber\n",
             "key config.yaml, line 2: pool `staging`: `onConflict` applies to `announce: l2` only (in BGP mode no address is claimed with ARP or NDP); remove it (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    announce: bgp\n    virtualMAC: true\n",
+            "key config.yaml, line 2: pool `staging`: `virtualMAC` applies to `announce: l2` only (in BGP mode the router reaches the addresses through the nodes' own MACs); remove it (`staging:`)",
+        ),
+        (
+            "pools:\n  staging:\n    virtualMac: true\n",
+            "key config.yaml, line 3: not valid options YAML: pools.staging: unknown field `virtualMac`, expected one of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`, `virtualMAC` at line 3 column 5; expected `pools:` mapping pool keys to `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC` (`virtualMac: true`)",
         ),
         (
             "pools:\n  staging:\n    nodeSelector: {Bad_Prefix/zone: a}\n",

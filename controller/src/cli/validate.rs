@@ -400,6 +400,9 @@ fn summary(key: &PoolKey, pool: &aliaslb_core::pool::Pool) -> String {
     if options.on_conflict == aliaslb_core::pool::OnConflict::Renumber {
         s.push_str(", renumbered on a LAN claim (onConflict: renumber)");
     }
+    if options.virtual_mac {
+        s.push_str(", each IP answered from its own MAC (virtualMAC)");
+    }
     s
 }
 

@@ -714,6 +714,7 @@ mod tests {
             node: Some("n1".into()),
             nodes: Vec::new(),
             interface: None,
+            virtual_mac: false,
             standby: None,
             allocated: aliaslb_core::plan::ConditionPlan {
                 status: true,

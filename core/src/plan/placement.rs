@@ -188,6 +188,7 @@ impl Planner {
                 node: None,
                 nodes: Vec::new(),
                 interface: None,
+                virtual_mac: false,
                 standby: None,
                 allocated: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
                 announced: condition(false, reason::NOT_ALLOCATED, "not planned".to_owned()),
@@ -230,6 +231,7 @@ impl Planner {
             _ => None,
         };
         let bgp = pool.is_some_and(|(_, pool)| pool.options.announce == Announce::Bgp);
+        let virtual_mac = !bgp && pool.is_some_and(|(_, pool)| pool.options.virtual_mac);
         let (announced, conflict) = if bgp {
             (announced_bgp(&ips, group, inputs), None)
         } else {
@@ -267,6 +269,7 @@ impl Planner {
             node,
             nodes,
             interface,
+            virtual_mac,
             standby,
             allocated,
             announced,

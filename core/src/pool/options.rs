@@ -13,6 +13,8 @@
 //!     maxNodes: 4             # bgp only: at most this many nodes announce each IP
 //!   shared-lan:
 //!     onConflict: renumber    # l2 only; `defend` (default): a LAN claim never moves an IP
+//!   pinned-clients:
+//!     virtualMAC: true        # l2 only: each IP answered from its own MAC, which moves with it
 //! ```
 //! Unknown fields are errors (a misspelt option must not be silently ignored), and so are
 //! options for a key that has no pool.
@@ -52,6 +54,11 @@ pub struct PoolOptions {
     /// L2 mode only: what a LAN claim from a host outside the cluster does to an address a
     /// Service already holds. Default [`OnConflict::Defend`].
     pub on_conflict: OnConflict,
+    /// L2 mode only: each address is answered from its own locally administered MAC
+    /// ([`crate::mac::virtual_mac`]), on a macvlan the holder creates on the LAN interface,
+    /// so the MAC moves with the address and clients that ignore gratuitous ARP keep
+    /// reaching it. Default false.
+    pub virtual_mac: bool,
 }
 
 /// What a LAN claim by a host outside the cluster does to an address a Service holds
@@ -115,6 +122,7 @@ impl Default for PoolOptions {
             announce: Announce::L2,
             max_nodes: None,
             on_conflict: OnConflict::Defend,
+            virtual_mac: false,
         }
     }
 }
@@ -140,7 +148,7 @@ struct OptionsDoc {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`"
+    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`, `virtualMAC`"
 )]
 struct RawOptions {
     interface: Option<String>,
@@ -149,6 +157,8 @@ struct RawOptions {
     announce: Option<Announce>,
     max_nodes: Option<u32>,
     on_conflict: Option<OnConflict>,
+    #[serde(rename = "virtualMAC")]
+    virtual_mac: Option<bool>,
 }
 
 /// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, or every problem
@@ -170,7 +180,7 @@ pub(super) fn parse(
             message: format!(
                 "not valid options YAML: {e}; expected `pools:` mapping pool keys to \
                  `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), \
-                 `maxNodes` and `onConflict` (`defend` or `renumber`)"
+                 `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC`"
             ),
         }]
     })?;
@@ -210,6 +220,7 @@ pub(super) fn parse(
             announce: None,
             max_nodes: None,
             on_conflict: None,
+            virtual_mac: None,
         });
         let announce = raw.announce.unwrap_or_default();
         match (announce, raw.max_nodes) {
@@ -235,6 +246,12 @@ pub(super) fn parse(
                  address is claimed with ARP or NDP); remove it"
             ));
         }
+        if announce == Announce::Bgp && raw.virtual_mac == Some(true) {
+            error(format!(
+                "pool `{key}`: `virtualMAC` applies to `announce: l2` only (in BGP mode the \
+                 router reaches the addresses through the nodes' own MACs); remove it"
+            ));
+        }
         if let Some(name) = &raw.interface
             && let Err(why) = check_interface(name)
         {
@@ -257,6 +274,7 @@ pub(super) fn parse(
                 announce,
                 max_nodes: raw.max_nodes.map(|n| n as usize),
                 on_conflict: raw.on_conflict.unwrap_or_default(),
+                virtual_mac: raw.virtual_mac.unwrap_or(false),
             },
         );
     }
