@@ -19,6 +19,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::host::{Alias, HostState, InterfaceError, choose_interface};
 use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
 use crate::l2::announce::Announcer;
+use crate::l2::vmac;
 use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
 use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
@@ -44,6 +45,8 @@ pub struct DesiredSet {
     peers: BTreeMap<IpAddr, Peer>,
     /// Fast L2 failover: the relay of each IP held (its address), where a copy goes.
     relays: BTreeMap<IpAddr, IpAddr>,
+    /// Virtual-MAC pools: the MAC each of their IPs is answered from (on a macvlan).
+    vmacs: BTreeMap<IpAddr, Mac>,
     /// The assignment object is missing: this is the last set read, kept
     /// ([`crate::assignments`]).
     object_missing: bool,
@@ -58,6 +61,8 @@ pub struct StandbyLine {
     pub interface: Option<String>,
     /// The ports its Services open (for the shield once taken over).
     pub ports: BTreeSet<OpenPort>,
+    /// Its virtual MAC, for a pool with `virtualMAC: true`.
+    pub vmac: Option<Mac>,
 }
 
 impl DesiredSet {
@@ -173,6 +178,16 @@ impl DesiredSet {
         self.peers.get(&ip)
     }
 
+    /// Answers a held `ip` from `mac`, on a macvlan (a pool with `virtualMAC: true`).
+    pub fn set_vmac(&mut self, ip: IpAddr, mac: Mac) {
+        self.vmacs.insert(ip, mac);
+    }
+
+    /// The virtual MAC of a held `ip`, if its pool has one.
+    pub fn vmac(&self, ip: IpAddr) -> Option<Mac> {
+        self.vmacs.get(&ip).copied()
+    }
+
     /// This set with the standby IPs `taken` held too (taken over on the LAN: no probe).
     pub fn with_taken_over(&self, taken: &BTreeSet<IpAddr>) -> DesiredSet {
         let mut set = self.clone();
@@ -182,6 +197,9 @@ impl DesiredSet {
             {
                 set.entries.insert(*ip, line.interface.clone());
                 set.open(*ip, line.ports.iter().copied());
+                if let Some(mac) = line.vmac {
+                    set.vmacs.insert(*ip, mac);
+                }
             }
         }
         set
@@ -217,6 +235,7 @@ impl DesiredSet {
             set.routed.remove(ip);
             set.peers.remove(ip);
             set.relays.remove(ip);
+            set.vmacs.remove(ip);
         }
         set
     }
@@ -390,6 +409,15 @@ pub fn plan(
         let mut owned = present.iter().filter(|a| a.owned).map(|a| ours(a));
         let chosen = if desired.is_routed(ip) {
             choose_interface(host, ip, Some(routed_device), None)
+        } else if let Some(mac) = desired.vmac(ip) {
+            let name = vmac::link_name(mac);
+            host.links
+                .iter()
+                .find(|l| l.name == name && vmac::is_ours(l))
+                .ok_or(InterfaceError::NoSuchInterface {
+                    name,
+                    source_of_name: "the IP's virtual MAC",
+                })
         } else {
             choose_interface(host, ip, interface_override, assigned)
         };
@@ -552,21 +580,42 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     #[instrument(skip_all, fields(desired = desired.len()))]
     pub async fn reconcile(&mut self, desired: &DesiredSet) -> ReconcileReport {
         let mut report = ReconcileReport::default();
-        let host = match self.backend.snapshot().await {
-            Ok(h) => h,
-            Err(e) => {
-                warn!(error = %e, "reconcile: cannot read the node's addresses");
-                report.errors.push(ReconcileError::Snapshot(e));
-                self.host = None;
-                return report;
-            }
+        let Some(mut host) = self.read_node(&mut report).await else {
+            return report;
         };
+        // Virtual MACs: their macvlans first, so the aliases can go on them.
+        let links = vmac::plan(desired, &host, self.config.interface_override.as_deref());
+        if !links.create.is_empty() {
+            for macvlan in &links.create {
+                match self.backend.add_macvlan(macvlan).await {
+                    Ok(()) => info!(
+                        link = macvlan.name,
+                        mac = %macvlan.mac,
+                        parent = macvlan.parent_name,
+                        "virtual MAC link created"
+                    ),
+                    Err(e) => {
+                        warn!(link = macvlan.name, error = %e, "virtual MAC link not created");
+                        report.errors.push(e.into());
+                    }
+                }
+            }
+            host = match self.read_node(&mut report).await {
+                Some(host) => host,
+                None => return report,
+            };
+        }
         let mut plan = plan(
             desired,
             &host,
             self.config.interface_override.as_deref(),
             &self.config.routed_device,
         );
+        // Why a virtual MAC's link is missing says more than that it is.
+        for (ip, why) in links.no_parent {
+            plan.no_interface.retain(|(i, _)| *i != ip);
+            plan.no_interface.push((ip, why));
+        }
         if let Some(shield) = &mut self.shield {
             shield.set_ipvs(host.links.iter().any(|l| l.name == IPVS_LINK));
             // Before any alias appears: every IP kept or added is shielded, and the IPs
@@ -652,6 +701,16 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             warn!(%ip, error = %source, "no interface for alias");
             report.errors.push(ReconcileError::Interface { ip, source });
         }
+        // After the deletes of their aliases: the macvlans nothing needs any more.
+        for (index, name) in &links.delete {
+            match backend.delete_link(*index, name).await {
+                Ok(()) => info!(link = name, "virtual MAC link removed"),
+                Err(e) => {
+                    warn!(link = name, error = %e, "virtual MAC link not removed");
+                    report.errors.push(e.into());
+                }
+            }
+        }
         let conflicts: BTreeSet<Conflict> = plan.conflicts.into_iter().collect();
         for c in conflicts.difference(&self.conflicts) {
             warn!(ip = %c.ip, interface = %c.ifname, "address conflict: IP held by another owner on this node");
@@ -686,6 +745,19 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         }
         self.host = Some(host);
         report
+    }
+
+    /// One dump of the node; `None` (and the error in `report`) when it cannot be read.
+    async fn read_node(&mut self, report: &mut ReconcileReport) -> Option<HostState> {
+        match self.backend.snapshot().await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                warn!(error = %e, "reconcile: cannot read the node's addresses");
+                report.errors.push(ReconcileError::Snapshot(e));
+                self.host = None;
+                None
+            }
+        }
     }
 
     /// Resets the lifetime of every alias we hold (the heartbeat calls this every renew

@@ -59,6 +59,7 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
                     holder,
                     interface: a.interface,
                     ports: a.ports,
+                    vmac: a.vmac,
                 },
             );
             continue;
@@ -71,6 +72,9 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
         }
         set.insert(ip, a.interface);
         set.open(ip, a.ports);
+        if let Some(mac) = a.vmac {
+            set.set_vmac(ip, mac);
+        }
         if a.bgp {
             // On no LAN: nothing to probe there.
             set.mark_routed(ip);

@@ -992,6 +992,7 @@ fn with_standby(held: &[&str], standby: &[&str]) -> DesiredSet {
                 holder: "alb-node-2".into(),
                 interface: None,
                 ports: Default::default(),
+                vmac: None,
             },
         );
     }

@@ -11,6 +11,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::host::{Alias, HostState};
+use crate::l2::vmac::NewMacvlan;
 
 /// Errors of an address backend.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +142,25 @@ impl<B: AddressBackend> AddressBackend for Timed<B> {
     ) -> impl Future<Output = Result<(), BackendError>> + Send {
         bounded("refresh", self.timeout, self.inner.refresh(alias, lifetime))
     }
+
+    fn add_macvlan(
+        &self,
+        macvlan: &NewMacvlan,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        bounded("add macvlan", self.timeout, self.inner.add_macvlan(macvlan))
+    }
+
+    fn delete_link(
+        &self,
+        index: u32,
+        name: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        bounded(
+            "delete link",
+            self.timeout,
+            self.inner.delete_link(index, name),
+        )
+    }
 }
 
 /// Lifetime given to every alias, refreshed at every renewal, so the kernel drops the
@@ -183,6 +203,37 @@ pub trait AddressBackend {
         alias: &Alias,
         lifetime: Lifetime,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// Creates the macvlan of a virtual MAC, set up as [`crate::l2::vmac`] says. A backend
+    /// without links refuses (the default).
+    fn add_macvlan(
+        &self,
+        macvlan: &NewMacvlan,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let target = macvlan.name.clone();
+        async move {
+            Err(BackendError::Kernel {
+                op: "add macvlan",
+                target,
+                source: io::Error::from(io::ErrorKind::Unsupported),
+            })
+        }
+    }
+    /// Deletes link `index` (one of our macvlans, `name` for logs).
+    fn delete_link(
+        &self,
+        index: u32,
+        name: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = index;
+        let target = name.to_owned();
+        async move {
+            Err(BackendError::Kernel {
+                op: "delete link",
+                target,
+                source: io::Error::from(io::ErrorKind::Unsupported),
+            })
+        }
+    }
 }
 
 #[cfg(test)]

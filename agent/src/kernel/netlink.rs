@@ -7,6 +7,7 @@
 //!   ever considered ours;
 //! - [`NetlinkBackend`], the real [`AddressBackend`]: dump, add (with a non-permanent
 //!   lifetime, IPv6 with IFA_F_NODAD), delete, refresh;
+//! - the macvlans of virtual MACs, with the settings [`crate::l2::vmac`] explains;
 //! - [`watch_changes`], the stream of "something changed" ticks the run loop selects on.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -17,7 +18,10 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
     AddressScope, CacheInfo,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::link::{
+    AfSpecInet, AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InetDevConf, LinkAttribute, LinkFlags,
+    LinkInfo, LinkMessage, MacVlanMode,
+};
 use netlink_packet_route::route::{
     RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -32,6 +36,7 @@ use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
 use aliaslb_core::report::InterfaceReport;
 
 use crate::host::{Alias, HostAddress, HostState, Link};
+use crate::l2::vmac::NewMacvlan;
 
 /// IFA_PROTO value marking the addresses aliaslb added (0xa1, "aliaslb").
 ///
@@ -50,6 +55,7 @@ const MAX_LABEL_LEN: usize = 15;
 const ENOENT: i32 = 2;
 const ESRCH: i32 = 3;
 const EEXIST: i32 = 17;
+const ENODEV: i32 = 19;
 const EADDRNOTAVAIL: i32 = 99;
 
 /// Main routing table id.
@@ -286,6 +292,101 @@ impl AddressBackend for NetlinkBackend {
             .await
             .map_err(|e| kernel("refresh", alias.to_string(), e))
     }
+
+    async fn add_macvlan(&self, m: &NewMacvlan) -> Result<(), BackendError> {
+        let target = || format!("{} on {}", m.name, m.parent_name);
+        // The parent answers ARP for its own addresses only, not for the macvlan's.
+        self.set_link(
+            m.parent,
+            vec![LinkAttribute::AfSpecUnspec(vec![inet_conf(1, 0)])],
+        )
+        .await
+        .map_err(|e| kernel("set arp_ignore", m.parent_name.clone(), e))?;
+        let new = rtnetlink::LinkMacVlan::new(&m.name, m.parent, MacVlanMode::Bridge)
+            .address(m.mac.0.to_vec())
+            .build();
+        match self.handle.link().add(new).execute().await {
+            Ok(()) => {}
+            // Created meanwhile (by a reconcile that raced this one): the next dump sees it.
+            Err(e) if errno(&e) == Some(EEXIST) => return Ok(()),
+            Err(e) => return Err(kernel("add macvlan", target(), e)),
+        }
+        let index = match self
+            .handle
+            .link()
+            .get()
+            .match_name(m.name.clone())
+            .execute()
+            .try_next()
+            .await
+        {
+            Ok(Some(link)) => link.header.index,
+            Ok(None) => {
+                return Err(BackendError::Protocol {
+                    op: "add macvlan",
+                    detail: format!("{} vanished right after it was created", m.name),
+                });
+            }
+            Err(e) => return Err(kernel("add macvlan", target(), e)),
+        };
+        // Down until configured: no IPv6 link-local address, ARP for its own addresses
+        // only, a loose reverse-path filter. A link left half-configured is deleted, or
+        // the next dump would take it as ready.
+        let configured = async {
+            // One IFLA_AF_SPEC for both families: the kernel reads only one.
+            self.set_link(
+                index,
+                vec![LinkAttribute::AfSpecUnspec(vec![
+                    inet_conf(1, 2),
+                    AfSpecUnspec::Inet6(vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)]),
+                ])],
+            )
+            .await
+            .map_err(|e| kernel("configure macvlan", target(), e))?;
+            let up = rtnetlink::LinkUnspec::new_with_index(index).up().build();
+            self.handle
+                .link()
+                .set(up)
+                .execute()
+                .await
+                .map_err(|e| kernel("set up", target(), e))
+        };
+        if let Err(e) = configured.await {
+            let _ = self.delete_link(index, &m.name).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn delete_link(&self, index: u32, name: &str) -> Result<(), BackendError> {
+        match self.handle.link().del(index).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if errno(&e) == Some(ENODEV) => Ok(()),
+            Err(e) => Err(kernel("delete link", name.to_owned(), e)),
+        }
+    }
+}
+
+impl NetlinkBackend {
+    /// RTM_SETLINK on link `index` with `attributes`.
+    async fn set_link(
+        &self,
+        index: u32,
+        attributes: Vec<LinkAttribute>,
+    ) -> Result<(), rtnetlink::Error> {
+        let mut msg = rtnetlink::LinkUnspec::new_with_index(index).build();
+        msg.attributes.extend(attributes);
+        self.handle.link().set(msg).execute().await
+    }
+}
+
+/// The IPv4 settings `arp_ignore` and `rp_filter` of a link, for its IFLA_AF_SPEC; a 0
+/// is left as it is (the kernel is sent only the settings that are not 0).
+fn inet_conf(arp_ignore: i32, rp_filter: i32) -> AfSpecUnspec {
+    let mut conf = InetDevConf::default();
+    conf.arp_ignore = arp_ignore;
+    conf.rp_filter = rp_filter;
+    AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])
 }
 
 /// Subscribes to address (IPv4, IPv6) and link notifications and returns a channel of

@@ -301,6 +301,7 @@ mod tests {
                     holder: holder.into(),
                     interface: None,
                     ports: BTreeSet::new(),
+                    vmac: None,
                 },
             );
         }

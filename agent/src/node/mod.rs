@@ -45,6 +45,7 @@ use crate::l2::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, 
 use crate::l2::lan::{
     ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
 };
+use crate::l2::vmac;
 use crate::l3::{FenceEdge, RoutedFence};
 use crate::lease::{Authority, KernelRounds};
 use crate::metrics::{Metrics, ProbeMetric};
@@ -678,6 +679,17 @@ where
             .filter(|a| self.links_up.get(&a.ifindex) != Some(&false))
             .map(|a| a.ip)
             .collect();
+        let virtual_links: BTreeSet<u32> = self
+            .aliases
+            .last_snapshot()
+            .map(|host| {
+                host.links
+                    .iter()
+                    .filter(|l| vmac::is_ours(l))
+                    .map(|l| l.index)
+                    .collect()
+            })
+            .unwrap_or_default();
         let report = AgentReport {
             version: REPORT_VERSION,
             interfaces: self.interfaces.clone(),
@@ -686,10 +698,12 @@ where
             held: held.clone(),
             // Every Ethernet link of the node's own (a NIC with or without carrier or
             // addresses, not a pod's veth: `host::is_node_link`), so that no other agent
-            // takes this node for a foreign host.
+            // takes this node for a foreign host. Not the virtual MACs: they move with
+            // their IPs and belong to no node.
             macs: self
                 .lan_interfaces
                 .iter()
+                .filter(|(index, _)| !virtual_links.contains(index))
                 .map(|(_, mac)| *mac)
                 .collect::<BTreeSet<Mac>>()
                 .into_iter()
