@@ -145,6 +145,27 @@ impl LanViolation {
     }
 }
 
+/// The MACs that answer NDP for `ip` on the LAN, from the client (`ndisc6 -m`: every
+/// answer within the wait), lower case.
+pub fn ndp_answers(ip: std::net::Ipv6Addr) -> Result<BTreeSet<String>, Error> {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", CLIENT_NS, "ndisc6", "-q", "-m", "-r", "2", "-w", "300",
+        ])
+        .arg(ip.to_string())
+        .arg("eth0")
+        .output()
+        .map_err(|source| Error::Io {
+            what: "running ndisc6 in the client".to_owned(),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_lowercase())
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
 /// `mac (node)` for each MAC.
 pub fn name_macs(macs: &BTreeSet<Mac>, names: &BTreeMap<Mac, String>) -> String {
     let named: Vec<String> = macs

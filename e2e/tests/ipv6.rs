@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use aliaslb_e2e::client;
 use aliaslb_e2e::fixtures::{Families, lb_service, namespace};
 use aliaslb_e2e::lab::{CLIENT_IP6, CLIENT_NS, Lab, NODES, node_ip6, node_name, run, wait_for};
+use aliaslb_e2e::lan::ndp_answers;
 use aliaslb_e2e::{Error, aliases, aliases6};
 
 const NS: &str = "e2e-v6";
@@ -242,27 +243,6 @@ fn dual_stack_service_gets_both_families(lab: &Lab) -> Result<(), Error> {
         node_name(holder)
     );
     Ok(())
-}
-
-/// The MACs that answer NDP for `ip` on the LAN, from the client (`ndisc6 -m`: every answer
-/// within the wait).
-fn ndp_answers(ip: Ipv6Addr) -> Result<BTreeSet<String>, Error> {
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", CLIENT_NS, "ndisc6", "-q", "-m", "-r", "2", "-w", "300",
-        ])
-        .arg(ip.to_string())
-        .arg("eth0")
-        .output()
-        .map_err(|source| Error::Io {
-            what: "running ndisc6 in the client".to_owned(),
-            source,
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.trim().to_lowercase())
-        .filter(|l| !l.is_empty())
-        .collect())
 }
 
 /// The client's neighbour entry for `ip` (its MAC), if any.

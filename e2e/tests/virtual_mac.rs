@@ -34,7 +34,7 @@ use aliaslb_e2e::Error;
 use aliaslb_e2e::client;
 use aliaslb_e2e::fixtures::{Families, lb_service, namespace};
 use aliaslb_e2e::lab::{CLIENT_NS, Lab, NODES, node_ip, node_name, run, wait_for};
-use aliaslb_e2e::lan::{LanSampler, Mac};
+use aliaslb_e2e::lan::{LanSampler, Mac, ndp_answers};
 
 const NS: &str = "e2e-vmac";
 const IP4: &str = "192.168.55.70";
@@ -210,30 +210,6 @@ fn only_the_virtual_mac_answers(
         "[e2e] ARP for {ip4}: {mac4} only; for {node}: {node_mac} only; NDP for {ip6}: {mac6} only"
     );
     Ok(())
-}
-
-/// The MACs that answer NDP for `ip` on the LAN, from the client (`ndisc6 -m`).
-fn ndp_answers(ip: Ipv6Addr) -> Result<BTreeSet<String>, Error> {
-    let out = run(Command::new("ip").args([
-        "netns",
-        "exec",
-        CLIENT_NS,
-        "ndisc6",
-        "-q",
-        "-m",
-        "-r",
-        "2",
-        "-w",
-        "300",
-        &ip.to_string(),
-        "eth0",
-    ]))
-    .unwrap_or_default();
-    Ok(out
-        .lines()
-        .map(|l| l.trim().to_lowercase())
-        .filter(|l| !l.is_empty())
-        .collect())
 }
 
 /// Pins the client's neighbour entries of the VIPs to their virtual MACs: from now on it
