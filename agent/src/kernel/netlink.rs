@@ -109,15 +109,7 @@ impl NetlinkBackend {
         if name == "lo" {
             return ("lo".to_owned(), None);
         }
-        let found = self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_owned())
-            .execute()
-            .try_next()
-            .await;
-        let step = match found {
+        let step = match self.find_link(name).await {
             // There already (ours from an earlier run, or the operator's): make sure it is up.
             Ok(Some(link)) => {
                 let up = rtnetlink::LinkUnspec::new_with_index(link.header.index)
@@ -311,15 +303,7 @@ impl AddressBackend for NetlinkBackend {
             Err(e) if errno(&e) == Some(EEXIST) => return Ok(()),
             Err(e) => return Err(kernel("add macvlan", target(), e)),
         }
-        let index = match self
-            .handle
-            .link()
-            .get()
-            .match_name(m.name.clone())
-            .execute()
-            .try_next()
-            .await
-        {
+        let index = match self.find_link(&m.name).await {
             Ok(Some(link)) => link.header.index,
             Ok(None) => {
                 return Err(BackendError::Protocol {
@@ -368,6 +352,17 @@ impl AddressBackend for NetlinkBackend {
 }
 
 impl NetlinkBackend {
+    /// The link named `name`, if there is one.
+    async fn find_link(&self, name: &str) -> Result<Option<LinkMessage>, rtnetlink::Error> {
+        self.handle
+            .link()
+            .get()
+            .match_name(name.to_owned())
+            .execute()
+            .try_next()
+            .await
+    }
+
     /// RTM_SETLINK on link `index` with `attributes`.
     async fn set_link(
         &self,
