@@ -341,18 +341,28 @@ pub enum Beat {
 /// renew interval after the last write that succeeded (so a failed write is retried at the
 /// next look), a release once when the kernel rounds stop, and a write at once when they
 /// resume.
+///
+/// The heartbeat looks every `look` (a third of the alias lifetime, at most the renew
+/// interval): a write is due at the look nearest to a renew interval after the last one,
+/// half a look early rather than a whole look late. Without that slack a look a millisecond
+/// early (timer jitter) skipped the write to the next look, so a 1 s renew interval with
+/// 1 s looks wrote every 2 s at times, and the controller could judge a frozen agent lost
+/// before its aliases' lifetime ran out (`lifetime <= lease - renew` assumes writes a renew
+/// interval apart).
 #[derive(Debug, Clone)]
 pub struct Schedule {
     renew_interval: Duration,
+    slack: Duration,
     last_write: Option<Instant>,
     released: bool,
 }
 
 impl Schedule {
-    /// Nothing written yet.
-    pub fn new(renew_interval: Duration) -> Self {
+    /// Nothing written yet; the heartbeat looks every `look`.
+    pub fn new(renew_interval: Duration, look: Duration) -> Self {
         Schedule {
             renew_interval,
+            slack: look / 2,
             last_write: None,
             released: false,
         }
@@ -370,7 +380,7 @@ impl Schedule {
         }
         let due = self
             .last_write
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.renew_interval);
+            .is_none_or(|at| now.saturating_duration_since(at) + self.slack >= self.renew_interval);
         if changed || due || self.released {
             Beat::Write
         } else {
@@ -426,7 +436,7 @@ pub async fn run(
     let look_every = (config.alias_lifetime / 3).min(config.renew_interval);
     let mut tick = tokio::time::interval(look_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut schedule = Schedule::new(config.renew_interval);
+    let mut schedule = Schedule::new(config.renew_interval, look_every);
     let mut written: Option<AgentReport> = None;
     // `None`: nothing written yet.
     let mut reachable: Option<bool> = None;
@@ -574,21 +584,36 @@ mod tests {
     }
 
     #[test]
+    fn a_renew_interval_equal_to_the_look_writes_at_every_look_despite_jitter() {
+        let t = Instant::now();
+        let s = |ms| t + Duration::from_millis(ms);
+        let second = Duration::from_secs(1);
+        let mut schedule = Schedule::new(second, second);
+        // Looks a few milliseconds late, then one early: every one writes.
+        for ms in [3, 1_004, 1_999, 3_001, 3_998] {
+            assert_eq!(schedule.decide(s(ms), false, false), Beat::Write, "{ms} ms");
+            schedule.wrote(s(ms));
+        }
+    }
+
+    #[test]
     fn the_schedule_writes_changes_at_once_and_the_rest_once_per_renew_interval() {
         let t = Instant::now();
         let s = |ms| t + Duration::from_millis(ms);
-        let mut schedule = Schedule::new(Duration::from_secs(10));
+        let mut schedule = Schedule::new(Duration::from_secs(10), Duration::from_secs(1));
         assert_eq!(schedule.decide(t, false, false), Beat::Write, "first");
         schedule.wrote(t);
         assert_eq!(schedule.decide(s(1_000), false, false), Beat::Nothing);
-        assert_eq!(schedule.decide(s(9_999), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(9_499), false, false), Beat::Nothing);
+        // The look nearest to 10 s writes, even a little early (timer jitter).
+        assert_eq!(schedule.decide(s(9_998), false, false), Beat::Write);
         assert_eq!(
             schedule.decide(s(2_000), false, true),
             Beat::Write,
             "a change"
         );
         schedule.wrote(s(2_000));
-        assert_eq!(schedule.decide(s(11_999), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(11_499), false, false), Beat::Nothing);
         assert_eq!(schedule.decide(s(12_000), false, false), Beat::Write);
         // A failed write is not recorded: the next look writes again.
         assert_eq!(schedule.decide(s(13_000), false, false), Beat::Write);
