@@ -44,7 +44,7 @@ pub struct DesiredSet {
     /// Fast L2 failover: the standby of each IP held, where the adverts go.
     peers: BTreeMap<IpAddr, Peer>,
     /// Fast L2 failover: the relay of each IP held (its address), where a copy goes.
-    relays: BTreeMap<IpAddr, IpAddr>,
+    relays: BTreeMap<IpAddr, Peer>,
     /// Virtual-MAC pools: the MAC each of their IPs is answered from (on a macvlan).
     vmacs: BTreeMap<IpAddr, Mac>,
     /// The assignment object is missing: this is the last set read, kept
@@ -89,6 +89,12 @@ impl DesiredSet {
     /// Whether `ip` is desired.
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.entries.contains_key(&ip)
+    }
+
+    /// The interface the assignment names for a desired `ip` (`None`: none named, or not
+    /// desired).
+    pub fn interface(&self, ip: IpAddr) -> Option<&str> {
+        self.entries.get(&ip).and_then(|i| i.as_deref())
     }
 
     /// The IPs with their requested interface, in address order.
@@ -163,14 +169,19 @@ impl DesiredSet {
         self.peers.insert(ip, peer);
     }
 
-    /// Names the relay (its address) of the adverts of a held `ip`.
-    pub fn set_relay(&mut self, ip: IpAddr, address: IpAddr) {
-        self.relays.insert(ip, address);
+    /// Names the relay of the adverts of a held `ip`.
+    pub fn set_relay(&mut self, ip: IpAddr, relay: Peer) {
+        self.relays.insert(ip, relay);
     }
 
     /// The relay's address of a held `ip`, if it has one.
     pub fn relay(&self, ip: IpAddr) -> Option<IpAddr> {
-        self.relays.get(&ip).copied()
+        self.relays.get(&ip).map(|r| r.address)
+    }
+
+    /// The relay node of a held `ip`, if it has one.
+    pub fn relay_node(&self, ip: IpAddr) -> Option<&str> {
+        self.relays.get(&ip).map(|r| r.node.as_str())
     }
 
     /// The standby of a held `ip`, if it has one.

@@ -68,7 +68,7 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
             set.set_peer(ip, peer);
         }
         if let Some(relay) = a.relay {
-            set.set_relay(ip, relay.address);
+            set.set_relay(ip, relay);
         }
         set.insert(ip, a.interface);
         set.open(ip, a.ports);

@@ -262,7 +262,7 @@ impl Metrics {
         let adverts_received = Family::<ResultLabels, Counter>::default();
         registry.register(
             "adverts_received",
-            "Fast L2 failover: adverts received, by result (accepted; replayed: a counter not above the last one from that sender; not_for_me; invalid: not an advert or a MAC that does not verify; no_key)",
+            "Fast L2 failover: adverts and acks received, by result (accepted; ack: an ack of a standby or relay; replayed: a counter not above the last one from that sender; not_for_me; invalid: not an advert or a MAC that does not verify; no_key)",
             adverts_received.clone(),
         );
         let adverts_sent = Counter::default();
@@ -274,7 +274,7 @@ impl Metrics {
         let failovers = Family::<ResultLabels, Counter>::default();
         registry.register(
             "failovers",
-            "Fast L2 failover on the standby: taken_over (holder silent, nobody answered the LAN check), still_answered (holder silent, but the IP still answered: not taken), given_back (the holder spoke for an IP taken over)",
+            "Fast L2 failover on the standby: taken_over (holder silent, nobody answered the LAN check), still_answered (holder silent, but the IP still answered: not taken), given_back (the holder spoke for an IP taken over); on the holder: stepped_down (neither standby nor relay acked its adverts for 2.5 intervals: the alias goes), standby_answers (no acks, but the standby's node answers a LAN probe: kept), lifted (they ack again: held again), retaken (no evidence in the API that the standby took it: held again)",
             failovers.clone(),
         );
         let defences = Counter::default();

@@ -26,7 +26,7 @@ use aliaslb_agent::l2::lan::{
 use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_agent::node::{Loop, Node, NodeSetup};
-use aliaslb_core::advert::Advert;
+use aliaslb_core::advert::{Ack, Advert, Message};
 use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{AgentReport, RoutingReport};
@@ -150,7 +150,7 @@ struct Harness {
     metrics: Arc<Metrics>,
     changes_tx: mpsc::Sender<()>,
     routing_tx: watch::Sender<Option<RoutingReport>>,
-    heard_tx: mpsc::Sender<Advert>,
+    heard_tx: mpsc::Sender<Message>,
     streams_rx: watch::Receiver<Vec<Stream>>,
     holders: Arc<FakeHolders>,
     stop: Option<oneshot::Sender<()>>,
@@ -1003,13 +1003,24 @@ impl Harness {
     /// An advert from alb-node-2 listing `ips`.
     fn advert(&self, counter: u64, ips: &[&str]) {
         self.heard_tx
-            .try_send(Advert {
+            .try_send(Message::Advert(Advert {
                 from: "alb-node-2".into(),
                 to: "alb-node-1".into(),
                 counter,
                 via: None,
                 ips: ips.iter().map(|s| ip(s)).collect(),
-            })
+            }))
+            .unwrap();
+    }
+
+    /// An ack from `from` of this node's adverts.
+    fn ack(&self, from: &str, counter: u64) {
+        self.heard_tx
+            .try_send(Message::Ack(Ack {
+                from: from.into(),
+                to: "alb-node-1".into(),
+                counter,
+            }))
             .unwrap();
     }
 }
@@ -1230,6 +1241,150 @@ async fn a_holder_that_carried_many_ips_is_checked_once_at_a_time_not_once_per_i
         all.sort();
         assert_eq!(all, ips.iter().map(|s| ip(s)).collect::<Vec<_>>());
         assert_eq!(h.fake.ours().len(), ips.len(), "the takeovers stand");
+        h.stop().await;
+    })
+    .await;
+}
+
+/// `held` IPs held here, each with alb-node-2 as its standby and alb-node-3 as its relay.
+fn held_with_peers(held: &[&str]) -> DesiredSet {
+    let mut d = desired(held, &[]);
+    for i in held {
+        d.set_peer(
+            ip(i),
+            Peer {
+                node: "alb-node-2".into(),
+                address: ip("192.168.1.12"),
+            },
+        );
+        d.set_relay(
+            ip(i),
+            Peer {
+                node: "alb-node-3".into(),
+                address: ip("192.168.1.13"),
+            },
+        );
+    }
+    d
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_nobody_acks_steps_down_before_the_standby_acts_and_holds_again_when_acked() {
+    local(async {
+        let h = Harness::start();
+        h.want(held_with_peers(&["192.168.1.70"]));
+        settle().await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.70")]);
+        // Never acked (an older standby): never stepped down.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.70")], "not armed");
+        // The standby acks, then falls silent, its node still answering on the LAN (its
+        // agent restarting, or UDP dropped): kept, the standby probed every interval.
+        let standby_mac = Mac([2, 0, 0, 0, 0, 12]);
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.12"), standby_mac);
+        h.ack("alb-node-2", 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.70")], "the standby answers");
+        let probed = h
+            .lan
+            .probes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.2 == vec![ip("192.168.1.12")])
+            .count();
+        // From 200 ms on, one probe (45 ms) an interval (100 ms) after the last answer.
+        assert!((11..=14).contains(&probed), "{probed} probes in 2 s");
+        h.lan.answers.lock().unwrap().clear();
+        // Acked by the standby, then the relay, then both fall silent and the standby's
+        // node does not answer: cut off from them.
+        h.ack("alb-node-2", 2);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.ack("alb-node-3", 1);
+        let last = Instant::now();
+        // The standby took it: its Lease says so within the check.
+        h.holders.alive.lock().unwrap().push("alb-node-2".into());
+        wait_for("the step-down", Duration::from_secs(1), || {
+            h.fake.ours().is_empty()
+        })
+        .await;
+        let silent = last.elapsed();
+        assert!(
+            silent >= Duration::from_millis(240) && silent < Duration::from_millis(300),
+            "stepped down {silent:?} after the last ack (200 ms and a 45 ms probe): before the standby's 350 ms and its check"
+        );
+        assert_eq!(
+            *h.holders.asked.lock().unwrap(),
+            vec![("alb-node-2".to_owned(), vec![ip("192.168.1.70")])]
+        );
+        // Its stream stays, empty: the acks can tell when the nodes hear each other.
+        wait_for("the empty stream", Duration::from_secs(1), || {
+            h.streams_rx
+                .borrow()
+                .iter()
+                .any(|s| s.to == "alb-node-2" && s.ips.is_empty())
+        })
+        .await;
+        // The standby holds it: it stays stepped down past the check.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(h.fake.ours().is_empty(), "the standby holds it");
+        // A replayed ack lifts nothing; a fresh one of the relay does.
+        h.ack("alb-node-3", 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(h.fake.ours().is_empty(), "a replay lifts nothing");
+        h.ack("alb-node-3", 2);
+        wait_for("held again", Duration::from_secs(1), || {
+            h.fake.ours() == vec![ip("192.168.1.70")]
+        })
+        .await;
+        let text = h.metrics.encode().unwrap();
+        for line in [
+            r#"aliaslb_agent_failovers_total{result="stepped_down"} 1"#,
+            r#"aliaslb_agent_failovers_total{result="standby_answers"} "#,
+            r#"aliaslb_agent_failovers_total{result="lifted"} 1"#,
+            r#"aliaslb_agent_adverts_received_total{result="replayed"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_standby_died_takes_the_ip_back_after_the_check_and_stays() {
+    local(async {
+        let h = Harness::start();
+        h.want(held_with_peers(&["192.168.1.71"]));
+        settle().await;
+        h.ack("alb-node-2", 1);
+        wait_for("the step-down", Duration::from_secs(1), || {
+            h.fake.ours().is_empty()
+        })
+        .await;
+        let down = Instant::now();
+        // A dead standby proves nothing: the IP is held again after the check.
+        wait_for("held again", Duration::from_secs(2), || {
+            h.fake.ours() == vec![ip("192.168.1.71")]
+        })
+        .await;
+        let gone = down.elapsed();
+        assert!(
+            gone >= Duration::from_millis(900) && gone <= Duration::from_millis(1_200),
+            "{gone:?}"
+        );
+        // Disarmed: the same silence steps nothing down again.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(h.fake.ours(), vec![ip("192.168.1.71")]);
+        let text = h.metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"aliaslb_agent_failovers_total{result="retaken"} 1"#),
+            "{text}"
+        );
         h.stop().await;
     })
     .await;

@@ -21,6 +21,16 @@
 //! change one. The counter only grows per sender (microseconds since the epoch at start,
 //! then +1 per advert): the receiver drops any advert whose counter is not above the last
 //! one it accepted from that sender, so a captured advert cannot be replayed.
+//!
+//! An [`Ack`] goes back for every advert accepted (by the standby, and by the relay for a
+//! copy it forwards), so the holder knows whether anyone still hears it:
+//!
+//! ```text
+//! "ALBK" | version 1 | from: len u8, bytes | to: len u8, bytes | counter u64 BE | HMAC-SHA256 (32)
+//! ```
+//!
+//! Signed with the same key, its counter growing per sender like an advert's. An agent
+//! older than acks drops them as "not an advert" (counted, said once in its log).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -28,6 +38,8 @@ use ring::hmac;
 
 /// The first bytes of every advert.
 pub const MAGIC: &[u8; 4] = b"ALBA";
+/// The first bytes of every ack.
+pub const ACK_MAGIC: &[u8; 4] = b"ALBK";
 /// The format's version.
 pub const VERSION: u8 = 1;
 /// The most IPs one advert carries (an IPv6 advert then stays under 1,300 bytes: one
@@ -51,6 +63,58 @@ pub struct Advert {
     pub via: Option<IpAddr>,
     /// The IPs the sender holds for `to` (at most [`MAX_IPS`]).
     pub ips: Vec<IpAddr>,
+}
+
+/// "I heard you": what a standby or relay sends back to a holder for an advert it
+/// accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The node that heard the advert (the standby, or the relay).
+    pub from: String,
+    /// The advert's sender (the holder).
+    pub to: String,
+    /// Grows with every ack of the sender.
+    pub counter: u64,
+}
+
+/// A datagram of the advert port, verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A holder's advert.
+    Advert(Advert),
+    /// A standby's or relay's ack.
+    Ack(Ack),
+}
+
+impl Message {
+    /// Reads and verifies a datagram: an advert or an ack.
+    pub fn decode(key: &AdvertKey, datagram: &[u8]) -> Result<Message, AdvertError> {
+        if datagram.starts_with(ACK_MAGIC) {
+            Ack::decode(key, datagram).map(Message::Ack)
+        } else {
+            Advert::decode(key, datagram).map(Message::Advert)
+        }
+    }
+}
+
+impl Ack {
+    /// The datagram: the ack and its MAC.
+    pub fn encode(&self, key: &AdvertKey) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        push_head(&mut out, ACK_MAGIC, &self.from, &self.to, self.counter);
+        let tag = hmac::sign(&key.0, &out);
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Reads and verifies a datagram. The MAC is checked before anything else is read.
+    pub fn decode(key: &AdvertKey, datagram: &[u8]) -> Result<Ack, AdvertError> {
+        let (r, from, to, counter) = verified_head(key, ACK_MAGIC, datagram)?;
+        if !r.0.is_empty() {
+            return Err(AdvertError::Malformed("bytes after the counter"));
+        }
+        Ok(Ack { from, to, counter })
+    }
 }
 
 /// Why a datagram is not an advert to act on.
@@ -106,14 +170,7 @@ impl Advert {
     pub fn encode(&self, key: &AdvertKey) -> Vec<u8> {
         debug_assert!(self.ips.len() <= MAX_IPS && self.from.len() < 256 && self.to.len() < 256);
         let mut out = Vec::with_capacity(64 + self.ips.len() * 17);
-        out.extend_from_slice(MAGIC);
-        out.push(VERSION);
-        for name in [&self.from, &self.to] {
-            let bytes = &name.as_bytes()[..name.len().min(255)];
-            out.push(bytes.len() as u8);
-            out.extend_from_slice(bytes);
-        }
-        out.extend_from_slice(&self.counter.to_be_bytes());
+        push_head(&mut out, MAGIC, &self.from, &self.to, self.counter);
         match self.via {
             Some(via) => push_ip(&mut out, via),
             None => out.push(0),
@@ -130,18 +187,7 @@ impl Advert {
 
     /// Reads and verifies a datagram. The MAC is checked before anything else is read.
     pub fn decode(key: &AdvertKey, datagram: &[u8]) -> Result<Advert, AdvertError> {
-        if datagram.len() < MAGIC.len() + 1 || &datagram[..4] != MAGIC || datagram[4] != VERSION {
-            return Err(AdvertError::NotAnAdvert);
-        }
-        let Some(body_len) = datagram.len().checked_sub(TAG_LEN) else {
-            return Err(AdvertError::Malformed("shorter than its MAC"));
-        };
-        let (body, tag) = datagram.split_at(body_len);
-        hmac::verify(&key.0, body, tag).map_err(|_| AdvertError::BadMac)?;
-        let mut r = Reader(&body[5..]);
-        let from = r.name()?;
-        let to = r.name()?;
-        let counter = u64::from_be_bytes(r.array()?);
+        let (mut r, from, to, counter) = verified_head(key, MAGIC, datagram)?;
         let via = match r.array::<1>()?[0] {
             0 => None,
             family => Some(r.ip(family)?),
@@ -166,6 +212,40 @@ impl Advert {
             ips,
         })
     }
+}
+
+/// The head both kinds share: magic, version, sender, receiver, counter.
+fn push_head(out: &mut Vec<u8>, magic: &[u8; 4], from: &str, to: &str, counter: u64) {
+    out.extend_from_slice(magic);
+    out.push(VERSION);
+    for name in [from, to] {
+        let bytes = &name.as_bytes()[..name.len().min(255)];
+        out.push(bytes.len() as u8);
+        out.extend_from_slice(bytes);
+    }
+    out.extend_from_slice(&counter.to_be_bytes());
+}
+
+/// The magic and version checked, then the MAC (before anything else is read), then the
+/// head: the reader of the rest of the body, sender, receiver, counter.
+fn verified_head<'a>(
+    key: &AdvertKey,
+    magic: &[u8; 4],
+    datagram: &'a [u8],
+) -> Result<(Reader<'a>, String, String, u64), AdvertError> {
+    if datagram.len() < magic.len() + 1 || &datagram[..4] != magic || datagram[4] != VERSION {
+        return Err(AdvertError::NotAnAdvert);
+    }
+    let Some(body_len) = datagram.len().checked_sub(TAG_LEN) else {
+        return Err(AdvertError::Malformed("shorter than its MAC"));
+    };
+    let (body, tag) = datagram.split_at(body_len);
+    hmac::verify(&key.0, body, tag).map_err(|_| AdvertError::BadMac)?;
+    let mut r = Reader(&body[5..]);
+    let from = r.name()?;
+    let to = r.name()?;
+    let counter = u64::from_be_bytes(r.array()?);
+    Ok((r, from, to, counter))
 }
 
 fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
@@ -280,19 +360,49 @@ mod tests {
         );
     }
 
+    /// Flipping any bit of a byte after the version fails the MAC.
+    fn every_changed_byte_fails(bytes: &[u8], decode: impl Fn(&[u8]) -> Result<(), AdvertError>) {
+        for i in 5..bytes.len() {
+            let mut changed = bytes.to_vec();
+            changed[i] ^= 0x01;
+            assert_eq!(decode(&changed), Err(AdvertError::BadMac), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn an_ack_reads_back_with_its_key_and_any_changed_byte_fails_it() {
+        let ack = Ack {
+            from: "alb-node-2".into(),
+            to: "alb-node-1".into(),
+            counter: 1_700_000_000_000_009,
+        };
+        let bytes = ack.encode(&key(7));
+        assert_eq!(bytes.len(), 5 + 11 + 11 + 8 + TAG_LEN);
+        assert_eq!(
+            Message::decode(&key(7), &bytes),
+            Ok(Message::Ack(ack.clone()))
+        );
+        assert_eq!(
+            Message::decode(&key(7), &advert().encode(&key(7))),
+            Ok(Message::Advert(advert()))
+        );
+        assert_eq!(Message::decode(&key(8), &bytes), Err(AdvertError::BadMac));
+        every_changed_byte_fails(&bytes, |b| Message::decode(&key(7), b).map(drop));
+        // An agent that reads adverts only refuses an ack; an ack is never an advert.
+        assert_eq!(
+            Advert::decode(&key(7), &bytes),
+            Err(AdvertError::NotAnAdvert)
+        );
+        let mut renamed = bytes.clone();
+        renamed[..4].copy_from_slice(MAGIC);
+        assert!(Message::decode(&key(7), &renamed).is_err());
+    }
+
     #[test]
     fn another_key_or_any_changed_byte_fails_the_mac() {
         let bytes = advert().encode(&key(7));
         assert_eq!(Advert::decode(&key(8), &bytes), Err(AdvertError::BadMac));
-        for i in 5..bytes.len() {
-            let mut changed = bytes.clone();
-            changed[i] ^= 0x01;
-            assert_eq!(
-                Advert::decode(&key(7), &changed),
-                Err(AdvertError::BadMac),
-                "byte {i}"
-            );
-        }
+        every_changed_byte_fails(&bytes, |b| Advert::decode(&key(7), b).map(drop));
         assert_eq!(
             Advert::decode(&key(7), &bytes[..bytes.len() - 1]),
             Err(AdvertError::BadMac)

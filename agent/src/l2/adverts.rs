@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aliaslb_core::advert::{self, Advert, AdvertKey};
+use aliaslb_core::advert::{self, Ack, Advert, AdvertKey, Message};
 use aliaslb_core::keys;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
@@ -278,15 +278,21 @@ pub enum Dropped {
     Invalid,
 }
 
-/// Receives adverts on `port` (IPv4 and IPv6), verifies them with the current key and
-/// sends them on `tx`; counts what it drops on `dropped`. A copy for a relay (`via`) that
-/// is for another node (`node` is this one) is forwarded to its `via` address without
-/// `via`, signed again: never delivered here, never forwarded twice.
+/// Receives adverts and acks on `port` (IPv4 and IPv6), verifies them with the current key
+/// and sends those for this node (`node`) on `tx`; counts what it drops on `dropped`.
+///
+/// - A copy for a relay (`via`) that is for another node is forwarded to its `via` address
+///   without `via`, signed again: never delivered here, never forwarded twice.
+/// - Every advert with a counter above the last one acked from its sender (the first of
+///   its direct and relayed copies; never a replay) is acked to its sender's address: by
+///   the standby for its own adverts, by the relay for the copies it forwards. The holder
+///   steps down from IPs whose standby and relay both stopped acking
+///   ([`crate::l2::fence`]).
 pub async fn receive_loop(
     node: String,
     port: u16,
     key: KeyRx,
-    tx: mpsc::Sender<Advert>,
+    tx: mpsc::Sender<Message>,
     dropped: impl Fn(Dropped) + Send + 'static,
 ) -> io::Result<()> {
     let v4 = udp_socket(false, port, None)?;
@@ -298,6 +304,8 @@ pub async fn receive_loop(
     let mut b4 = vec![0u8; 2048];
     let mut b6 = vec![0u8; 2048];
     let mut said_invalid = false;
+    let counter = Counter::default();
+    let mut acked: HashMap<String, u64> = HashMap::new();
     loop {
         let (n, from, buf) = tokio::select! {
             r = v4.recv_from(&mut b4) => { let (n, from) = r?; (n, from, &b4) }
@@ -309,25 +317,48 @@ pub async fn receive_loop(
             dropped(Dropped::NoKey);
             continue;
         };
-        match Advert::decode(&k, &buf[..n]) {
-            Ok(mut advert) => {
-                if let Some(final_address) = advert.via.take()
-                    && advert.to != node
-                {
-                    let socket = if final_address.is_ipv6() {
-                        v6.as_ref()
-                    } else {
-                        Some(&v4)
+        let socket_for = |address: IpAddr| {
+            if address.is_ipv6() {
+                v6.as_ref()
+            } else {
+                Some(&v4)
+            }
+        };
+        match Message::decode(&k, &buf[..n]) {
+            Ok(Message::Advert(mut advert)) => {
+                let relayed = advert.via.take().filter(|_| advert.to != node);
+                let fresh = acked
+                    .get(&advert.from)
+                    .is_none_or(|last| advert.counter > *last);
+                if fresh && (relayed.is_some() || advert.to == node) {
+                    acked.insert(advert.from.clone(), advert.counter);
+                    let ack = Ack {
+                        from: node.clone(),
+                        to: advert.from.clone(),
+                        counter: counter.next(),
                     };
+                    let at = SocketAddr::new(from.ip(), port);
+                    if let Some(socket) = socket_for(at.ip())
+                        && let Err(error) = socket.send_to(&ack.encode(&k), at).await
+                    {
+                        debug!(%at, %error, "ack not sent");
+                    }
+                }
+                if let Some(final_address) = relayed {
                     let at = SocketAddr::new(final_address, port);
-                    if let Some(socket) = socket
+                    if let Some(socket) = socket_for(final_address)
                         && let Err(error) = socket.send_to(&advert.encode(&k), at).await
                     {
                         debug!(%at, %error, "relayed advert not sent");
                     }
                     continue;
                 }
-                if tx.send(advert).await.is_err() {
+                if tx.send(Message::Advert(advert)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(Message::Ack(ack)) => {
+                if ack.to == node && tx.send(Message::Ack(ack)).await.is_err() {
                     return Ok(());
                 }
             }

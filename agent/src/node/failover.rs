@@ -1,8 +1,14 @@
 //! The run loop's fast-failover side: the adverts heard, the LAN checks before a takeover
-//! (spawned, their results come back into the loop), the streams of adverts to send. The
-//! decisions are the pure [`Failover`](crate::l2::failover::Failover)'s.
+//! (spawned, their results come back into the loop), the streams of adverts to send; on
+//! the holder, the acks heard and the step-downs of IPs nobody acks. The decisions are the
+//! pure [`Failover`](crate::l2::failover::Failover)'s and [`Fence`]'s.
 
 use super::*;
+
+/// How long a holder that stepped down waits for its standby's Lease to show the IP held
+/// before it takes the IP back (no evidence: a dead standby, or no API). The standby writes
+/// its report at once after a takeover, so about 0.5 s after the step-down.
+pub(super) const STANDBY_CHECK: Duration = Duration::from_secs(1);
 
 impl<B, S, L> Node<B, S, L>
 where
@@ -10,12 +16,31 @@ where
     S: ShieldBackend,
     L: LanPort,
 {
-    /// Hands adverts to the failover state; returns whether IPs taken over go back to
-    /// their holder (a reconcile must remove them now).
-    pub(super) fn on_adverts(&mut self, adverts: &[Advert]) -> bool {
+    /// Hands adverts to the failover state and acks to the fence; returns whether IPs
+    /// taken over go back to their holder or step-downs were lifted (a reconcile must
+    /// remove or add them now).
+    pub(super) fn on_messages(&mut self, messages: Vec<Message>) -> bool {
         let now = Instant::now().into_std();
         let mut back = false;
-        for advert in adverts {
+        for message in messages {
+            let advert = match message {
+                Message::Advert(advert) => advert,
+                Message::Ack(ack) => {
+                    self.metrics.inc_advert_received("ack");
+                    match self.fence.acked(&ack, now) {
+                        Acked::Accepted { lifted } => {
+                            for ip in lifted {
+                                info!(%ip, by = %ack.from, "acked again: the nodes hear this one again, the IP stepped down is held again");
+                                self.metrics.inc_failover("lifted");
+                                back = true;
+                            }
+                        }
+                        Acked::Stale => self.metrics.inc_advert_received("replayed"),
+                    }
+                    continue;
+                }
+            };
+            let advert = &advert;
             match self.failover.heard(advert, now) {
                 Heard::Accepted { give_back } => {
                     self.metrics.inc_advert_received("accepted");
@@ -145,9 +170,187 @@ where
         self.failover.give_back(ip)
     }
 
+    /// When an IP held may next be stepped down (`None`: none armed, or no API to check
+    /// with afterwards). O(standby and relay pairs), not O(IPs).
+    pub(super) fn next_step_down(&self) -> Option<Instant> {
+        self.holders.as_ref()?;
+        self.fence
+            .next_due(self.pairs.keys().map(|(standby, relay)| Peers {
+                standby,
+                relay: relay.as_deref(),
+            }))
+            .map(Instant::from_std)
+    }
+
+    /// Probes on the LAN the standby of every pair of held IPs that neither the standby
+    /// nor the relay acked for [`Fence::after`]: is this node still on the standby's LAN?
+    pub(super) fn probe_standbys(&mut self) {
+        if self.holders.is_none() {
+            return;
+        }
+        let now = Instant::now().into_std();
+        let due: Vec<Pair> = self
+            .pairs
+            .keys()
+            .filter(|(standby, relay)| {
+                self.fence.due(
+                    Peers {
+                        standby,
+                        relay: relay.as_deref(),
+                    },
+                    now,
+                )
+            })
+            .cloned()
+            .collect();
+        let Some(host) = self.aliases.last_snapshot() else {
+            return;
+        };
+        let config = self.failover.config().check;
+        let limit = config.window() + Duration::from_millis(200);
+        for pair in due {
+            let Some(ip) = self.pairs.get(&pair).and_then(|ips| ips.first().copied()) else {
+                continue;
+            };
+            let Some(address) = self.desired.peer(ip).map(|p| p.address) else {
+                continue;
+            };
+            let link = host::choose_interface(
+                host,
+                ip,
+                self.aliases.interface_override(),
+                self.desired.interface(ip),
+            )
+            .ok()
+            .and_then(|l| Some((l.index, Mac(l.mac?))));
+            let peers = Peers {
+                standby: &pair.0,
+                relay: pair.1.as_deref(),
+            };
+            self.fence.probing(peers);
+            // No Ethernet link to probe from: the standby cannot be reached there either.
+            let probe =
+                link.map(|(ifindex, mac)| self.lan.probe_many(ifindex, mac, vec![address], config));
+            debug!(standby = %pair.0, %address, "no ack from the standby nor the relay: is the standby still on this LAN?");
+            self.fence_probes.spawn(async move {
+                let answered = match probe {
+                    Some(probe) => matches!(
+                        tokio::time::timeout(limit, probe).await,
+                        Ok(Ok(outcomes)) if matches!(outcomes.get(&address), Some(ProbeOutcome::Taken { .. }))
+                    ),
+                    None => false,
+                };
+                (pair, answered)
+            });
+        }
+    }
+
+    /// A probe of a standby ended: not answered (and no ack meanwhile), the IPs of that
+    /// pair are stepped down and the API is asked whether the standby took them; returns
+    /// whether any were (a reconcile removes them now).
+    pub(super) fn on_standby_probed(&mut self, (pair, answered): (Pair, bool)) -> bool {
+        let now = Instant::now().into_std();
+        let (standby, relay) = pair;
+        let peers = Peers {
+            standby: &standby,
+            relay: relay.as_deref(),
+        };
+        if !self.fence.probed(peers, answered, now) {
+            if answered {
+                debug!(%standby, "the standby's node answers on the LAN though neither it nor the relay acks: the IPs stay (its LAN check hears them answered too)");
+                self.metrics.inc_failover("standby_answers");
+            }
+            return false;
+        }
+        let Some(holders) = self.holders.clone() else {
+            return false;
+        };
+        let ips = self
+            .pairs
+            .remove(&(standby.clone(), relay.clone()))
+            .unwrap_or_default();
+        let ips: Vec<IpAddr> = ips
+            .into_iter()
+            .filter(|ip| self.aliases.owned_alias(*ip).is_some())
+            .collect();
+        if ips.is_empty() {
+            return false;
+        }
+        for ip in &ips {
+            self.fence.step_down(*ip, peers, now);
+            self.metrics.inc_failover("stepped_down");
+        }
+        warn!(ips = ?ips, %standby, relay = ?relay, "neither the standby nor the relay acks this node's adverts and the standby does not answer on the LAN (cut off from the other nodes?): stepping down from the IPs before the standby takes them, so the LAN never sees two holders");
+        let check = holders.alive_holding(&standby, ips.clone(), STANDBY_CHECK);
+        self.standby_checks
+            .spawn(async move { (standby, ips, check.await) });
+        true
+    }
+
+    /// A step-down's API check ended: the IPs the standby holds stay stepped down (until
+    /// the nodes hear each other again), the others are taken back. Returns whether any.
+    pub(super) fn on_standby_checked(&mut self, (standby, asked, proven): StandbyDone) -> bool {
+        for ip in &proven {
+            if self.fence.is_stepped_down(*ip) {
+                info!(%ip, %standby, "the standby holds the IP stepped down here (its Lease says so): it stays there until the nodes hear each other again");
+            }
+        }
+        let back = self.fence.retake(&standby, &asked, &proven);
+        for ip in &back {
+            warn!(%ip, %standby, within = ?STANDBY_CHECK, "no evidence that the standby took the IP stepped down here (a dead standby, or no API): holding it again; stepped down again only after the standby acks again");
+            self.metrics.inc_failover("retaken");
+        }
+        !back.is_empty()
+    }
+
+    /// The link a stepped-down `ip` would go on (its adverts' stream goes there).
+    fn stepped_link(&self, ip: IpAddr) -> Option<String> {
+        let host = self.aliases.last_snapshot()?;
+        let link = host::choose_interface(
+            host,
+            ip,
+            self.aliases.interface_override(),
+            self.desired.interface(ip),
+        )
+        .ok()?;
+        Some(link.name.clone())
+    }
+
+    /// Ends the step-downs the new desired set no longer names with the same standby.
+    pub(super) fn settle_fence(&mut self) {
+        let desired = &self.desired;
+        let ended = self.fence.settle(|ip| {
+            let peer = desired.peer(ip)?;
+            Some(Peers {
+                standby: &peer.node,
+                relay: desired.relay_node(ip),
+            })
+        });
+        for ip in ended {
+            info!(%ip, "step-down over: the assignment changed the IP's standby or took it from this node");
+        }
+    }
+
     /// Publishes the adverts to send: one stream per standby, address and interface, with
     /// the IPs held there (aliases on a link with carrier) whose line names that standby.
-    pub(super) fn publish_streams(&self) {
+    /// The standby of an IP stepped down gets its stream too, without the IP: its acks
+    /// tell when the nodes hear each other again.
+    ///
+    /// Also keeps the fence's pairs: the IPs held, by standby and relay.
+    pub(super) fn publish_streams(&mut self) {
+        let mut pairs: BTreeMap<Pair, Vec<IpAddr>> = BTreeMap::new();
+        for alias in self.aliases.owned() {
+            if let Some(peer) = self.desired.peer(alias.ip)
+                && !self.fence.is_stepped_down(alias.ip)
+            {
+                let relay = self.desired.relay_node(alias.ip).map(str::to_owned);
+                pairs
+                    .entry((peer.node.clone(), relay))
+                    .or_default()
+                    .push(alias.ip);
+            }
+        }
+        self.pairs = pairs;
         let Some(tx) = &self.streams_tx else {
             return;
         };
@@ -165,6 +368,16 @@ where
                 .entry((peer.node.clone(), peer.address, alias.ifname.clone(), relay))
                 .or_default()
                 .push(alias.ip);
+        }
+        for (ip, _) in self.fence.stepped_down() {
+            let (Some(peer), Some(interface)) = (self.desired.peer(ip), self.stepped_link(ip))
+            else {
+                continue;
+            };
+            let relay = self.desired.relay(ip);
+            streams
+                .entry((peer.node.clone(), peer.address, interface, relay))
+                .or_default();
         }
         let streams: Vec<Stream> = streams
             .into_iter()

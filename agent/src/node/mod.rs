@@ -23,7 +23,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aliaslb_core::advert::Advert;
+use aliaslb_core::advert::Message;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{
     AgentReport, Conflict, InterfaceReport, MAX_CONFLICTS, REPORT_VERSION, RoutingReport,
@@ -41,6 +41,7 @@ use crate::kernel::backend::{AddressBackend, BackendError};
 use crate::l2::adverts::Stream;
 use crate::l2::announce::Announcer;
 use crate::l2::failover::{Failover, Heard, HolderCheck};
+use crate::l2::fence::{Acked, Fence, Pair, Peers};
 use crate::l2::guard::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
 use crate::l2::lan::{
     ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
@@ -70,8 +71,8 @@ pub struct Loop {
     pub resync_interval: Duration,
     /// L3 mode: the routing daemon as last read (`None`: not read, `--routing-daemon=none`).
     pub routing: watch::Receiver<Option<RoutingReport>>,
-    /// Fast L2 failover: the adverts heard, their MAC verified.
-    pub heard: mpsc::Receiver<Advert>,
+    /// Fast L2 failover: the adverts and acks heard, their MAC verified.
+    pub heard: mpsc::Receiver<Message>,
 }
 
 /// What the loop shares with the rest of the agent, and its LAN settings.
@@ -141,6 +142,19 @@ enum After {
     Reconcile,
 }
 
+/// What a finished fast-failover task (a check, a probe) asks of the loop: a reconcile
+/// when it changed what is held (`Ok(true)`); a task that panicked is logged.
+fn failover_cause(done: Result<bool, tokio::task::JoinError>, what: &str) -> Option<Cause> {
+    match done {
+        Ok(true) => Some(Cause::Failover),
+        Ok(false) => None,
+        Err(e) => {
+            error!(error = %e, "{what} failed");
+            None
+        }
+    }
+}
+
 /// How often the shield's whole table (drop counters, rules) is read; its chains are read at
 /// every renewal (see `shield`: the whole table costs about 0.2 s of CPU with 10,000 IPs).
 const SHIELD_TABLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -154,6 +168,10 @@ type ProbeDone = (u32, String, Vec<IpAddr>, ProbeResults);
 
 /// A takeover check that finished: the IP, and whether nobody answered for it.
 type CheckDone = (IpAddr, bool);
+
+/// A step-down's API check that finished: the standby, the IPs asked about, those it
+/// proved it holds.
+type StandbyDone = (String, Vec<IpAddr>, Vec<IpAddr>);
 
 /// The run loop's state.
 #[derive(Debug)]
@@ -194,6 +212,14 @@ pub struct Node<B, S, L> {
     /// The holders with a check in flight (one each), and the IPs taken over from them
     /// since it began (checked next).
     holders_checking: BTreeMap<String, Vec<IpAddr>>,
+    /// Fast L2 failover, the holder's side: the IPs stepped down because nobody acks their
+    /// adverts, and the API checks of their standbys.
+    fence: Fence,
+    standby_checks: JoinSet<StandbyDone>,
+    fence_probes: JoinSet<(Pair, bool)>,
+    /// The IPs held with a standby (not stepped down), by standby and relay, as of the
+    /// last publish.
+    pairs: BTreeMap<Pair, Vec<IpAddr>>,
 }
 
 impl<B, S, L> Node<B, S, L>
@@ -225,8 +251,12 @@ where
             lan_interfaces: Vec::new(),
             lan_watched: Vec::new(),
             routing: None,
+            fence: Fence::new(setup.failover.config().interval),
             failover: setup.failover,
             checks: JoinSet::new(),
+            standby_checks: JoinSet::new(),
+            fence_probes: JoinSet::new(),
+            pairs: BTreeMap::new(),
             streams_tx: setup.streams_tx,
             holders: setup.holders,
             holder_checks: JoinSet::new(),
@@ -276,6 +306,8 @@ where
                 || Instant::now() + Duration::from_secs(3_600),
                 Instant::from_std,
             );
+            let step = self.next_step_down();
+            let step_at = step.unwrap_or_else(|| Instant::now() + Duration::from_secs(3_600));
             let cause = tokio::select! {
                 biased;
                 signal = &mut stop => return signal,
@@ -337,40 +369,52 @@ where
                     }
                     Cause::Probe
                 }
-                Some(advert) = inputs.heard.recv() => {
-                    let mut adverts = vec![advert];
+                Some(message) = inputs.heard.recv() => {
+                    let mut messages = vec![message];
                     while let Ok(more) = inputs.heard.try_recv() {
-                        adverts.push(more);
+                        messages.push(more);
                     }
-                    if self.on_adverts(&adverts) && synced {
+                    if self.on_messages(messages) && synced {
                         Cause::Failover
                     } else {
                         continue;
                     }
+                }
+                () = tokio::time::sleep_until(step_at), if step.is_some() && synced => {
+                    self.probe_standbys();
+                    continue;
+                }
+                Some(done) = self.fence_probes.join_next(), if !self.fence_probes.is_empty() => {
+                    let done = done.map(|done| self.on_standby_probed(done));
+                    let Some(cause) = failover_cause(done, "a probe of a standby") else {
+                        continue;
+                    };
+                    cause
+                }
+                Some(done) = self.standby_checks.join_next(), if !self.standby_checks.is_empty() => {
+                    let done = done.map(|done| self.on_standby_checked(done));
+                    let Some(cause) = failover_cause(done, "a standby check") else {
+                        continue;
+                    };
+                    cause
                 }
                 () = tokio::time::sleep_until(due_at), if due.is_some() && synced => {
                     self.start_checks();
                     continue;
                 }
                 Some(done) = self.checks.join_next(), if !self.checks.is_empty() => {
-                    match done {
-                        Ok(done) if self.on_check(done) => Cause::Failover,
-                        Ok(_) => continue,
-                        Err(e) => {
-                            error!(error = %e, "a takeover check failed");
-                            continue;
-                        }
-                    }
+                    let done = done.map(|done| self.on_check(done));
+                    let Some(cause) = failover_cause(done, "a takeover check") else {
+                        continue;
+                    };
+                    cause
                 }
                 Some(done) = self.holder_checks.join_next(), if !self.holder_checks.is_empty() => {
-                    match done.map(|done| self.on_holder_alive(done)) {
-                        Ok(true) => Cause::Failover,
-                        Ok(false) => continue,
-                        Err(e) => {
-                            error!(error = %e, "a holder check failed");
-                            continue;
-                        }
-                    }
+                    let done = done.map(|done| self.on_holder_alive(done));
+                    let Some(cause) = failover_cause(done, "a holder check") else {
+                        continue;
+                    };
+                    cause
                 }
                 changed = inputs.routing.changed(), if routing_open => {
                     if changed.is_err() {
@@ -411,6 +455,7 @@ where
             }
             // Held while taken over: as desired as any other IP, never probed.
             self.desired = in_force.with_taken_over(self.failover.taken());
+            self.settle_fence();
             let first = !synced;
             retry = self.reconcile(cause, first).await;
             if first {
@@ -591,15 +636,15 @@ where
     }
 
     /// What the alias manager is given: the desired set less `back` (held back by the
-    /// guard) and, while the L3 fence is up, less the routed addresses.
+    /// guard), less the IPs stepped down ([`Fence`]) and, while the L3 fence is up, less
+    /// the routed addresses.
     fn effective_of(&self, back: &BTreeSet<IpAddr>) -> DesiredSet {
+        let mut out: BTreeSet<IpAddr> = back.clone();
+        out.extend(self.fence.stepped_down().map(|(ip, _)| ip));
         if self.routed_fence.withdrawn() {
-            let mut out: BTreeSet<IpAddr> = back.clone();
             out.extend(self.routed());
-            self.desired.without(&out)
-        } else {
-            self.desired.without(back)
         }
+        self.desired.without(&out)
     }
 
     /// Takes links and subnets for the report from the reconcile's own dump, and
@@ -654,7 +699,7 @@ where
     }
 
     /// Publishes the report; the heartbeat writes the Lease at once when it changed.
-    fn publish(&self) {
+    fn publish(&mut self) {
         self.publish_streams();
         let lan = self.guard.conflicts();
         self.metrics.set_lan_conflicts(lan.len());
