@@ -676,7 +676,7 @@ fn announced(
                 true,
                 reason::TAKEN_OVER,
                 format!(
-                    "held by the standby {s}{}, which took it over on the LAN when {node} went silent; it becomes the holder once {node}'s Lease expires",
+                    "held by the standby {s}{}, which took it over on the LAN when {node} went silent; it becomes the holder once {node}'s Lease expires, or gives it back once {node} is heard on the LAN again (a LAN partition between the nodes)",
                     on(r)
                 ),
             ),
