@@ -241,7 +241,8 @@ impl Guard {
 
     /// Housekeeping before a reconcile: held IPs count as cleared; entries of IPs no
     /// longer desired go (but conflicts, kept for the report until a re-probe clears them
-    /// or `forget_after`); yields end once authority is fresh and a newer desired set came;
+    /// or `forget_after`); yields end once authority is fresh and a newer desired set came,
+    /// into a LAN re-check (held again once nobody answers, see [`Guard::recheck`]);
     /// defences of IPs not held or not claimed for a while leave the report. Returns the
     /// yields that ended.
     pub fn update(
@@ -252,6 +253,7 @@ impl Guard {
         now: Instant,
     ) -> Vec<IpAddr> {
         let (generation, forget_after) = (self.generation, self.config.forget_after);
+        let first_backoff = self.config.first_backoff;
         let mut ended = Vec::new();
         self.ips.retain(|ip, entry| {
             let wanted = desired.contains(*ip);
@@ -266,7 +268,17 @@ impl Guard {
                 Entry::Yielded { generation: at, .. } => {
                     let over = fresh && generation > *at;
                     if wanted && over {
+                        // Checked on the LAN before it is held again: the set that ended
+                        // the yield may be one written before the move, delivered late by
+                        // a watch that was cut (measured: 140 ms of two MACs after an
+                        // API-only partition healed).
                         ended.push(*ip);
+                        *entry = Entry::Unprobed {
+                            backoff: first_backoff,
+                            next: now,
+                            recheck: true,
+                        };
+                        return true;
                     }
                     wanted && !over
                 }
@@ -943,7 +955,12 @@ mod tests {
             g2.update(&d, &none, true, t + secs(3)),
             vec![ip("10.0.0.1")]
         );
-        assert!(g2.held_back(&d, &none).is_empty());
+        // Not held at once: that set may be one written before the move, delivered late.
+        // Re-checked on the LAN first: the new holder answers, and it stays back.
+        assert_eq!(g2.held_back(&d, &none), held(&["10.0.0.1"]));
+        let probes = g2.due_probes(&d, &none, t + secs(3));
+        assert_eq!(probes.len(), 1, "{probes:?}");
+        assert!(!g2.is_yielded(ip("10.0.0.1")));
         // The first guard: fresh now, and it had a newer set: over too.
         assert_eq!(g.update(&d, &none, true, t + secs(4)), vec![ip("10.0.0.1")]);
         // Moved away meanwhile: the yield simply ends with the IP.
