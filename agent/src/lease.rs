@@ -337,6 +337,18 @@ pub enum Beat {
     Nothing,
 }
 
+/// How often the heartbeat looks: at most a third of the alias lifetime, and a whole
+/// fraction of the renew interval, so an unchanged report is written exactly a renew
+/// interval after the last write (500 ms renewals with a 1 s lifetime look every 250 ms, not
+/// every 333 ms, which wrote every 667 ms).
+pub fn look_interval(renew: Duration, alias_lifetime: Duration) -> Duration {
+    let most = (alias_lifetime / 3)
+        .min(renew)
+        .max(Duration::from_millis(1));
+    let looks = renew.as_nanos().div_ceil(most.as_nanos()).max(1);
+    renew / u32::try_from(looks).unwrap_or(u32::MAX)
+}
+
 /// When the heartbeat writes (pure): a changed report at once, an unchanged one once per
 /// renew interval after the last write that succeeded (so a failed write is retried at the
 /// next look), a release once when the kernel rounds stop, and a write at once when they
@@ -433,7 +445,7 @@ pub async fn run(
         kernel,
     } = links;
     let config = heartbeat.config.clone();
-    let look_every = (config.alias_lifetime / 3).min(config.renew_interval);
+    let look_every = look_interval(config.renew_interval, config.alias_lifetime);
     let mut tick = tokio::time::interval(look_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut schedule = Schedule::new(config.renew_interval, look_every);
@@ -581,6 +593,19 @@ mod tests {
         for (ms, want) in cases {
             assert_eq!(may_renew(t, at(ms), lifetime), want, "{ms} ms");
         }
+    }
+
+    #[test]
+    fn the_heartbeat_looks_a_whole_fraction_of_the_renew_interval() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        // Production defaults: 10 s renewals, 3 s lifetime: every second.
+        assert_eq!(look_interval(s(10), s(3)), s(1));
+        // The lab: 1 s renewals, 3 s lifetime.
+        assert_eq!(look_interval(s(1), s(3)), s(1));
+        // The agent tests: 500 ms renewals, 1 s lifetime: 250 ms, not 333.
+        assert_eq!(look_interval(ms(500), s(1)), ms(250));
+        assert_eq!(look_interval(s(10), s(2)), ms(625));
     }
 
     #[test]
