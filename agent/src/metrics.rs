@@ -274,7 +274,7 @@ impl Metrics {
         let failovers = Family::<ResultLabels, Counter>::default();
         registry.register(
             "failovers",
-            "Fast L2 failover on the standby: taken_over (holder silent, nobody answered the LAN check), still_answered (holder silent, but the IP still answered: not taken), given_back (the holder spoke for an IP taken over); on the holder: stepped_down (neither standby nor relay acked its adverts for 2.5 intervals: the alias goes), standby_answers (no acks, but the standby's node answers a LAN probe: kept), lifted (they ack again: held again), retaken (no evidence in the API that the standby took it: held again)",
+            "Fast L2 failover on the standby: taken_over (holder silent, nobody answered the LAN check), still_answered (holder silent, but the IP still answered: not taken), given_back (the holder spoke for an IP taken over); on the holder: stepped_down (neither standby nor relay acked its adverts for 2 intervals and the standby's node did not answer a LAN probe: the alias goes), standby_answers (no acks, but the standby's node answers a LAN probe: kept), lifted (they ack again: held again), retaken (no evidence in the API that the standby took it: held again)",
             failovers.clone(),
         );
         let defences = Counter::default();
