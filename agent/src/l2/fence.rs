@@ -75,7 +75,15 @@ pub enum Acked {
 /// A standby and relay, owned (the key of the per-pair state).
 pub type Pair = (String, Option<String>);
 
-impl Peers<'_> {
+impl<'a> Peers<'a> {
+    /// The peers of an owned pair.
+    pub fn of(pair: &'a Pair) -> Self {
+        Peers {
+            standby: &pair.0,
+            relay: pair.1.as_deref(),
+        }
+    }
+
     /// The pair, owned.
     pub fn pair(&self) -> Pair {
         (self.standby.to_owned(), self.relay.map(str::to_owned))

@@ -72,11 +72,10 @@ where
                 .desired
                 .standby(ip)
                 .and_then(|l| l.interface.as_deref());
-            let link =
-                host::choose_interface(host, ip, self.aliases.interface_override(), assigned)
-                    .ok()
-                    .filter(|l| l.up)
-                    .and_then(|l| Some((l.index, Mac(l.mac?))));
+            let link = self
+                .lan_link(host, ip, assigned)
+                .filter(|l| l.up)
+                .and_then(|l| Some((l.index, Mac(l.mac?))));
             let Some((ifindex, mac)) = link else {
                 debug!(%ip, "no Ethernet interface up for this standby IP: no takeover");
                 continue;
@@ -175,10 +174,7 @@ where
     pub(super) fn next_step_down(&self) -> Option<Instant> {
         self.holders.as_ref()?;
         self.fence
-            .next_due(self.pairs.keys().map(|(standby, relay)| Peers {
-                standby,
-                relay: relay.as_deref(),
-            }))
+            .next_due(self.pairs.keys().map(Peers::of))
             .map(Instant::from_std)
     }
 
@@ -192,15 +188,7 @@ where
         let due: Vec<Pair> = self
             .pairs
             .keys()
-            .filter(|(standby, relay)| {
-                self.fence.due(
-                    Peers {
-                        standby,
-                        relay: relay.as_deref(),
-                    },
-                    now,
-                )
-            })
+            .filter(|pair| self.fence.due(Peers::of(pair), now))
             .cloned()
             .collect();
         let Some(host) = self.aliases.last_snapshot() else {
@@ -215,19 +203,10 @@ where
             let Some(address) = self.desired.peer(ip).map(|p| p.address) else {
                 continue;
             };
-            let link = host::choose_interface(
-                host,
-                ip,
-                self.aliases.interface_override(),
-                self.desired.interface(ip),
-            )
-            .ok()
-            .and_then(|l| Some((l.index, Mac(l.mac?))));
-            let peers = Peers {
-                standby: &pair.0,
-                relay: pair.1.as_deref(),
-            };
-            self.fence.probing(peers);
+            let link = self
+                .lan_link(host, ip, self.desired.interface(ip))
+                .and_then(|l| Some((l.index, Mac(l.mac?))));
+            self.fence.probing(Peers::of(&pair));
             // No Ethernet link to probe from: the standby cannot be reached there either.
             let probe =
                 link.map(|(ifindex, mac)| self.lan.probe_many(ifindex, mac, vec![address], config));
@@ -250,14 +229,9 @@ where
     /// whether any were (a reconcile removes them now).
     pub(super) fn on_standby_probed(&mut self, (pair, answered): (Pair, bool)) -> bool {
         let now = Instant::now().into_std();
-        let (standby, relay) = pair;
-        let peers = Peers {
-            standby: &standby,
-            relay: relay.as_deref(),
-        };
-        if !self.fence.probed(peers, answered, now) {
+        if !self.fence.probed(Peers::of(&pair), answered, now) {
             if answered {
-                debug!(%standby, "the standby's node answers on the LAN though neither it nor the relay acks: the IPs stay (its LAN check hears them answered too)");
+                debug!(standby = %pair.0, "the standby's node answers on the LAN though neither it nor the relay acks: the IPs stay (its LAN check hears them answered too)");
                 self.metrics.inc_failover("standby_answers");
             }
             return false;
@@ -265,11 +239,10 @@ where
         let Some(holders) = self.holders.clone() else {
             return false;
         };
-        let ips = self
+        let ips: Vec<IpAddr> = self
             .pairs
-            .remove(&(standby.clone(), relay.clone()))
-            .unwrap_or_default();
-        let ips: Vec<IpAddr> = ips
+            .remove(&pair)
+            .unwrap_or_default()
             .into_iter()
             .filter(|ip| self.aliases.owned_alias(*ip).is_some())
             .collect();
@@ -277,9 +250,10 @@ where
             return false;
         }
         for ip in &ips {
-            self.fence.step_down(*ip, peers, now);
+            self.fence.step_down(*ip, Peers::of(&pair), now);
             self.metrics.inc_failover("stepped_down");
         }
+        let (standby, relay) = pair;
         warn!(ips = ?ips, %standby, relay = ?relay, "neither the standby nor the relay acks this node's adverts and the standby does not answer on the LAN (cut off from the other nodes?): stepping down from the IPs before the standby takes them, so the LAN never sees two holders");
         let check = holders.alive_holding(&standby, ips.clone(), STANDBY_CHECK);
         self.standby_checks
@@ -303,17 +277,14 @@ where
         !back.is_empty()
     }
 
-    /// The link a stepped-down `ip` would go on (its adverts' stream goes there).
-    fn stepped_link(&self, ip: IpAddr) -> Option<String> {
-        let host = self.aliases.last_snapshot()?;
-        let link = host::choose_interface(
-            host,
-            ip,
-            self.aliases.interface_override(),
-            self.desired.interface(ip),
-        )
-        .ok()?;
-        Some(link.name.clone())
+    /// The LAN link `ip` goes on in `host` (`assigned`: the interface its line names).
+    fn lan_link<'h>(
+        &self,
+        host: &'h HostState,
+        ip: IpAddr,
+        assigned: Option<&str>,
+    ) -> Option<&'h Link> {
+        host::choose_interface(host, ip, self.aliases.interface_override(), assigned).ok()
     }
 
     /// Ends the step-downs the new desired set no longer names with the same standby.
@@ -338,40 +309,39 @@ where
     ///
     /// Also keeps the fence's pairs: the IPs held, by standby and relay.
     pub(super) fn publish_streams(&mut self) {
+        type Key = (String, IpAddr, String, Option<IpAddr>);
+        let mut streams: BTreeMap<Key, Vec<IpAddr>> = BTreeMap::new();
         let mut pairs: BTreeMap<Pair, Vec<IpAddr>> = BTreeMap::new();
         for alias in self.aliases.owned() {
-            if let Some(peer) = self.desired.peer(alias.ip)
-                && !self.fence.is_stepped_down(alias.ip)
-            {
+            let Some(peer) = self.desired.peer(alias.ip) else {
+                continue;
+            };
+            if !self.fence.is_stepped_down(alias.ip) {
                 let relay = self.desired.relay_node(alias.ip).map(str::to_owned);
                 pairs
                     .entry((peer.node.clone(), relay))
                     .or_default()
                     .push(alias.ip);
             }
-        }
-        self.pairs = pairs;
-        let Some(tx) = &self.streams_tx else {
-            return;
-        };
-        type Key = (String, IpAddr, String, Option<IpAddr>);
-        let mut streams: BTreeMap<Key, Vec<IpAddr>> = BTreeMap::new();
-        for alias in self.aliases.owned() {
             if self.links_up.get(&alias.ifindex) == Some(&false) {
                 continue;
             }
-            let Some(peer) = self.desired.peer(alias.ip) else {
-                continue;
-            };
             let relay = self.desired.relay(alias.ip);
             streams
                 .entry((peer.node.clone(), peer.address, alias.ifname.clone(), relay))
                 .or_default()
                 .push(alias.ip);
         }
+        self.pairs = pairs;
+        let Some(tx) = &self.streams_tx else {
+            return;
+        };
+        let host = self.aliases.last_snapshot();
         for (ip, _) in self.fence.stepped_down() {
-            let (Some(peer), Some(interface)) = (self.desired.peer(ip), self.stepped_link(ip))
-            else {
+            let interface = host
+                .and_then(|host| self.lan_link(host, ip, self.desired.interface(ip)))
+                .map(|l| l.name.clone());
+            let (Some(peer), Some(interface)) = (self.desired.peer(ip), interface) else {
                 continue;
             };
             let relay = self.desired.relay(ip);
