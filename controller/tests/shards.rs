@@ -2,11 +2,13 @@
 //! that carries more than a shard holds is split over several objects, a new Service then
 //! writes the one shard its address is in (never the node's other lines), and the
 //! single-object format of earlier releases is imported (no node changes) and converted.
+//! A first convergence of many Services writes them in slices, the assignments first, so
+//! most get their IP and `Announced=True` in one status write.
 //! Agents are faked by renewing their Leases from the test.
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use aliaslb_core::keys;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use support::{Cluster, Task, eventually, lb_service, read_assignment, serial};
@@ -36,36 +38,51 @@ impl Writes {
     async fn start(c: &Cluster) -> (Arc<Writes>, Task) {
         let writes = Arc::new(Writes::default());
         let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
         let log = writes.clone();
-        let task = tokio::spawn(async move {
-            let config = watcher::Config::default().labels(keys::LABEL_ASSIGNMENTS);
-            let stream = watcher::watcher(api, config);
-            futures::pin_mut!(stream);
-            let mut synced = Some(synced_tx);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(Event::InitDone) => {
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(Event::Apply(cm)) => {
-                        let size = cm.data.iter().flatten().map(|(_, v)| v.len()).sum();
-                        let name = cm.metadata.name.unwrap_or_default();
-                        log.0.lock().unwrap().push((name, size));
-                    }
-                    _ => {}
-                }
-            }
-        });
-        synced_rx.await.unwrap();
-        (writes, Task(task))
+        let config = watcher::Config::default().labels(keys::LABEL_ASSIGNMENTS);
+        let task = watch_changes(api, config, move |cm: ConfigMap| {
+            let size = cm.data.iter().flatten().map(|(_, v)| v.len()).sum();
+            let name = cm.metadata.name.unwrap_or_default();
+            log.0.lock().unwrap().push((name, size));
+        })
+        .await;
+        (writes, task)
     }
 
     fn take(&self) -> Vec<(String, usize)> {
         std::mem::take(&mut self.0.lock().unwrap())
     }
+}
+
+/// Watches `api` and calls `changed` with every object created or changed after the
+/// watch's initial list, which it waits for.
+async fn watch_changes<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut changed: impl FnMut(K) + Send + 'static,
+) -> Task
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(api, config);
+        futures::pin_mut!(stream);
+        let mut synced = Some(synced_tx);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Apply(object)) => changed(object),
+                _ => {}
+            }
+        }
+    });
+    synced_rx.await.unwrap();
+    Task(task)
 }
 
 /// `node`'s objects, by name, with their data.
@@ -248,5 +265,106 @@ async fn the_single_object_format_is_imported_and_converted() {
             "{node}: {read:?}"
         );
     }
+    c.cleanup().await;
+}
+
+/// Services that exist before the controller starts: several passes' worth of writes.
+const CONVERGE: usize = 2000;
+
+/// What a watch saw of each Service: the `Announced` condition's status in the first
+/// version with an ingress IP, and in the latest.
+#[derive(Default)]
+struct Announced {
+    first: HashMap<String, String>,
+    latest: HashMap<String, String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_convergence_writes_most_services_once_with_announced() {
+    let _serial = serial().await;
+    let c = Cluster::new("converge").await;
+    c.set_pool(&[(c.ns.as_str(), "10.63.8.0/21")]).await;
+    let node = c.node("a").await;
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let names: Vec<String> = (0..CONVERGE).map(|i| format!("svc-{i:04}")).collect();
+    futures::stream::iter(&names)
+        .for_each_concurrent(16, |name| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &lb_service(name).build())
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+
+    let seen = Arc::new(Mutex::new(Announced::default()));
+    let log = seen.clone();
+    let _watch = watch_changes(
+        api.clone(),
+        watcher::Config::default(),
+        move |svc: Service| {
+            let status = svc.status.as_ref();
+            let has_ip = status
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty());
+            if !has_ip {
+                return;
+            }
+            let announced = status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == keys::CONDITION_ANNOUNCED))
+                .map_or_else(|| "absent".to_owned(), |c| c.status.clone());
+            let name = svc.metadata.name.unwrap_or_default();
+            let mut seen = log.lock().unwrap();
+            seen.first.entry(name.clone()).or_insert(announced.clone());
+            seen.latest.insert(name, announced);
+        },
+    )
+    .await;
+    assert!(
+        seen.lock().unwrap().first.is_empty(),
+        "no IP before the controller starts"
+    );
+
+    let _agent = c.fake_agent(&node);
+    let (_controller, _metrics) = c.start_controller();
+    eventually(
+        Duration::from_secs(120),
+        "every Service Announced=True",
+        async || {
+            let seen = seen.lock().unwrap();
+            seen.latest.len() == CONVERGE && seen.latest.values().all(|s| s == "True")
+        },
+    )
+    .await;
+    let twice = seen
+        .lock()
+        .unwrap()
+        .first
+        .values()
+        .filter(|s| *s != "True")
+        .count();
+    eprintln!(
+        "{twice} of {CONVERGE} Services had their IP written before Announced=True (agent renewing every {:?})",
+        support::AGENT_RENEW
+    );
+    // A pass writing every Service at once writes all of them twice (the agent has not
+    // reported anything when the IPs are written); in slices, only those written before the
+    // agent's report did: the first slice or two.
+    assert!(
+        twice * 2 <= CONVERGE,
+        "{twice} of {CONVERGE} Services had their IP and Announced=True in separate writes"
+    );
+
+    futures::stream::iter(&names)
+        .for_each_concurrent(16, |name| {
+            let api = api.clone();
+            async move {
+                let _ = api.delete(name, &DeleteParams::default()).await;
+            }
+        })
+        .await;
     c.cleanup().await;
 }

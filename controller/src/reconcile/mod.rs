@@ -33,7 +33,10 @@
 //!   changes), so everything that arrived meanwhile goes into one pass. It also wakes
 //!   exactly when the next agent Lease goes stale and when a write retry is due.
 //! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
-//!   once, each behind the leader fence and a timeout. The caches lag behind our own
+//!   once, each behind the leader fence and a timeout, and at most `writer::PASS_WRITES`
+//!   Service writes per pass: the rest are examined first by the next pass, which follows
+//!   at once with what changed meanwhile (the agents' reports of the assignments just
+//!   written, so a first convergence mostly writes `Announced=True` with the IP). The caches lag behind our own
 //!   writes: a write is not repeated while the cached object is a version we already know
 //!   (the one we wrote over, or one our writes returned).
 //! - Transient write failures back off per Service (`writer::Backoff`). A write the API server
@@ -330,6 +333,7 @@ impl Reconciler {
             services,
             planned = planned.len(),
             writes,
+            deferred = self.writes.deferred(),
             events = output.events.len(),
             took = ?started.elapsed(),
             "pass done"
@@ -337,8 +341,11 @@ impl Reconciler {
         self.ctx.metrics.observe_reconcile(started.elapsed());
         self.ctx.metrics.add_services_planned(planned.len());
         // A reservation of a deleted Service's address ending may serve a waiting one.
+        // Services left for the next pass: it follows at once.
+        let deferred = (self.writes.deferred() > 0).then(Instant::now);
         self.agents_change
             .into_iter()
+            .chain(deferred)
             .chain(self.writes.next_retry())
             .chain(self.planner.next_release())
             .min()
@@ -614,10 +621,16 @@ impl Reconciler {
                 }
             }
         }
-        let looked_at = examine.len();
+        // What the last pass left goes first, in its order (see writer::PASS_WRITES).
+        let deferred = self.writes.take_deferred();
+        for key in &deferred {
+            examine.remove(key);
+        }
+        let looked_at = deferred.len() + examine.len();
         let jobs = self.writes.jobs(
-            examine
+            deferred
                 .iter()
+                .chain(&examine)
                 .filter_map(|k| Some((k, self.index.plans.get(k)?))),
             &self.world.records,
             &self.world.strangers,

@@ -28,6 +28,14 @@ const BASE_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
+/// The most Service writes one pass makes; the Services left over are examined first by
+/// the next pass, which follows at once ([`Writes::jobs`]). A pass that would write
+/// thousands (a first convergence, a pool change) then writes them in slices of this size,
+/// and each slice is planned with what the agents reported meanwhile: the node
+/// assignments are written first, so most Services get their IP and `Announced=True` in
+/// one status write instead of two. It also bounds how long a pass keeps the loop from
+/// seeing new changes (16 rounds of [`MAX_IN_FLIGHT`] writes).
+pub(super) const PASS_WRITES: usize = 16 * MAX_IN_FLIGHT;
 
 /// Retry state after transient failures of one write.
 #[derive(Debug, Clone, Copy)]
@@ -210,6 +218,9 @@ pub(super) struct Writes {
     /// The shard count of each node's index as we last wrote it: the cache may still show
     /// a lower one, and a count is never lowered, so the higher of the two is in force.
     shard_counts: HashMap<String, u32>,
+    /// Services the last pass examined but left for the next one (more than
+    /// [`PASS_WRITES`] writes were due), in the order they are to be written.
+    deferred: Vec<ServiceKey>,
 }
 
 impl Writes {
@@ -226,7 +237,19 @@ impl Writes {
             assign_retry: Retries::new(),
             assign_refused: HashMap::new(),
             shard_counts: HashMap::new(),
+            deferred: Vec::new(),
         }
+    }
+
+    /// The Services the last pass left for this one, in order (see [`PASS_WRITES`]); they
+    /// are given back by [`Writes::jobs`] if there are still too many.
+    pub(super) fn take_deferred(&mut self) -> Vec<ServiceKey> {
+        std::mem::take(&mut self.deferred)
+    }
+
+    /// How many Services wait for the next pass; that pass is due at once when any do.
+    pub(super) fn deferred(&self) -> usize {
+        self.deferred.len()
     }
 
     /// Forgets the memos of Services not in `present` (deleted).
@@ -417,8 +440,10 @@ impl Writes {
     }
 
     /// The writes this pass needs: for each Service of `plans` (the ones the pass looks
-    /// at, with their plans) whatever differs from its record in `records`, and the
-    /// cleanup of every one of `strangers` (not ours, our marks) not cleaned up yet.
+    /// at, with their plans, in the order they are to be written) whatever differs from
+    /// its record in `records`, and the cleanup of every one of `strangers` (not ours, our
+    /// marks) not cleaned up yet. Once [`PASS_WRITES`] Services have a write, the rest of
+    /// `plans` is not examined: it is deferred to the next pass ([`Writes::take_deferred`]).
     pub(super) fn jobs<'a>(
         &mut self,
         plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan)>,
@@ -431,7 +456,13 @@ impl Writes {
         if !self.refused.is_empty() {
             self.refused.retain(|key, _| records.contains_key(key));
         }
-        for (key, plan) in plans {
+        let mut plans = plans.into_iter();
+        while let Some((key, plan)) = plans.next() {
+            if jobs.len() == PASS_WRITES {
+                self.deferred.push(key.clone());
+                self.deferred.extend(plans.map(|(key, _)| key.clone()));
+                break;
+            }
             let Some(svc) = records.get(key).filter(|r| r.view.is_some()) else {
                 continue;
             };
