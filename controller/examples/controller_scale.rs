@@ -6,8 +6,9 @@
 //!
 //! Fake agent Leases for `--nodes` nodes run in the bench process for the whole run (each
 //! renewed every `--renew-every` seconds by its own task, the tasks spread over the period as
-//! real agents are; each reports as held what is assigned to its node, written at once when
-//! that changes, as a real agent does). Phases, all against the same apiserver:
+//! real agents are; each reports as held what its node's assignment objects list as held,
+//! read from them as a real agent reads them, written at once when that changes, as a real
+//! agent does). Phases, all against the same apiserver:
 //! 0. the floors with 0 Services: the controller binary starts; idle CPU over `--steady`
 //!    seconds right after `/readyz`; then `--latency` Services (`zero-0000`, ...) created one
 //!    at a time, each waited for (create -> ingress IP); then the controller is killed
@@ -57,7 +58,7 @@
 //!
 //! `ALIASLB_CONTROLLER_BIN` overrides the binary (default `target/release/aliaslb-controller`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -65,7 +66,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aliaslb_controller::node_assignments;
 use aliaslb_controller::observe::service::{self, OurCondition};
+use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
 use aliaslb_testenv::{TestEnv, fixtures};
@@ -227,7 +230,6 @@ fn pool_ip(i: usize, k: usize) -> IpAddr {
 #[derive(Debug, Default, Clone)]
 struct Seen {
     ips: Vec<IpAddr>,
-    node: Option<String>,
     announced: bool,
 }
 
@@ -246,8 +248,9 @@ struct Progress {
     reported: HashMap<IpAddr, Instant>,
     /// Bumped whenever what a node's fake agent reports may have changed.
     node_version: HashMap<String, u64>,
-    /// Keys of the Services assigned to each node (so a renewal does not scan them all).
-    by_node: HashMap<String, HashSet<String>>,
+    /// The IPs each node's assignment objects list as held, per object (index or shard),
+    /// as a real agent reads them.
+    assigned: HashMap<String, HashMap<String, BTreeSet<IpAddr>>>,
 }
 
 impl Progress {
@@ -255,12 +258,6 @@ impl Progress {
         if let Some(old) = self.services.remove(&key) {
             self.with_ip -= usize::from(!old.ips.is_empty());
             self.announced -= usize::from(old.announced);
-            if let Some(node) = old.node {
-                *self.node_version.entry(node.clone()).or_default() += 1;
-                if let Some(keys) = self.by_node.get_mut(&node) {
-                    keys.remove(&key);
-                }
-            }
         }
         if let Some(seen) = seen {
             if !seen.ips.is_empty() {
@@ -271,25 +268,28 @@ impl Progress {
                 self.first_announced.entry(key.clone()).or_insert(now);
             }
             self.announced += usize::from(seen.announced);
-            if let Some(node) = &seen.node {
-                *self.node_version.entry(node.clone()).or_default() += 1;
-                self.by_node
-                    .entry(node.clone())
-                    .or_default()
-                    .insert(key.clone());
-            }
             self.services.insert(key, seen);
         }
     }
 
+    /// Notes what the assignment object `name` of `node` lists as held (`None`: deleted).
+    fn assign(&mut self, node: &str, name: String, held: Option<BTreeSet<IpAddr>>) {
+        let objects = self.assigned.entry(node.to_owned()).or_default();
+        match held {
+            Some(held) => objects.insert(name, held),
+            None => objects.remove(&name),
+        };
+        *self.node_version.entry(node.to_owned()).or_default() += 1;
+    }
+
     /// IPs assigned to `node` (what its fake agent reports as held).
     fn held_by(&self, node: &str) -> BTreeSet<IpAddr> {
-        self.by_node
+        self.assigned
             .get(node)
             .into_iter()
+            .flat_map(HashMap::values)
             .flatten()
-            .filter_map(|key| self.services.get(key))
-            .flat_map(|s| s.ips.iter().copied())
+            .copied()
             .collect()
     }
 }
@@ -297,7 +297,6 @@ impl Progress {
 fn seen(svc: &Service) -> Seen {
     Seen {
         ips: service::ingress_ips(svc),
-        node: service::annotation(svc, keys::ANNOTATION_NODE).map(str::to_owned),
         announced: service::our_conditions(svc)
             .any(|(which, c)| which == OurCondition::Announced && c.status == "True"),
     }
@@ -370,16 +369,45 @@ impl Written {
     }
 }
 
-/// Follows the controller's assignment objects into `written`.
-async fn track_assignments(client: Client, system: String, written: Arc<Mutex<Written>>) {
+/// Follows the controller's assignment objects into `written`, and what each lists as
+/// held into `progress` (for the fake agents).
+async fn track_assignments(
+    client: Client,
+    system: String,
+    written: Arc<Mutex<Written>>,
+    progress: Arc<Mutex<Progress>>,
+) {
     let config = watcher::Config::default().labels(keys::LABEL_ASSIGNMENTS);
     let api = Api::<ConfigMap>::namespaced(client, &system);
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
-        let Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) = event else {
+        let (cm, present) = match event {
+            Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => (cm, true),
+            Ok(watcher::Event::Delete(cm)) => (cm, false),
+            _ => continue,
+        };
+        let Some(node) = node_assignments::observed([&cm]).into_keys().next() else {
             continue;
         };
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        // A shard's lines (an index's marker reads as nothing): the held ones, as an agent
+        // adds them.
+        let held = present.then(|| {
+            NodeAssignments::parse(&node_assignments::ObjectData::of(&cm).ips)
+                .map(|a| {
+                    a.ips
+                        .into_iter()
+                        .filter(|(_, line)| line.held())
+                        .map(|(ip, _)| ip)
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        progress.lock().unwrap().assign(&node, name.clone(), held);
+        if !present {
+            continue;
+        }
         let size: usize = cm
             .data
             .iter()
@@ -391,7 +419,7 @@ async fn track_assignments(client: Client, system: String, written: Arc<Mutex<Wr
         w.bytes += size as u64;
         if size > w.largest {
             w.largest = size;
-            w.largest_name = cm.metadata.name.unwrap_or_default();
+            w.largest_name = name;
         }
     }
 }
@@ -435,8 +463,8 @@ struct Renewal {
 
 /// Runs one fake agent per node, all at once: each renews its node's agent Lease every
 /// `renewal.every`, the agents' phases spread evenly over the period (real agents start at
-/// unrelated moments), reporting as held every IP the watch sees assigned to its node (what
-/// a real agent reports once it added them), and writes at once when that changes.
+/// unrelated moments), reporting as held every IP its node's assignment objects list as held
+/// (what a real agent reports once it added them), and writes at once when that changes.
 /// Concurrent, so K Leases really are K renewals per period however long one PATCH takes;
 /// `stats` shows whether they were.
 async fn fake_agents(
@@ -1069,6 +1097,7 @@ async fn main() {
         client.clone(),
         system.clone(),
         written.clone(),
+        progress.clone(),
     ));
     let agent_stats = Arc::new(Mutex::new(AgentStats::default()));
     let agents_started = Instant::now();
