@@ -395,13 +395,7 @@ async fn track_assignments(
         // adds them.
         let held = present.then(|| {
             NodeAssignments::parse(&node_assignments::ObjectData::of(&cm).ips)
-                .map(|a| {
-                    a.ips
-                        .into_iter()
-                        .filter(|(_, line)| line.held())
-                        .map(|(ip, _)| ip)
-                        .collect()
-                })
+                .map(|a| a.held_ips().collect())
                 .unwrap_or_default()
         });
         progress.lock().unwrap().assign(&node, name.clone(), held);

@@ -190,6 +190,14 @@ pub struct AssignmentError {
 }
 
 impl NodeAssignments {
+    /// The IPs the node is asked to hold (every line but a standby's), in address order.
+    pub fn held_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.ips
+            .iter()
+            .filter(|(_, line)| line.held())
+            .map(|(ip, _)| *ip)
+    }
+
     /// Nothing assigned.
     pub fn new() -> Self {
         Self::default()

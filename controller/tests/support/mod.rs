@@ -516,13 +516,7 @@ pub async fn assigned_ips(api: &Api<ConfigMap>, node: &str) -> std::collections:
     // What the node holds: a standby line (fast failover) is not held.
     read_assignment(api, node)
         .await
-        .map(|a| {
-            a.ips
-                .into_iter()
-                .filter(|(_, line)| line.held())
-                .map(|(ip, _)| ip)
-                .collect()
-        })
+        .map(|a| a.held_ips().collect())
         .unwrap_or_default()
 }
 
