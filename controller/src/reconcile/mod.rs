@@ -36,9 +36,9 @@
 //!   once, each behind the leader fence and a timeout, and at most `writer::PASS_WRITES`
 //!   Service writes per pass: the rest are examined first by the next pass, which follows
 //!   at once with what changed meanwhile (the agents' reports of the assignments just
-//!   written, so a first convergence mostly writes `Announced=True` with the IP). The caches lag behind our own
-//!   writes: a write is not repeated while the cached object is a version we already know
-//!   (the one we wrote over, or one our writes returned).
+//!   written, so a first convergence mostly writes `Announced=True` with the IP). The
+//!   caches lag behind our own writes: a write is not repeated while the cached object is
+//!   a version we already know (the one we wrote over, or one our writes returned).
 //! - Transient write failures back off per Service (`writer::Backoff`). A write the API server
 //!   refuses as invalid (422) would be refused again: it is logged, counted
 //!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
@@ -340,9 +340,9 @@ impl Reconciler {
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
         self.ctx.metrics.add_services_planned(planned.len());
-        // A reservation of a deleted Service's address ending may serve a waiting one.
         // Services left for the next pass: it follows at once.
         let deferred = (self.writes.deferred() > 0).then(Instant::now);
+        // A reservation of a deleted Service's address ending may serve a waiting one.
         self.agents_change
             .into_iter()
             .chain(deferred)
