@@ -1158,6 +1158,17 @@ async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
     let _a1 = c.agent_reporting(&n1, report("10.88.0.0/16"));
     let _a2 = c.fake_agent(&n2);
     let _a3 = c.agent_reporting(&n3, report("0.0.0.0/1"));
+    // n2's fake agent reads its assignment before its first renewal: the controller starts
+    // once both eligible nodes' Leases exist, so its first pass sees both (else it may place
+    // every Service on n1 before n2 counts, which says nothing about the subnet rule).
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
+    for node in [&n1, &n2] {
+        let name = keys::agent_lease_name(node);
+        eventually(SETTLE, &format!("{node}'s agent Lease"), async || {
+            leases.get_opt(&name).await.ok().flatten().is_some()
+        })
+        .await;
+    }
     let (_controller, _metrics) = c.start_controller();
     for name in ["a", "b", "c", "d"] {
         c.create(lb_service(name)).await;
