@@ -11,7 +11,6 @@ use aliaslb_controller::config::ControllerConfig;
 use aliaslb_controller::metrics::Metrics;
 use aliaslb_core::keys;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -459,16 +458,7 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     let b = c.node("b").await;
     let mut agents = [Some(c.fake_agent(&a)), Some(c.fake_agent(&b))];
     // Both Leases exist before the controller starts: the Services spread over both.
-    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
-    eventually(SETTLE, "both agent Leases written", async || {
-        let mut both = true;
-        for node in [&a, &b] {
-            let name = keys::agent_lease_name(node);
-            both &= leases.get_opt(&name).await.is_ok_and(|l| l.is_some());
-        }
-        both
-    })
-    .await;
+    c.wait_agent_leases(&[&a, &b]).await;
     let (_controller, metrics) = c.start_controller();
     let names = ["one", "two", "three", "four"];
     for name in names {

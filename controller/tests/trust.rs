@@ -1161,14 +1161,7 @@ async fn a_node_cannot_claim_a_subnet_it_is_not_on() {
     // n2's fake agent reads its assignment before its first renewal: the controller starts
     // once both eligible nodes' Leases exist, so its first pass sees both (else it may place
     // every Service on n1 before n2 counts, which says nothing about the subnet rule).
-    let leases = Api::<Lease>::namespaced(c.client.clone(), &c.system);
-    for node in [&n1, &n2] {
-        let name = keys::agent_lease_name(node);
-        eventually(SETTLE, &format!("{node}'s agent Lease"), async || {
-            leases.get_opt(&name).await.ok().flatten().is_some()
-        })
-        .await;
-    }
+    c.wait_agent_leases(&[&n1, &n2]).await;
     let (_controller, _metrics) = c.start_controller();
     for name in ["a", "b", "c", "d"] {
         c.create(lb_service(name)).await;

@@ -198,6 +198,26 @@ impl Cluster {
         })
     }
 
+    /// Waits until every node of `nodes` has its agent Lease (a fake agent's first renewal):
+    /// a controller started after this sees them all ready in its first pass.
+    #[allow(dead_code)]
+    pub async fn wait_agent_leases(&self, nodes: &[&str]) {
+        let leases = Api::<Lease>::namespaced(self.client.clone(), &self.system);
+        eventually(
+            SETTLE,
+            &format!("the agent Leases of {nodes:?}"),
+            async || {
+                let mut all = true;
+                for node in nodes {
+                    let name = keys::agent_lease_name(node);
+                    all &= leases.get_opt(&name).await.is_ok_and(|l| l.is_some());
+                }
+                all
+            },
+        )
+        .await;
+    }
+
     /// Starts an L3 agent for `node`: like [`Cluster::fake_agent`], and reporting its
     /// routing daemon as `routing` says at each renewal, the daemon exporting every IP
     /// held unless it has an error or no Established session. `None`: no daemon read.
