@@ -642,6 +642,7 @@ impl Reconciler {
         for outcome in done {
             self.writes.settle(outcome, now);
         }
+        self.events.writes_pending(self.writes.deferred() > 0);
         self.events.plan_events(output, &self.index.refs, &old_refs);
         (looked_at, writes)
     }
