@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_testenv::TestEnv;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const RELEASE: &str = "aliaslb";
 const NAMESPACE: &str = "aliaslb-system";
@@ -374,6 +374,7 @@ fn the_values_schema_refuses_unknown_and_mistyped_values() {
         "birdSidecar.enabled=yes",
         "image.pullPolicy=Sometimes",
         "admissionPolicies.agentLeases.enabled=true",
+        "controller.resources.limit.memory=1Gi",
     ] {
         let refused = helm(&["template", RELEASE, &chart, "--set", set]);
         let why = refused.expect_err(&format!("--set {set} is refused"));
@@ -528,6 +529,11 @@ pools:
     10.0.8.20-10.0.8.40
 controller:
   replicas: 3
+  resources:
+    requests:
+      memory: 256Mi
+    limits:
+      memory: 512Mi
 agent:
   tolerations: []
   nodeSelector:
@@ -570,6 +576,12 @@ birdSidecar:
     );
     let deploy = object(&all, "Deployment", NAMESPACE, "aliaslb-controller");
     assert_eq!(deploy["spec"]["replicas"], 3);
+    let resources = &containers(&all)[&pair("aliaslb-controller", "controller")]["resources"];
+    assert_eq!(
+        resources,
+        &json!({"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}),
+        "controller.resources: Helm merges the given map into the default one, key by key"
+    );
     let agent_pod =
         &object(&all, "DaemonSet", NAMESPACE, "aliaslb-agent")["spec"]["template"]["spec"];
     assert_eq!(
