@@ -30,7 +30,8 @@
 //! - Any cache change wakes the loop, but for an agent's renewal that changes nothing a
 //!   pass reads (same report, fresh before and after: see
 //!   [`agents::AgentClock::observe`]); it waits [`DEBOUNCE`] (bounded: not reset by later
-//!   changes), so everything that arrived meanwhile goes into one pass. It also wakes
+//!   changes), so everything that arrived meanwhile goes into one pass; not between the
+//!   slices of a burst (below), which follow one another at once. It also wakes
 //!   exactly when the next agent Lease goes stale and when a write retry is due.
 //! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
 //!   once, each behind the leader fence and a timeout, and at most `writer::PASS_WRITES`
@@ -312,7 +313,11 @@ impl Reconciler {
                 },
                 () = sleep => {}
             }
-            tokio::time::sleep(DEBOUNCE).await;
+            // A burst's next slice goes at once: what arrives meanwhile waits for the
+            // slice after it, and the API server is kept busy (no gap of DEBOUNCE in 40).
+            if self.writes.deferred() == 0 {
+                tokio::time::sleep(DEBOUNCE).await;
+            }
         }
     }
 
