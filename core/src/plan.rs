@@ -417,6 +417,29 @@ impl ServicePlan {
             (None, true) => None,
         }
     }
+
+    /// Whether `other` gives the same node assignment lines as this plan: the same IPs,
+    /// nodes, standby, interface and virtual MAC (what the controller's
+    /// `node_assignments::desired` reads of a plan). The conditions are the Service's
+    /// status only: a plan that differs in them alone rewrites no node's lines.
+    pub fn same_lines(&self, other: &ServicePlan) -> bool {
+        let ServicePlan {
+            ips,
+            node,
+            nodes,
+            interface,
+            virtual_mac,
+            standby,
+            allocated: _,
+            announced: _,
+        } = self;
+        *ips == other.ips
+            && *node == other.node
+            && *nodes == other.nodes
+            && *interface == other.interface
+            && *virtual_mac == other.virtual_mac
+            && *standby == other.standby
+    }
 }
 
 /// The standby of a Service's IPs (fast L2 failover).

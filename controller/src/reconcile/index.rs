@@ -101,7 +101,10 @@ impl Index {
         for (key, plan) in std::mem::take(&mut output.services) {
             planned.push(key.clone());
             let old = self.plans.get(&key);
-            if old == Some(&plan) && !viewed.contains(&key) {
+            // A plan whose lines stay (its conditions alone changed, as when an agent
+            // reports an IP held) touches no node: rendering a node is O(its Services).
+            if !viewed.contains(&key) && old.is_some_and(|old| old.same_lines(&plan)) {
+                self.plans.insert(key, plan);
                 continue;
             }
             if let Some(old) = old {
@@ -126,5 +129,76 @@ impl Index {
             touched: (!every).then_some(touched),
             planned,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aliaslb_core::plan::ConditionPlan;
+
+    fn quiet_pass() -> PassInput {
+        PassInput {
+            changes: Changes::default(),
+            views: Vec::new(),
+            services: ServiceDelta::default(),
+            sight: Sight::Normal,
+            nodes: Vec::new(),
+            node_addresses: BTreeMap::new(),
+            service_ranges: Vec::new(),
+            now: Instant::now(),
+        }
+    }
+
+    fn merge(index: &mut Index, key: &ServiceKey, plan: &ServicePlan) -> Option<BTreeSet<String>> {
+        let mut output = PlanOutput::default();
+        output.services.insert(key.clone(), plan.clone());
+        index.merge(&mut output, &quiet_pass()).touched
+    }
+
+    #[test]
+    fn a_plan_whose_conditions_alone_changed_touches_no_node() {
+        let condition = |status| ConditionPlan {
+            status,
+            reason: "R",
+            message: String::new(),
+        };
+        let key = ServiceKey::new("ns", "web");
+        let plan = ServicePlan {
+            ips: vec!["10.0.0.1".parse().unwrap()],
+            node: Some("n1".into()),
+            nodes: Vec::new(),
+            interface: None,
+            virtual_mac: false,
+            standby: None,
+            allocated: condition(true),
+            announced: condition(false),
+        };
+        let mut index = Index::default();
+        let n1 = BTreeSet::from(["n1".to_owned()]);
+        assert_eq!(merge(&mut index, &key, &plan), Some(n1.clone()));
+
+        // The agent reported the IP held: Announced=True, the same lines.
+        let announced = ServicePlan {
+            announced: condition(true),
+            ..plan.clone()
+        };
+        assert_eq!(merge(&mut index, &key, &announced), Some(BTreeSet::new()));
+        assert_eq!(index.plans[&key], announced, "the new plan is kept");
+        assert_eq!(index.on_node["n1"], BTreeSet::from([key.clone()]));
+
+        // A line that changes touches its nodes, old and new.
+        let moved = ServicePlan {
+            node: Some("n2".into()),
+            ..announced.clone()
+        };
+        let both = BTreeSet::from(["n1".to_owned(), "n2".to_owned()]);
+        assert_eq!(merge(&mut index, &key, &moved), Some(both));
+        let vmac = ServicePlan {
+            virtual_mac: true,
+            ..moved.clone()
+        };
+        let n2 = BTreeSet::from(["n2".to_owned()]);
+        assert_eq!(merge(&mut index, &key, &vmac), Some(n2));
     }
 }
