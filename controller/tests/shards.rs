@@ -230,6 +230,9 @@ async fn the_single_object_format_is_imported_and_converted() {
         .await
         .unwrap();
 
+    // Node c must be ready in the controller's first pass, or its Services move.
+    c.wait_agent_leases(&[&nodes[0], &nodes[1], &nodes[2]])
+        .await;
     let (_controller, _metrics) = c.start_controller();
     eventually(SETTLE, "node c's index in the sharded format", async || {
         objects(&c, &nodes[2]).await.iter().any(|cm| {

@@ -1050,7 +1050,8 @@ async fn a_tenant_cannot_steer_across_a_restart_before_any_assignment() {
     }
     let _a1 = c.fake_agent(&n1);
     let _a2 = c.fake_agent(&n2);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Both nodes ready in the controller's first pass, or both Services go to n1.
+    c.wait_agent_leases(&[&n1, &n2]).await;
     let mark = Instant::now();
     let (_controller, _metrics) = c.start_controller();
     for name in ["web1", "web2"] {
