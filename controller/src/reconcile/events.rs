@@ -6,8 +6,9 @@
 //! burst of more than `writer::PASS_WRITES` writes, as on a first convergence), the worker
 //! publishes one Event every [`BUSY_EVENT_GAP`] instead of [`MAX_IN_FLIGHT`] at once, so
 //! the statuses (the truth a user and kube-proxy act on) are not slowed by their narrative
-//! sharing the API server (at 10,000 Services, Events at one in flight still took 0.67
-//! POSTs per Service of the convergence, 1.29x its floor). The Events are delayed, not dropped (up to the queue's bound), and never starve.
+//! sharing the API server. (One Event in flight was not enough: at 10,000 Services that
+//! still made 0.67 Event POSTs per Service during the convergence, 1.29x its floor.) The
+//! Events are delayed, not dropped (up to the queue's bound), and never starve.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -196,7 +197,7 @@ impl EventQueue {
     }
 
     /// Says whether the writer has a burst of Service writes left: while it has, the
-    /// worker publishes one Event at a time.
+    /// worker publishes one Event per [`BUSY_EVENT_GAP`].
     pub(super) fn writes_pending(&self, pending: bool) {
         self.busy
             .send_if_modified(|busy| std::mem::replace(busy, pending) != pending);
