@@ -164,16 +164,8 @@ mod tests {
             message: String::new(),
         };
         let key = ServiceKey::new("ns", "web");
-        let plan = ServicePlan {
-            ips: vec!["10.0.0.1".parse().unwrap()],
-            node: Some("n1".into()),
-            nodes: Vec::new(),
-            interface: None,
-            virtual_mac: false,
-            standby: None,
-            allocated: condition(true),
-            announced: condition(false),
-        };
+        let plan =
+            super::super::tests::l2_plan("10.0.0.1", "n1", condition(true), condition(false));
         let mut index = Index::default();
         let n1 = BTreeSet::from(["n1".to_owned()]);
         assert_eq!(merge(&mut index, &key, &plan), Some(n1.clone()));

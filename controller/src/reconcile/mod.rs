@@ -924,6 +924,27 @@ pub(crate) fn import_trusted_nodes(
 mod tests {
     use super::notices::invalid_note;
     use super::*;
+    use aliaslb_core::plan::ConditionPlan;
+
+    /// An L2 plan: `ip` on `node`, no standby, with these conditions (for the tests of
+    /// the reconcile modules).
+    pub(super) fn l2_plan(
+        ip: &str,
+        node: &str,
+        allocated: ConditionPlan,
+        announced: ConditionPlan,
+    ) -> ServicePlan {
+        ServicePlan {
+            ips: vec![ip.parse().unwrap()],
+            node: Some(node.into()),
+            nodes: Vec::new(),
+            interface: None,
+            virtual_mac: false,
+            standby: None,
+            allocated,
+            announced,
+        }
+    }
 
     #[test]
     fn invalid_note_lists_key_and_line() {

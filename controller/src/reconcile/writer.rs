@@ -740,24 +740,20 @@ mod tests {
             ingress: Box::default(),
             conditions: Box::default(),
         };
-        let plan = ServicePlan {
-            ips: vec!["10.0.0.1".parse().unwrap()],
-            node: Some("n1".into()),
-            nodes: Vec::new(),
-            interface: None,
-            virtual_mac: false,
-            standby: None,
-            allocated: aliaslb_core::plan::ConditionPlan {
+        let plan = super::super::tests::l2_plan(
+            "10.0.0.1",
+            "n1",
+            aliaslb_core::plan::ConditionPlan {
                 status: true,
                 reason: reason::ALLOCATED,
                 message: "assigned".into(),
             },
-            announced: aliaslb_core::plan::ConditionPlan {
+            aliaslb_core::plan::ConditionPlan {
                 status: false,
                 reason: reason::ADDRESS_CONFLICT,
                 message: "n1 reports a conflict".into(),
             },
-        };
+        );
         let refused = attempt_key(Some(&plan), &svc("7"));
         assert_eq!(
             attempt_key(Some(&plan), &svc("7")),
