@@ -409,3 +409,47 @@ async fn a_first_convergence_writes_most_services_once_with_announced() {
         .await;
     c.cleanup().await;
 }
+
+/// A port change is a line change although the plan stays (same IP, same node): the line
+/// shows the new port, the other Service's line is left as it was. Our own status writes
+/// change the view too, but no line: the index touches a node for changed ports only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_change_rewrites_its_line_alone() {
+    let _serial = serial().await;
+    let c = Cluster::new("ports").await;
+    c.set_pool(&[(c.ns.as_str(), "10.63.16.0/29")]).await;
+    let node = c.node("a").await;
+    let _agent = c.fake_agent(&node);
+    c.wait_agent_leases(&[&node]).await;
+    let (_controller, _metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    c.create(lb_service("db").port(5432)).await;
+    for name in ["web", "db"] {
+        c.wait_condition(name, keys::CONDITION_ANNOUNCED, "Announced")
+            .await;
+    }
+    let web = c.ips("web").await[0].clone();
+    let db = c.ips("db").await[0].clone();
+    let db_line = c.assignment_line(&node, &db).await.expect("db's line");
+    let web_line = c.assignment_line(&node, &web).await.expect("web's line");
+    assert!(web_line.contains("tcp:80 "), "{web_line}");
+
+    let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
+    let ports = json!({"spec": {"ports": [{"name": "https", "port": 8443, "protocol": "TCP"}]}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(ports))
+        .await
+        .unwrap();
+    eventually(
+        SETTLE,
+        "web's line opens 8443 and no longer 80",
+        async || {
+            c.assignment_line(&node, &web)
+                .await
+                .is_some_and(|l| l.contains("tcp:8443 ") && !l.contains("tcp:80 "))
+        },
+    )
+    .await;
+    assert_eq!(c.ips("web").await, [web], "the plan stays");
+    assert_eq!(c.assignment_line(&node, &db).await, Some(db_line));
+    c.cleanup().await;
+}

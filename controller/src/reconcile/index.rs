@@ -93,9 +93,10 @@ impl Index {
             }
         }
         self.probe.clone_from(&output.probe);
-        // A changed view may change the lines (ports) even when its plan stays.
-        let viewed: HashSet<&ServiceKey> =
-            observed.changes.services.iter().map(|(k, _)| k).collect();
+        // Changed ports change the lines even when the plan stays; nothing else of a view
+        // does (a status write of ours landing changes the view, not the lines: at 100
+        // nodes a slice's echoes would render every node).
+        let viewed = &observed.services.ports;
         let mut planned = Vec::with_capacity(output.services.len());
         // Moved, not copied: at 10,000 Services a first pass's plans are megabytes.
         for (key, plan) in std::mem::take(&mut output.services) {

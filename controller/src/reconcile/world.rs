@@ -60,6 +60,10 @@ pub(super) struct ServiceDelta {
     pub records: Vec<ServiceKey>,
     /// Our Services whose view changed: the new view, or `None` when it is no longer ours.
     pub views: Vec<(ServiceKey, Option<Arc<ServiceView>>)>,
+    /// Our Services (before and after) whose ports changed: the one part of a view their
+    /// assignment lines show. A view that changed elsewhere (its status: our own write
+    /// landing) changes no line unless its plan does.
+    pub ports: HashSet<ServiceKey>,
     /// Whether a stranger appeared, changed or went.
     pub strangers: bool,
 }
@@ -100,6 +104,8 @@ impl World {
                 everything: true,
                 records: keys,
                 views,
+                // Every node is rendered after a full read.
+                ports: HashSet::new(),
                 strangers: true,
             };
         }
@@ -120,6 +126,11 @@ impl World {
             let old_view = old.and_then(|r| r.view.clone());
             let new_view = new.as_ref().and_then(|r| r.view.clone());
             if old_view != new_view {
+                if let (Some(old), Some(new)) = (&old_view, &new_view)
+                    && old.ports != new.ports
+                {
+                    delta.ports.insert(key.clone());
+                }
                 delta.views.push((key.clone(), new_view.clone()));
                 let local = new_view.as_ref().is_some_and(|v| v.local_traffic);
                 if local {
@@ -350,7 +361,15 @@ mod tests {
         assert_eq!(delta.views.len(), 1);
         assert_eq!(delta.views[0].0, key("web"));
         assert_eq!(delta.views[0].1.as_ref().unwrap().ports[0].port, 443);
+        assert_eq!(delta.ports, HashSet::from([key("web")]), "its lines change");
         assert!(!delta.strangers);
+
+        // Our status write landing: a view change (the quarantine reads it), no line change.
+        let written = lb_service("a", "web").port(443).with_ingress(&["10.0.0.1"]);
+        writer.apply(&Event::Apply(written.build()));
+        let delta = world.services(&cache, &dirty(&["web"]));
+        assert_eq!(delta.views.len(), 1);
+        assert!(delta.ports.is_empty(), "{:?}", delta.ports);
 
         // No longer ours but with our marks: a stranger, and its view goes.
         writer.apply(&Event::Apply(
