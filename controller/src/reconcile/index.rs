@@ -98,6 +98,11 @@ impl Index {
         // nodes a slice's echoes would render every node).
         let viewed = &observed.services.ports;
         let mut planned = Vec::with_capacity(output.services.len());
+        // The first pass sizes the table once rather than growing it through every power
+        // of two (each growth holds the old table and the new one).
+        if self.plans.is_empty() {
+            self.plans.reserve(output.services.len());
+        }
         // Moved, not copied: at 10,000 Services a first pass's plans are megabytes.
         for (key, plan) in std::mem::take(&mut output.services) {
             planned.push(key.clone());

@@ -534,26 +534,6 @@ impl Reconciler {
         if touched.is_empty() {
             return;
         }
-        let records = &self.world.records;
-        let plans = &self.index.plans;
-        let carried = touched
-            .iter()
-            .filter_map(|node| self.index.on_node.get(node))
-            .flatten()
-            .collect::<BTreeSet<&ServiceKey>>()
-            .into_iter()
-            .filter_map(|key| {
-                let plan = plans.get(key)?;
-                let view = records.get(key).and_then(|r| r.view.as_deref());
-                Some((key, plan, view))
-            });
-        let desired = node_assignments::desired(
-            carried,
-            &output.probe,
-            &macs_map,
-            Some(&touched),
-            self.ctx.config.fast_failover,
-        );
         let observed_assignments = node_assignments::observed(
             objects
                 .iter()
@@ -569,12 +549,31 @@ impl Reconciler {
         drop(objects);
         object_versions
             .retain(|name, _| node_assignments::node_of(name).is_some_and(|n| touched.contains(n)));
+        let records = &self.world.records;
+        let index = &self.index;
+        let standbys = self.ctx.config.fast_failover;
+        // One node at a time: its Services (those it holds or stands by for) and no other.
+        let desired = |node: &str| {
+            let carried = index.on_node.get(node).into_iter().flatten();
+            let carried = carried.filter_map(|key| {
+                let plan = index.plans.get(key)?;
+                let view = records.get(key).and_then(|r| r.view.as_deref());
+                Some((key, plan, view))
+            });
+            let only = BTreeSet::from([node.to_owned()]);
+            node_assignments::desired(carried, &output.probe, &macs_map, Some(&only), standbys)
+                .remove(node)
+                .unwrap_or_else(|| NodeAssignments {
+                    node_macs: macs_map.clone(),
+                    ..NodeAssignments::default()
+                })
+        };
         self.writes
             .write_assignments(
                 object_versions,
+                &touched,
                 desired,
                 observed_assignments,
-                &macs_map,
                 observed.now,
             )
             .await;

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::assignment::NodeAssignments;
-use aliaslb_core::mac::Mac;
 use aliaslb_core::plan::{ServiceKey, ServicePlan};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -285,22 +284,21 @@ impl Writes {
     /// (and that we did not just write: the cache lags behind our writes), round by round
     /// ([`Round`]): a node's writes of a round wait until its writes of the rounds before
     /// are done, so its agent never reads a count whose shards are not written yet. A node
-    /// with nothing assigned gets empty lists and the node MACs `macs`.
+    /// with nothing assigned gets empty lists and the node MACs.
     ///
-    /// `versions` is the resourceVersion of each assignment object in the cache, by name.
+    /// `nodes` are the nodes to look at, `desired` gives one node's assignment (with the
+    /// node MACs), built one node at a time so a pass holds one node's lines, not every
+    /// node's (a first pass at 10,000 Services held 8 MiB of them). A node that carries
+    /// nothing and has no objects is left alone. `versions` is the resourceVersion of each
+    /// assignment object in the cache, by name.
     pub(super) async fn write_assignments(
         &mut self,
         versions: HashMap<String, Option<String>>,
-        desired: BTreeMap<String, NodeAssignments>,
+        nodes: &BTreeSet<String>,
+        mut desired: impl FnMut(&str) -> NodeAssignments,
         observed: BTreeMap<String, NodeObjects>,
-        macs: &BTreeMap<Mac, String>,
         now: Instant,
     ) {
-        let nodes: BTreeSet<&String> = desired.keys().chain(observed.keys()).collect();
-        let nothing = NodeAssignments {
-            node_macs: macs.clone(),
-            ..NodeAssignments::default()
-        };
         let no_objects = NodeObjects::new();
         let mut rounds: BTreeMap<Round, Vec<ObjectWrite>> = BTreeMap::new();
         // Nodes a write of which cannot be made now (refused, or waiting for its retry):
@@ -310,12 +308,16 @@ impl Writes {
             if self.assign_retry.waiting(node, now) {
                 continue;
             }
-            let want = desired.get(node).unwrap_or(&nothing);
-            let seen = observed.get(node).unwrap_or(&no_objects);
+            let seen = observed.get(node);
+            let want = desired(node);
+            if want.is_empty() && seen.is_none() {
+                continue;
+            }
+            let seen = seen.unwrap_or(&no_objects);
             let written = self.shard_counts.get(node).copied().unwrap_or(0);
             let in_force = node_assignments::count_in_force(node, seen).max(written);
             let mut pending = false;
-            for (name, data, round) in node_assignments::render_node(node, want, in_force) {
+            for (name, data, round) in node_assignments::render_node(node, &want, in_force) {
                 if seen.get(&name) == Some(&data) {
                     self.assign_memo.remove(&name);
                     self.assign_refused.remove(&name);
