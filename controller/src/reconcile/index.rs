@@ -96,7 +96,7 @@ impl Index {
         // Changed ports change the lines even when the plan stays; nothing else of a view
         // does (a status write of ours landing changes the view, not the lines: at 100
         // nodes a slice's echoes would render every node).
-        let viewed = &observed.services.ports;
+        let ports_changed = &observed.services.ports;
         let mut planned = Vec::with_capacity(output.services.len());
         // The first pass sizes the table once rather than growing it through every power
         // of two (each growth holds the old table and the new one).
@@ -109,7 +109,7 @@ impl Index {
             let old = self.plans.get(&key);
             // A plan whose lines stay (its conditions alone changed, as when an agent
             // reports an IP held) touches no node: rendering a node is O(its Services).
-            if !viewed.contains(&key) && old.is_some_and(|old| old.same_lines(&plan)) {
+            if !ports_changed.contains(&key) && old.is_some_and(|old| old.same_lines(&plan)) {
                 self.plans.insert(key, plan);
                 continue;
             }
