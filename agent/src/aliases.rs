@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use tracing::{debug, info, instrument, warn};
@@ -199,15 +200,17 @@ impl DesiredSet {
         self.vmacs.get(&ip).copied()
     }
 
-    /// This set with the standby IPs `taken` held too (taken over on the LAN: no probe).
-    pub fn with_taken_over(&self, taken: &BTreeSet<IpAddr>) -> DesiredSet {
-        let mut set = self.clone();
+    /// `set` with the standby IPs `taken` held too (taken over on the LAN: no probe). The
+    /// same allocation when that adds nothing (the usual case): a set of 10,000 IPs is
+    /// megabytes, copied only to change it.
+    pub fn with_taken_over(mut set: Arc<DesiredSet>, taken: &BTreeSet<IpAddr>) -> Arc<DesiredSet> {
         for ip in taken {
-            if let Some(line) = self.standby.get(ip)
-                && !set.entries.contains_key(ip)
+            if !set.entries.contains_key(ip)
+                && let Some(line) = set.standby.get(ip).cloned()
             {
-                set.entries.insert(*ip, line.interface.clone());
-                set.open(*ip, line.ports.iter().copied());
+                let set = Arc::make_mut(&mut set);
+                set.entries.insert(*ip, line.interface);
+                set.open(*ip, line.ports);
                 if let Some(mac) = line.vmac {
                     set.vmacs.insert(*ip, mac);
                 }
@@ -236,10 +239,25 @@ impl DesiredSet {
         }
     }
 
-    /// This set without `ips` (the conflict guard holds them back from the reconcile).
-    pub fn without(&self, ips: &BTreeSet<IpAddr>) -> DesiredSet {
-        let mut set = self.clone();
+    /// Whether any part of this set is about `ip` (as [`without`](Self::without) removes it).
+    fn mentions(&self, ip: IpAddr) -> bool {
+        self.entries.contains_key(&ip)
+            || self.ports.contains_key(&ip)
+            || self.probe.contains(&ip)
+            || self.routed.contains(&ip)
+            || self.peers.contains_key(&ip)
+            || self.relays.contains_key(&ip)
+            || self.vmacs.contains_key(&ip)
+    }
+
+    /// `set` without `ips` (the conflict guard holds them back from the reconcile). The same
+    /// allocation when none of them is in it (the usual case).
+    pub fn without(mut set: Arc<DesiredSet>, ips: &BTreeSet<IpAddr>) -> Arc<DesiredSet> {
         for ip in ips {
+            if !set.mentions(*ip) {
+                continue;
+            }
+            let set = Arc::make_mut(&mut set);
             set.entries.remove(ip);
             set.ports.remove(ip);
             set.probe.remove(ip);
@@ -971,11 +989,52 @@ mod tests {
         d.open(ip("10.0.0.2"), [port]);
         d.mark_probe(ip("10.0.0.2"));
         d.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
-        let less = d.without(&[ip("10.0.0.2")].into());
+        let d = Arc::new(d);
+        let less = DesiredSet::without(d.clone(), &[ip("10.0.0.2")].into());
         let mut want = desired(&["10.0.0.1"]);
         want.add_node_mac(Mac([2, 0, 0, 0, 0, 9]), "n2");
-        assert_eq!(less, want);
-        assert_eq!(d.without(&BTreeSet::new()), d);
+        assert_eq!(*less, want);
+        assert_eq!(d.len(), 2, "the shared set is left as it was");
+        // Nothing to drop: the same allocation, not a copy.
+        for none in [BTreeSet::new(), [ip("10.0.0.9")].into()] {
+            let same = DesiredSet::without(d.clone(), &none);
+            assert!(Arc::ptr_eq(&same, &d));
+        }
+    }
+
+    #[test]
+    fn a_takeover_adds_the_standby_line_and_nothing_else_is_copied() {
+        let mut d = desired(&["10.0.0.1"]);
+        let port = crate::shield::OpenPort {
+            protocol: crate::shield::Protocol::Tcp,
+            port: 443,
+        };
+        let line = StandbyLine {
+            holder: "n2".into(),
+            interface: Some("eth1".into()),
+            ports: [port].into(),
+            vmac: Some(Mac([2, 0, 0, 0, 0, 7])),
+        };
+        d.add_standby(ip("10.0.0.5"), line);
+        let d = Arc::new(d);
+        let taken = DesiredSet::with_taken_over(d.clone(), &[ip("10.0.0.5")].into());
+        assert!(taken.contains(ip("10.0.0.5")) && taken.contains(ip("10.0.0.1")));
+        assert_eq!(taken.interface(ip("10.0.0.5")), Some("eth1"));
+        assert_eq!(taken.ports(ip("10.0.0.5")).collect::<Vec<_>>(), [port]);
+        assert_eq!(taken.vmac(ip("10.0.0.5")), Some(Mac([2, 0, 0, 0, 0, 7])));
+        assert!(
+            !d.contains(ip("10.0.0.5")),
+            "the shared set is left as it was"
+        );
+        // Nothing taken, or taken but not a standby of this set, or already held: no copy.
+        for none in [
+            BTreeSet::new(),
+            [ip("10.0.0.9")].into(),
+            [ip("10.0.0.1")].into(),
+        ] {
+            let same = DesiredSet::with_taken_over(d.clone(), &none);
+            assert!(Arc::ptr_eq(&same, &d));
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! the API path healing: see [`aliaslb_ops::api`].
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aliaslb_core::assignment::shards;
 use aliaslb_core::assignment::{AssignmentError, NodeAssignments};
@@ -167,8 +167,9 @@ pub struct Assignment {
     node: String,
     index: Listing,
     labelled: Listing,
-    /// The last set that could be read.
-    good: Option<DesiredSet>,
+    /// The last set that could be read (shared with the channel and the node loop: at
+    /// 10,000 IPs a set is megabytes).
+    good: Option<Arc<DesiredSet>>,
 }
 
 impl Assignment {
@@ -240,7 +241,7 @@ impl Assignment {
     /// marked as such (nothing read yet: nothing assigned).
     fn read(&mut self) -> Option<bool> {
         let set = match self.reading() {
-            Reading::Set(set) => set,
+            Reading::Set(set) => Arc::new(set),
             Reading::Missing => {
                 let mut kept = self.good.clone().unwrap_or_default();
                 if !kept.object_missing() && !kept.is_empty() {
@@ -250,7 +251,7 @@ impl Assignment {
                          while this agent's Lease stays fresh, until the controller writes it again"
                     );
                 }
-                kept.mark_object_missing();
+                Arc::make_mut(&mut kept).mark_object_missing();
                 kept
             }
             Reading::Unreadable(error) => {
@@ -259,7 +260,7 @@ impl Assignment {
             }
             Reading::Between => return None,
         };
-        if self.good.as_ref().is_some_and(DesiredSet::object_missing) && !set.object_missing() {
+        if self.good.as_ref().is_some_and(|g| g.object_missing()) && !set.object_missing() {
             info!(
                 desired = set.len(),
                 "the assignment objects of this node are back"
@@ -271,7 +272,7 @@ impl Assignment {
     }
 
     /// The desired set, once both watches listed completely and it was read (`None` before).
-    pub fn desired(&self) -> Option<DesiredSet> {
+    pub fn desired(&self) -> Option<Arc<DesiredSet>> {
         if self.index.synced && self.labelled.synced {
             self.good.clone()
         } else {
@@ -297,8 +298,9 @@ impl InForce {
         Self::default()
     }
 
-    /// The set in force for `received`, with this agent's authority `fresh` or not.
-    pub fn of(&mut self, received: &DesiredSet, fresh: bool) -> DesiredSet {
+    /// The set in force for `received`, with this agent's authority `fresh` or not (the
+    /// same allocation unless its IPs are dropped).
+    pub fn of(&mut self, received: &Arc<DesiredSet>, fresh: bool) -> Arc<DesiredSet> {
         if !received.object_missing() {
             self.dropped = false;
             return received.clone();
@@ -312,7 +314,7 @@ impl InForce {
         }
         self.dropped |= !fresh;
         if self.dropped {
-            received.without_ips()
+            Arc::new(received.without_ips())
         } else {
             received.clone()
         }
@@ -333,7 +335,7 @@ pub async fn watch_assignments(
     client: Client,
     namespace: String,
     node: String,
-    tx: watch::Sender<Option<DesiredSet>>,
+    tx: watch::Sender<Option<Arc<DesiredSet>>>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let name = keys::assignment_configmap(&node);
@@ -494,7 +496,7 @@ mod tests {
         );
         assert_eq!(a.desired(), None);
         assert!(a.apply(Source::Index, watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&set(&[("10.0.0.1", None)])));
     }
 
     /// `set` marked as kept for a missing object.
@@ -509,7 +511,7 @@ mod tests {
         let mut a = labelled_listed();
         a.apply(Source::Index, watcher::Event::Init);
         assert!(a.apply(Source::Index, watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(kept(&[])));
+        assert_eq!(a.desired().as_deref(), Some(&kept(&[])));
         assert!(a.apply(
             Source::Index,
             watcher::Event::Apply(object("10.0.0.1 - - a/b"))
@@ -523,8 +525,8 @@ mod tests {
         );
         assert!(a.apply(Source::Index, watcher::Event::Apply(object(""))));
         assert_eq!(
-            a.desired(),
-            Some(DesiredSet::new()),
+            a.desired().as_deref(),
+            Some(&DesiredSet::new()),
             "an empty object: nothing"
         );
     }
@@ -536,26 +538,26 @@ mod tests {
             Source::Index,
             watcher::Event::Delete(object("10.0.0.1 - - a/b"))
         ));
-        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&kept(&[("10.0.0.1", None)])));
         // Relisted while it is still missing: still kept.
         a.apply(Source::Index, watcher::Event::Init);
         assert!(a.apply(Source::Index, watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&kept(&[("10.0.0.1", None)])));
         // The controller writes it again: that set, not marked.
         assert!(a.apply(
             Source::Index,
             watcher::Event::Apply(object("10.0.0.2 - - a/b"))
         ));
-        assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&set(&[("10.0.0.2", None)])));
     }
 
     #[test]
     fn a_kept_set_is_in_force_only_while_the_authority_is_fresh() {
-        let written = set(&[("10.0.0.1", None)]);
-        let missing = kept(&[("10.0.0.1", None)]);
+        let written = Arc::new(set(&[("10.0.0.1", None)]));
+        let missing = Arc::new(kept(&[("10.0.0.1", None)]));
         let mut f = InForce::new();
         // (received, authority fresh, IPs in force)
-        let steps: &[(&DesiredSet, bool, usize)] = &[
+        let steps: &[(&Arc<DesiredSet>, bool, usize)] = &[
             (&written, false, 1), // a written set holds whatever the authority
             (&missing, true, 1),  // deleted: kept while fresh
             (&missing, false, 0), // stale: let go
@@ -569,6 +571,8 @@ mod tests {
             assert_eq!(now.len(), *want, "step {i}");
             assert_eq!(now.object_missing(), received.object_missing(), "step {i}");
             assert!(!InForce::must_drop(&now, *fresh), "step {i}");
+            // Whatever is not dropped is the set received itself, not a copy of it.
+            assert_eq!(Arc::ptr_eq(&now, received), *want == 1, "step {i}");
         }
         assert!(InForce::must_drop(&missing, false));
         assert!(!InForce::must_drop(&missing, true));
@@ -582,12 +586,12 @@ mod tests {
             Source::Index,
             watcher::Event::Apply(object("10.0.0.1 eth0"))
         ));
-        assert_eq!(a.desired(), Some(set(&[("10.0.0.1", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&set(&[("10.0.0.1", None)])));
         assert!(a.apply(
             Source::Index,
             watcher::Event::Apply(object("10.0.0.2 - - a/b"))
         ));
-        assert_eq!(a.desired(), Some(set(&[("10.0.0.2", None)])));
+        assert_eq!(a.desired().as_deref(), Some(&set(&[("10.0.0.2", None)])));
     }
 
     #[test]
@@ -596,12 +600,16 @@ mod tests {
         // Deleted while the watch was down: the relist does not list it.
         a.apply(Source::Index, watcher::Event::Init);
         assert_eq!(
-            a.desired(),
-            Some(set(&[("10.0.0.1", None)])),
+            a.desired().as_deref(),
+            Some(&set(&[("10.0.0.1", None)])),
             "kept while relisting"
         );
         assert!(a.apply(Source::Index, watcher::Event::InitDone));
-        assert_eq!(a.desired(), Some(kept(&[("10.0.0.1", None)])), "kept");
+        assert_eq!(
+            a.desired().as_deref(),
+            Some(&kept(&[("10.0.0.1", None)])),
+            "kept"
+        );
         // A relist reading the same set is published too: a set read after an outage.
         a.apply(Source::Index, watcher::Event::Init);
         assert!(

@@ -142,7 +142,7 @@ impl HolderCheck for FakeHolders {
 struct Harness {
     fake: Arc<Fake>,
     lan: Arc<FakeLan>,
-    desired_tx: watch::Sender<Option<DesiredSet>>,
+    desired_tx: watch::Sender<Option<Arc<DesiredSet>>>,
     observed_tx: mpsc::Sender<LanClaim>,
     report_rx: watch::Receiver<Option<AgentReport>>,
     authority: Authority,
@@ -241,7 +241,7 @@ impl Harness {
     }
 
     fn want(&self, d: DesiredSet) {
-        self.desired_tx.send_replace(Some(d));
+        self.desired_tx.send_replace(Some(Arc::new(d)));
     }
 
     fn claim(&self, s: &str, mac: Mac, kind: ClaimKind) {

@@ -56,7 +56,7 @@ use crate::shield::{IPVS_LINK, ShieldBackend};
 #[derive(Debug)]
 pub struct Loop {
     /// The desired set (`None` until the assignment was read).
-    pub desired_rx: watch::Receiver<Option<DesiredSet>>,
+    pub desired_rx: watch::Receiver<Option<Arc<DesiredSet>>>,
     /// "Something changed" ticks from the kernel.
     pub changes: mpsc::Receiver<()>,
     /// Claims seen on the LAN for the IPs held (and probed).
@@ -188,9 +188,9 @@ pub struct Node<B, S, L> {
     probes: JoinSet<ProbeDone>,
     /// The desired set in force (as received, less a set kept for a missing object once
     /// the authority is stale: [`InForce`]), and as last given to the alias manager.
-    desired: DesiredSet,
+    desired: Arc<DesiredSet>,
     in_force: InForce,
-    effective: DesiredSet,
+    effective: Arc<DesiredSet>,
     /// Up/down state of every link at the last look, to re-announce on a link coming up.
     links_up: BTreeMap<u32, bool>,
     /// Whether the node had a `kube-ipvs0` link at the last look (IPVS kube-proxy).
@@ -242,9 +242,9 @@ where
             routed_fence: RoutedFence::default(),
             probe_config: setup.probe,
             probes: JoinSet::new(),
-            desired: DesiredSet::new(),
+            desired: Arc::default(),
             in_force: InForce::new(),
-            effective: DesiredSet::new(),
+            effective: Arc::default(),
             links_up: BTreeMap::new(),
             ipvs: None,
             interfaces: Vec::new(),
@@ -454,7 +454,7 @@ where
                 info!(%ip, "takeover over: the assignment no longer names this node the IP's standby for that holder");
             }
             // Held while taken over: as desired as any other IP, never probed.
-            self.desired = in_force.with_taken_over(self.failover.taken());
+            self.desired = DesiredSet::with_taken_over(in_force, self.failover.taken());
             self.settle_fence();
             let first = !synced;
             retry = self.reconcile(cause, first).await;
@@ -638,13 +638,13 @@ where
     /// What the alias manager is given: the desired set less `back` (held back by the
     /// guard), less the IPs stepped down ([`Fence`]) and, while the L3 fence is up, less
     /// the routed addresses.
-    fn effective_of(&self, back: &BTreeSet<IpAddr>) -> DesiredSet {
+    fn effective_of(&self, back: &BTreeSet<IpAddr>) -> Arc<DesiredSet> {
         let mut out: BTreeSet<IpAddr> = back.clone();
         out.extend(self.fence.stepped_down().map(|(ip, _)| ip));
         if self.routed_fence.withdrawn() {
             out.extend(self.routed());
         }
-        self.desired.without(&out)
+        DesiredSet::without(self.desired.clone(), &out)
     }
 
     /// Takes links and subnets for the report from the reconcile's own dump, and
