@@ -227,11 +227,11 @@ fn install(reps: u64) {
                     rt.block_on(backend.apply(&delete)).expect("delete table");
                     assert!(!table_exists());
                     let mut shield = Shield::new(NftBackend::default());
-                    let (new, r) = timed(&rt, shield.sync(&contents));
+                    let (new, r) = timed(&rt, shield.sync(contents.clone()));
                     assert!(r.expect("table install"), "the install wrote nothing");
                     assert_holds(ips, ports);
                     let mut shield = Shield::new(NftBackend::default());
-                    let (replace, r) = timed(&rt, shield.sync(&contents));
+                    let (replace, r) = timed(&rt, shield.sync(contents.clone()));
                     assert!(r.expect("table replace"), "the replace wrote nothing");
                     assert_holds(ips, ports);
                     if rep > 0 {
@@ -312,7 +312,7 @@ fn change(changes: u64) {
         .map(|(ns, base)| {
             ns.enter();
             let mut shield = Shield::new(NftBackend::default());
-            assert!(rt.block_on(shield.sync(base)).expect("install"));
+            assert!(rt.block_on(shield.sync(base.clone())).expect("install"));
             shield
         })
         .collect();
@@ -335,10 +335,11 @@ fn change(changes: u64) {
             let script = std::hint::black_box(update_script(&bases[i], &target));
             let script_time = start.elapsed();
             assert_eq!(script.lines().count(), 2, "{script}");
-            let (add, r) = timed(&rt, shields[i].sync(&target));
+            let (add, r) = timed(&rt, shields[i].sync(target));
             assert!(r.expect("add one IP"), "the add wrote nothing");
             assert_holds(ips + 1, ports + 1);
-            let (remove, r) = timed(&rt, shields[i].sync(&bases[i]));
+            let base = bases[i].clone();
+            let (remove, r) = timed(&rt, shields[i].sync(base));
             assert!(r.expect("remove one IP"), "the remove wrote nothing");
             assert_holds(ips, ports);
             if c > 0 {
@@ -730,7 +731,10 @@ fn switch(
     server.enter();
     rt.block_on(shield.remove()).expect("shield removal");
     if on {
-        assert!(rt.block_on(shield.sync(contents)).expect("shield install"));
+        assert!(
+            rt.block_on(shield.sync(contents.clone()))
+                .expect("shield install")
+        );
         assert_holds(contents.len(), contents.iter().map(|(_, p)| p.len()).sum());
     } else {
         assert!(!table_exists());

@@ -655,7 +655,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
                 shield.contents(),
                 plan.remove.iter().map(|a| a.ip),
             );
-            if let Err(e) = shield.sync(&before).await {
+            if let Err(e) = shield.sync(before).await {
                 // Fail closed: no new alias without its shield element.
                 for alias in plan.add.drain(..) {
                     warn!(alias = %alias, "not added: its shield element could not be written");
@@ -751,7 +751,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             // failed is still on the node and keeps them.
             let mut after = shield_target(desired, owned.values());
             keep_shielded(&mut after, shield.contents(), undeleted);
-            if let Err(e) = shield.sync(&after).await {
+            if let Err(e) = shield.sync(after).await {
                 report.errors.push(ReconcileError::Shield(e));
             }
         }

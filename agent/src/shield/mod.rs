@@ -44,6 +44,7 @@
 
 pub mod nft;
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::future::Future;
@@ -125,6 +126,14 @@ enum Element {
 }
 
 impl Element {
+    /// The order [`Contents::elements`] yields them in: by IP, the IP before its ports.
+    fn walk_key(self) -> (IpAddr, Option<OpenPort>) {
+        match self {
+            Element::Ip(ip) => (ip, None),
+            Element::Port(ip, port) => (ip, Some(port)),
+        }
+    }
+
     fn set(self) -> &'static str {
         match self {
             Element::Ip(IpAddr::V4(_)) => "held4",
@@ -179,12 +188,31 @@ pub fn delete_script() -> String {
 
 /// The element updates that turn `from` into `to` (empty when they are equal): one
 /// transaction, whose cost grows with the change, not with the table.
+///
+/// One merge walk over the two tables in their common order, collecting only the
+/// difference: no copy of either table (at 10,000 IPs a copy was megabytes per sync).
 pub fn update_script(from: &Contents, to: &Contents) -> String {
-    let old: BTreeSet<Element> = from.elements().collect();
-    let new: BTreeSet<Element> = to.elements().collect();
+    let (mut adds, mut deletes) = (Vec::new(), Vec::new());
+    let (mut old, mut new) = (from.elements().peekable(), to.elements().peekable());
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(o), Some(n)) => o.walk_key().cmp(&n.walk_key()),
+        };
+        match order {
+            Ordering::Less => deletes.extend(old.next()),
+            Ordering::Greater => adds.extend(new.next()),
+            Ordering::Equal => {
+                old.next();
+                new.next();
+            }
+        }
+    }
     let mut s = String::new();
-    element_lines(&mut s, "add", new.difference(&old).copied());
-    element_lines(&mut s, "delete", old.difference(&new).copied());
+    element_lines(&mut s, "add", adds);
+    element_lines(&mut s, "delete", deletes);
     s
 }
 
@@ -471,11 +499,11 @@ impl<S: ShieldBackend> Shield<S> {
 
     /// Makes the table hold `target`: element updates only, or the whole table in one
     /// transaction when it is not known to be ours yet. Returns whether it wrote anything.
-    pub async fn sync(&mut self, target: &Contents) -> Result<bool, ShieldError> {
+    pub async fn sync(&mut self, target: Contents) -> Result<bool, ShieldError> {
         let script = if self.installed {
-            update_script(&self.applied, target)
+            update_script(&self.applied, &target)
         } else {
-            table_script(target, self.ipvs)
+            table_script(&target, self.ipvs)
         };
         if script.is_empty() {
             return Ok(false);
@@ -485,7 +513,7 @@ impl<S: ShieldBackend> Shield<S> {
                 if self.failing {
                     info!("host-port shield works again");
                 }
-                self.applied = target.clone();
+                self.applied = target;
                 self.installed = true;
                 self.failing = false;
                 Ok(true)
@@ -676,6 +704,53 @@ mod tests {
              add element inet aliaslb ports6 { fd00::3 . udp . 53 }\n\
              delete element inet aliaslb held4 { 10.0.0.2 }\n\
              delete element inet aliaslb ports4 { 10.0.0.2 . tcp . 443 }\n"
+        );
+    }
+
+    #[test]
+    fn the_merge_walk_writes_what_the_set_difference_says() {
+        // The oracle: both tables as sets of elements, differenced.
+        let by_sets = |from: &Contents, to: &Contents| {
+            let old: BTreeSet<Element> = from.elements().collect();
+            let new: BTreeSet<Element> = to.elements().collect();
+            let mut s = String::new();
+            element_lines(&mut s, "add", new.difference(&old).copied());
+            element_lines(&mut s, "delete", old.difference(&new).copied());
+            s
+        };
+        // Tables drawn from 6 IPs (v4 and v6) with 0-2 of 3 ports each, every pair of them:
+        // an IP in one table only, first or last; the same IP with other ports; equal tables.
+        let ips = [
+            "10.0.0.1", "10.0.0.2", "10.0.0.9", "fd00::1", "fd00::2", "::ffff:1",
+        ];
+        let ports = [tcp(80), tcp(443), udp(53)];
+        let table = |seed: u32| {
+            let mut c = Contents::new();
+            for (i, addr) in ips.iter().enumerate() {
+                let digit = (seed / 4u32.pow(i as u32)) % 4;
+                if digit == 0 {
+                    continue;
+                }
+                let open = ports
+                    .iter()
+                    .copied()
+                    .filter(|p| !(u32::from(p.port) + digit).is_multiple_of(3));
+                c.open(ip(addr), open.take(digit as usize - 1));
+            }
+            c
+        };
+        let tables: Vec<Contents> = (0..4u32.pow(6)).step_by(37).map(table).collect();
+        let mut differing = 0;
+        for from in &tables {
+            for to in &tables {
+                let want = by_sets(from, to);
+                differing += usize::from(!want.is_empty());
+                assert_eq!(update_script(from, to), want, "{from:?} -> {to:?}");
+            }
+        }
+        assert!(
+            differing > tables.len() * tables.len() / 2,
+            "the cases differ"
         );
     }
 
