@@ -140,11 +140,12 @@ enum Entry {
         next: Instant,
         recheck: bool,
     },
-    /// Another host uses it.
-    Foreign(Foreign),
+    /// Another host uses it. Boxed, as `Yielded`'s sighting: rare, and large beside the
+    /// other variants, which every held IP has (at 10,000 IPs inline they cost 2 MiB).
+    Foreign(Box<Foreign>),
     /// Given up to another node while our authority was stale.
     Yielded {
-        who: Sighting,
+        who: Box<Sighting>,
         /// The desired-set generation at the yield.
         generation: u64,
     },
@@ -511,7 +512,7 @@ impl Guard {
                     self.ips.insert(
                         ip,
                         Entry::Yielded {
-                            who,
+                            who: Box::new(who),
                             generation: self.generation,
                         },
                     );
@@ -673,7 +674,7 @@ impl Guard {
                 self.ips.remove(&victim);
             }
         }
-        self.ips.insert(ip, Entry::Foreign(foreign));
+        self.ips.insert(ip, Entry::Foreign(Box::new(foreign)));
     }
 }
 
@@ -753,6 +754,14 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_entry_every_held_ip_has_stays_small() {
+        // One per held IP: at 10,000 IPs each 100 bytes is a megabyte. A conflict's
+        // details (sightings, backoffs) are boxed.
+        let size = std::mem::size_of::<Entry>();
+        assert!(size <= 48, "Entry is {size} bytes");
     }
 
     /// Desired: `plain` (takeovers), `probed` (first claims), node-2's MAC known.
