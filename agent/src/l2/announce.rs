@@ -2,16 +2,16 @@
 //! advertisements (IPv6), sent once at once and then in a burst.
 //!
 //! Frames are built by hand by small pure functions (golden-byte tested); sending does
-//! I/O through AF_PACKET sockets opened by `pnet_datalink` (a safe API: no unsafe here):
-//! one blocking thread sends every queued frame through one socket per interface per
-//! round.
+//! I/O through AF_PACKET sockets opened by `pnet_datalink` (a safe API: no unsafe here).
+//! One task keeps the schedule of every burst; each round of the frames due goes out from
+//! a blocking thread, through one socket per interface.
 //!
 //! IPv4 uses an ARP *request* with sender = target = VIP to broadcast (RFC 5227 "ARP
 //! Announcement", what `arping -U` and the kernel's own `arp_notify` send): every host
 //! that caches the VIP updates it, and, unlike an unsolicited reply, it is not dropped by
 //! stacks that only accept replies to requests they made.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pnet_datalink::{Channel, DataLinkSender, NetworkInterface};
-use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::host::Alias;
@@ -233,101 +233,49 @@ impl Default for AnnounceConfig {
     }
 }
 
-/// A frame waiting for the sender thread, and where its outcome goes.
-#[derive(Debug)]
-struct Job {
-    ifindex: u32,
-    frame: Arc<Vec<u8>>,
-    done: oneshot::Sender<Result<(), AnnounceError>>,
-}
-
-/// Frames waiting to be sent, and whether a sender thread is draining them.
-#[derive(Debug, Default)]
-struct Outbox {
-    jobs: Vec<Job>,
-    draining: bool,
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Queues `frame` for `ifindex` and starts a sender thread if none runs; the receiver
-/// gets the outcome.
+/// One frame of a burst, due now: what the sender thread needs to build and send it.
+#[derive(Debug)]
+struct Job {
+    ip: IpAddr,
+    mac: [u8; 6],
+    ifindex: u32,
+    ifname: Arc<str>,
+    /// Its number in the burst (0: the first).
+    n: u32,
+}
+
+/// Sends `jobs` through one socket per interface, counting each outcome.
 ///
 /// Opening an AF_PACKET socket is cheap but closing one waits for an RCU grace period
 /// (`synchronize_net` in `packet_release`), milliseconds each: one socket per frame made
-/// the first frame for the last of 1,000 new aliases leave 0.5-1 s after the first. One
-/// thread instead sends everything queued through one socket per interface per round, on
-/// the blocking pool (never on the runtime's workers).
-fn submit(
-    outbox: &Arc<Mutex<Outbox>>,
-    ifindex: u32,
-    frame: Arc<Vec<u8>>,
-) -> oneshot::Receiver<Result<(), AnnounceError>> {
-    let (done, outcome) = oneshot::channel();
-    let start = {
-        let mut o = lock(outbox);
-        o.jobs.push(Job {
-            ifindex,
-            frame,
-            done,
-        });
-        !std::mem::replace(&mut o.draining, true)
-    };
-    if start {
-        let outbox = outbox.clone();
-        tokio::task::spawn_blocking(move || drain(&outbox));
-    }
-    outcome
-}
-
-/// Sends rounds of queued frames until the queue is empty. Emptiness and the end of the
-/// drain are decided under one lock, so a frame queued meanwhile either joins the next
-/// round or starts a new drain.
-fn drain(outbox: &Mutex<Outbox>) {
-    /// Lets a later frame start a new drain if this one panics (the frames of the round
-    /// in flight then report failure: their senders are dropped).
-    struct Unwinding<'a>(&'a Mutex<Outbox>);
-    impl Drop for Unwinding<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                lock(self.0).draining = false;
-            }
-        }
-    }
-    let _unwinding = Unwinding(outbox);
-    loop {
-        let jobs = {
-            let mut o = lock(outbox);
-            if o.jobs.is_empty() {
-                o.draining = false;
-                return;
-            }
-            std::mem::take(&mut o.jobs)
-        };
-        send_round(jobs);
-    }
-}
-
-/// Sends `jobs` through one socket per interface and reports each outcome.
-fn send_round(jobs: Vec<Job>) {
+/// the first frame for the last of 1,000 new aliases leave 0.5-1 s after the first. A
+/// round instead sends everything due through one socket per interface, on the blocking
+/// pool (never on the runtime's workers).
+fn send_round(jobs: Vec<Job>, counts: &Counts) {
     let mut by_link: BTreeMap<u32, Vec<Job>> = BTreeMap::new();
     for job in jobs {
         by_link.entry(job.ifindex).or_default().push(job);
     }
     for (ifindex, jobs) in by_link {
-        match open_sender(ifindex) {
-            Ok(mut tx) => {
-                for job in jobs {
-                    let result = send_on(tx.as_mut(), ifindex, &job.frame);
-                    // The burst was cancelled meanwhile: nobody waits for the outcome.
-                    let _ = job.done.send(result);
+        let mut tx = open_sender(ifindex);
+        for job in jobs {
+            let result = match &mut tx {
+                Ok(tx) => send_on(tx.as_mut(), ifindex, &announcement_frame(job.mac, job.ip)),
+                Err(e) => Err(e.duplicate()),
+            };
+            let (ip, ifname, n) = (job.ip, &job.ifname, job.n);
+            match result {
+                Ok(()) => {
+                    counts.sent.fetch_add(1, Ordering::Relaxed);
+                    debug!(%ip, interface = %ifname, n, "announced");
                 }
-            }
-            Err(e) => {
-                for job in jobs {
-                    let _ = job.done.send(Err(e.duplicate()));
+                Err(e) => {
+                    counts.failed.fetch_add(1, Ordering::Relaxed);
+                    warn!(%ip, interface = %ifname, error = %e, "announcement failed");
                 }
             }
         }
@@ -362,118 +310,210 @@ fn late(due: std::time::Instant, now: std::time::Instant, interval: Duration) ->
     now.saturating_duration_since(due) > interval
 }
 
-/// Sends announcement bursts in background tasks and counts the frames.
-#[derive(Debug, Clone)]
-pub struct Announcer {
-    config: AnnounceConfig,
-    outbox: Arc<Mutex<Outbox>>,
-    sent: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    bursts: Arc<Mutex<Bursts>>,
+/// The bursts under way: for each IP the frames left, and when the next one is due.
+///
+/// Plain data, kept by the one task that sends every burst (a task per burst cost about
+/// 500 bytes each, 5 MB for the 10,000 bursts of a first sync of 10,000 IPs).
+#[derive(Debug, Default)]
+struct Schedule {
+    bursts: HashMap<IpAddr, Burst>,
+    /// Every burst's next frame, by due time (then order of scheduling).
+    due: BTreeSet<(Instant, u64, IpAddr)>,
+    seq: u64,
+    /// Interface names, for the logs (one per interface, not per burst).
+    names: HashMap<u32, Arc<str>>,
 }
 
-/// Map size below which finished bursts are not swept.
-const MIN_SWEEP: usize = 64;
-
-/// The bursts started, by IP, so a new burst or a removal can stop the running one.
 #[derive(Debug)]
-struct Bursts {
-    running: HashMap<IpAddr, AbortHandle>,
-    /// Size at which the next sweep of finished bursts happens.
-    sweep_at: usize,
+struct Burst {
+    mac: [u8; 6],
+    ifindex: u32,
+    start: Instant,
+    /// Frames handed out so far: the number of the next.
+    sent: u32,
+    /// Its entry in [`Schedule::due`].
+    key: (Instant, u64),
 }
 
-impl Default for Bursts {
-    fn default() -> Self {
-        Bursts {
-            running: HashMap::new(),
-            sweep_at: MIN_SWEEP,
+impl Schedule {
+    /// Starts a burst for `alias` from `mac` at `now`, replacing one under way for its IP.
+    fn start(&mut self, alias: &Alias, mac: [u8; 6], now: Instant) {
+        self.cancel(alias.ip);
+        // Kept per interface index, renamed if the interface was.
+        match self.names.get(&alias.ifindex) {
+            Some(name) if **name == *alias.ifname => {}
+            _ => {
+                self.names
+                    .insert(alias.ifindex, alias.ifname.as_str().into());
+            }
+        }
+        let key = self.enqueue(alias.ip, now);
+        let burst = Burst {
+            mac,
+            ifindex: alias.ifindex,
+            start: now,
+            sent: 0,
+            key,
+        };
+        self.bursts.insert(alias.ip, burst);
+    }
+
+    fn enqueue(&mut self, ip: IpAddr, at: Instant) -> (Instant, u64) {
+        self.seq += 1;
+        self.due.insert((at, self.seq, ip));
+        (at, self.seq)
+    }
+
+    /// Ends the burst for `ip`, if one is under way.
+    fn cancel(&mut self, ip: IpAddr) {
+        if let Some(b) = self.bursts.remove(&ip) {
+            self.due.remove(&(b.key.0, b.key.1, ip));
         }
     }
+
+    /// The frames due at `now`, each burst's next one rescheduled; a burst more than an
+    /// interval behind its schedule ends instead (its first frame is never late).
+    fn take_due(&mut self, now: Instant, config: AnnounceConfig) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        while let Some(&(at, seq, ip)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.remove(&(at, seq, ip));
+            let Some(mut burst) = self.bursts.remove(&ip) else {
+                continue;
+            };
+            let n = burst.sent;
+            let ifname = self
+                .names
+                .get(&burst.ifindex)
+                .cloned()
+                .unwrap_or_else(|| "?".into());
+            if n > 0 && late(at.into_std(), now.into_std(), config.interval) {
+                debug!(%ip, interface = %ifname, n, "announcement burst ended: this agent was stopped or starved past its schedule, the alias may be gone");
+                continue;
+            }
+            jobs.push(Job {
+                ip,
+                mac: burst.mac,
+                ifindex: burst.ifindex,
+                ifname,
+                n,
+            });
+            burst.sent += 1;
+            if burst.sent <= config.repeats {
+                burst.key = self.enqueue(ip, burst.start + config.interval * burst.sent);
+                self.bursts.insert(ip, burst);
+            }
+        }
+        jobs
+    }
+
+    /// When the next frame is due (`None`: no burst under way).
+    fn next_due(&self) -> Option<Instant> {
+        self.due.first().map(|(at, _, _)| *at)
+    }
+}
+
+/// Frames sent and failed since start.
+#[derive(Debug, Default)]
+struct Counts {
+    sent: AtomicU64,
+    failed: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: AnnounceConfig,
+    /// The schedule, and whether a task is sending it.
+    schedule: Mutex<(Schedule, bool)>,
+    /// A burst was started: its first frame is due now.
+    wake: Notify,
+    counts: Arc<Counts>,
+}
+
+/// Sends announcement bursts from one background task and counts the frames.
+#[derive(Debug, Clone)]
+pub struct Announcer {
+    shared: Arc<Shared>,
 }
 
 impl Announcer {
     /// An announcer with `config`.
     pub fn new(config: AnnounceConfig) -> Self {
         Announcer {
-            config,
-            outbox: Arc::default(),
-            sent: Arc::default(),
-            failed: Arc::default(),
-            bursts: Arc::default(),
+            shared: Arc::new(Shared {
+                config,
+                schedule: Mutex::default(),
+                wake: Notify::new(),
+                counts: Arc::default(),
+            }),
         }
     }
 
     /// Starts a burst for `alias` from `mac` (replacing a burst still running for that IP).
     /// Needs a tokio runtime; the frames go out in the calling thread's network namespace.
     pub fn announce(&self, alias: &Alias, mac: [u8; 6]) {
-        let frame = Arc::new(announcement_frame(mac, alias.ip));
-        let (config, sent, failed) = (self.config, self.sent.clone(), self.failed.clone());
-        let outbox = self.outbox.clone();
-        let (ip, ifindex, ifname) = (alias.ip, alias.ifindex, alias.ifname.clone());
-        let task = tokio::spawn(async move {
-            let start = tokio::time::Instant::now();
-            for i in 0..=config.repeats {
-                if i > 0 {
-                    let due = start + config.interval * i;
-                    tokio::time::sleep_until(due).await;
-                    if late(
-                        due.into_std(),
-                        tokio::time::Instant::now().into_std(),
-                        config.interval,
-                    ) {
-                        debug!(%ip, interface = %ifname, n = i, "announcement burst ended: this agent was stopped or starved past its schedule, the alias may be gone");
-                        return;
-                    }
-                }
-                let result = submit(&outbox, ifindex, frame.clone())
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(AnnounceError::Send {
-                            ifindex,
-                            source: io::Error::other("the sender thread stopped"),
-                        })
-                    });
-                match result {
-                    Ok(()) => {
-                        sent.fetch_add(1, Ordering::Relaxed);
-                        debug!(%ip, interface = %ifname, n = i, "announced");
-                    }
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        warn!(%ip, interface = %ifname, error = %e, "announcement failed");
-                    }
-                }
-            }
-        });
-        let mut bursts = lock(&self.bursts);
-        // Finished bursts are dropped once the map has doubled since the last sweep: a
-        // sweep on every call made 1,000 announcements quadratic (a million entries
-        // visited; the reconcile calls this synchronously).
-        if bursts.running.len() >= bursts.sweep_at {
-            bursts.running.retain(|_, h| !h.is_finished());
-            bursts.sweep_at = (2 * bursts.running.len()).max(MIN_SWEEP);
-        }
-        if let Some(old) = bursts.running.insert(ip, task.abort_handle()) {
-            old.abort();
+        let start_task = {
+            let mut guard = lock(&self.shared.schedule);
+            let (schedule, running) = &mut *guard;
+            schedule.start(alias, mac, Instant::now());
+            !std::mem::replace(running, true)
+        };
+        if start_task {
+            tokio::spawn(send_bursts(self.shared.clone()));
+        } else {
+            self.shared.wake.notify_one();
         }
     }
 
     /// Stops the burst for `ip`, if one runs (the alias was removed).
     pub fn cancel(&self, ip: IpAddr) {
-        if let Some(h) = lock(&self.bursts).running.remove(&ip) {
-            h.abort();
-        }
+        lock(&self.shared.schedule).0.cancel(ip);
     }
 
     /// Frames sent since start.
     pub fn frames_sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+        self.shared.counts.sent.load(Ordering::Relaxed)
     }
 
     /// Frames that failed to send since start.
     pub fn frames_failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
+        self.shared.counts.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// Sends the frames of every burst as they fall due, a round at a time, until no burst is
+/// left. Whether to stop is decided under the schedule's lock, so a burst started
+/// meanwhile either is seen here or starts a new task.
+async fn send_bursts(shared: Arc<Shared>) {
+    loop {
+        let now = Instant::now();
+        let (jobs, next) = {
+            let mut guard = lock(&shared.schedule);
+            let (schedule, running) = &mut *guard;
+            let jobs = schedule.take_due(now, shared.config);
+            let next = schedule.next_due();
+            if jobs.is_empty() && next.is_none() {
+                *running = false;
+                return;
+            }
+            (jobs, next)
+        };
+        if !jobs.is_empty() {
+            let (count, counts) = (jobs.len() as u64, shared.counts.clone());
+            if let Err(e) = tokio::task::spawn_blocking(move || send_round(jobs, &counts)).await {
+                shared.counts.failed.fetch_add(count, Ordering::Relaxed);
+                warn!(error = %e, frames = count, "an announcement round failed");
+            }
+            continue;
+        }
+        if let Some(next) = next {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = shared.wake.notified() => {}
+            }
+        }
     }
 }
 
@@ -494,6 +534,94 @@ mod tests {
     use super::*;
 
     const MAC: [u8; 6] = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+
+    fn alias(ip: &str) -> Alias {
+        Alias {
+            ip: ip.parse().unwrap(),
+            ifindex: 2,
+            ifname: "eth1".into(),
+        }
+    }
+
+    /// The (IP, frame number) of each job.
+    fn sent(jobs: &[Job]) -> Vec<(String, u32)> {
+        jobs.iter().map(|j| (j.ip.to_string(), j.n)).collect()
+    }
+
+    const BURST: AnnounceConfig = AnnounceConfig {
+        repeats: 2,
+        interval: Duration::from_secs(1),
+    };
+
+    #[test]
+    fn a_burst_is_one_frame_at_once_then_one_per_interval_then_nothing() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Schedule::default();
+        s.start(&alias("10.0.0.1"), MAC, t0);
+        s.start(&alias("fd00::1"), MAC, ms(300));
+        assert_eq!(s.next_due(), Some(t0));
+        let first = s.take_due(ms(300), BURST);
+        assert_eq!(
+            sent(&first),
+            [("10.0.0.1".into(), 0), ("fd00::1".into(), 0)]
+        );
+        assert_eq!((first[0].mac, &*first[0].ifname), (MAC, "eth1"));
+        assert!(
+            s.take_due(ms(999), BURST).is_empty(),
+            "nothing due before its interval"
+        );
+        assert_eq!(s.next_due(), Some(ms(1000)));
+        assert_eq!(sent(&s.take_due(ms(1000), BURST)), [("10.0.0.1".into(), 1)]);
+        assert_eq!(sent(&s.take_due(ms(1300), BURST)), [("fd00::1".into(), 1)]);
+        assert_eq!(
+            sent(&s.take_due(ms(2300), BURST)),
+            [("10.0.0.1".into(), 2), ("fd00::1".into(), 2)]
+        );
+        // 1 + 2 repeats each: over.
+        assert_eq!(s.next_due(), None);
+        assert!(s.bursts.is_empty() && s.take_due(ms(9000), BURST).is_empty());
+    }
+
+    #[test]
+    fn a_new_burst_replaces_the_running_one_and_a_cancelled_one_sends_nothing_more() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Schedule::default();
+        s.start(&alias("10.0.0.1"), MAC, t0);
+        s.start(&alias("10.0.0.2"), MAC, t0);
+        assert_eq!(s.take_due(t0, BURST).len(), 2);
+        // Announced again 500 ms in (from another MAC): starts over, one schedule only.
+        let other = [0x02, 0, 0, 0, 0, 9];
+        s.start(&alias("10.0.0.1"), other, ms(500));
+        s.cancel("10.0.0.2".parse().unwrap());
+        assert_eq!(s.due.len(), 1);
+        let again = s.take_due(ms(500), BURST);
+        assert_eq!(sent(&again), [("10.0.0.1".into(), 0)]);
+        assert_eq!(again[0].mac, other);
+        assert!(
+            s.take_due(ms(1000), BURST).is_empty(),
+            "the old schedule is gone"
+        );
+        assert_eq!(sent(&s.take_due(ms(1500), BURST)), [("10.0.0.1".into(), 1)]);
+        s.cancel("10.0.0.1".parse().unwrap());
+        assert_eq!(s.next_due(), None);
+        assert!(s.take_due(ms(9000), BURST).is_empty());
+    }
+
+    #[test]
+    fn a_burst_more_than_an_interval_behind_ends_but_its_first_frame_always_goes() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        s.start(&alias("10.0.0.1"), MAC, t0);
+        // Taken 8 s late (a frozen agent): the first frame still goes...
+        let late_first = s.take_due(t0 + Duration::from_secs(8), BURST);
+        assert_eq!(sent(&late_first), [("10.0.0.1".into(), 0)]);
+        // ...the second, due at 1 s and more than an interval behind, ends the burst.
+        assert!(s.take_due(t0 + Duration::from_secs(8), BURST).is_empty());
+        assert_eq!(s.next_due(), None);
+        assert!(s.bursts.is_empty());
+    }
 
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
