@@ -81,7 +81,7 @@ fn renew() -> Duration {
     Duration::from_secs(if lease == 4 { 1 } else { (lease / 4).max(1) })
 }
 /// The DaemonSet's `MALLOC_ARENA_MAX` (manifests/agent.yaml, the chart), for `binary`.
-const MALLOC_ARENA_MAX: &str = "2";
+const MALLOC_ARENA_MAX: &str = "1";
 /// The agent's default `--resync-interval 30s`.
 const RESYNC: Duration = Duration::from_secs(30);
 
@@ -423,7 +423,7 @@ async fn binary(period: Duration) {
     let lifetime = lease().saturating_sub(renew()).max(Duration::from_secs(1));
     args.extra
         .push(format!("--alias-lifetime={}s", lifetime.as_secs()));
-    // As the DaemonSet runs it (manifests/agent.yaml): glibc's malloc bounded to two arenas.
+    // As the DaemonSet runs it (manifests/agent.yaml): one glibc malloc arena.
     args.env
         .push(("MALLOC_ARENA_MAX".into(), MALLOC_ARENA_MAX.into()));
     let agent = Agent::start(&ns, &args);

@@ -276,14 +276,14 @@ async fn agent_daemonset_matches_the_agent_defaults() {
         env_names,
         ["NODE_NAME", "POD_NAMESPACE", "MALLOC_ARENA_MAX"]
     );
-    // glibc's arenas: the bound the agent's memory figures were measured with.
+    // One glibc arena, as the controller: what the agent's memory figures were measured with.
     let arenas = c
         .env
         .as_ref()
         .unwrap()
         .iter()
         .find(|e| e.name == "MALLOC_ARENA_MAX");
-    assert_eq!(arenas.and_then(|e| e.value.as_deref()), Some("2"));
+    assert_eq!(arenas.and_then(|e| e.value.as_deref()), Some("1"));
 
     // The agent crate is not a dependency here: read its flag defaults from its source, so a
     // changed default fails this test instead of silently breaking the probe or the grace period.
