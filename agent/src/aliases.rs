@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use tracing::{debug, info, instrument, warn};
@@ -372,6 +373,16 @@ pub struct RefreshReport {
     /// another node may hold them now. Reconcile instead: it reads the node afresh and
     /// adds what is missing the normal way, announced and under the LAN guard.
     pub expired: bool,
+    /// How long the round took.
+    pub took: Duration,
+}
+
+/// Whether a refresh round that took `took` crowds its refresh `interval`: more than half
+/// of it. The kernel walks the link's address list for each refresh, so a round grows
+/// faster than the aliases on one link (about a second at 10,000): the agent then spends
+/// its time refreshing, and a late round lets aliases lapse.
+pub fn refresh_crowded(took: Duration, interval: Duration) -> bool {
+    took * 2 > interval
 }
 
 /// Kernel writes issued since start, by kind (attempts, successful or not).
@@ -833,6 +844,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         if report.errors.is_empty() {
             self.refreshed_at = Some(now);
         }
+        report.took = now.elapsed();
         report
     }
 

@@ -112,6 +112,8 @@ pub struct Metrics {
     claims_elsewhere: Counter,
     probes: Family<OutcomeLabels, Counter>,
     reconcile_duration: Histogram,
+    refresh_duration: Histogram,
+    refresh_crowded: Gauge,
     shield_active: Gauge,
     shield_state: Family<StateLabels, Gauge>,
     shield_ips: Gauge,
@@ -314,6 +316,19 @@ impl Metrics {
             "Time spent in one alias reconcile (dump, diff, writes)",
             reconcile_duration.clone(),
         );
+        // 1 ms .. ~16 s: a round of 10,000 takes about a second.
+        let refresh_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "refresh_duration_seconds",
+            "Time spent refreshing the lifetime of every alias held (one round)",
+            refresh_duration.clone(),
+        );
+        let refresh_crowded = Gauge::default();
+        registry.register(
+            "refresh_crowded",
+            "1 when the last lifetime refresh took more than half the refresh interval (a sixth of --alias-lifetime): raise --alias-lifetime",
+            refresh_crowded.clone(),
+        );
         let shield_active = Gauge::default();
         registry.register(
             "shield_active",
@@ -381,6 +396,8 @@ impl Metrics {
             claims_elsewhere,
             probes,
             reconcile_duration,
+            refresh_duration,
+            refresh_crowded,
             shield_active,
             shield_state,
             shield_ips,
@@ -436,6 +453,13 @@ impl Metrics {
         self.removes.inc_by(removed as u64);
         self.repairs.inc_by(repaired as u64);
         self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    /// Records one lifetime refresh round: how long it took, and whether that crowds the
+    /// refresh interval ([`crate::aliases::refresh_crowded`]).
+    pub fn record_refresh(&self, took: Duration, crowded: bool) {
+        self.refresh_duration.observe(took.as_secs_f64());
+        self.refresh_crowded.set(i64::from(crowded));
     }
 
     /// Count one failed kernel request under its `operation`.

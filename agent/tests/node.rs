@@ -1389,3 +1389,45 @@ async fn a_holder_whose_standby_died_takes_the_ip_back_after_the_check_and_stays
     })
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_round_longer_than_half_its_interval_is_said_and_unsaid() {
+    local(async {
+        let h = Harness::start();
+        h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
+        wait_for("the adds", Duration::from_secs(2), || {
+            h.fake.ours().len() == 2
+        })
+        .await;
+        let crowded = || {
+            let text = h.metrics.encode().unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("aliaslb_agent_refresh_crowded "))
+                .map(str::to_owned);
+            line.unwrap_or_else(|| panic!("no refresh_crowded gauge in {text}"))
+        };
+        let rounds = || {
+            let text = h.metrics.encode().unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("aliaslb_agent_refresh_duration_seconds_count "))
+                .map(|n| n.parse::<u64>().unwrap())
+                .unwrap_or(0)
+        };
+        tokio::time::sleep(3 * RENEW).await;
+        assert!(rounds() >= 2, "refresh rounds recorded: {}", rounds());
+        assert_eq!(crowded(), "aliaslb_agent_refresh_crowded 0");
+        let refresh_takes = |d: Duration| h.fake.slow.lock().unwrap().insert("refresh", d);
+        // A kernel that takes 60 % of the interval per refresh: said at the next round.
+        refresh_takes(RENEW * 6 / 10);
+        tokio::time::sleep(3 * RENEW).await;
+        assert_eq!(crowded(), "aliaslb_agent_refresh_crowded 1");
+        assert_eq!(h.fake.ours().len(), 2, "still held");
+        // 40 %: fits again.
+        refresh_takes(RENEW * 4 / 10);
+        tokio::time::sleep(3 * RENEW).await;
+        assert_eq!(crowded(), "aliaslb_agent_refresh_crowded 0");
+        h.stop().await;
+    })
+    .await;
+}

@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
 
-use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport};
+use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport, refresh_crowded};
 use crate::assignments::InForce;
 use crate::host::{self, Alias, HostState, Link};
 use crate::http::Health;
@@ -195,6 +195,8 @@ pub struct Node<B, S, L> {
     links_up: BTreeMap<u32, bool>,
     /// Whether the node had a `kube-ipvs0` link at the last look (IPVS kube-proxy).
     ipvs: Option<bool>,
+    /// The last lifetime refresh took more than half its interval (warned once per spell).
+    refresh_crowded: bool,
     interfaces: Vec<InterfaceReport>,
     /// What the LAN port was last told.
     lan_interfaces: Vec<(u32, Mac)>,
@@ -247,6 +249,7 @@ where
             effective: Arc::default(),
             links_up: BTreeMap::new(),
             ipvs: None,
+            refresh_crowded: false,
             interfaces: Vec::new(),
             lan_interfaces: Vec::new(),
             lan_watched: Vec::new(),
@@ -329,7 +332,7 @@ where
                 _ = renew.tick() => {
                     inputs.health.beat();
                     self.metrics.set_authority_fresh(self.authority.is_fresh(Instant::now()));
-                    let expired = self.refresh().await;
+                    let expired = self.refresh(inputs.refresh_interval).await;
                     // Within one renew interval: a table someone deleted (or a flushed
                     // ruleset) is noticed here and rewritten by the reconcile it asks for.
                     let damaged = self.look_at_shield(false).await;
@@ -472,11 +475,34 @@ where
 
     /// Resets the lifetime of every alias held; a refresh without error is a kernel round.
     /// Returns whether the aliases may have expired meanwhile (see
-    /// [`crate::aliases::RefreshReport::expired`]): then a reconcile must run instead.
-    async fn refresh(&mut self) -> bool {
+    /// [`crate::aliases::RefreshReport::expired`]): then a reconcile must run instead. A
+    /// round that takes more than half of the refresh `interval` is said, once per spell,
+    /// in the log and the metrics.
+    async fn refresh(&mut self, interval: Duration) -> bool {
         let report = self.aliases.refresh_lifetimes().await;
         for e in &report.errors {
             self.count_error(e);
+        }
+        if !report.expired {
+            let crowded = refresh_crowded(report.took, interval);
+            self.metrics.record_refresh(report.took, crowded);
+            if crowded && !self.refresh_crowded {
+                warn!(
+                    aliases = report.refreshed,
+                    took_ms = report.took.as_millis(),
+                    refresh_interval_ms = interval.as_millis(),
+                    "refreshing the aliases' lifetimes takes more than half the refresh \
+                     interval (a third of --alias-lifetime): the agent is busy refreshing and \
+                     a late round lets aliases lapse; raise --alias-lifetime (README, \"Many \
+                     IPs on one node\")"
+                );
+            } else if !crowded && self.refresh_crowded {
+                info!(
+                    took_ms = report.took.as_millis(),
+                    "refreshing the aliases' lifetimes fits its interval again"
+                );
+            }
+            self.refresh_crowded = crowded;
         }
         if report.errors.is_empty() && !report.expired {
             self.kernel.record_ok(Instant::now());
@@ -553,7 +579,11 @@ where
         let took = start.elapsed();
         let repaired = repairs(&held_before, &report);
         if repaired > 0 {
-            info!(repaired, "aliases deleted by someone else were put back");
+            info!(
+                repaired,
+                "aliases missing from the node were put back (deleted by someone else, or \
+                 lapsed: see aliaslb_agent_refresh_crowded)"
+            );
         }
         self.metrics
             .record_reconcile(report.added.len(), report.removed.len(), repaired, took);
@@ -816,7 +846,7 @@ pub fn reannouncements<'a>(
 }
 
 /// Aliases this reconcile put back that we held before and did not remove on purpose
-/// (someone else deleted them).
+/// (someone else deleted them, or their lifetime ran out before a refresh).
 pub fn repairs(held_before: &BTreeSet<IpAddr>, report: &ReconcileReport) -> usize {
     let moved: BTreeSet<IpAddr> = report.removed.iter().map(|a| a.ip).collect();
     report

@@ -10,6 +10,7 @@ use std::io;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aliaslb_agent::host::{Alias, HostAddress, HostState, Link};
 use aliaslb_agent::kernel::backend::{AddressBackend, BackendError, Lifetime};
@@ -27,6 +28,8 @@ pub struct FakeKernel {
     log: Mutex<Vec<Op>>,
     /// While set, every operation waits for ever (a hung kernel).
     pub hang: AtomicBool,
+    /// Operations that take this long, by name (a slow kernel).
+    pub slow: Mutex<HashMap<&'static str, Duration>>,
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -91,6 +94,10 @@ impl FakeKernel {
     /// failure was injected.
     async fn op(&self, op: &'static str, target: Option<IpAddr>) -> Result<(), BackendError> {
         self.log.lock().unwrap().push((op, target, Instant::now()));
+        let slow = self.slow.lock().unwrap().get(op).copied();
+        if let Some(slow) = slow {
+            tokio::time::sleep(slow).await;
+        }
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
