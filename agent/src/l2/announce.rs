@@ -317,9 +317,8 @@ fn late(due: std::time::Instant, now: std::time::Instant, interval: Duration) ->
 #[derive(Debug, Default)]
 struct Schedule {
     bursts: HashMap<IpAddr, Burst>,
-    /// Every burst's next frame, by due time (then order of scheduling).
-    due: BTreeSet<(Instant, u64, IpAddr)>,
-    seq: u64,
+    /// Every burst's next frame, by due time (one per IP).
+    due: BTreeSet<(Instant, IpAddr)>,
     /// Interface names, for the logs (one per interface, not per burst).
     names: HashMap<u32, Arc<str>>,
 }
@@ -331,8 +330,8 @@ struct Burst {
     start: Instant,
     /// Frames handed out so far: the number of the next.
     sent: u32,
-    /// Its entry in [`Schedule::due`].
-    key: (Instant, u64),
+    /// When its next frame is due (its entry in [`Schedule::due`]).
+    next: Instant,
 }
 
 impl Schedule {
@@ -347,27 +346,21 @@ impl Schedule {
                     .insert(alias.ifindex, alias.ifname.as_str().into());
             }
         }
-        let key = self.enqueue(alias.ip, now);
+        self.due.insert((now, alias.ip));
         let burst = Burst {
             mac,
             ifindex: alias.ifindex,
             start: now,
             sent: 0,
-            key,
+            next: now,
         };
         self.bursts.insert(alias.ip, burst);
-    }
-
-    fn enqueue(&mut self, ip: IpAddr, at: Instant) -> (Instant, u64) {
-        self.seq += 1;
-        self.due.insert((at, self.seq, ip));
-        (at, self.seq)
     }
 
     /// Ends the burst for `ip`, if one is under way.
     fn cancel(&mut self, ip: IpAddr) {
         if let Some(b) = self.bursts.remove(&ip) {
-            self.due.remove(&(b.key.0, b.key.1, ip));
+            self.due.remove(&(b.next, ip));
         }
     }
 
@@ -375,11 +368,11 @@ impl Schedule {
     /// interval behind its schedule ends instead (its first frame is never late).
     fn take_due(&mut self, now: Instant, config: AnnounceConfig) -> Vec<Job> {
         let mut jobs = Vec::new();
-        while let Some(&(at, seq, ip)) = self.due.first() {
+        while let Some(&(at, ip)) = self.due.first() {
             if at > now {
                 break;
             }
-            self.due.remove(&(at, seq, ip));
+            self.due.remove(&(at, ip));
             let Some(mut burst) = self.bursts.remove(&ip) else {
                 continue;
             };
@@ -402,7 +395,8 @@ impl Schedule {
             });
             burst.sent += 1;
             if burst.sent <= config.repeats {
-                burst.key = self.enqueue(ip, burst.start + config.interval * burst.sent);
+                burst.next = burst.start + config.interval * burst.sent;
+                self.due.insert((burst.next, ip));
                 self.bursts.insert(ip, burst);
             }
         }
@@ -411,7 +405,7 @@ impl Schedule {
 
     /// When the next frame is due (`None`: no burst under way).
     fn next_due(&self) -> Option<Instant> {
-        self.due.first().map(|(at, _, _)| *at)
+        self.due.first().map(|(at, _)| *at)
     }
 }
 
