@@ -15,20 +15,16 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use tracing::{debug, info, instrument, warn};
 
 use crate::host::{Alias, HostState, InterfaceError, choose_interface};
-use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
+use crate::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
 use crate::l2::announce::Announcer;
 use crate::l2::vmac;
 use crate::shield::{Contents, IPVS_LINK, NoShield, OpenPort, Shield, ShieldBackend, ShieldError};
 use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::ShieldState;
-
-/// How many kernel writes one reconcile keeps in flight.
-const CONCURRENT_WRITES: usize = 64;
 
 /// The IPs this node should carry, each with the interface the assignment names, if any,
 /// and the ports its Services open on it (for the host-port shield); which of them are
@@ -685,11 +681,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
 
         let backend = &self.backend;
         self.writes.deletes += plan.remove.len() as u64;
-        let deletes: Vec<_> = futures::stream::iter(&plan.remove)
-            .map(|a| async move { (a, backend.delete(a).await) })
-            .buffer_unordered(CONCURRENT_WRITES)
-            .collect()
-            .await;
+        let deletes = write_each(backend, Write::Delete, &plan.remove).await;
         let mut undeleted = Vec::new();
         for (alias, result) in deletes {
             match result {
@@ -714,11 +706,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
 
         let lifetime = self.config.lifetime;
         self.writes.adds += plan.add.len() as u64;
-        let adds: Vec<_> = futures::stream::iter(&plan.add)
-            .map(|a| async move { (a, backend.add(a, lifetime).await) })
-            .buffer_unordered(CONCURRENT_WRITES)
-            .collect()
-            .await;
+        let adds = write_each(backend, Write::Add(lifetime), &plan.add).await;
         for (alias, result) in adds {
             match result {
                 Ok(changed) => {
@@ -826,15 +814,11 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         }
         self.writes.refreshes += self.owned.len() as u64;
         let backend = &self.backend;
-        let results: Vec<_> = futures::stream::iter(self.owned.values())
-            .map(|a| async move { (a, backend.refresh(a, lifetime).await) })
-            .buffer_unordered(CONCURRENT_WRITES)
-            .collect()
-            .await;
+        let results = write_each(backend, Write::Refresh(lifetime), self.owned.values()).await;
         let mut report = RefreshReport::default();
         for (alias, result) in results {
             match result {
-                Ok(()) => report.refreshed += 1,
+                Ok(_) => report.refreshed += 1,
                 Err(e) => {
                     warn!(alias = %alias, error = %e, "lifetime refresh failed");
                     report.errors.push(e.into());
@@ -866,6 +850,24 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         }
         report
     }
+}
+
+/// `write` on every alias of `aliases`, [`BATCH`] per backend call, one call after the
+/// other (the kernel takes address writes one at a time anyway); each alias with its
+/// result.
+async fn write_each<'a, B: AddressBackend>(
+    backend: &B,
+    write: Write,
+    aliases: impl IntoIterator<Item = &'a Alias>,
+) -> Vec<(&'a Alias, Result<bool, BackendError>)> {
+    let aliases: Vec<&Alias> = aliases.into_iter().collect();
+    let mut results = Vec::with_capacity(aliases.len());
+    for chunk in aliases.chunks(BATCH) {
+        let answers = backend.write_all(write, chunk).await;
+        debug_assert_eq!(answers.len(), chunk.len(), "one answer per write");
+        results.extend(chunk.iter().copied().zip(answers));
+    }
+    results
 }
 
 /// The shield contents for `aliases`: each IP with the ports `desired` opens on it.

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
-use aliaslb_agent::kernel::backend::{AddressBackend, Lifetime};
+use aliaslb_agent::host::Alias;
+use aliaslb_agent::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
 use support::{NetNs, require_root};
 
@@ -481,6 +482,100 @@ fn thousand_aliases_applied_and_removed_vs_ip_batch() {
     println!(
         "1000 aliases: aliaslb add {add_time:?} / remove {del_time:?}; \
          ip -batch add {ip_add:?} / del {ip_del:?}"
+    );
+}
+
+/// One message of writes to the kernel: each alias gets its own answer, in order, whatever
+/// the others' (new, there already, refused); a batch of [`BATCH`] adds and refreshes.
+#[test]
+fn a_batch_of_writes_answers_each_alias_in_order() {
+    if !require_root() {
+        return;
+    }
+    let ns = node();
+    ns.ip(&["addr", "add", "10.0.0.60/32", "dev", "eth1"]);
+    let name = ns.name().to_string();
+    let (adds, deletes, batch, refreshes, after) = ns.run(move || async move {
+        let backend = NetlinkBackend::connect().expect("netlink");
+        let host = backend.snapshot().await.expect("dump");
+        let eth1 = host.links.iter().find(|l| l.name == "eth1").unwrap().index;
+        let alias = |ip: &str, ifindex| Alias {
+            ip: ip.parse().unwrap(),
+            ifindex,
+            ifname: "eth1".into(),
+        };
+        let life = Lifetime { seconds: 30 };
+        let mixed = [
+            alias("10.0.0.61", eth1),
+            alias("10.0.0.60", eth1),
+            alias("10.0.0.62", 9999),
+            alias("fd00:1::61", eth1),
+        ];
+        let adds = backend
+            .write_all(Write::Add(life), &mixed.iter().collect::<Vec<_>>())
+            .await;
+        let gone = [
+            alias("10.0.0.61", eth1),
+            alias("10.0.0.63", eth1),
+            alias("fd00:1::61", eth1),
+        ];
+        let deletes = backend
+            .write_all(Write::Delete, &gone.iter().collect::<Vec<_>>())
+            .await;
+        let many: Vec<Alias> = (0..BATCH)
+            .map(|i| alias(&format!("10.78.0.{}", i + 1), eth1))
+            .collect();
+        let many: Vec<&Alias> = many.iter().collect();
+        let batch = backend
+            .write_all(Write::Add(Lifetime { seconds: 5 }), &many)
+            .await;
+        let refreshes = backend.write_all(Write::Refresh(life), &many).await;
+        (
+            adds,
+            deletes,
+            batch,
+            refreshes,
+            support::addrs_in(&name, "eth1"),
+        )
+    });
+    let outcome = |r: &Result<bool, BackendError>| match r {
+        Ok(changed) => format!("{changed}"),
+        Err(e) => e.to_string(),
+    };
+    let adds: Vec<String> = adds.iter().map(outcome).collect();
+    assert_eq!(adds[..2], ["true", "false"], "{adds:?}");
+    assert!(
+        adds[2].starts_with("add 10.0.0.62/32 dev eth1: No such device"),
+        "{adds:?}"
+    );
+    assert_eq!(adds[3], "true", "{adds:?}");
+    let deletes: Vec<String> = deletes.iter().map(outcome).collect();
+    assert_eq!(deletes, ["true", "false", "true"]);
+    assert!(
+        batch
+            .iter()
+            .chain(&refreshes)
+            .all(|r| matches!(r, Ok(true))),
+        "{batch:?} {refreshes:?}"
+    );
+    assert_eq!((batch.len(), refreshes.len()), (BATCH, BATCH));
+    let held: Vec<&support::AddrInfo> = after
+        .iter()
+        .filter(|a| a.local.starts_with("10.78.0."))
+        .collect();
+    assert_eq!(held.len(), BATCH);
+    assert!(
+        held.iter().all(|a| (25..=30).contains(&a.valid_life_time)),
+        "the refresh set the lifetime: {held:?}"
+    );
+    let locals: Vec<&str> = after.iter().map(|a| a.local.as_str()).collect();
+    assert!(
+        locals.contains(&"10.0.0.60"),
+        "the foreign address stays: {locals:?}"
+    );
+    assert!(
+        !locals.contains(&"10.0.0.61") && !locals.contains(&"fd00:1::61"),
+        "{locals:?}"
     );
 }
 

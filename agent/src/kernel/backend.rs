@@ -143,6 +143,28 @@ impl<B: AddressBackend> AddressBackend for Timed<B> {
         bounded("refresh", self.timeout, self.inner.refresh(alias, lifetime))
     }
 
+    fn write_all(
+        &self,
+        write: Write,
+        aliases: &[&Alias],
+    ) -> impl Future<Output = Vec<Result<bool, BackendError>>> + Send {
+        let (timeout, n) = (self.timeout, aliases.len());
+        let all = self.inner.write_all(write, aliases);
+        async move {
+            match tokio::time::timeout(timeout, all).await {
+                Ok(results) => results,
+                Err(_) => (0..n)
+                    .map(|_| {
+                        Err(BackendError::Timeout {
+                            op: write.op(),
+                            timeout,
+                        })
+                    })
+                    .collect(),
+            }
+        }
+    }
+
     fn add_macvlan(
         &self,
         macvlan: &NewMacvlan,
@@ -182,11 +204,39 @@ impl Lifetime {
     }
 }
 
+/// One kind of write to an alias, for [`AddressBackend::write_all`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// [`AddressBackend::add`].
+    Add(Lifetime),
+    /// [`AddressBackend::delete`].
+    Delete,
+    /// [`AddressBackend::refresh`] (which reports `Ok(true)`).
+    Refresh(Lifetime),
+}
+
+impl Write {
+    /// The operation's name, as errors say it.
+    pub fn op(self) -> &'static str {
+        match self {
+            Write::Add(_) => "add",
+            Write::Delete => "delete",
+            Write::Refresh(_) => "refresh",
+        }
+    }
+}
+
+/// The most aliases one [`AddressBackend::write_all`] call takes. The netlink backend sends
+/// them in one message and reads their answers back at once: 64 answers fit the socket's
+/// default receive buffer many times over (an answer lost to an overflow is an error, and
+/// the write is made again at the next reconcile).
+pub const BATCH: usize = 64;
+
 /// What the reconcile loop needs from the kernel.
 ///
 /// Writes return `Ok(true)` when they changed something and `Ok(false)` when the kernel
 /// already was in the asked state (EEXIST on add, EADDRNOTAVAIL/ENOENT/ESRCH on delete).
-pub trait AddressBackend {
+pub trait AddressBackend: Sync {
     /// Dumps links, all addresses (each marked owned or not) and the default routes.
     fn snapshot(&self) -> impl Future<Output = Result<HostState, BackendError>> + Send;
     /// Adds `alias` as a /32 or /128 with our ownership marker and `lifetime`.
@@ -203,6 +253,22 @@ pub trait AddressBackend {
         alias: &Alias,
         lifetime: Lifetime,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// `write` on each of `aliases` (at most [`BATCH`]), the results in the same order.
+    /// The default makes the writes one by one, all in flight at once; the netlink
+    /// backend sends them to the kernel in one message.
+    fn write_all(
+        &self,
+        write: Write,
+        aliases: &[&Alias],
+    ) -> impl Future<Output = Vec<Result<bool, BackendError>>> + Send {
+        futures::future::join_all(aliases.iter().map(move |alias| async move {
+            match write {
+                Write::Add(lifetime) => self.add(alias, lifetime).await,
+                Write::Delete => self.delete(alias).await,
+                Write::Refresh(lifetime) => self.refresh(alias, lifetime).await.map(|()| true),
+            }
+        }))
+    }
     /// Creates the macvlan of a virtual MAC, set up as [`crate::l2::vmac`] says. A backend
     /// without links refuses (the default).
     fn add_macvlan(

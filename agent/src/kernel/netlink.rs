@@ -10,7 +10,9 @@
 //! - the macvlans of virtual MACs, with the settings [`crate::l2::vmac`] explains;
 //! - [`watch_changes`], the stream of "something changed" ticks the run loop selects on.
 
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -26,13 +28,17 @@ use netlink_packet_route::route::{
     RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use rtnetlink::packet_core::NetlinkPayload;
-use rtnetlink::sys::AsyncSocket;
+use rtnetlink::packet_core::{
+    DecodeError, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkMessage,
+    NetlinkPayload,
+};
+use rtnetlink::sys::protocols::NETLINK_ROUTE;
+use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
 use rtnetlink::{AddressMessageBuilder, Handle, MulticastGroup};
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
 use tracing::{debug, warn};
 
-use crate::kernel::backend::{AddressBackend, BackendError, Lifetime};
+use crate::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
 use aliaslb_core::report::InterfaceReport;
 
 use crate::host::{Alias, HostAddress, HostState, Link};
@@ -74,10 +80,11 @@ pub fn alias_label(ifname: &str) -> Option<String> {
 }
 
 /// The real address backend, over one rtnetlink connection of the calling thread's
-/// network namespace.
+/// network namespace, and one socket of the same namespace for the address writes.
 #[derive(Debug, Clone)]
 pub struct NetlinkBackend {
     handle: Handle,
+    writes: Arc<Mutex<WriteSocket>>,
 }
 
 impl NetlinkBackend {
@@ -98,7 +105,12 @@ impl NetlinkBackend {
             debug!(error = %e, "no strict netlink dumps: route dumps list every table");
         }
         tokio::spawn(conn);
-        Ok(NetlinkBackend { handle })
+        // Opened here, in the caller's namespace: the tokio thread of a later write may
+        // live in another one.
+        let writes = Arc::new(Mutex::new(
+            WriteSocket::open().map_err(BackendError::Connect)?,
+        ));
+        Ok(NetlinkBackend { handle, writes })
     }
 
     /// L3 mode: the local device for routed addresses. `name` if it exists (set up);
@@ -188,37 +200,223 @@ impl NetlinkBackend {
             .min()
             .map(|(_, oif)| oif))
     }
+}
 
-    fn add_request(&self, alias: &Alias, lifetime: Lifetime) -> rtnetlink::AddressAddRequest {
-        let mut req = self
-            .handle
-            .address()
-            .add(alias.ifindex, alias.ip, alias.prefix_len());
-        let msg = req.message_mut();
-        let mut cache_info = CacheInfo::default();
-        cache_info.ifa_preferred = preferred_lifetime(alias.ip, lifetime);
-        cache_info.ifa_valid = lifetime.seconds;
-        msg.attributes.push(AddressAttribute::CacheInfo(cache_info));
-        msg.attributes
-            .push(AddressAttribute::Protocol(AddressProtocol::from(
-                ALIAS_PROTO,
-            )));
-        match alias.ip {
-            IpAddr::V4(_) => {
-                if let Some(label) = alias_label(&alias.ifname) {
-                    msg.attributes.push(AddressAttribute::Label(label));
+/// The address message of `alias` alone: interface, address and prefix length.
+fn address_message(alias: &Alias) -> AddressMessage {
+    match alias.ip {
+        IpAddr::V4(ip) => AddressMessageBuilder::<Ipv4Addr>::new()
+            .index(alias.ifindex)
+            .address(ip, alias.prefix_len())
+            .build(),
+        IpAddr::V6(ip) => AddressMessageBuilder::<Ipv6Addr>::new()
+            .index(alias.ifindex)
+            .address(ip, alias.prefix_len())
+            .build(),
+    }
+}
+
+/// The request of `write` on `alias`, with the flags that make it an add (new only), a
+/// refresh (replace, or create) or a delete. Adds and refreshes carry the ownership
+/// marker, `lifetime` and, for IPv6, no duplicate address detection.
+fn write_request(write: Write, alias: &Alias) -> NetlinkMessage<RouteNetlinkMessage> {
+    let mut msg = address_message(alias);
+    let (payload, flags) = match write {
+        Write::Delete => (RouteNetlinkMessage::DelAddress(msg), 0),
+        Write::Add(lifetime) | Write::Refresh(lifetime) => {
+            let mut cache_info = CacheInfo::default();
+            cache_info.ifa_preferred = preferred_lifetime(alias.ip, lifetime);
+            cache_info.ifa_valid = lifetime.seconds;
+            msg.attributes.push(AddressAttribute::CacheInfo(cache_info));
+            msg.attributes
+                .push(AddressAttribute::Protocol(AddressProtocol::from(
+                    ALIAS_PROTO,
+                )));
+            match alias.ip {
+                IpAddr::V4(_) => {
+                    if let Some(label) = alias_label(&alias.ifname) {
+                        msg.attributes.push(AddressAttribute::Label(label));
+                    }
+                }
+                IpAddr::V6(_) => {
+                    // No duplicate address detection: the alias is usable at once (a
+                    // tentative address cannot be used as a source and is not answered for).
+                    msg.header.flags |= AddressHeaderFlags::Nodad;
+                    msg.attributes
+                        .push(AddressAttribute::Flags(AddressFlags::Nodad));
                 }
             }
-            IpAddr::V6(_) => {
-                // No duplicate address detection: the alias is usable at once (a
-                // tentative address cannot be used as a source and is not answered for).
-                msg.header.flags |= AddressHeaderFlags::Nodad;
-                msg.attributes
-                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+            let how = if matches!(write, Write::Add(_)) {
+                NLM_F_EXCL
+            } else {
+                NLM_F_REPLACE
+            };
+            (RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | how)
+        }
+    };
+    let mut req = NetlinkMessage::from(payload);
+    req.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    req
+}
+
+/// What the kernel's answer to `write` on `alias` means to the reconcile: `Ok(true)`
+/// changed, `Ok(false)` already so (EEXIST on add; EADDRNOTAVAIL, ENOENT or ESRCH on
+/// delete).
+fn write_outcome(
+    write: Write,
+    alias: &Alias,
+    answer: Option<io::Result<()>>,
+) -> Result<bool, BackendError> {
+    let refused = match answer {
+        Some(Ok(())) => return Ok(true),
+        Some(Err(e)) => e,
+        None => {
+            return Err(BackendError::Protocol {
+                op: write.op(),
+                detail: format!("{alias}: the kernel's answer was lost"),
+            });
+        }
+    };
+    match (write, refused.raw_os_error()) {
+        (Write::Add(_), Some(EEXIST)) => Ok(false),
+        (Write::Delete, Some(EADDRNOTAVAIL | ENOENT | ESRCH)) => Ok(false),
+        _ => Err(BackendError::Kernel {
+            op: write.op(),
+            target: alias.to_string(),
+            source: refused,
+        }),
+    }
+}
+
+/// The socket the address writes go through, many to a `send` ([`NetlinkBackend`]'s
+/// `write_all`): the kernel handles the requests of one message in order, within that
+/// `send`, and queues one answer per request; they are read back by sequence number.
+/// rtnetlink makes a `send` per request and wakes its caller once per answer: about 50 µs
+/// of ours per address (BENCHMARKS, "The agent's first sync").
+struct WriteSocket {
+    socket: TokioSocket,
+    /// Sequence number of the next request.
+    next_seq: u32,
+    /// The batch being sent, reused.
+    out: Vec<u8>,
+    /// An answer being read, reused.
+    answer: Vec<u8>,
+}
+
+impl std::fmt::Debug for WriteSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteSocket")
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Room for the largest answer: an error answer quotes the request (without
+/// NETLINK_CAP_ACK) and may add the kernel's explanation.
+const ANSWER_ROOM: usize = 64 << 10;
+
+impl WriteSocket {
+    /// A route netlink socket of the current namespace, talking to the kernel.
+    fn open() -> io::Result<Self> {
+        let mut socket = TokioSocket::new(NETLINK_ROUTE)?;
+        let raw = socket.socket_mut();
+        raw.bind_auto()?;
+        raw.connect(&SocketAddr::new(0, 0))?;
+        // Refusals without a copy of the request: smaller answers. Older kernels (< 4.3)
+        // refuse the option and quote it; both are read.
+        let _ = raw.set_cap_ack(true);
+        Ok(WriteSocket {
+            socket,
+            next_seq: 1,
+            out: Vec::new(),
+            answer: Vec::with_capacity(ANSWER_ROOM),
+        })
+    }
+
+    /// Sends `requests` (at most [`BATCH`]) in one message and reads their answers: for
+    /// each request in order, `Ok` acknowledged, `Err` refused with the kernel's errno,
+    /// `None` when no answer could be read (the error that stopped the reading is
+    /// logged). Answers to an earlier batch given up on (its caller timed out) are
+    /// skipped by their sequence numbers.
+    async fn send(
+        &mut self,
+        requests: impl ExactSizeIterator<Item = NetlinkMessage<RouteNetlinkMessage>>,
+    ) -> Vec<Option<io::Result<()>>> {
+        let first = self.next_seq;
+        let n = requests.len();
+        self.next_seq = first.wrapping_add(n as u32);
+        self.out.clear();
+        for (i, mut req) in requests.enumerate() {
+            req.header.sequence_number = first.wrapping_add(i as u32);
+            req.finalize();
+            let at = self.out.len();
+            self.out.resize(at + aligned(req.buffer_len()), 0);
+            req.serialize(&mut self.out[at..]);
+        }
+        let mut answers: Vec<Option<io::Result<()>>> = (0..n).map(|_| None).collect();
+        if let Err(e) = self.socket.send(&self.out).await {
+            warn!(error = %e, requests = n, "address writes not sent");
+            for a in &mut answers {
+                *a = Some(Err(e.raw_os_error().map_or_else(
+                    || io::Error::new(e.kind(), e.to_string()),
+                    io::Error::from_raw_os_error,
+                )));
+            }
+            return answers;
+        }
+        let mut missing = n;
+        while missing > 0 {
+            self.answer.clear();
+            if let Err(e) = self.socket.recv(&mut self.answer).await {
+                // ENOBUFS: answers overflowed the receive buffer and are lost.
+                warn!(error = %e, missing, "the kernel's answers to address writes lost");
+                break;
+            }
+            match read_answers(&self.answer, first, &mut answers) {
+                Ok(filled) => missing -= filled,
+                Err(e) => {
+                    warn!(error = %e, missing, "unreadable answer to address writes");
+                    break;
+                }
             }
         }
-        req
+        answers
     }
+}
+
+/// `len` rounded up to netlink's 4-byte alignment.
+fn aligned(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+/// Reads the answers in `datagram` to the batch whose sequence numbers start at `first`
+/// into `answers`, one slot per request: `Ok` for an acknowledgement, the errno for a
+/// refusal. Messages of other sequence numbers, and answers already read, are skipped.
+/// Returns how many slots it filled.
+fn read_answers(
+    datagram: &[u8],
+    first: u32,
+    answers: &mut [Option<io::Result<()>>],
+) -> Result<usize, DecodeError> {
+    let mut filled = 0;
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)?;
+        let len = aligned(msg.header.length as usize).min(rest.len());
+        rest = &rest[len.max(1)..];
+        let slot = msg.header.sequence_number.wrapping_sub(first) as usize;
+        let NetlinkPayload::Error(e) = msg.payload else {
+            continue;
+        };
+        if let Some(answer @ None) = answers.get_mut(slot) {
+            *answer = Some(match e.code {
+                None => Ok(()),
+                Some(_) => Err(e.to_io()),
+            });
+            filled += 1;
+        }
+    }
+    Ok(filled)
 }
 
 /// The preferred lifetime of an alias: its valid lifetime for IPv4, 0 (deprecated) for
@@ -252,37 +450,35 @@ impl AddressBackend for NetlinkBackend {
     }
 
     async fn add(&self, alias: &Alias, lifetime: Lifetime) -> Result<bool, BackendError> {
-        match self.add_request(alias, lifetime).execute().await {
-            Ok(()) => Ok(true),
-            Err(e) if errno(&e) == Some(EEXIST) => Ok(false),
-            Err(e) => Err(kernel("add", alias.to_string(), e)),
-        }
+        self.write_one(Write::Add(lifetime), alias).await
     }
 
     async fn delete(&self, alias: &Alias) -> Result<bool, BackendError> {
-        let msg = match alias.ip {
-            IpAddr::V4(ip) => AddressMessageBuilder::<Ipv4Addr>::new()
-                .index(alias.ifindex)
-                .address(ip, alias.prefix_len())
-                .build(),
-            IpAddr::V6(ip) => AddressMessageBuilder::<Ipv6Addr>::new()
-                .index(alias.ifindex)
-                .address(ip, alias.prefix_len())
-                .build(),
-        };
-        match self.handle.address().del(msg).execute().await {
-            Ok(()) => Ok(true),
-            Err(e) if matches!(errno(&e), Some(EADDRNOTAVAIL | ENOENT | ESRCH)) => Ok(false),
-            Err(e) => Err(kernel("delete", alias.to_string(), e)),
-        }
+        self.write_one(Write::Delete, alias).await
     }
 
     async fn refresh(&self, alias: &Alias, lifetime: Lifetime) -> Result<(), BackendError> {
-        self.add_request(alias, lifetime)
-            .replace()
-            .execute()
+        self.write_one(Write::Refresh(lifetime), alias)
             .await
-            .map_err(|e| kernel("refresh", alias.to_string(), e))
+            .map(|_| ())
+    }
+
+    async fn write_all(&self, write: Write, aliases: &[&Alias]) -> Vec<Result<bool, BackendError>> {
+        debug_assert!(
+            aliases.len() <= BATCH,
+            "at most BATCH writes in one message"
+        );
+        let answers = self
+            .writes
+            .lock()
+            .await
+            .send(aliases.iter().map(|alias| write_request(write, alias)))
+            .await;
+        aliases
+            .iter()
+            .zip(answers)
+            .map(|(alias, answer)| write_outcome(write, alias, answer))
+            .collect()
     }
 
     async fn add_macvlan(&self, m: &NewMacvlan) -> Result<(), BackendError> {
@@ -352,6 +548,17 @@ impl AddressBackend for NetlinkBackend {
 }
 
 impl NetlinkBackend {
+    /// `write` on `alias` alone.
+    async fn write_one(&self, write: Write, alias: &Alias) -> Result<bool, BackendError> {
+        let mut results = self.write_all(write, &[alias]).await;
+        results.pop().unwrap_or_else(|| {
+            Err(BackendError::Protocol {
+                op: write.op(),
+                detail: format!("{alias}: no result"),
+            })
+        })
+    }
+
     /// The link named `name`, if there is one.
     async fn find_link(&self, name: &str) -> Result<Option<LinkMessage>, rtnetlink::Error> {
         self.handle
@@ -591,6 +798,105 @@ mod tests {
         assert_eq!(alias_label("enp0s31f6").as_deref(), Some("enp0s31f6:alb"));
         assert_eq!(alias_label("enp0s31f6.10").as_deref(), None);
         assert_eq!(alias_label("abcdefghijk").map(|l| l.len()), Some(15));
+    }
+
+    /// One datagram holding the kernel's answers `(sequence number, errno or 0)`.
+    fn datagram(answers: &[(u32, i32)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &(seq, errno) in answers {
+            let mut e = rtnetlink::packet_core::ErrorMessage::default();
+            e.code = std::num::NonZeroI32::new(-errno);
+            e.header = vec![0; 16];
+            let mut msg = NetlinkMessage::<RouteNetlinkMessage>::new(
+                Default::default(),
+                NetlinkPayload::Error(e),
+            );
+            msg.header.sequence_number = seq;
+            msg.finalize();
+            let at = out.len();
+            out.resize(at + aligned(msg.buffer_len()), 0);
+            msg.serialize(&mut out[at..]);
+        }
+        out
+    }
+
+    fn errnos(answers: &[Option<io::Result<()>>]) -> Vec<Option<i32>> {
+        answers
+            .iter()
+            .map(|a| {
+                a.as_ref()
+                    .map(|r| r.as_ref().err().map_or(0, |e| e.raw_os_error().unwrap()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn answers_are_read_by_sequence_number_and_strays_skipped() {
+        let mut answers: Vec<Option<io::Result<()>>> = (0..3).map(|_| None).collect();
+        // 99 answers a batch given up on; 101 and 100 come in any order.
+        let filled = read_answers(
+            &datagram(&[(99, 0), (101, EEXIST), (100, 0)]),
+            100,
+            &mut answers,
+        );
+        assert_eq!(filled.unwrap(), 2);
+        assert_eq!(errnos(&answers), [Some(0), Some(EEXIST), None]);
+        // An answer read already, and one past the batch, change nothing.
+        let filled = read_answers(
+            &datagram(&[(100, ENODEV), (103, 0), (102, 0)]),
+            100,
+            &mut answers,
+        );
+        assert_eq!(filled.unwrap(), 1);
+        assert_eq!(errnos(&answers), [Some(0), Some(EEXIST), Some(0)]);
+        // Sequence numbers wrap.
+        let mut answers: Vec<Option<io::Result<()>>> = (0..2).map(|_| None).collect();
+        let filled = read_answers(
+            &datagram(&[(0, ENODEV), (u32::MAX, 0)]),
+            u32::MAX,
+            &mut answers,
+        );
+        assert_eq!(filled.unwrap(), 2);
+        assert_eq!(errnos(&answers), [Some(0), Some(ENODEV)]);
+        // A truncated datagram is an error, not a guess.
+        let mut cut = datagram(&[(u32::MAX, 0)]);
+        cut.truncate(10);
+        assert!(read_answers(&cut, u32::MAX, &mut answers).is_err());
+    }
+
+    #[test]
+    fn a_write_request_says_add_refresh_or_delete_in_its_flags() {
+        let alias = Alias {
+            ip: "fd00::5".parse().unwrap(),
+            ifindex: 7,
+            ifname: "eth0".into(),
+        };
+        let life = Lifetime { seconds: 4 };
+        let base = NLM_F_REQUEST | NLM_F_ACK;
+        let add = write_request(Write::Add(life), &alias);
+        assert_eq!(add.header.flags, base | NLM_F_CREATE | NLM_F_EXCL);
+        let refresh = write_request(Write::Refresh(life), &alias);
+        assert_eq!(refresh.header.flags, base | NLM_F_CREATE | NLM_F_REPLACE);
+        let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(m)) = &refresh.payload
+        else {
+            panic!("a refresh is a new address: {refresh:?}");
+        };
+        assert!(
+            m.attributes
+                .contains(&AddressAttribute::Protocol(AddressProtocol::from(
+                    ALIAS_PROTO
+                )))
+        );
+        assert!(
+            m.attributes
+                .contains(&AddressAttribute::Flags(AddressFlags::Nodad))
+        );
+        let delete = write_request(Write::Delete, &alias);
+        assert_eq!(delete.header.flags, base);
+        assert!(matches!(
+            delete.payload,
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(_))
+        ));
     }
 
     fn addr_msg(ip: IpAddr, attrs: Vec<AddressAttribute>) -> AddressMessage {
