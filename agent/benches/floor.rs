@@ -12,7 +12,8 @@
 //!
 //! - `apply`: `AliasManager::reconcile` with a `DesiredSet` of N /32 through the real
 //!   `NetlinkBackend`, vs `ip -batch` adding the same N addresses with the same lifetime
-//!   and label (iproute2 6.1 cannot set IFA_PROTO), then removing them; alternated,
+//!   and label (iproute2 6.1 cannot set IFA_PROTO), then one lifetime refresh of them all
+//!   (`refresh_lifetimes` vs `ip -batch` of `addr replace`), then removing them; alternated,
 //!   `BENCH_REPS` times (default 15), medians and ratios. Announcer off, then a separate
 //!   run with it on.
 //! - `idle`: the agent's loop (renewal refresh every 1 s, resync every 30 s, reconcile on
@@ -164,12 +165,20 @@ fn manager() -> AliasManager<NetlinkBackend> {
     )
 }
 
-/// Writes the `ip -batch` files adding and deleting the VIPs exactly as the agent does:
-/// /32, `valid_lft`/`preferred_lft` = the lease, label `eth1:alb`.
-fn batch_files(tag: &str) -> (PathBuf, PathBuf) {
+/// The `ip -batch` files adding, refreshing (`addr replace`) and deleting the VIPs.
+struct BatchFiles {
+    add: PathBuf,
+    replace: PathBuf,
+    del: PathBuf,
+}
+
+/// Writes the `ip -batch` files adding, refreshing and deleting the VIPs exactly as the
+/// agent does: /32, `valid_lft`/`preferred_lft` = the lease, label `eth1:alb`.
+fn batch_files(tag: &str) -> BatchFiles {
     let secs = Lifetime::for_lease(lease()).seconds;
     let dir = std::env::temp_dir();
     let add = dir.join(format!("alb-floor-{tag}-{}.add", std::process::id()));
+    let replace = dir.join(format!("alb-floor-{tag}-{}.replace", std::process::id()));
     let del = dir.join(format!("alb-floor-{tag}-{}.del", std::process::id()));
     let lines = |verb: &str, extra: &str| -> String {
         vips()
@@ -179,8 +188,9 @@ fn batch_files(tag: &str) -> (PathBuf, PathBuf) {
     };
     let add_opts = format!(" valid_lft {secs} preferred_lft {secs} label eth1:alb");
     std::fs::write(&add, lines("add", &add_opts)).expect("writing the batch file");
+    std::fs::write(&replace, lines("replace", &add_opts)).expect("writing the batch file");
     std::fs::write(&del, lines("del", "")).expect("writing the batch file");
-    (add, del)
+    BatchFiles { add, replace, del }
 }
 
 /// Runs `ip -batch file` in the calling thread's namespace and times it (process start
@@ -215,12 +225,13 @@ fn held(rt: &Runtime, backend: &NetlinkBackend) -> usize {
 /// Section 1: add and remove N aliases, ours vs `ip -batch`.
 fn apply(rt: &Runtime, reps: u64) {
     let n = aliases();
-    let (add_file, del_file) = batch_files("apply");
+    let files = batch_files("apply");
     let desired = desired();
     let empty = DesiredSet::new();
     let mut mgr = rt.block_on(async { manager() });
     let probe = rt.block_on(async { NetlinkBackend::connect().expect("netlink socket") });
     let (mut ours_add, mut ours_del, mut ip_add, mut ip_del) = (vec![], vec![], vec![], vec![]);
+    let (mut ours_refresh, mut ip_refresh) = (vec![], vec![]);
     let mut dumps = vec![];
     // One untimed round of each warms the kernel's and the allocator's caches.
     for rep in 0..=reps {
@@ -231,21 +242,27 @@ fn apply(rt: &Runtime, reps: u64) {
                 assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0), "{r:?}");
                 assert_eq!(held(rt, &probe), n as usize);
                 let (dump, _) = timed(rt, probe.snapshot());
+                let (refresh, r) = timed(rt, mgr.refresh_lifetimes());
+                assert_eq!((r.refreshed, r.errors.len()), (n as usize, 0), "{r:?}");
                 let (del, r) = timed(rt, mgr.reconcile(&empty));
                 assert_eq!((r.removed.len(), r.errors.len()), (n as usize, 0), "{r:?}");
                 assert_eq!(held(rt, &probe), 0);
                 if rep > 0 {
                     ours_add.push(add);
+                    ours_refresh.push(refresh);
                     ours_del.push(del);
                     dumps.push(dump);
                 }
             } else {
-                let add = ip_batch(&add_file);
+                let add = ip_batch(&files.add);
                 assert_eq!(held(rt, &probe), n as usize);
-                let del = ip_batch(&del_file);
+                let refresh = ip_batch(&files.replace);
+                assert_eq!(held(rt, &probe), n as usize);
+                let del = ip_batch(&files.del);
                 assert_eq!(held(rt, &probe), 0);
                 if rep > 0 {
                     ip_add.push(add);
+                    ip_refresh.push(refresh);
                     ip_del.push(del);
                 }
             }
@@ -253,6 +270,7 @@ fn apply(rt: &Runtime, reps: u64) {
     }
     println!("\n## apply: {n} /32 aliases on a veth, announcer off, {reps} repetitions");
     row("add    ours (reconcile)", &ours_add, &ip_add);
+    row("refresh ours (one round)", &ours_refresh, &ip_refresh);
     row("remove ours (reconcile)", &ours_del, &ip_del);
     println!(
         "    of which the observe step (dump links, {n} addresses, routes): median {:.2} ms",
@@ -297,8 +315,9 @@ fn apply(rt: &Runtime, reps: u64) {
         ms(median(&frames_out)),
         list(&frames_out)
     );
-    let _ = std::fs::remove_file(add_file);
-    let _ = std::fs::remove_file(del_file);
+    for file in [files.add, files.replace, files.del] {
+        let _ = std::fs::remove_file(file);
+    }
 }
 
 fn row(what: &str, ours: &[Duration], floor: &[Duration]) {
