@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, instrument, warn};
 
-use crate::host::{Alias, HostState, InterfaceError, choose_interface};
+use crate::host::{Alias, HostState, InterfaceError, Interfaces};
 use crate::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
 use crate::l2::announce::Announcer;
 use crate::l2::vmac;
@@ -434,8 +434,14 @@ pub fn plan(
             p.remove.push(ours(a));
         }
     }
+    // The node's addresses by IP (a stable sort: the dump's order within an IP), so each
+    // desired IP finds its own in O(log n), not by a walk of them all.
+    let mut by_ip: Vec<&crate::host::HostAddress> = host.addresses.iter().collect();
+    by_ip.sort_by_key(|a| a.ip);
+    let interfaces = Interfaces::of(host);
     for (ip, assigned) in desired.iter() {
-        let present: Vec<_> = host.addresses.iter().filter(|a| a.ip == ip).collect();
+        let from = by_ip.partition_point(|a| a.ip < ip);
+        let present = &by_ip[from..from + by_ip[from..].partition_point(|a| a.ip == ip)];
         if let Some(foreign) = present.iter().find(|a| !a.owned) {
             p.conflicts.push(Conflict {
                 ip,
@@ -444,7 +450,7 @@ pub fn plan(
         }
         let mut owned = present.iter().filter(|a| a.owned).map(|a| ours(a));
         let chosen = if desired.is_routed(ip) {
-            choose_interface(host, ip, Some(routed_device), None)
+            interfaces.choose(ip, Some(routed_device), None)
         } else if let Some(mac) = desired.vmac(ip) {
             let name = vmac::link_name(mac);
             host.links
@@ -455,7 +461,7 @@ pub fn plan(
                     source_of_name: "the IP's virtual MAC",
                 })
         } else {
-            choose_interface(host, ip, interface_override, assigned)
+            interfaces.choose(ip, interface_override, assigned)
         };
         let link = match chosen {
             Ok(link) => link,
@@ -975,6 +981,47 @@ mod tests {
         assert_eq!(p.keep, vec![alias(3, "eth1", "10.0.0.50")]);
         assert_eq!(p.remove, vec![alias(3, "eth1", "10.0.0.51")]);
         assert_eq!(p.add, vec![alias(2, "eth0", "10.0.0.51")]);
+    }
+
+    #[test]
+    fn plan_finds_each_ips_addresses_among_many_in_any_order() {
+        let mut h = host();
+        // 10.0.0.51 held on eth0 (not its subnet's link) before it is held on eth1.
+        h.addresses.push(ours(2, "10.0.0.51"));
+        let many: Vec<String> = (100..300)
+            .rev()
+            .map(|i| format!("10.0.{}.{}", i / 250, i % 250))
+            .collect();
+        for a in &many {
+            h.addresses.push(ours(3, a));
+        }
+        h.addresses.push(ours(3, "10.0.0.51"));
+        let even: Vec<&str> = many
+            .iter()
+            .filter(|a| a.ends_with(['0', '2', '4', '6', '8']))
+            .map(String::as_str)
+            .collect();
+        let mut want = even.clone();
+        want.push("10.0.0.51");
+        let d: DesiredSet = want.iter().map(|a| (ip(a), Some("eth1".into()))).collect();
+        let p = plan(&d, &h, None, "lo");
+        assert!(p.add.is_empty() && p.conflicts.is_empty(), "{p:?}");
+        let mut kept: Vec<IpAddr> = p.keep.iter().map(|a| a.ip).collect();
+        kept.sort();
+        let mut expect_kept: Vec<IpAddr> = want.iter().map(|a| ip(a)).collect();
+        expect_kept.sort();
+        assert_eq!(kept, expect_kept);
+        assert!(p.keep.contains(&alias(3, "eth1", "10.0.0.51")));
+        let mut removed: Vec<Alias> = p.remove.clone();
+        removed.sort_by_key(|a| (a.ip, a.ifindex));
+        let mut expect_removed: Vec<Alias> = many
+            .iter()
+            .filter(|a| !even.contains(&a.as_str()))
+            .map(|a| alias(3, "eth1", a))
+            .chain([alias(2, "eth0", "10.0.0.51")])
+            .collect();
+        expect_removed.sort_by_key(|a| (a.ip, a.ifindex));
+        assert_eq!(removed, expect_removed);
     }
 
     #[test]

@@ -116,47 +116,86 @@ pub enum InterfaceError {
 
 /// Picks the interface for `ip`, in order: the `override_name` (`--interface`), the
 /// interface named in the assignment, the interface whose connected subnet (a non-alias
-/// address) holds `ip`, the interface of the default route of `ip`'s family.
+/// address) holds `ip`, the interface of the default route of `ip`'s family. For many IPs
+/// on one node state, [`Interfaces`] collects the subnets once.
 pub fn choose_interface<'a>(
     host: &'a HostState,
     ip: IpAddr,
     override_name: Option<&str>,
     assigned_name: Option<&str>,
 ) -> Result<&'a Link, InterfaceError> {
-    let by_name = |name: &str, source_of_name| {
-        host.links
+    Interfaces::of(host).choose(ip, override_name, assigned_name)
+}
+
+/// [`choose_interface`] for many IPs of one node state: the node's connected subnets
+/// (its own addresses, shorter than a host's) are collected once. Per IP, walking every
+/// address instead made a plan over 10,000 aliases quadratic (BENCHMARKS, "The first sync
+/// in batches").
+#[derive(Debug)]
+pub struct Interfaces<'a> {
+    host: &'a HostState,
+    /// The node's connected subnets, each with its address's interface index.
+    subnets: Vec<(IpNet, u32)>,
+}
+
+impl<'a> Interfaces<'a> {
+    /// The subnets of `host`, collected.
+    pub fn of(host: &'a HostState) -> Self {
+        let subnets = host
+            .addresses
             .iter()
-            .find(|l| l.name == name)
-            .ok_or_else(|| InterfaceError::NoSuchInterface {
-                name: name.to_string(),
-                source_of_name,
+            .filter(|a| !a.owned && a.prefix_len < host_prefix_len(a.ip))
+            .filter_map(|a| Some((net_of(a)?, a.ifindex)))
+            .collect();
+        Interfaces { host, subnets }
+    }
+
+    /// The node state the interfaces are chosen in.
+    pub fn host(&self) -> &'a HostState {
+        self.host
+    }
+
+    /// The interface for `ip`, as [`choose_interface`] says.
+    pub fn choose(
+        &self,
+        ip: IpAddr,
+        override_name: Option<&str>,
+        assigned_name: Option<&str>,
+    ) -> Result<&'a Link, InterfaceError> {
+        let host = self.host;
+        let by_name = |name: &str, source_of_name| {
+            host.links.iter().find(|l| l.name == name).ok_or_else(|| {
+                InterfaceError::NoSuchInterface {
+                    name: name.to_string(),
+                    source_of_name,
+                }
             })
-    };
-    if let Some(name) = override_name {
-        return by_name(name, "--interface");
+        };
+        if let Some(name) = override_name {
+            return by_name(name, "--interface");
+        }
+        if let Some(name) = assigned_name {
+            return by_name(name, "the assignment");
+        }
+        // Longest matching prefix wins, as routing would pick it.
+        let by_subnet = self
+            .subnets
+            .iter()
+            .filter(|(net, _)| net.contains(&ip))
+            .max_by_key(|(net, _)| net.prefix_len())
+            .and_then(|(_, index)| host.links.iter().find(|l| l.index == *index));
+        if let Some(link) = by_subnet {
+            return Ok(link);
+        }
+        let family = Family::of(ip);
+        let default = match family {
+            Family::V4 => host.default_v4,
+            Family::V6 => host.default_v6,
+        };
+        default
+            .and_then(|index| host.links.iter().find(|l| l.index == index))
+            .ok_or(InterfaceError::NoCandidate { ip, family })
     }
-    if let Some(name) = assigned_name {
-        return by_name(name, "the assignment");
-    }
-    // Longest matching prefix wins, as routing would pick it.
-    let by_subnet = host
-        .addresses
-        .iter()
-        .filter(|a| !a.owned && a.prefix_len < host_prefix_len(a.ip))
-        .filter(|a| net_of(a).is_some_and(|n| n.contains(&ip)))
-        .max_by_key(|a| a.prefix_len)
-        .and_then(|a| host.links.iter().find(|l| l.index == a.ifindex));
-    if let Some(link) = by_subnet {
-        return Ok(link);
-    }
-    let family = Family::of(ip);
-    let default = match family {
-        Family::V4 => host.default_v4,
-        Family::V6 => host.default_v6,
-    };
-    default
-        .and_then(|index| host.links.iter().find(|l| l.index == index))
-        .ok_or(InterfaceError::NoCandidate { ip, family })
 }
 
 /// Link kinds that pods, overlays and the node's own plumbing use: each pod's veth, the

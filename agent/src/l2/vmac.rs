@@ -29,7 +29,7 @@ use std::net::IpAddr;
 use aliaslb_core::mac::Mac;
 
 use crate::aliases::DesiredSet;
-use crate::host::{HostState, InterfaceError, Link, choose_interface};
+use crate::host::{HostState, InterfaceError, Interfaces, Link};
 
 /// The link kind of a macvlan, as the kernel names it.
 pub const KIND: &str = "macvlan";
@@ -83,6 +83,7 @@ pub struct Plan {
 pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&str>) -> Plan {
     let mut out = Plan::default();
     let mut needed = BTreeSet::new();
+    let interfaces = Interfaces::of(host);
     for (ip, assigned) in desired.iter() {
         let Some(mac) = desired.vmac(ip).filter(|_| !desired.is_routed(ip)) else {
             continue;
@@ -94,7 +95,7 @@ pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&
         if host.links.iter().any(|l| l.name == name && is_ours(l)) {
             continue;
         }
-        match choose_interface(host, ip, interface_override, assigned) {
+        match interfaces.choose(ip, interface_override, assigned) {
             // A macvlan never goes on one of ours (an assignment naming one is a bug).
             Ok(parent) if !is_ours(parent) => out.create.push(NewMacvlan {
                 name,

@@ -65,6 +65,7 @@ where
         let Some(host) = self.aliases.last_snapshot() else {
             return;
         };
+        let interfaces = Interfaces::of(host);
         let config = self.failover.config().check;
         let limit = config.window() + Duration::from_millis(200);
         for (ip, holder) in due {
@@ -73,7 +74,7 @@ where
                 .standby(ip)
                 .and_then(|l| l.interface.as_deref());
             let link = self
-                .lan_link(host, ip, assigned)
+                .lan_link(&interfaces, ip, assigned)
                 .filter(|l| l.up)
                 .and_then(|l| Some((l.index, Mac(l.mac?))));
             let Some((ifindex, mac)) = link else {
@@ -194,6 +195,7 @@ where
         let Some(host) = self.aliases.last_snapshot() else {
             return;
         };
+        let interfaces = Interfaces::of(host);
         let config = self.failover.config().check;
         let limit = config.window() + Duration::from_millis(200);
         for pair in due {
@@ -204,7 +206,7 @@ where
                 continue;
             };
             let link = self
-                .lan_link(host, ip, self.desired.interface(ip))
+                .lan_link(&interfaces, ip, self.desired.interface(ip))
                 .and_then(|l| Some((l.index, Mac(l.mac?))));
             self.fence.probing(Peers::of(&pair));
             // No Ethernet link to probe from: the standby cannot be reached there either.
@@ -277,14 +279,16 @@ where
         !back.is_empty()
     }
 
-    /// The LAN link `ip` goes on in `host` (`assigned`: the interface its line names).
+    /// The LAN link `ip` goes on (`assigned`: the interface its line names).
     fn lan_link<'h>(
         &self,
-        host: &'h HostState,
+        interfaces: &Interfaces<'h>,
         ip: IpAddr,
         assigned: Option<&str>,
     ) -> Option<&'h Link> {
-        host::choose_interface(host, ip, self.aliases.interface_override(), assigned).ok()
+        interfaces
+            .choose(ip, self.aliases.interface_override(), assigned)
+            .ok()
     }
 
     /// Ends the step-downs the new desired set no longer names with the same standby.
@@ -336,10 +340,11 @@ where
         let Some(tx) = &self.streams_tx else {
             return;
         };
-        let host = self.aliases.last_snapshot();
+        let interfaces = self.aliases.last_snapshot().map(Interfaces::of);
         for (ip, _) in self.fence.stepped_down() {
-            let interface = host
-                .and_then(|host| self.lan_link(host, ip, self.desired.interface(ip)))
+            let interface = interfaces
+                .as_ref()
+                .and_then(|i| self.lan_link(i, ip, self.desired.interface(ip)))
                 .map(|l| l.name.clone());
             let (Some(peer), Some(interface)) = (self.desired.peer(ip), interface) else {
                 continue;

@@ -27,9 +27,10 @@ where
         };
         let mut by_link: BTreeMap<u32, (String, Mac, Vec<IpAddr>)> = BTreeMap::new();
         let mut unprobed = Vec::new();
+        let interfaces = Interfaces::of(host);
         for ProbeRequest { ip, ifindex } in due {
             match probe_link(
-                host,
+                &interfaces,
                 &self.desired,
                 self.aliases.interface_override(),
                 ip,
@@ -213,7 +214,7 @@ where
         }
         let host = self.aliases.last_snapshot()?;
         probe_link(
-            host,
+            &Interfaces::of(host),
             &self.desired,
             self.aliases.interface_override(),
             ip,
@@ -277,21 +278,18 @@ where
 /// The link and our MAC on it to probe `ip` on: where the conflict was seen (`hint`), else
 /// the interface the alias would go on. `None`: no such link, or it has no Ethernet address.
 fn probe_link<'a>(
-    host: &'a HostState,
+    interfaces: &Interfaces<'a>,
     desired: &DesiredSet,
     interface_override: Option<&str>,
     ip: IpAddr,
     hint: Option<u32>,
 ) -> Option<(&'a Link, Mac)> {
+    let host = interfaces.host();
     let link = match hint.and_then(|i| host.links.iter().find(|l| l.index == i)) {
         Some(link) => link,
-        None => {
-            let assigned = desired
-                .iter()
-                .find(|(i, _)| *i == ip)
-                .and_then(|(_, name)| name);
-            host::choose_interface(host, ip, interface_override, assigned).ok()?
-        }
+        None => interfaces
+            .choose(ip, interface_override, desired.interface(ip))
+            .ok()?,
     };
     Some((link, Mac(link.mac?)))
 }

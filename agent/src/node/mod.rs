@@ -35,7 +35,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::aliases::{AliasManager, DesiredSet, ReconcileError, ReconcileReport, refresh_crowded};
 use crate::assignments::InForce;
-use crate::host::{self, Alias, HostState, Link};
+use crate::host::{self, Alias, Interfaces, Link};
 use crate::http::Health;
 use crate::kernel::backend::{AddressBackend, BackendError};
 use crate::l2::adverts::Stream;
