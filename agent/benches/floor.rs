@@ -13,9 +13,10 @@
 //! - `apply`: `AliasManager::reconcile` with a `DesiredSet` of N /32 through the real
 //!   `NetlinkBackend`, vs `ip -batch` adding the same N addresses with the same lifetime
 //!   and label (iproute2 6.1 cannot set IFA_PROTO), then one lifetime refresh of them all
-//!   (`refresh_lifetimes` vs `ip -batch` of `addr replace`), then removing them; alternated,
-//!   `BENCH_REPS` times (default 15), medians and ratios. Announcer off, then a separate
-//!   run with it on.
+//!   (`refresh_lifetimes` vs `ip -batch` of `addr replace`), then removing them;
+//!   alternated, `BENCH_REPS` times (default 15), medians and ratios. Also, ours only, a
+//!   reconcile with nothing to change against its floor, the dump it starts with.
+//!   Announcer off, then a separate run with it on.
 //! - `idle`: the agent's loop (renewal refresh every 1 s, resync every 30 s, reconcile on
 //!   every netlink tick) over N stable aliases for `BENCH_IDLE_SECS` (default 60):
 //!   writes by kind, reconciles, CPU time of this process.
@@ -231,7 +232,7 @@ fn apply(rt: &Runtime, reps: u64) {
     let mut mgr = rt.block_on(async { manager() });
     let probe = rt.block_on(async { NetlinkBackend::connect().expect("netlink socket") });
     let (mut ours_add, mut ours_del, mut ip_add, mut ip_del) = (vec![], vec![], vec![], vec![]);
-    let (mut ours_refresh, mut ip_refresh) = (vec![], vec![]);
+    let (mut ours_refresh, mut ip_refresh, mut ours_unchanged) = (vec![], vec![], vec![]);
     let mut dumps = vec![];
     // One untimed round of each warms the kernel's and the allocator's caches.
     for rep in 0..=reps {
@@ -242,6 +243,8 @@ fn apply(rt: &Runtime, reps: u64) {
                 assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0), "{r:?}");
                 assert_eq!(held(rt, &probe), n as usize);
                 let (dump, _) = timed(rt, probe.snapshot());
+                let (unchanged, r) = timed(rt, mgr.reconcile(&desired));
+                assert_eq!((r.added.len(), r.removed.len(), r.errors.len()), (0, 0, 0));
                 let (refresh, r) = timed(rt, mgr.refresh_lifetimes());
                 assert_eq!((r.refreshed, r.errors.len()), (n as usize, 0), "{r:?}");
                 let (del, r) = timed(rt, mgr.reconcile(&empty));
@@ -250,6 +253,7 @@ fn apply(rt: &Runtime, reps: u64) {
                 if rep > 0 {
                     ours_add.push(add);
                     ours_refresh.push(refresh);
+                    ours_unchanged.push(unchanged);
                     ours_del.push(del);
                     dumps.push(dump);
                 }
@@ -276,6 +280,14 @@ fn apply(rt: &Runtime, reps: u64) {
         "    of which the observe step (dump links, {n} addresses, routes): median {:.2} ms",
         ms(median(&dumps))
     );
+    println!(
+        "reconcile with nothing to change ({n} held): median {:.2} ms | its floor, the \
+         observe step: {:.2} ms | ratio {:.2}",
+        ms(median(&ours_unchanged)),
+        ms(median(&dumps)),
+        median(&ours_unchanged).as_secs_f64() / median(&dumps).as_secs_f64()
+    );
+    println!("    ours     {}", list(&ours_unchanged));
 
     // The announcer on: what the reconcile itself costs more, and how long until the
     // first frame of every burst is out (bursts cut to one frame).
