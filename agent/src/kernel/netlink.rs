@@ -6,7 +6,8 @@
 //!   IPv4 when it fits, the label `<ifname>:alb`; only addresses carrying one of them are
 //!   ever considered ours;
 //! - [`NetlinkBackend`], the real [`AddressBackend`]: dump, add (with a non-permanent
-//!   lifetime, IPv6 with IFA_F_NODAD), delete, refresh;
+//!   lifetime, IPv6 with IFA_F_NODAD), delete, refresh; the address writes go to the kernel
+//!   up to [`BATCH`] per message, on a socket of their own (`WriteSocket`);
 //! - the macvlans of virtual MACs, with the settings [`crate::l2::vmac`] explains;
 //! - [`watch_changes`], the stream of "something changed" ticks the run loop selects on.
 
