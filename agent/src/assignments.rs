@@ -22,8 +22,10 @@
 //! -k` or a GitOps prune: the controller says "nothing assigned" with empty objects,
 //! never with an absence), or a shard the index counts and that is missing. The kept set is
 //! marked ([`DesiredSet::object_missing`]) and
-//! [`InForce`] lets the node act on it only while this agent's own authority is fresh
-//! (its Lease renewed within the lease duration): once it goes stale, the controller may
+//! [`InForce`] lets the node act on it only while this agent's own authority may keep it
+//! ([`crate::lease::Authority::may_keep`]: its Lease renewed within the lease duration, or
+//! its first renewal under way less than a lease duration after the start): once it goes
+//! stale, the controller may
 //! have given the IPs to another node, so they are let go, and not taken back before the
 //! controller writes the object again. An agent that never read its object (it starts
 //! while the object is missing) has nothing to keep: nothing is assigned.
@@ -298,8 +300,9 @@ impl InForce {
         Self::default()
     }
 
-    /// The set in force for `received`, with this agent's authority `fresh` or not (the
-    /// same allocation unless its IPs are dropped).
+    /// The set in force for `received`, `fresh` saying whether this agent's authority may
+    /// keep a set ([`crate::lease::Authority::may_keep`]) (the same allocation unless its
+    /// IPs are dropped).
     pub fn of(&mut self, received: &Arc<DesiredSet>, fresh: bool) -> Arc<DesiredSet> {
         if !received.object_missing() {
             self.dropped = false;

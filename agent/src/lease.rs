@@ -213,6 +213,8 @@ struct AuthorityState {
     /// When the agent started: the staleness of an agent that never renewed counts from
     /// there ([`Authority::stale_past_a_lease`]).
     started: Instant,
+    /// The Lease was released ([`Authority::revoke`]): nothing is kept on its account.
+    revoked: bool,
 }
 
 impl Authority {
@@ -223,6 +225,7 @@ impl Authority {
             state: Arc::new(Mutex::new(AuthorityState {
                 renewed: None,
                 started: Instant::now(),
+                revoked: false,
             })),
         }
     }
@@ -252,6 +255,7 @@ impl Authority {
     pub fn record_renewal(&self, at: Instant) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.renewed = Some(state.renewed.map_or(at, |r| r.max(at)));
+        state.revoked = false;
     }
 
     /// Whether the Lease was renewed within the lease duration before `now`. Stale before
@@ -264,12 +268,30 @@ impl Authority {
             .is_some_and(|at| now.saturating_duration_since(at) < self.lease_duration)
     }
 
+    /// Whether a set the controller wrote, whose object has since gone missing, may still
+    /// be kept at `now`: while the authority is fresh, and before the first renewal for one
+    /// lease duration from the start. An agent acts on the set it read before its first
+    /// renewal lands (it must, to serve at once after a restart); keeping that set when
+    /// its object vanishes meanwhile is no bolder, and a first renewal still in flight is
+    /// no evidence that the node looks lost. A first renewal that has not succeeded a lease
+    /// duration after the start is; a released Lease keeps nothing.
+    pub fn may_keep(&self, now: Instant) -> bool {
+        let state = *self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.renewed {
+            Some(at) => now.saturating_duration_since(at) < self.lease_duration,
+            None => {
+                !state.revoked && now.saturating_duration_since(state.started) < self.lease_duration
+            }
+        }
+    }
+
     /// Ends the authority now (the Lease was released): stale at once, and stale past a
     /// lease two lease durations from now.
     pub fn revoke(&self, at: Instant) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.renewed = None;
         state.started = at;
+        state.revoked = true;
     }
 
     /// When the last renewal succeeded, if one did.
@@ -670,9 +692,35 @@ mod tests {
         let at = start + Duration::from_secs(1);
         authority.revoke(at);
         assert!(!authority.is_fresh(at));
+        assert!(!authority.may_keep(at), "a released Lease keeps nothing");
         assert_eq!(authority.last_renewal(), None);
         assert!(!authority.stale_past_a_lease(at + Duration::from_millis(7_999)));
         assert!(authority.stale_past_a_lease(at + 2 * lease));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_set_may_stay_while_the_first_renewal_is_under_way_for_one_lease() {
+        let lease = Duration::from_secs(2);
+        let ms = Duration::from_millis;
+        let authority = Authority::new(lease);
+        let start = Instant::now();
+        assert!(
+            authority.may_keep(start + ms(1_999)),
+            "first renewal under way"
+        );
+        assert!(
+            !authority.may_keep(start + lease),
+            "no renewal within a lease"
+        );
+        // Renewed late: from then on, exactly while fresh.
+        authority.record_renewal(start + ms(2_500));
+        assert!(authority.may_keep(start + ms(4_499)));
+        assert!(!authority.may_keep(start + ms(4_500)));
+        // Renewed early: a lease from that renewal, not from the start.
+        let early = Authority::new(lease);
+        early.record_renewal(start + ms(100));
+        assert!(!early.may_keep(start + ms(2_100)));
+        assert!(early.may_keep(start + ms(2_099)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -336,15 +336,16 @@ where
                     // Within one renew interval: a table someone deleted (or a flushed
                     // ruleset) is noticed here and rewritten by the reconcile it asks for.
                     let damaged = self.look_at_shield(false).await;
-                    let fresh = self.authority.is_fresh(Instant::now());
+                    let now = Instant::now();
+                    let fresh = self.authority.is_fresh(now);
                     if synced && expired {
                         Cause::Resync
                     } else if synced && damaged {
                         Cause::Shield
                     } else if synced
-                        && (InForce::must_drop(&self.desired, fresh)
+                        && (InForce::must_drop(&self.desired, self.authority.may_keep(now))
                             || self.routed_fence.would_change(
-                                self.authority.stale_past_a_lease(Instant::now()),
+                                self.authority.stale_past_a_lease(now),
                                 fresh,
                             ))
                     {
@@ -452,7 +453,7 @@ where
             }
             let in_force = self
                 .in_force
-                .of(&received, self.authority.is_fresh(Instant::now()));
+                .of(&received, self.authority.may_keep(Instant::now()));
             for ip in self.failover.settle(&in_force) {
                 info!(%ip, "takeover over: the assignment no longer names this node the IP's standby for that holder");
             }
