@@ -30,7 +30,11 @@
 //!    waited for, with the N converged Services still in the controller's caches (ratio to
 //!    phase 0's p50 and p99). Each time is also split into the create call (the apiserver's
 //!    own, which grows with the Services that exist) and created -> IP (the controller's
-//!    part). Then the controller's latency to notice a node's report: from
+//!    part). Each is followed by its floor (interleaved, so both meet the same apiserver;
+//!    also in phase 0): a Service of a class the controller ignores, whose status the bench
+//!    writes itself once its watch has seen it, one apply, the fewest steps an IP needs;
+//!    printed as the floor's own ratio (at N / at 0) and the controller's to the floor at N.
+//!    Then the controller's latency to notice a node's report: from
 //!    the fake agent's Lease write that first lists the new Service's IP to the watch seeing
 //!    it `Announced=True`;
 //! 5. steady state: the controller's CPU over `--steady` seconds with the N Services and the
@@ -90,6 +94,18 @@ const FLOOR_MANAGER: &str = "aliaslb-bench-floor";
 /// carries (the ingress IP with `ipMode`, `IPAllocated` and `Announced`), from a client that
 /// does nothing else.
 fn floor_status(name: &str, namespace: &str, ip: IpAddr) -> serde_json::Value {
+    floor_status_as(
+        name,
+        namespace,
+        ip,
+        [keys::CONDITION_IP_ALLOCATED, keys::CONDITION_ANNOUNCED],
+    )
+}
+
+/// [`floor_status`] with the condition types `types` (the latency floor's Services take
+/// types of their own: with ours, the controller would take them for Services that were
+/// once its own and clean them up).
+fn floor_status_as(name: &str, namespace: &str, ip: IpAddr, types: [&str; 2]) -> serde_json::Value {
     let condition = |type_: &str, status: &str, reason: &str| {
         json!({
             "type": type_, "status": status, "reason": reason, "message": "floor",
@@ -102,8 +118,8 @@ fn floor_status(name: &str, namespace: &str, ip: IpAddr) -> serde_json::Value {
         "status": {
             "loadBalancer": {"ingress": [{"ip": ip.to_string(), "ipMode": keys::IP_MODE_VIP}]},
             "conditions": [
-                condition(keys::CONDITION_IP_ALLOCATED, "True", "Allocated"),
-                condition(keys::CONDITION_ANNOUNCED, "False", "WaitingForAgent"),
+                condition(types[0], "True", "Allocated"),
+                condition(types[1], "False", "WaitingForAgent"),
             ],
         },
     })
@@ -869,7 +885,11 @@ async fn window(
 
 /// Creates `count` Services `{prefix}-0000`, ... in `api`'s namespace `ns` one at a time,
 /// each waited for until the watch sees its ingress IP: the create -> IP times, sorted,
-/// and the Services' keys.
+/// and the Services' keys. Each is followed by its floor, `{prefix}-floor-0000`, ...: a
+/// Service of a class the controller ignores ([`FLOOR_CLASS`]) whose status the bench
+/// writes itself, the fewest steps an IP needs (its watch sees the Service, one status
+/// apply, the watch sees the IP), interleaved so that both meet the same apiserver.
+/// Returns the controller's times, then the floor's.
 async fn latency(
     api: &Api<Service>,
     ns: &str,
@@ -877,12 +897,9 @@ async fn latency(
     count: usize,
     progress: &Mutex<Progress>,
     tick: &mut watch::Receiver<u64>,
-) -> Latencies {
-    let mut to_ip = Vec::with_capacity(count);
-    let mut in_create = Vec::with_capacity(count);
-    let mut created_to_ip = Vec::with_capacity(count);
-    let mut noticed = Vec::with_capacity(count);
-    let mut keys = Vec::with_capacity(count);
+) -> (Latencies, Latencies) {
+    let mut ours = Latencies::default();
+    let mut floor = Latencies::default();
     for l in 0..count {
         let name = format!("{prefix}-{l:04}");
         let key = format!("{ns}/{name}");
@@ -893,37 +910,51 @@ async fn latency(
         let created = Instant::now();
         until(progress, tick, |p| p.first_ip.contains_key(&key)).await;
         let first_ip = progress.lock().unwrap().first_ip[&key];
-        to_ip.push(first_ip - t);
-        in_create.push(created - t);
-        created_to_ip.push(first_ip.saturating_duration_since(created));
+        ours.push(t, created, first_ip);
         until(progress, tick, |p| p.first_announced.contains_key(&key)).await;
-        let p = progress.lock().unwrap();
-        let reported = p.services[&key]
-            .ips
-            .iter()
-            .filter_map(|ip| p.reported.get(ip))
-            .max()
-            .copied();
-        if let Some(reported) = reported {
-            noticed.push(p.first_announced[&key].saturating_duration_since(reported));
+        {
+            let p = progress.lock().unwrap();
+            let reported = p.services[&key]
+                .ips
+                .iter()
+                .filter_map(|ip| p.reported.get(ip))
+                .max()
+                .copied();
+            if let Some(reported) = reported {
+                ours.noticed
+                    .push(p.first_announced[&key].saturating_duration_since(reported));
+            }
         }
-        drop(p);
-        keys.push(key);
+        ours.keys.push(key);
+
+        let name = format!("{prefix}-floor-{l:04}");
+        let key = format!("{ns}/{name}");
+        let t = Instant::now();
+        api.create(&PostParams::default(), &floor_service(&name))
+            .await
+            .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
+        let created = Instant::now();
+        until(progress, tick, |p| p.services.contains_key(&key)).await;
+        let ip = IpAddr::from([192, 0, 2, u8::try_from(l % 250 + 1).unwrap_or(1)]);
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FLOOR_MANAGER).force(),
+            &Patch::Apply(floor_status_as(&name, ns, ip, FLOOR_CONDITIONS)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("floor status of Service {key}: {e}"));
+        until(progress, tick, |p| p.first_ip.contains_key(&key)).await;
+        let first_ip = progress.lock().unwrap().first_ip[&key];
+        floor.push(t, created, first_ip);
+        floor.keys.push(key);
     }
-    to_ip.sort();
-    in_create.sort();
-    created_to_ip.sort();
-    noticed.sort();
-    Latencies {
-        to_ip,
-        in_create,
-        created_to_ip,
-        noticed,
-        keys,
-    }
+    ours.sort();
+    floor.sort();
+    (ours, floor)
 }
 
 /// What [`latency`] measured.
+#[derive(Debug, Default)]
 struct Latencies {
     /// Create -> ingress IP, sorted.
     to_ip: Vec<Duration>,
@@ -931,7 +962,8 @@ struct Latencies {
     /// see the Service (it grows with the Services that exist: Kubernetes 1.33+ counts every
     /// `IPAddress` object on each ClusterIP allocation).
     in_create: Vec<Duration>,
-    /// The create call returned -> ingress IP, sorted: what the controller adds.
+    /// The create call returned -> ingress IP, sorted: what the controller adds (for the
+    /// floor: what its watch and one status apply take).
     created_to_ip: Vec<Duration>,
     /// The fake agent's Lease write listing the IP returned -> the watch saw
     /// `Announced=True`, sorted: the controller noticing a node's report.
@@ -941,6 +973,22 @@ struct Latencies {
 }
 
 impl Latencies {
+    /// One Service: its create call began at `t` and returned at `created`; the watch saw
+    /// its IP at `first_ip`.
+    fn push(&mut self, t: Instant, created: Instant, first_ip: Instant) {
+        self.to_ip.push(first_ip - t);
+        self.in_create.push(created - t);
+        self.created_to_ip
+            .push(first_ip.saturating_duration_since(created));
+    }
+
+    fn sort(&mut self) {
+        self.to_ip.sort();
+        self.in_create.sort();
+        self.created_to_ip.sort();
+        self.noticed.sort();
+    }
+
     /// Prints the figures, one per line, each line starting with `indent`.
     fn print(&self, indent: &str) {
         println!("{indent}create -> ingress IP {}", percentiles(&self.to_ip));
@@ -948,10 +996,19 @@ impl Latencies {
             "{indent}  the create call alone (the apiserver) {}",
             percentiles(&self.in_create)
         );
+        let floor = self.keys.first().is_some_and(|k| k.contains("-floor-"));
         println!(
-            "{indent}  created -> ingress IP (the controller) {}",
+            "{indent}  created -> ingress IP ({}) {}",
+            if floor {
+                "the bench's watch and status apply"
+            } else {
+                "the controller"
+            },
             percentiles(&self.created_to_ip)
         );
+        if floor {
+            return;
+        }
         println!(
             "{indent}a node's report noticed (its Lease write listing the IP -> Announced=True), {} of them: {}",
             self.noticed.len(),
@@ -1001,6 +1058,22 @@ fn service(name: &str) -> Service {
             m.labels = Some([(LABEL.to_owned(), "scale".to_owned())].into());
         })
         .build()
+}
+
+/// The `spec.loadBalancerClass` of the floor's latency Services: not the controller's, so
+/// the bench writes their status itself.
+const FLOOR_CLASS: &str = "bench.example/floor";
+
+/// The condition types of the latency floor's status: as long as ours, not ours.
+const FLOOR_CONDITIONS: [&str; 2] = ["bench.example/IPAllocated", "bench.example/Announced"];
+
+/// A floor Service of [`latency`]: as [`service`], of [`FLOOR_CLASS`].
+fn floor_service(name: &str) -> Service {
+    let mut svc = service(name);
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.load_balancer_class = Some(FLOOR_CLASS.to_owned());
+    }
+    svc
 }
 
 fn ms(d: Duration) -> String {
@@ -1129,7 +1202,7 @@ async fn main() {
     );
     println!("    {}", idle.describe());
     let zero_latency = if opts.latency > 0 {
-        let zero = latency(
+        let (zero, zero_floor) = latency(
             &first_ns,
             &namespaces[0],
             "zero",
@@ -1143,7 +1216,11 @@ async fn main() {
             opts.latency
         );
         zero.print("    ");
-        Some(zero)
+        println!(
+            "    the floor, interleaved (the bench's watch sees the Service, one status apply):"
+        );
+        zero_floor.print("      ");
+        Some((zero, zero_floor))
     } else {
         None
     };
@@ -1157,8 +1234,9 @@ async fn main() {
     // The killed controller's leader Lease stays; the next start (same identity) renews it.
     let dead_version = leader_version(&leases).await;
     // Their Services go, so that they disturb neither the floor nor the convergence.
-    if let Some(zero) = &zero_latency {
-        for key in &zero.keys {
+    if let Some((zero, zero_floor)) = &zero_latency {
+        let keys: Vec<&String> = zero.keys.iter().chain(&zero_floor.keys).collect();
+        for key in &keys {
             let name = key.rsplit_once('/').map_or(key.as_str(), |(_, name)| name);
             first_ns
                 .delete(name, &DeleteParams::default())
@@ -1166,7 +1244,7 @@ async fn main() {
                 .unwrap_or_else(|e| panic!("deleting Service {key}: {e}"));
         }
         until(&progress, &mut tick, |p| {
-            zero.keys.iter().all(|k| !p.services.contains_key(k))
+            keys.iter().all(|k| !p.services.contains_key(*k))
         })
         .await;
     }
@@ -1356,8 +1434,9 @@ async fn main() {
     let mut latency_ratio = None;
     let mut latency_max = None;
     let written_before = written.lock().unwrap().clone();
-    if let Some(zero_latency) = &zero_latency {
-        let at_n = latency(
+    let mut floor_ratio = None;
+    if let Some((zero_latency, zero_floor)) = &zero_latency {
+        let (at_n, floor_at_n) = latency(
             &first_ns,
             &namespaces[0],
             "lat",
@@ -1371,13 +1450,30 @@ async fn main() {
             opts.latency, opts.nodes, opts.renew_every,
         );
         at_n.print("  ");
+        println!(
+            "  the floor, interleaved (the bench's watch sees the Service, one status apply):"
+        );
+        floor_at_n.print("    ");
         println!("latency with 0 other Services:");
         zero_latency.print("  ");
+        println!("  the floor, interleaved:");
+        zero_floor.print("    ");
         let ratios = at_n.ratios(zero_latency);
         println!(
             "latency ratio at {n} / at 0: create -> IP p50 {:.2}, p99 {:.2}; created -> IP p50 {:.2}, p99 {:.2} (target <= 1.2)",
             ratios.0, ratios.1, ratios.2, ratios.3
         );
+        let floors = floor_at_n.ratios(zero_floor);
+        println!(
+            "  the floor's own ratio at {n} / at 0: create -> IP p50 {:.2}, p99 {:.2}; created -> IP p50 {:.2}, p99 {:.2}",
+            floors.0, floors.1, floors.2, floors.3
+        );
+        let against = at_n.ratios(&floor_at_n);
+        println!(
+            "  the controller / its floor at {n}: create -> IP p50 {:.2}, p99 {:.2}; created -> IP p50 {:.2}, p99 {:.2}",
+            against.0, against.1, against.2, against.3
+        );
+        floor_ratio = Some((floors, against));
         latency_ratio = Some(ratios);
         latency_max = Some((
             quantile(&at_n.to_ip, 1.0),
@@ -1450,6 +1546,16 @@ async fn main() {
             );
         }
         _ => println!("  create -> IP: not measured (--latency 0)"),
+    }
+    if let Some((floors, against)) = floor_ratio {
+        println!(
+            "    the floor's own (bench watch + one status apply) at {n} / at 0: create -> IP p50 {:.2}, p99 {:.2}; created -> IP p50 {:.2}, p99 {:.2}",
+            floors.0, floors.1, floors.2, floors.3
+        );
+        println!(
+            "    the controller / the floor, both at {n}: create -> IP p50 {:.2}, p99 {:.2}; created -> IP p50 {:.2}, p99 {:.2}",
+            against.0, against.1, against.2, against.3
+        );
     }
     println!(
         "  steady CPU with {} agents at {n} Services: {:.1} % of one core, idle floor {:.1} % (target < 2 %)",
