@@ -121,39 +121,49 @@ fn object_key<K: Resource>(object: &K) -> Option<ServiceKey> {
 }
 
 impl<K: Resource, T> RecordsWriter<K, T> {
-    /// Applies one watcher event.
-    pub fn apply(&mut self, event: &Event<K>) {
+    /// Applies one watcher event. Returns whether the records may have changed: not for
+    /// an object that is not kept and was not (a Service of another class, say, that
+    /// never was ours: its changes are nothing to this cache), nor for a relist's events
+    /// before its `InitDone`, which replaces them all at once.
+    pub fn apply(&mut self, event: &Event<K>) -> bool {
         match event {
-            Event::Init => self.buffer = Some(HashMap::new()),
+            Event::Init => {
+                self.buffer = Some(HashMap::new());
+                false
+            }
             Event::InitApply(object) => {
                 if let (Some(buffer), Some(key)) = (self.buffer.as_mut(), object_key(object))
                     && let Some(record) = (self.keep)(object)
                 {
                     buffer.insert(key, Arc::new(record));
                 }
+                false
             }
             Event::InitDone => {
                 if let Some(buffer) = self.buffer.take() {
                     *self.write() = buffer;
                 }
                 self.ready.send_replace(true);
+                true
             }
             Event::Apply(object) => {
                 let Some(key) = object_key(object) else {
-                    return;
+                    return false;
                 };
                 let record = (self.keep)(object);
                 let mut map = self.write();
                 match record {
-                    Some(record) => map.insert(key, Arc::new(record)),
-                    None => map.remove(&key),
-                };
-            }
-            Event::Delete(object) => {
-                if let Some(key) = object_key(object) {
-                    self.write().remove(&key);
+                    Some(record) => {
+                        map.insert(key, Arc::new(record));
+                        true
+                    }
+                    None => map.remove(&key).is_some(),
                 }
             }
+            Event::Delete(object) => match object_key(object) {
+                Some(key) => self.write().remove(&key).is_some(),
+                None => false,
+            },
         }
     }
 
@@ -228,13 +238,17 @@ mod tests {
             ["2"],
             "a second apply replaces the record"
         );
-        writer.apply(&Event::Apply(cm("a", "skip")));
+        assert!(writer.apply(&Event::Apply(cm("a", "skip"))));
         assert!(
             records.is_empty(),
             "an object no longer kept drops its record"
         );
-        writer.apply(&Event::Apply(cm("b", "3")));
-        writer.apply(&Event::Delete(cm("b", "3")));
+        // An object never kept changes nothing, applied or deleted.
+        assert!(!writer.apply(&Event::Apply(cm("a", "skip"))));
+        assert!(!writer.apply(&Event::Delete(cm("a", "skip"))));
+        assert!(writer.apply(&Event::Apply(cm("b", "3"))));
+        assert!(writer.apply(&Event::Delete(cm("b", "3"))));
+        assert!(!writer.apply(&Event::Delete(cm("b", "3"))), "already gone");
         assert!(records.is_empty());
     }
 

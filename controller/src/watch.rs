@@ -460,13 +460,17 @@ where
         move || watcher::watcher(api.clone(), watcher::Config::default()),
         tx,
         move |event| {
-            writer.apply(event);
-            notes
-                .dirty
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .note(notes.kind, event, notes.key);
-            true
+            // An object this cache does not keep and did not (a Service of another class
+            // that never was ours) is worth no pass: its changes cost nothing.
+            let changed = writer.apply(event);
+            if changed {
+                notes
+                    .dirty
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .note(notes.kind, event, notes.key);
+            }
+            changed
         },
     );
     reader
