@@ -161,6 +161,56 @@ pub fn render_node(
     out
 }
 
+/// Some shards of a node: those the lines of some IPs are in, under a shard count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardsOf {
+    count: u32,
+    shards: BTreeSet<u32>,
+}
+
+impl ShardsOf {
+    /// The shards of `ips` among `count`.
+    pub fn new(ips: impl IntoIterator<Item = IpAddr>, count: u32) -> Self {
+        ShardsOf {
+            count,
+            shards: ips
+                .into_iter()
+                .map(|ip| shards::shard_of(ip, count))
+                .collect(),
+        }
+    }
+
+    /// Whether a line of one of `ips` is in these shards.
+    pub fn holds_any(&self, ips: &[IpAddr]) -> bool {
+        ips.iter()
+            .any(|ip| self.shards.contains(&shards::shard_of(*ip, self.count)))
+    }
+}
+
+/// The objects [`render_node`] gives, of the shards in `only` and the index, for `want`
+/// that holds (at least) every line of those shards. `None` when `want` does not fit the
+/// count of `only` (the node's count in force): the count grows, every shard must be
+/// rendered.
+pub fn render_shards(
+    node: &str,
+    want: &NodeAssignments,
+    only: &ShardsOf,
+) -> Option<Vec<(String, ObjectData, Round)>> {
+    let mut objects = render_node(node, want, only.count);
+    if objects.len() != only.count as usize + 1 {
+        return None;
+    }
+    let index = objects.pop()?;
+    let mut out: Vec<_> = objects
+        .into_iter()
+        .zip(0u32..)
+        .filter(|(_, k)| only.shards.contains(k))
+        .map(|(object, _)| object)
+        .collect();
+    out.push(index);
+    Some(out)
+}
+
 /// The MAC of every interface of every agent report, fresh or stale, with its node. A MAC
 /// two nodes report (which should not happen) is given to the first by name.
 pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, String> {
@@ -837,5 +887,67 @@ mod tests {
         assert_eq!(small.len(), 5);
         let by_name: NodeObjects = small.into_iter().map(|(n, d, _)| (n, d)).collect();
         assert!(read_node("n1", &by_name).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_change_renders_its_own_shard_as_the_whole_node_would() {
+        let ip = |i: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+        let mut a = NodeAssignments::new();
+        for i in 0..1500u32 {
+            a.assign(ip(i), None, [], &format!("ns/s{i}"));
+        }
+        let count = count_in_force("n1", &objects_of("n1", &a));
+        assert_eq!(count, 4, "1,500 lines: four shards");
+        // What a pass hands over for `only`: the lines of the Services with an IP there.
+        let within = |a: &NodeAssignments, only: &ShardsOf| {
+            let mut want = a.clone();
+            want.ips.retain(|ip, _| only.holds_any(&[*ip]));
+            want
+        };
+        // One line added, one removed, one changed: each renders its shard and the index,
+        // the same objects as the whole node's render.
+        let mut added = a.clone();
+        added.assign(ip(1500), None, [], "ns/new");
+        let mut removed = a.clone();
+        removed.ips.remove(&ip(7));
+        let mut changed = a.clone();
+        changed.assign(ip(9), Some("eth1"), [], "ns/s9");
+        for (what, after, ips) in [
+            ("added", &added, vec![ip(1500)]),
+            ("removed", &removed, vec![ip(7)]),
+            ("changed", &changed, vec![ip(9)]),
+            ("two lines", &changed, vec![ip(9), ip(1200)]),
+        ] {
+            let only = ShardsOf::new(ips.iter().copied(), count);
+            let partial = render_shards("n1", &within(after, &only), &only).unwrap();
+            let whole = render_node("n1", after, count);
+            let shards: BTreeSet<String> = ips
+                .iter()
+                .map(|ip| keys::assignment_shard_configmap("n1", shards::shard_of(*ip, count)))
+                .chain([keys::assignment_configmap("n1")])
+                .collect();
+            let names: BTreeSet<String> = partial.iter().map(|(n, ..)| n.clone()).collect();
+            assert_eq!(names, shards, "{what}: its shards and the index");
+            let expected: Vec<_> = whole
+                .into_iter()
+                .filter(|(n, ..)| shards.contains(n))
+                .collect();
+            assert_eq!(partial, expected, "{what}");
+            // Written over the old objects, they read as the whole node.
+            let mut objects = objects_of("n1", &a);
+            objects.extend(partial.into_iter().map(|(n, d, _)| (n, d)));
+            assert_eq!(&read_node("n1", &objects).unwrap(), after, "{what}");
+        }
+        // A shard that outgrows the count: no partial render (the count grows).
+        let mut crowded = a.clone();
+        let only = ShardsOf::new([ip(0)], count);
+        let mut i = 2000;
+        while within(&crowded, &only).ips.len() <= shards::MAX_SHARD_LINES {
+            if only.holds_any(&[ip(i)]) {
+                crowded.assign(ip(i), None, [], &format!("ns/s{i}"));
+            }
+            i += 1;
+        }
+        assert_eq!(render_shards("n1", &within(&crowded, &only), &only), None);
     }
 }

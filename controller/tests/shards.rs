@@ -189,6 +189,26 @@ async fn a_full_node_is_sharded_and_a_new_service_writes_one_shard() {
             "{name}: {size} bytes written, the node's lines are {whole}"
         );
     }
+
+    // Our own writes are not taken for edits (a change renders its shard alone, above);
+    // an edit by someone else is: a shard emptied by hand is written whole again.
+    let before = read_assignment(&assignments, &node).await.unwrap();
+    let other = (shard + 1) % count;
+    let emptied = keys::assignment_shard_configmap(&node, other);
+    assignments
+        .patch(
+            &emptied,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {keys::ASSIGNMENTS_KEY: ""}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the emptied shard written again with its lines",
+        async || read_assignment(&assignments, &node).await.as_ref() == Some(&before),
+    )
+    .await;
     c.cleanup().await;
 }
 

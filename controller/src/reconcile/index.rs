@@ -16,8 +16,7 @@ pub(super) struct Index {
     pub(super) probe: BTreeSet<IpAddr>,
     /// The node MACs every assignment object lists, as last rendered.
     pub(super) macs: Option<String>,
-    /// The resourceVersions of each node's assignment objects (index and shards), as last
-    /// seen.
+    /// The resourceVersion of each assignment object (index or shard), as last seen.
     pub(super) assignment_versions: HashMap<String, Option<String>>,
     /// The uids of our Services, for Events on deleted ones (the uid is shared with the
     /// record: no copy). The reference is built per Event, not per Service and pass (that
@@ -27,7 +26,8 @@ pub(super) struct Index {
 
 impl Index {
     /// Moves the pass's plans into [`Index::plans`] (`output.services` is empty
-    /// after); returns what they touched.
+    /// after); returns what they touched: the nodes, and for each the IPs whose lines may
+    /// have changed (the lines of a plan that changed, old and new).
     pub(super) fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
         // The L2 node, the L3 announcers and the standby: each has a line of the plan.
         fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
@@ -35,14 +35,14 @@ impl Index {
             plan.node.iter().chain(&plan.nodes).chain(standby)
         }
         let everything = observed.changes.everything;
-        let mut touched = BTreeSet::new();
+        let mut touched = Touched::default();
         let unplan = |key: &ServiceKey,
                       plans: &mut HashMap<ServiceKey, ServicePlan>,
                       on_node: &mut HashMap<String, BTreeSet<ServiceKey>>,
-                      touched: &mut BTreeSet<String>| {
+                      touched: &mut Touched| {
             if let Some(old) = plans.remove(key) {
                 for node in nodes_of(&old) {
-                    touched.insert(node.clone());
+                    touched.lines(node, &old.ips);
                     if let Some(keys) = on_node.get_mut(node) {
                         keys.remove(key);
                     }
@@ -87,7 +87,11 @@ impl Index {
             }
             for ip in output.probe.symmetric_difference(&self.probe) {
                 match carriers.get(ip).filter(|nodes| !nodes.is_empty()) {
-                    Some(nodes) => touched.extend(nodes.iter().map(|n| (*n).clone())),
+                    Some(nodes) => {
+                        for node in nodes {
+                            touched.lines(node, std::slice::from_ref(ip));
+                        }
+                    }
                     None => every = true,
                 }
             }
@@ -115,14 +119,14 @@ impl Index {
             }
             if let Some(old) = old {
                 for node in nodes_of(old) {
-                    touched.insert(node.clone());
+                    touched.lines(node, &old.ips);
                     if let Some(keys) = self.on_node.get_mut(node) {
                         keys.remove(&key);
                     }
                 }
             }
             for node in nodes_of(&plan) {
-                touched.insert(node.clone());
+                touched.lines(node, &plan.ips);
                 self.on_node
                     .entry(node.clone())
                     .or_default()
@@ -132,9 +136,24 @@ impl Index {
         }
         self.on_node.retain(|_, keys| !keys.is_empty());
         Merged {
-            touched: (!every).then_some(touched),
+            touched: (!every).then_some(touched.0),
             planned,
         }
+    }
+}
+
+/// The nodes a merge touched, each with the IPs whose lines may have changed there.
+#[derive(Debug, Default)]
+struct Touched(BTreeMap<String, BTreeSet<IpAddr>>);
+
+impl Touched {
+    /// The lines of `ips` on `node` may have changed.
+    fn lines(&mut self, node: &str, ips: &[IpAddr]) {
+        let lines = match self.0.get_mut(node) {
+            Some(lines) => lines,
+            None => self.0.entry(node.to_owned()).or_default(),
+        };
+        lines.extend(ips.iter().copied());
     }
 }
 
@@ -156,10 +175,23 @@ mod tests {
         }
     }
 
-    fn merge(index: &mut Index, key: &ServiceKey, plan: &ServicePlan) -> Option<BTreeSet<String>> {
+    type Lines = BTreeMap<String, BTreeSet<IpAddr>>;
+
+    fn merge(index: &mut Index, key: &ServiceKey, plan: &ServicePlan) -> Option<Lines> {
         let mut output = PlanOutput::default();
         output.services.insert(key.clone(), plan.clone());
         index.merge(&mut output, &quiet_pass()).touched
+    }
+
+    fn lines(of: &[(&str, &[&str])]) -> Option<Lines> {
+        Some(
+            of.iter()
+                .map(|(node, ips)| {
+                    let ips = ips.iter().map(|ip| ip.parse().unwrap()).collect();
+                    ((*node).to_owned(), ips)
+                })
+                .collect(),
+        )
     }
 
     #[test]
@@ -173,30 +205,41 @@ mod tests {
         let plan =
             super::super::tests::l2_plan("10.0.0.1", "n1", condition(true), condition(false));
         let mut index = Index::default();
-        let n1 = BTreeSet::from(["n1".to_owned()]);
-        assert_eq!(merge(&mut index, &key, &plan), Some(n1.clone()));
+        let ip = &["10.0.0.1"][..];
+        assert_eq!(merge(&mut index, &key, &plan), lines(&[("n1", ip)]));
 
         // The agent reported the IP held: Announced=True, the same lines.
         let announced = ServicePlan {
             announced: condition(true),
             ..plan.clone()
         };
-        assert_eq!(merge(&mut index, &key, &announced), Some(BTreeSet::new()));
+        assert_eq!(merge(&mut index, &key, &announced), lines(&[]));
         assert_eq!(index.plans[&key], announced, "the new plan is kept");
         assert_eq!(index.on_node["n1"], BTreeSet::from([key.clone()]));
 
-        // A line that changes touches its nodes, old and new.
+        // A line that changes touches its nodes, old and new, with its IP.
         let moved = ServicePlan {
             node: Some("n2".into()),
             ..announced.clone()
         };
-        let both = BTreeSet::from(["n1".to_owned(), "n2".to_owned()]);
-        assert_eq!(merge(&mut index, &key, &moved), Some(both));
+        assert_eq!(
+            merge(&mut index, &key, &moved),
+            lines(&[("n1", ip), ("n2", ip)])
+        );
         let vmac = ServicePlan {
             virtual_mac: true,
             ..moved.clone()
         };
-        let n2 = BTreeSet::from(["n2".to_owned()]);
-        assert_eq!(merge(&mut index, &key, &vmac), Some(n2));
+        assert_eq!(merge(&mut index, &key, &vmac), lines(&[("n2", ip)]));
+
+        // New IPs: the lines of the old ones and of the new ones (the old go).
+        let renumbered = ServicePlan {
+            ips: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+            ..vmac.clone()
+        };
+        assert_eq!(
+            merge(&mut index, &key, &renumbered),
+            lines(&[("n2", &["10.0.0.1", "10.0.0.2", "fd00::2"])])
+        );
     }
 }

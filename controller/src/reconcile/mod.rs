@@ -29,9 +29,10 @@
 //!   observed assignments on its first pass, so a restart or failover keeps every IP).
 //! - Any cache change wakes the loop, but for an agent's renewal that changes nothing a
 //!   pass reads (same report, fresh before and after: see
-//!   [`agents::AgentClock::observe`]); it waits [`DEBOUNCE`] (bounded: not reset by later
-//!   changes), so everything that arrived meanwhile goes into one pass; not between the
-//!   slices of a burst (below), which follow one another at once. It also wakes
+//!   [`agents::AgentClock::observe`]). A change after a quiet spell is planned at once; one
+//!   that comes less than [`DEBOUNCE`] after the last pass ended waits out the rest of it,
+//!   so everything that arrived meanwhile goes into one pass; not between the slices of a
+//!   burst (below), which follow one another at once. It also wakes
 //!   exactly when the next agent Lease goes stale and when a write retry is due.
 //! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
 //!   once, each behind the leader fence and a timeout, and at most `writer::PASS_WRITES`
@@ -81,7 +82,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Context;
 use crate::http::Readiness;
-use crate::node_assignments;
+use crate::node_assignments::{self, ShardsOf};
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
@@ -89,7 +90,10 @@ use crate::service_writes;
 use crate::track::{Failovers, Unannounced};
 use crate::watch::{Caches, WatchError};
 
-/// How long the loop waits after the first change before a pass, to coalesce bursts.
+/// The shortest time from the end of one pass to the start of the next (unless a burst's
+/// slices are under way): changes that arrive sooner wait for the rest of it, together.
+/// A change after a quiet spell is planned at once (it used to wait `DEBOUNCE` after every
+/// change: 20 ms of each new Service's time to its IP).
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 /// Writes in flight at once; the Event worker has its own bound of the same size.
 pub const MAX_IN_FLIGHT: usize = 16;
@@ -235,8 +239,9 @@ struct Reconciler {
 
 /// What [`Reconciler::merge`] found.
 struct Merged {
-    /// The nodes whose assignment may have changed (`None`: every node).
-    touched: Option<BTreeSet<String>>,
+    /// The nodes whose assignment may have changed, each with the IPs whose lines may
+    /// have (`None`: every node, every line).
+    touched: Option<BTreeMap<String, BTreeSet<IpAddr>>>,
     /// The Services the pass planned.
     planned: Vec<ServiceKey>,
 }
@@ -297,6 +302,7 @@ impl Reconciler {
         loop {
             changes.borrow_and_update();
             let wake = self.pass().await;
+            let passed = tokio::time::Instant::now();
             let sleep = async {
                 match wake {
                     Some(at) => {
@@ -313,10 +319,13 @@ impl Reconciler {
                 },
                 () = sleep => {}
             }
-            // A burst's next slice goes at once: what arrives meanwhile waits for the
-            // slice after it, and the API server is kept busy (no gap of DEBOUNCE in 40).
+            // A change after a quiet spell is planned at once: a lone new Service waits
+            // for nothing. One that follows a pass closer than DEBOUNCE waits out the rest
+            // of it, with whatever else arrives meanwhile: at most one pass per DEBOUNCE
+            // in a stream of changes. A burst's next slice goes at once: what arrives
+            // meanwhile waits for the slice after it, and the API server is kept busy.
             if self.writes.deferred() == 0 {
-                tokio::time::sleep(DEBOUNCE).await;
+                tokio::time::sleep_until(passed + DEBOUNCE).await;
             }
         }
     }
@@ -475,12 +484,14 @@ impl Reconciler {
 
     /// The node assignments the plans ask for, written where they differ: the nodes in
     /// `touched` (every node when `None`), and those whose object changed or whose write
-    /// is due for a retry.
+    /// is due for a retry. A node touched only by plans that changed renders the shards
+    /// of the IPs `touched` lists for it (a change costs the shard it is in, not the
+    /// node's every line); any other reason renders all of it.
     async fn write_assignments(
         &mut self,
         output: &PlanOutput,
         observed: &PassInput,
-        touched: Option<BTreeSet<String>>,
+        touched: Option<BTreeMap<String, BTreeSet<IpAddr>>>,
     ) {
         let macs_map = node_assignments::node_macs(self.world.reports());
         let macs = NodeAssignments {
@@ -489,9 +500,9 @@ impl Reconciler {
         }
         .render_node_macs();
         let objects = self.caches.assignments.state();
-        // Each object's version, and per node, the versions of all its objects.
+        // Each object's version, and the nodes that have objects.
         let mut object_versions: HashMap<String, Option<String>> = HashMap::new();
-        let mut versions: HashMap<String, Option<String>> = HashMap::new();
+        let mut with_objects: BTreeSet<&str> = BTreeSet::new();
         for cm in objects.iter() {
             let Some(name) = cm.metadata.name.as_deref() else {
                 continue;
@@ -499,37 +510,41 @@ impl Reconciler {
             let Some(node) = node_assignments::node_of(name) else {
                 continue;
             };
-            let version = cm.metadata.resource_version.clone();
-            let all = versions
-                .entry(node.to_owned())
-                .or_default()
-                .get_or_insert_default();
-            all.push_str(name);
-            all.push('=');
-            all.push_str(version.as_deref().unwrap_or(""));
-            all.push(';');
-            object_versions.insert(name.to_owned(), version);
+            with_objects.insert(node);
+            object_versions.insert(name.to_owned(), cm.metadata.resource_version.clone());
         }
         let every = touched.is_none() || self.index.macs.as_ref() != Some(&macs);
-        let mut touched = touched.unwrap_or_default();
-        for (node, version) in &versions {
-            if self.index.assignment_versions.get(node) != Some(version) {
-                touched.insert(node.clone());
+        // A node whose plans alone changed renders the shards of the lines that changed
+        // (`lines`); any other reason renders the whole node.
+        let mut lines = touched.unwrap_or_default();
+        let mut touched: BTreeSet<String> = lines.keys().cloned().collect();
+        // An object that changed, other than by a write of ours (the echo of one), or went:
+        // someone else wrote it, its whole node is compared.
+        let mut whole = BTreeSet::new();
+        let node_of = |name: &str| node_assignments::node_of(name).map(str::to_owned);
+        for (name, version) in &object_versions {
+            if self.index.assignment_versions.get(name) != Some(version)
+                && !self.writes.wrote(name, version)
+            {
+                whole.extend(node_of(name));
             }
         }
-        touched.extend(
+        whole.extend(
             self.index
                 .assignment_versions
                 .keys()
-                .filter(|n| !versions.contains_key(*n))
-                .cloned(),
+                .filter(|n| !object_versions.contains_key(*n))
+                .filter_map(|n| node_of(n)),
         );
-        touched.extend(self.writes.assignment_retries(observed.now));
+        whole.extend(self.writes.assignment_retries(observed.now));
         if every {
-            touched.extend(versions.keys().cloned());
-            touched.extend(self.index.on_node.keys().cloned());
+            whole.extend(with_objects.iter().map(|n| (*n).to_owned()));
+            whole.extend(self.index.on_node.keys().cloned());
+            whole.extend(touched.iter().cloned());
         }
-        self.index.assignment_versions = versions;
+        lines.retain(|node, _| !whole.contains(node));
+        touched.extend(whole);
+        self.index.assignment_versions = object_versions.clone();
         self.index.macs = Some(macs);
         if touched.is_empty() {
             return;
@@ -552,11 +567,15 @@ impl Reconciler {
         let records = &self.world.records;
         let index = &self.index;
         let standbys = self.ctx.config.fast_failover;
-        // One node at a time: its Services (those it holds or stands by for) and no other.
-        let desired = |node: &str| {
+        // One node at a time: its Services (those it holds or stands by for) and no other;
+        // with `only`, those with a line in one of its shards.
+        let desired = |node: &str, only: Option<&ShardsOf>| {
             let carried = index.on_node.get(node).into_iter().flatten();
             let carried = carried.filter_map(|key| {
                 let plan = index.plans.get(key)?;
+                if only.is_some_and(|only| !only.holds_any(&plan.ips)) {
+                    return None;
+                }
                 let view = records.get(key).and_then(|r| r.view.as_deref());
                 Some((key, plan, view))
             });
@@ -572,6 +591,7 @@ impl Reconciler {
             .write_assignments(
                 object_versions,
                 &touched,
+                &lines,
                 desired,
                 observed_assignments,
                 observed.now,

@@ -5,6 +5,7 @@
 //! assignments. Does I/O.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use kube::Api;
 use super::MAX_IN_FLIGHT;
 use crate::context::Context;
 use crate::fence::ApplyError;
-use crate::node_assignments::{self, NodeObjects, ObjectData, Round};
+use crate::node_assignments::{self, NodeObjects, ObjectData, Round, ShardsOf};
 use crate::observe::service::{ServiceRecord, digest};
 use crate::service_writes::{self, ServiceWriter};
 
@@ -295,7 +296,8 @@ impl Writes {
         &mut self,
         versions: HashMap<String, Option<String>>,
         nodes: &BTreeSet<String>,
-        mut desired: impl FnMut(&str) -> NodeAssignments,
+        lines: &BTreeMap<String, BTreeSet<IpAddr>>,
+        mut desired: impl FnMut(&str, Option<&ShardsOf>) -> NodeAssignments,
         observed: BTreeMap<String, NodeObjects>,
         now: Instant,
     ) {
@@ -308,16 +310,41 @@ impl Writes {
             if self.assign_retry.waiting(node, now) {
                 continue;
             }
-            let seen = observed.get(node);
-            let want = desired(node);
-            if want.is_empty() && seen.is_none() {
-                continue;
-            }
-            let seen = seen.unwrap_or(&no_objects);
             let written = self.shard_counts.get(node).copied().unwrap_or(0);
-            let in_force = node_assignments::count_in_force(node, seen).max(written);
+            let objects = match observed.get(node) {
+                // The lines of `ips` alone changed, in a node already sharded: their shards
+                // (and the index), unless they outgrow the count.
+                Some(seen) if let Some(ips) = lines.get(node) => {
+                    let in_force = node_assignments::count_in_force(node, seen).max(written);
+                    let only = ShardsOf::new(ips.iter().copied(), in_force);
+                    (in_force > 0)
+                        .then(|| {
+                            node_assignments::render_shards(
+                                node,
+                                &desired(node, Some(&only)),
+                                &only,
+                            )
+                        })
+                        .flatten()
+                }
+                _ => None,
+            };
+            let seen = observed.get(node);
+            let objects = match objects {
+                Some(objects) => objects,
+                None => {
+                    let want = desired(node, None);
+                    if want.is_empty() && seen.is_none() {
+                        continue;
+                    }
+                    let seen = seen.unwrap_or(&no_objects);
+                    let in_force = node_assignments::count_in_force(node, seen).max(written);
+                    node_assignments::render_node(node, &want, in_force)
+                }
+            };
+            let seen = seen.unwrap_or(&no_objects);
             let mut pending = false;
-            for (name, data, round) in node_assignments::render_node(node, &want, in_force) {
+            for (name, data, round) in objects {
                 if seen.get(&name) == Some(&data) {
                     self.assign_memo.remove(&name);
                     self.assign_refused.remove(&name);
@@ -362,6 +389,16 @@ impl Writes {
                 self.settle_object_write(write, result, round, now, &mut blocked);
             }
         }
+    }
+
+    /// Whether `version` of assignment object `name` is the one the last write of ours to
+    /// it returned (the cache showing our own write).
+    pub(super) fn wrote(&self, name: &str, version: &Option<String>) -> bool {
+        version.is_some()
+            && self
+                .assign_memo
+                .get(name)
+                .is_some_and(|(_, [_, after])| after == version)
     }
 
     /// Runs assignment object writes, [`MAX_IN_FLIGHT`] at once.
