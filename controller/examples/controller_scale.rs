@@ -903,11 +903,7 @@ async fn latency(
     for l in 0..count {
         let name = format!("{prefix}-{l:04}");
         let key = format!("{ns}/{name}");
-        let t = Instant::now();
-        api.create(&PostParams::default(), &service(&name))
-            .await
-            .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
-        let created = Instant::now();
+        let (t, created) = create_timed(api, &service(&name), &key).await;
         until(progress, tick, |p| p.first_ip.contains_key(&key)).await;
         let first_ip = progress.lock().unwrap().first_ip[&key];
         ours.push(t, created, first_ip);
@@ -929,11 +925,7 @@ async fn latency(
 
         let name = format!("{prefix}-floor-{l:04}");
         let key = format!("{ns}/{name}");
-        let t = Instant::now();
-        api.create(&PostParams::default(), &floor_service(&name))
-            .await
-            .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
-        let created = Instant::now();
+        let (t, created) = create_timed(api, &floor_service(&name), &key).await;
         until(progress, tick, |p| p.services.contains_key(&key)).await;
         let ip = IpAddr::from([192, 0, 2, u8::try_from(l % 250 + 1).unwrap_or(1)]);
         api.patch_status(
@@ -951,6 +943,15 @@ async fn latency(
     ours.sort();
     floor.sort();
     (ours, floor)
+}
+
+/// Creates `svc` (`key`) through `api`: when the call began, and when it returned.
+async fn create_timed(api: &Api<Service>, svc: &Service, key: &str) -> (Instant, Instant) {
+    let t = Instant::now();
+    api.create(&PostParams::default(), svc)
+        .await
+        .unwrap_or_else(|e| panic!("creating Service {key}: {e}"));
+    (t, Instant::now())
 }
 
 /// What [`latency`] measured.
