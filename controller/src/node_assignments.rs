@@ -583,12 +583,12 @@ mod tests {
     fn a_standby_gets_a_standby_line_and_the_holder_names_it() {
         let web = ServiceKey::new("default", "web");
         let mut p = plan(&["192.168.55.10", "2001:db8::10"], Some("n1"), Some("eth1"));
-        p.standby = Some(Standby {
+        p.standby = Some(Box::new(Standby {
             node: "n2".into(),
             // No address of n2 on the IPv6 subnet: no takeover of that one.
             addresses: vec![(ip("192.168.55.10"), ip("192.168.55.3"))],
             relay: Some(("n3".into(), vec![(ip("192.168.55.10"), ip("192.168.55.4"))])),
-        });
+        }));
         let v = view(&web, &[(80, "TCP")], &[]);
         let plans = [(web.clone(), p)];
         let d = desired(

@@ -399,8 +399,9 @@ pub struct ServicePlan {
     /// assignment lines carry `vmac=`.
     pub virtual_mac: bool,
     /// L2 mode: the node standing by for the IPs (fast failover), with its address on the
-    /// subnet of each IP it can take over; `None`: no standby.
-    pub standby: Option<Standby>,
+    /// subnet of each IP it can take over; `None`: no standby. (Boxed: inline it was a
+    /// third of a plan, and the index keeps a plan per Service.)
+    pub standby: Option<Box<Standby>>,
     /// Condition `aliaslb.io/IPAllocated`.
     pub allocated: ConditionPlan,
     /// Condition `aliaslb.io/Announced`.
@@ -510,6 +511,29 @@ pub struct PoolUsage {
     pub total: u128,
     /// Addresses handed out (or quarantined).
     pub in_use: u128,
+}
+
+/// A [`LiteMap`] of exactly `pairs`. `collect` and a first `insert` give a map room for
+/// four pairs, and most of the planner's small maps hold one (a Service's IP of a family,
+/// the ports on an IP, a group's member): at 10,000 Services that spare room was about
+/// 4 MB of the controller's peak.
+fn tight_map<K: Ord, V>(pairs: impl ExactSizeIterator<Item = (K, V)>) -> LiteMap<K, V> {
+    let mut map = LiteMap::with_capacity(pairs.len());
+    for (key, value) in pairs {
+        map.insert(key, value);
+    }
+    map
+}
+
+/// [`LiteMap::insert`], growing a full map by the one pair rather than to twice its size
+/// (see [`tight_map`]).
+fn insert_tight<K: Ord, V>(map: &mut LiteMap<K, V>, key: K, value: V) -> Option<V> {
+    if !map.contains_key(&key) {
+        let mut pairs = std::mem::take(map).into_tuple_vec();
+        pairs.reserve_exact(1);
+        *map = LiteMap::from_sorted_store_unchecked(pairs);
+    }
+    map.insert(key, value)
 }
 
 /// The stateful planner: one per leadership term. See the module docs.
@@ -1364,12 +1388,12 @@ impl Planner {
             match self.groups.get_mut(group) {
                 Some(g) => {
                     if !g.members.contains_key(key) {
-                        g.members.insert(key.clone(), ());
+                        insert_tight(&mut g.members, key.clone(), ());
                     }
                 }
                 None => {
                     let g = Group {
-                        members: LiteMap::from_iter([(key.clone(), ())]),
+                        members: tight_map([(key.clone(), ())].into_iter()),
                         ..Group::default()
                     };
                     self.groups.insert(group.clone(), g);
@@ -1400,5 +1424,63 @@ fn join(ips: &[IpAddr]) -> String {
 fn unload(load: &mut BTreeMap<String, usize>, node: &str) {
     if let Some(n) = load.get_mut(node) {
         *n = n.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The room each small map keeps (its `Vec`'s capacity).
+    fn room<K, V>(map: LiteMap<K, V>) -> usize {
+        map.into_tuple_vec().capacity()
+    }
+
+    #[test]
+    fn small_maps_keep_no_spare_room() {
+        let one = || tight_map([(2u8, 'b')].into_iter());
+        assert_eq!(room(one()), 1);
+        // What `collect` gives, for contrast: room for four.
+        assert_eq!(room([(2u8, 'b')].into_iter().collect::<LiteMap<_, _>>()), 4);
+
+        let mut map = one();
+        assert_eq!(insert_tight(&mut map, 1, 'a'), None);
+        assert_eq!(insert_tight(&mut map, 3, 'c'), None);
+        assert_eq!(
+            insert_tight(&mut map, 2, 'B'),
+            Some('b'),
+            "a key already there"
+        );
+        let pairs: Vec<_> = map.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(
+            pairs,
+            [(1, 'a'), (2, 'B'), (3, 'c')],
+            "sorted, as insert keeps it"
+        );
+        assert_eq!(room(map), 3);
+
+        let mut empty = LiteMap::new();
+        insert_tight(
+            &mut empty,
+            Family::V4,
+            "192.0.2.1".parse::<IpAddr>().unwrap(),
+        );
+        assert_eq!(room(empty), 1);
+    }
+
+    /// The index keeps a plan per Service and the planner a group, an IP and an entry:
+    /// their size is the controller's memory at scale (BENCHMARKS, "The controller's
+    /// memory"). A field that makes one of them grow is boxed if rare.
+    #[test]
+    fn the_records_kept_per_service_stay_small() {
+        use std::mem::size_of;
+        assert!(
+            size_of::<ServicePlan>() <= 208,
+            "{}",
+            size_of::<ServicePlan>()
+        );
+        assert!(size_of::<Group>() <= 216, "{}", size_of::<Group>());
+        assert!(size_of::<IpUse>() <= 112, "{}", size_of::<IpUse>());
+        assert!(size_of::<Entry>() <= 192, "{}", size_of::<Entry>());
     }
 }

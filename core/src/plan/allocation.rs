@@ -8,11 +8,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use litemap::LiteMap;
-
 use super::{
     Entry, Failure, GroupId, IpUse, MAX_PORTS_PER_IP, Pass, Planner, ServiceKey, ServiceView, Sink,
-    join, reason,
+    insert_tight, join, reason, tight_map,
 };
 use crate::ledger::{AllocError, Ledger};
 use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey};
@@ -133,7 +131,7 @@ impl Planner {
             }
         }
         if let Some(entry) = self.entries.get_mut(key) {
-            entry.ips.insert(family, ip);
+            insert_tight(&mut entry.ips, family, ip);
         }
         self.set_member(&group_id, key, true);
         Ok(())
@@ -558,7 +556,7 @@ impl Planner {
             }
         };
         if let Some(entry) = self.entries.get_mut(key) {
-            entry.ips.insert(family, ip);
+            insert_tight(&mut entry.ips, family, ip);
         }
         // Re-created and served: what was held for it and not taken back goes back.
         self.end_reservations(key);
@@ -584,25 +582,18 @@ impl Planner {
 
     /// Records a newly taken `ip` (already marked in the ledger) as used by `view`.
     fn add_ip(&mut self, ip: IpAddr, pool_key: &PoolKey, group_id: &GroupId, view: &ServiceView) {
-        let ports = view
-            .ports
-            .iter()
-            .map(|p| (p.clone(), view.key.clone()))
-            .collect();
+        let ports = tight_map(view.ports.iter().map(|p| (p.clone(), view.key.clone())));
         self.ips.insert(
             ip,
             IpUse {
                 pool: pool_key.clone(),
                 group: group_id.clone(),
-                users: LiteMap::from_iter([(view.key.clone(), ())]),
+                users: tight_map([(view.key.clone(), ())].into_iter()),
                 ports,
             },
         );
-        self.groups
-            .entry(group_id.clone())
-            .or_default()
-            .ips
-            .insert(Family::of(ip), ip);
+        let group = self.groups.entry(group_id.clone()).or_default();
+        insert_tight(&mut group.ips, Family::of(ip), ip);
     }
 
     /// Adds `view` as a user of its group's `ip` (checked with [`Planner::check_join`]).

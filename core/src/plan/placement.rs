@@ -205,6 +205,8 @@ impl Planner {
                 ips.push(*ip);
             }
         }
+        // Collected with room for four; the index keeps the plan.
+        ips.shrink_to_fit();
         let pool = pass.pool(&key.namespace);
         let allocated = match (&entry.failure, pool) {
             (Some(f), _) => condition(false, f.reason, f.message.clone()),
@@ -258,11 +260,11 @@ impl Planner {
         let standby = group.filter(|g| g.node.is_some()).and_then(|g| {
             let (node, addresses) = on_lan(g.standby.as_deref()?)?;
             let relay = g.relay.as_deref().and_then(on_lan);
-            Some(Standby {
+            Some(Box::new(Standby {
                 node,
                 addresses,
                 relay,
-            })
+            }))
         });
         ServicePlan {
             ips,
@@ -828,9 +830,12 @@ fn unplaced(group: &Group, inputs: &Inputs<'_>, yet: &str) -> ConditionPlan {
 
 /// A condition; its message is cut to [`MAX_MESSAGE`] bytes.
 fn condition(status: bool, reason: &'static str, message: String) -> ConditionPlan {
+    let mut message = text::bounded(message, MAX_MESSAGE);
+    // `format!` leaves room to grow; the index keeps two of these per Service.
+    message.shrink_to_fit();
     ConditionPlan {
         status,
         reason,
-        message: text::bounded(message, MAX_MESSAGE),
+        message,
     }
 }
