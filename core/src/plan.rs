@@ -517,7 +517,11 @@ pub struct PoolUsage {
 /// four pairs, and most of the planner's small maps hold one (a Service's IP of a family,
 /// the ports on an IP, a group's member): at 10,000 Services that spare room was about
 /// 4 MB of the controller's peak.
-fn tight_map<K: Ord, V>(pairs: impl ExactSizeIterator<Item = (K, V)>) -> LiteMap<K, V> {
+fn tight_map<K: Ord, V, I>(pairs: I) -> LiteMap<K, V>
+where
+    I: IntoIterator<Item = (K, V), IntoIter: ExactSizeIterator>,
+{
+    let pairs = pairs.into_iter();
     let mut map = LiteMap::with_capacity(pairs.len());
     for (key, value) in pairs {
         map.insert(key, value);
@@ -1393,7 +1397,7 @@ impl Planner {
                 }
                 None => {
                     let g = Group {
-                        members: tight_map([(key.clone(), ())].into_iter()),
+                        members: tight_map([(key.clone(), ())]),
                         ..Group::default()
                     };
                     self.groups.insert(group.clone(), g);
@@ -1438,7 +1442,7 @@ mod tests {
 
     #[test]
     fn small_maps_keep_no_spare_room() {
-        let one = || tight_map([(2u8, 'b')].into_iter());
+        let one = || tight_map([(2u8, 'b')]);
         assert_eq!(room(one()), 1);
         // What `collect` gives, for contrast: room for four.
         assert_eq!(room([(2u8, 'b')].into_iter().collect::<LiteMap<_, _>>()), 4);
@@ -1469,8 +1473,8 @@ mod tests {
     }
 
     /// The index keeps a plan per Service and the planner a group, an IP and an entry:
-    /// their size is the controller's memory at scale (BENCHMARKS, "The controller's
-    /// memory"). A field that makes one of them grow is boxed if rare.
+    /// their size is the controller's memory at scale (BENCHMARKS, "The planner's
+    /// small maps"). A field that makes one of them grow is boxed if rare.
     #[test]
     fn the_records_kept_per_service_stay_small() {
         use std::mem::size_of;

@@ -588,7 +588,7 @@ impl Planner {
             IpUse {
                 pool: pool_key.clone(),
                 group: group_id.clone(),
-                users: tight_map([(view.key.clone(), ())].into_iter()),
+                users: tight_map([(view.key.clone(), ())]),
                 ports,
             },
         );
