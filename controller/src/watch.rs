@@ -451,7 +451,7 @@ fn spawn_records<K, T>(
 ) -> Records<T>
 where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    T: Send + Sync + 'static,
+    T: store::Record + Send + Sync + 'static,
 {
     let (reader, mut writer) = store::records(keep);
     spawn_driver(

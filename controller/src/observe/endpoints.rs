@@ -24,6 +24,8 @@ pub struct EndpointNodes {
     pub serving: Box<[Box<str>]>,
 }
 
+impl crate::store::Record for EndpointNodes {}
+
 impl EndpointNodes {
     /// `None` without a ready or serving node: only the nodes matter, and no entry means none.
     fn new<'a>(

@@ -330,6 +330,32 @@ impl ServiceRecord {
     }
 }
 
+impl crate::store::Record for ServiceRecord {
+    /// Files the record under the cache's key and keeps the uid and view of the record it
+    /// replaces when they are the same: the planner and the index hold those, and a copy
+    /// per version was megabytes at 10,000 Services.
+    fn share(&mut self, key: &ServiceKey, old: Option<&Self>) {
+        self.key = key.clone();
+        if let Some(old) = old
+            && old.uid == self.uid
+        {
+            self.uid = old.uid.clone();
+        }
+        let Some(view) = &mut self.view else {
+            return;
+        };
+        match old.and_then(|old| old.view.as_ref()) {
+            Some(old) if **old == **view => *view = old.clone(),
+            _ => {
+                if let Some(fresh) = Arc::get_mut(view) {
+                    fresh.key = key.clone();
+                    fresh.uid = self.uid.clone();
+                }
+            }
+        }
+    }
+}
+
 impl ObservedCondition {
     /// Whether its reason and message are `reason` and `message` (64-bit digest: a
     /// collision, odds 2^-64, would leave a stale message until the next change).

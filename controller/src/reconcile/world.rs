@@ -335,6 +335,61 @@ mod tests {
         ep
     }
 
+    /// A Service seen again (each write of ours brings a new version) keeps the key, uid
+    /// and, while unchanged, the view of the record it replaces: the planner and the index
+    /// hold those. The Services of a namespace share its name.
+    #[test]
+    fn a_record_seen_again_shares_its_key_uid_and_view() {
+        let (cache, mut writer) = store::records(keep);
+        writer.apply(&Event::Init);
+        for name in ["web", "db"] {
+            writer.apply(&Event::InitApply(lb_service("a", name).build()));
+        }
+        writer.apply(&Event::InitDone);
+        let before = cache.get(&key("web")).unwrap();
+        let db = cache.get(&key("db")).unwrap();
+        assert!(Arc::ptr_eq(&before.key.namespace, &db.key.namespace));
+        let view = |r: &ServiceRecord| r.view.clone().expect("ours");
+
+        let mut again = lb_service("a", "web").build();
+        again.metadata.resource_version = Some("2".into());
+        writer.apply(&Event::Apply(again));
+        let after = cache.get(&key("web")).unwrap();
+        assert!(!Arc::ptr_eq(&before, &after), "a record of its own");
+        assert_eq!(after.resource_version.as_deref(), Some("2"));
+        assert!(Arc::ptr_eq(&before.key.name, &after.key.name));
+        assert!(Arc::ptr_eq(&before.uid, &after.uid));
+        assert!(
+            Arc::ptr_eq(&view(&before), &view(&after)),
+            "the view is the same"
+        );
+
+        // A changed view is a new one, with the key and uid shared.
+        writer.apply(&Event::Apply(lb_service("a", "web").port(8080).build()));
+        let changed = view(&cache.get(&key("web")).unwrap());
+        assert!(!Arc::ptr_eq(&view(&before), &changed));
+        assert_ne!(*view(&before), *changed);
+        assert!(Arc::ptr_eq(&changed.key.name, &before.key.name));
+        assert!(Arc::ptr_eq(&changed.key.namespace, &db.key.namespace));
+        assert!(Arc::ptr_eq(&changed.uid, &before.uid));
+
+        // A relist shares with the records it replaces, and a new uid is not shared.
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(lb_service("a", "web").port(8080).build()));
+        let mut recreated = lb_service("a", "db").build();
+        recreated.metadata.uid = Some("another".into());
+        writer.apply(&Event::InitApply(recreated));
+        writer.apply(&Event::InitDone);
+        assert!(Arc::ptr_eq(
+            &view(&cache.get(&key("web")).unwrap()),
+            &changed
+        ));
+        let recreated = cache.get(&key("db")).unwrap();
+        assert_eq!(&*recreated.uid, "another");
+        assert_eq!(&*view(&recreated).uid, "another");
+        assert!(Arc::ptr_eq(&recreated.key.name, &db.key.name));
+    }
+
     #[tokio::test]
     async fn services_are_read_by_the_keys_that_changed_and_everything_after_a_relist() {
         let (cache, mut writer) = store::records(keep);
