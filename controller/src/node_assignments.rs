@@ -549,7 +549,7 @@ mod tests {
         let plans = output
             .services
             .iter()
-            .map(|(key, plan)| (key, plan, views.get(key).copied()));
+            .map(|(key, plan)| (key, &**plan, views.get(key).copied()));
         desired(plans, &output.probe, macs, None, true)
     }
 
@@ -663,16 +663,17 @@ mod tests {
         let dns = ServiceKey::new("default", "dns");
         let moving = ServiceKey::new("other", "moving");
         let mut output = PlanOutput::default();
-        output
-            .services
-            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), Some("eth1")));
+        output.services.insert(
+            web.clone(),
+            plan(&["10.0.0.1"], Some("n1"), Some("eth1")).into(),
+        );
         output.services.insert(
             dns.clone(),
-            plan(&["10.0.0.1", "fd00::1"], Some("n1"), None),
+            plan(&["10.0.0.1", "fd00::1"], Some("n1"), None).into(),
         );
         output
             .services
-            .insert(moving.clone(), plan(&["10.0.0.9"], None, None));
+            .insert(moving.clone(), plan(&["10.0.0.9"], None, None).into());
         let web_view = view(&web, &[(80, "TCP"), (443, "TCP")], &[]);
         let dns_view = view(&dns, &[(53, "UDP"), (0, "TCP"), (53, "QUIC")], &[]);
         let views = HashMap::from([(&web, &web_view), (&dns, &dns_view)]);
@@ -695,7 +696,7 @@ mod tests {
         let mut output = PlanOutput::default();
         let mut routed = plan(&["10.200.0.7"], None, None);
         routed.nodes = vec!["n1".into(), "n3".into()];
-        output.services.insert(front.clone(), routed);
+        output.services.insert(front.clone(), routed.into());
         // The planner never marks an L3 address a first claim; even if it did, no probe.
         output.probe.insert(ip("10.200.0.7"));
         let front_view = view(&front, &[(443, "TCP")], &[]);
@@ -731,10 +732,10 @@ mod tests {
         let mut output = PlanOutput::default();
         output
             .services
-            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), None));
+            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), None).into());
         output
             .services
-            .insert(dns.clone(), plan(&["10.0.0.2"], Some("n2"), None));
+            .insert(dns.clone(), plan(&["10.0.0.2"], Some("n2"), None).into());
         output.probe.insert(ip("10.0.0.2"));
         let interface = |name: &str, mac: Option<&str>| InterfaceReport {
             addresses: Vec::new(),

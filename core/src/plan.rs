@@ -485,8 +485,10 @@ pub struct PlanEvent {
 pub struct PlanOutput {
     /// Desired state of every Service in the inputs; after a narrowed pass
     /// ([`Planner::plan_changes`]) of every Service it re-planned, a superset of those
-    /// whose plan changed.
-    pub services: BTreeMap<ServiceKey, ServicePlan>,
+    /// whose plan changed. (Boxed: a caller that keeps the plans, as the controller's index
+    /// does, takes each box as it is; the map and the sorted list `collect` builds it
+    /// from hold a key and a pointer per Service, not a plan.)
+    pub services: BTreeMap<ServiceKey, Box<ServicePlan>>,
     /// Transition Events, in a deterministic order.
     pub events: Vec<PlanEvent>,
     /// Services gone from the inputs, with the IPs they held (an IP still used by another
@@ -547,12 +549,15 @@ pub struct Planner {
     config: Option<PoolConfig>,
     /// One ledger per pool.
     ledgers: BTreeMap<PoolKey, Ledger>,
-    /// Every Service seen in the last pass, assigned or pending.
-    entries: HashMap<ServiceKey, Entry>,
+    /// Every Service seen in the last pass, assigned or pending. (The records of this
+    /// table and the next two are boxed: a hash table keeps up to half of its buckets
+    /// empty, and an empty bucket costs a pointer rather than a record; see
+    /// [`tests::the_records_kept_per_service_stay_small`].)
+    entries: HashMap<ServiceKey, Box<Entry>>,
     /// Every IP in use: its pool, group and users.
-    ips: HashMap<IpAddr, IpUse>,
+    ips: HashMap<IpAddr, Box<IpUse>>,
     /// Every IP group holding at least one IP.
-    groups: HashMap<GroupId, Group>,
+    groups: HashMap<GroupId, Box<Group>>,
     /// IPs of recently released Services, for sticky re-creation.
     recent: sticky::Recent,
     /// The IPs of [`Planner::recent`] no other Service uses, reserved for the key that
@@ -956,7 +961,12 @@ impl Planner {
         self.place(&pass, &order, true, &mut sink);
         let services = order
             .iter()
-            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .map(|view| {
+                (
+                    view.key.clone(),
+                    Box::new(self.render(view, &pass, &mut sink)),
+                )
+            })
             .collect();
         self.probing = self
             .groups
@@ -1396,19 +1406,17 @@ impl Planner {
                     }
                 }
                 None => {
-                    let g = Group {
+                    let g = Box::new(Group {
                         members: tight_map([(key.clone(), ())]),
                         ..Group::default()
-                    };
+                    });
                     self.groups.insert(group.clone(), g);
                 }
             }
         } else if let Some(g) = self.groups.get_mut(group) {
             g.members.remove(key);
             if g.members.is_empty()
-                && let Some(Group {
-                    node: Some(node), ..
-                }) = self.groups.remove(group)
+                && let Some(node) = self.groups.remove(group).and_then(|g| g.node)
             {
                 unload(&mut self.load, &node);
             }
@@ -1474,10 +1482,24 @@ mod tests {
 
     /// The index keeps a plan per Service and the planner a group, an IP and an entry:
     /// their size is the controller's memory at scale (BENCHMARKS, "The planner's
-    /// small maps"). A field that makes one of them grow is boxed if rare.
+    /// small maps"). A field that makes one of them grow is boxed if rare. The planner's
+    /// tables keep their records boxed: a table of 10,000 has 16,384 buckets, and an
+    /// empty bucket then costs a key and a pointer, not a record (BENCHMARKS, "Boxed
+    /// records and interned names").
     #[test]
     fn the_records_kept_per_service_stay_small() {
         use std::mem::size_of;
+        fn bucket<K, V>(_: &HashMap<K, Box<V>>) -> usize {
+            size_of::<(K, Box<V>)>()
+        }
+        let planner = Planner::default();
+        let entries = bucket(&planner.entries);
+        let groups = bucket(&planner.groups);
+        let ips = bucket(&planner.ips);
+        assert!(
+            entries <= 40 && groups <= 48 && ips <= 32,
+            "{entries} {groups} {ips}"
+        );
         assert!(
             size_of::<ServicePlan>() <= 208,
             "{}",

@@ -263,7 +263,7 @@ impl Model {
             .collect();
     }
 
-    fn apply(&mut self, op: &Op, created: &mut i64, last: &BTreeMap<ServiceKey, ServicePlan>) {
+    fn apply(&mut self, op: &Op, created: &mut i64, last: &BTreeMap<ServiceKey, Box<ServicePlan>>) {
         let addr = |pool: u8, host: u8| ip(&format!("10.0.{pool}.{host}"));
         match op {
             Op::Add { ns, name, .. } => {
@@ -520,7 +520,7 @@ fn compare(
     b: &Planner,
     out_a: &PlanOutput,
     out_b: &PlanOutput,
-    merged: &mut BTreeMap<ServiceKey, ServicePlan>,
+    merged: &mut BTreeMap<ServiceKey, Box<ServicePlan>>,
 ) -> Result<(), TestCaseError> {
     let present: BTreeSet<&ServiceKey> = world.services.iter().map(|s| &s.key).collect();
     for key in out_b.services.keys() {

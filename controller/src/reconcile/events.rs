@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aliaslb_core::plan::{PlanOutput, ServiceKey};
+use aliaslb_core::plan::{PlanEvent, ServiceKey};
 use aliaslb_core::text;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -55,7 +55,8 @@ pub(super) struct Notice {
     pub(super) regarding: Regarding,
     pub(super) warning: bool,
     pub(super) reason: &'static str,
-    pub(super) note: String,
+    /// Boxed: no room to grow while it waits (the queue holds up to [`EVENT_QUEUE`]).
+    pub(super) note: Box<str>,
 }
 
 impl Notice {
@@ -145,7 +146,7 @@ impl Events {
     async fn publish_notice(self, n: Notice, yielding: bool) {
         let gap = yielding.then(|| tokio::time::sleep(BUSY_EVENT_GAP));
         let regarding = n.regarding();
-        self.publish(&regarding, None, n.warning, n.reason, n.note)
+        self.publish(&regarding, None, n.warning, n.reason, n.note.into())
             .await;
         if let Some(gap) = gap {
             gap.await;
@@ -220,23 +221,23 @@ impl EventQueue {
     /// deleted ones by their last one, in `old_refs`).
     pub(super) fn plan_events(
         &self,
-        output: &PlanOutput,
+        events: Vec<PlanEvent>,
         refs: &HashMap<ServiceKey, Arc<str>>,
         old_refs: &HashMap<ServiceKey, Arc<str>>,
     ) {
-        for e in &output.events {
+        for e in events {
             let uid = refs
                 .get(&e.service)
                 .or_else(|| old_refs.get(&e.service))
                 .cloned();
             let notice = Notice {
                 regarding: Regarding::Service {
-                    key: e.service.clone(),
+                    key: e.service,
                     uid,
                 },
                 warning: e.warning,
                 reason: e.reason,
-                note: e.message.clone(),
+                note: e.message.into_boxed_str(),
             };
             self.enqueue(notice);
         }

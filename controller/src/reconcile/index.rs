@@ -8,8 +8,10 @@ use super::*;
 /// What one leadership term keeps of its plans and writes.
 #[derive(Debug, Default)]
 pub(super) struct Index {
-    /// The plan of every Service of ours, merged from the passes' outputs.
-    pub(super) plans: HashMap<ServiceKey, ServicePlan>,
+    /// The plan of every Service of ours, merged from the passes' outputs. (Boxed: a table
+    /// keeps up to half its buckets empty, and an empty bucket then costs a pointer, not a
+    /// plan.)
+    pub(super) plans: HashMap<ServiceKey, Box<ServicePlan>>,
     /// Node -> the Services planned on it (the L2 node, an L3 announcer, or the standby).
     pub(super) on_node: HashMap<String, BTreeSet<ServiceKey>>,
     /// The first claims of the last pass.
@@ -37,7 +39,7 @@ impl Index {
         let everything = observed.changes.everything;
         let mut touched = Touched::default();
         let unplan = |key: &ServiceKey,
-                      plans: &mut HashMap<ServiceKey, ServicePlan>,
+                      plans: &mut HashMap<ServiceKey, Box<ServicePlan>>,
                       on_node: &mut HashMap<String, BTreeSet<ServiceKey>>,
                       touched: &mut Touched| {
             if let Some(old) = plans.remove(key) {
@@ -179,7 +181,7 @@ mod tests {
 
     fn merge(index: &mut Index, key: &ServiceKey, plan: &ServicePlan) -> Option<Lines> {
         let mut output = PlanOutput::default();
-        output.services.insert(key.clone(), plan.clone());
+        output.services.insert(key.clone(), Box::new(plan.clone()));
         index.merge(&mut output, &quiet_pass()).touched
     }
 
@@ -214,7 +216,7 @@ mod tests {
             ..plan.clone()
         };
         assert_eq!(merge(&mut index, &key, &announced), lines(&[]));
-        assert_eq!(index.plans[&key], announced, "the new plan is kept");
+        assert_eq!(*index.plans[&key], announced, "the new plan is kept");
         assert_eq!(index.on_node["n1"], BTreeSet::from([key.clone()]));
 
         // A line that changes touches its nodes, old and new, with its IP.

@@ -67,8 +67,9 @@ use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
-    Changes, Inputs, NodeAddress, NodeAddressClash, PlanOutput, Planner, ServiceKey, ServicePlan,
-    ServiceRangeClash, ServiceView, node_address_clashes, reason, service_range_clashes,
+    Changes, Inputs, NodeAddress, NodeAddressClash, PlanEvent, PlanOutput, Planner, ServiceKey,
+    ServicePlan, ServiceRangeClash, ServiceView, node_address_clashes, reason,
+    service_range_clashes,
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::Family;
@@ -342,13 +343,17 @@ impl Reconciler {
         let Merged { touched, planned } = self.index.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
         self.write_assignments(&output, &observed, touched).await;
-        let (services, writes) = self.write_services(&output, &planned, observed).await;
+        let events = output.events.len();
+        // The Events' texts move to the queue, not copied: a first pass's are megabytes.
+        let (services, writes) = self
+            .write_services(std::mem::take(&mut output.events), &planned, observed)
+            .await;
         tracing::debug!(
             services,
             planned = planned.len(),
             writes,
             deferred = self.writes.deferred(),
-            events = output.events.len(),
+            events,
             took = ?started.elapsed(),
             "pass done"
         );
@@ -572,7 +577,7 @@ impl Reconciler {
         let desired = |node: &str, only: Option<&ShardsOf>| {
             let carried = index.on_node.get(node).into_iter().flatten();
             let carried = carried.filter_map(|key| {
-                let plan = index.plans.get(key)?;
+                let plan = index.plans.get(key)?.as_ref();
                 if only.is_some_and(|only| !only.holds_any(&plan.ips)) {
                     return None;
                 }
@@ -605,7 +610,7 @@ impl Reconciler {
     /// Service that is no longer ours but carries our marks.
     async fn write_services(
         &mut self,
-        output: &PlanOutput,
+        events: Vec<PlanEvent>,
         planned: &[ServiceKey],
         observed: PassInput,
     ) -> (usize, usize) {
@@ -655,7 +660,7 @@ impl Reconciler {
             deferred
                 .iter()
                 .chain(&examine)
-                .filter_map(|k| Some((k, self.index.plans.get(k)?))),
+                .filter_map(|k| Some((k, self.index.plans.get(k)?.as_ref()))),
             &self.world.records,
             &self.world.strangers,
             now,
@@ -667,7 +672,7 @@ impl Reconciler {
             self.writes.settle(outcome, now);
         }
         self.events.writes_pending(self.writes.deferred() > 0);
-        self.events.plan_events(output, &self.index.refs, &old_refs);
+        self.events.plan_events(events, &self.index.refs, &old_refs);
         (looked_at, writes)
     }
 
@@ -850,7 +855,7 @@ impl Reconciler {
         for (key, plan) in &output.services {
             let step = self.failovers.observe(
                 key,
-                self.index.plans.get(key),
+                self.index.plans.get(key).map(|plan| &**plan),
                 plan,
                 |node| orderly.contains(node),
                 |ip| fenced.contains(&ip),

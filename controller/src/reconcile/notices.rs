@@ -29,7 +29,8 @@ impl Reconciler {
                  not that every node is lost. Every node keeps what it carries and no node is \
                  elected until a renewal is seen again. Check the kube-apiserver and the \
                  controller's connection to it."
-            ),
+            )
+            .into(),
         });
     }
 
@@ -53,7 +54,8 @@ impl Reconciler {
             note: format!(
                 "report of the agent on {node} ignored: the node is not eligible and holds \
                  nothing until it writes a valid one: {error}"
-            ),
+            )
+            .into(),
         });
     }
 
@@ -227,7 +229,7 @@ impl Reconciler {
             regarding: Regarding::Object(Box::new(cm.object_ref(&()))),
             warning: true,
             reason,
-            note: format!("{}; remove {them} from the pool", list.join("; ")),
+            note: format!("{}; remove {them} from the pool", list.join("; ")).into(),
         });
         true
     }
@@ -287,7 +289,8 @@ impl Reconciler {
                      node (list an address of that network in the Node's status, e.g. with \
                      the kubelet's --node-ip, or use a narrower subnet)",
                     list.join(", ")
-                ),
+                )
+                .into(),
             });
         }
         self.unanchored = unanchored;

@@ -585,12 +585,12 @@ impl Planner {
         let ports = tight_map(view.ports.iter().map(|p| (p.clone(), view.key.clone())));
         self.ips.insert(
             ip,
-            IpUse {
+            Box::new(IpUse {
                 pool: pool_key.clone(),
                 group: group_id.clone(),
                 users: tight_map([(view.key.clone(), ())]),
                 ports,
-            },
+            }),
         );
         let group = self.groups.entry(group_id.clone()).or_default();
         insert_tight(&mut group.ips, Family::of(ip), ip);
@@ -613,7 +613,7 @@ impl Planner {
         if !self.entries.contains_key(&view.key) {
             self.entries.insert(
                 view.key.clone(),
-                Entry {
+                Box::new(Entry {
                     uid: view.uid.clone(),
                     group: GroupId::of(view),
                     ips: Default::default(),
@@ -622,7 +622,7 @@ impl Planner {
                     reported: None,
                     conflict: None,
                     settled: None,
-                },
+                }),
             );
         }
     }

@@ -198,7 +198,12 @@ impl Planner {
         self.place(&pass, &order, false, &mut sink);
         let services = order
             .iter()
-            .map(|view| (view.key.clone(), self.render(view, &pass, &mut sink)))
+            .map(|view| {
+                (
+                    view.key.clone(),
+                    Box::new(self.render(view, &pass, &mut sink)),
+                )
+            })
             .collect();
         let groups = &self.groups;
         self.probing.retain(|id| groups.contains_key(id));

@@ -224,7 +224,7 @@ impl Planner {
         let group = if ips.is_empty() {
             None
         } else {
-            self.groups.get(&entry.group)
+            self.groups.get(&entry.group).map(|g| &**g)
         };
         let node = group.and_then(|g| g.node.clone());
         let nodes = group.map(|g| g.announcers.clone()).unwrap_or_default();
