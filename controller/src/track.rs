@@ -22,8 +22,9 @@
 //! previous plans: it starts none, and failovers in flight during a handover are not
 //! measured. L3 mode (`announce: bgp`) has no single holder, hence no failover.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::plan::{ServiceKey, ServicePlan, reason};
@@ -137,13 +138,18 @@ impl Failovers {
 /// a narrowed pass updates the Services it re-planned, a full pass starts afresh.
 #[derive(Debug, Default)]
 pub struct Unannounced {
-    services: HashMap<ServiceKey, (String, &'static str)>,
+    /// Service -> its pool and the reason.
+    services: HashMap<ServiceKey, (Arc<str>, &'static str)>,
+    /// The pools' names, shared by their Services (a name per Service was a megabyte
+    /// while 10,000 Services waited for their agents).
+    pools: HashSet<Arc<str>>,
 }
 
 impl Unannounced {
     /// Before a full pass: forget everything.
     pub fn clear(&mut self) {
         self.services.clear();
+        self.pools.clear();
     }
 
     /// Records the new plan of the Service `key`, of pool `pool`.
@@ -156,8 +162,16 @@ impl Unannounced {
         if fine {
             self.services.remove(key);
         } else {
+            let pool = match self.pools.get(pool) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let shared: Arc<str> = pool.into();
+                    self.pools.insert(shared.clone());
+                    shared
+                }
+            };
             self.services
-                .insert(key.clone(), (pool.to_owned(), plan.announced.reason));
+                .insert(key.clone(), (pool, plan.announced.reason));
         }
     }
 
@@ -168,11 +182,14 @@ impl Unannounced {
 
     /// The number of Services by (pool, reason).
     pub fn counts(&self) -> BTreeMap<(String, &'static str), usize> {
-        let mut out = BTreeMap::new();
+        let mut counts: BTreeMap<(&str, &'static str), usize> = BTreeMap::new();
         for (pool, reason) in self.services.values() {
-            *out.entry((pool.clone(), *reason)).or_default() += 1;
+            *counts.entry((pool, *reason)).or_default() += 1;
         }
-        out
+        counts
+            .into_iter()
+            .map(|((pool, reason), n)| ((pool.to_owned(), reason), n))
+            .collect()
     }
 }
 
