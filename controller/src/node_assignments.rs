@@ -256,7 +256,7 @@ pub fn desired<'a>(
     standbys: bool,
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
-    let wanted = |node: &String| only.is_none_or(|only| only.contains(node));
+    let wanted = |node: &str| only.is_none_or(|only| only.contains(node));
     fn of<'n>(
         nodes: &'n mut BTreeMap<String, NodeAssignments>,
         node: &str,
@@ -277,7 +277,7 @@ pub fn desired<'a>(
         };
         let standby = plan.standby.as_ref().filter(|_| standbys && !bgp);
         let standby_wanted = standby.is_some_and(|s| wanted(&s.node));
-        if !targets.iter().any(wanted) && !standby_wanted {
+        if !targets.iter().any(|n| wanted(n)) && !standby_wanted {
             continue;
         }
         let ports: Vec<OpenPort> = view.map(|v| open_ports(v).collect()).unwrap_or_default();
@@ -317,7 +317,7 @@ pub fn desired<'a>(
                 );
                 if let Some(line) = assignments.ips.get_mut(ip) {
                     line.vmac = plan.virtual_mac.then(|| virtual_mac(*ip));
-                    line.standby_for = Some(holder.clone());
+                    line.standby_for = Some(holder.to_string());
                 }
             }
         }
@@ -332,7 +332,7 @@ fn relay_of(standby: &Standby, ip: IpAddr) -> Option<Peer> {
         .iter()
         .find(|(vip, _)| *vip == ip)
         .map(|(_, address)| Peer {
-            node: node.clone(),
+            node: node.to_string(),
             address: *address,
         })
 }
@@ -344,7 +344,7 @@ fn peer_of(standby: &Standby, ip: IpAddr) -> Option<Peer> {
         .iter()
         .find(|(vip, _)| *vip == ip)
         .map(|(_, address)| Peer {
-            node: standby.node.clone(),
+            node: standby.node.to_string(),
             address: *address,
         })
 }
@@ -506,7 +506,7 @@ mod tests {
         };
         ServicePlan {
             ips: ips.iter().map(|i| ip(i)).collect(),
-            node: node.map(str::to_owned),
+            node: node.map(Into::into),
             nodes: Vec::new(),
             interface: interface.map(str::to_owned),
             virtual_mac: false,

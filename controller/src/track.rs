@@ -206,7 +206,7 @@ mod tests {
         };
         ServicePlan {
             ips: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
-            node: node.map(str::to_owned),
+            node: node.map(Into::into),
             nodes: Vec::new(),
             interface: None,
             virtual_mac: false,

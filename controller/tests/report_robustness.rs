@@ -164,7 +164,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             // A node whose report was not read is never elected.
             if let Some(node) = &plan.node {
                 prop_assert!(
-                    agents[node].0 == Freshness::Fresh,
+                    agents[&**node].0 == Freshness::Fresh,
                     "{key} on {node}, whose agent is not ready"
                 );
             }

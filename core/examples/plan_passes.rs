@@ -93,7 +93,7 @@ fn world(services: usize) -> World {
     let config = PoolConfig::parse(&data).expect("the benchmark's pool config is valid");
     let nodes = (0..NODES)
         .map(|i| NodeState {
-            name: format!("node-{i}"),
+            name: format!("node-{i}").into(),
             agent_ready: true,
             ..NodeState::default()
         })
@@ -124,13 +124,13 @@ fn settle(world: &mut World) -> (Planner, Option<(IpAddr, ServiceKey)>) {
         .map(|v| {
             let plan = &out.services[&v.key];
             if let Some(node) = &plan.node {
-                held.entry(node.clone())
+                held.entry(node.to_string())
                     .or_default()
                     .extend(plan.ips.iter().copied());
             }
             let mut v = (**v).clone();
             v.observed_ips = plan.ips.clone();
-            v.observed_node = plan.node.clone();
+            v.observed_node = plan.node.as_deref().map(str::to_owned);
             Arc::new(v)
         })
         .collect();
@@ -141,13 +141,13 @@ fn settle(world: &mut World) -> (Planner, Option<(IpAddr, ServiceKey)>) {
         .map(|(k, p)| (p.ips[0], k.clone()));
     for node in &world.nodes {
         let mut report = AgentReport {
-            held: held.remove(&node.name).unwrap_or_default(),
+            held: held.remove(&*node.name).unwrap_or_default(),
             ..AgentReport::default()
         };
         if let Some((ip, _)) = &spare {
             report.held.remove(ip);
         }
-        world.agents.insert(node.name.clone(), report);
+        world.agents.insert(node.name.to_string(), report);
     }
     let services = world.services.clone();
     planner.plan(&world.inputs(&services));

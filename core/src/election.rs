@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -30,8 +31,8 @@ use crate::keys::LABEL_EXCLUDE_FROM_LB;
 /// What the controller knows about one node, as plain data.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeState {
-    /// Node name.
-    pub name: String,
+    /// Node name; shared by every group and plan on the node.
+    pub name: Arc<str>,
     /// Node labels.
     pub labels: BTreeMap<String, String>,
     /// `spec.unschedulable`: the node is cordoned.
@@ -173,11 +174,11 @@ pub fn ineligibility(input: &ElectionInput<'_>, node: &NodeState) -> Option<Inel
         return Some(Ineligible::NotSelected);
     }
     if let Some(local) = input.local_endpoint_nodes
-        && !local.contains(&node.name)
+        && !local.contains(&*node.name)
     {
         return Some(Ineligible::NoLocalEndpoint);
     }
-    let kept = node.agent_unconfirmed && input.current == Some(node.name.as_str());
+    let kept = node.agent_unconfirmed && input.current == Some(&*node.name);
     if !node.agent_ready && !kept {
         return Some(Ineligible::AgentNotReady);
     }
@@ -231,13 +232,13 @@ pub fn eligible_nodes<'n>(
 pub fn elect(
     input: &ElectionInput<'_>,
     nodes: &[NodeState],
-    load: &BTreeMap<String, usize>,
-) -> Result<String, NoEligibleNode> {
+    load: &BTreeMap<Arc<str>, usize>,
+) -> Result<Arc<str>, NoEligibleNode> {
     let eligible = eligible_nodes(input, nodes)?;
     if let Some(current) = input.current
-        && eligible.iter().any(|node| node.name == current)
+        && let Some(node) = eligible.iter().find(|node| &*node.name == current)
     {
-        return Ok(current.to_owned());
+        return Ok(node.name.clone());
     }
     let first_ip = input.ips.first().copied();
     let chosen = eligible
@@ -264,21 +265,21 @@ pub fn standby(
     nodes: &[NodeState],
     exclude: &[&str],
     current: Option<&str>,
-    load: &BTreeMap<String, usize>,
-) -> Option<String> {
+    load: &BTreeMap<Arc<str>, usize>,
+) -> Option<Arc<str>> {
     let fresh = ElectionInput {
         current: None,
         ..*input
     };
     let qualifies = |node: &&NodeState| {
-        !exclude.contains(&node.name.as_str())
+        !exclude.contains(&&*node.name)
             && on_link(node, input.ips) > 0
             && ineligibility(&fresh, node).is_none()
     };
     if let Some(current) = current
-        && nodes.iter().filter(qualifies).any(|n| n.name == current)
+        && let Some(node) = nodes.iter().filter(qualifies).find(|n| &*n.name == current)
     {
-        return Some(current.to_owned());
+        return Some(node.name.clone());
     }
     let first_ip = input.ips.first().copied();
     nodes
@@ -315,9 +316,9 @@ pub fn address_on_subnet(node: &NodeState, ip: IpAddr) -> Option<IpAddr> {
 pub fn announcers(
     input: &ElectionInput<'_>,
     nodes: &[NodeState],
-    current: &[String],
+    current: &[Arc<str>],
     cap: Option<usize>,
-) -> Result<Vec<String>, NoEligibleNode> {
+) -> Result<Vec<Arc<str>>, NoEligibleNode> {
     let mut why = NoEligibleNode {
         nodes: nodes.len(),
         ..NoEligibleNode::default()
@@ -327,7 +328,7 @@ pub fn announcers(
     for node in nodes {
         let announcing = current.contains(&node.name);
         let as_current = ElectionInput {
-            current: announcing.then_some(node.name.as_str()),
+            current: announcing.then_some(&*node.name),
             ..*input
         };
         match ineligibility(&as_current, node) {
@@ -335,7 +336,7 @@ pub fn announcers(
             None => eligible.push((
                 !announcing,
                 tie_break_hash(&node.name, first_ip),
-                node.name.as_str(),
+                &node.name,
             )),
         }
     }
@@ -344,7 +345,7 @@ pub fn announcers(
     }
     eligible.sort_unstable();
     eligible.truncate(cap.unwrap_or(usize::MAX).max(1));
-    let mut chosen: Vec<String> = eligible.into_iter().map(|(_, _, n)| n.to_owned()).collect();
+    let mut chosen: Vec<Arc<str>> = eligible.into_iter().map(|(_, _, n)| n.clone()).collect();
     chosen.sort_unstable();
     Ok(chosen)
 }
@@ -367,10 +368,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// [`super::elect`] with the loads and the winner as `String`s, as the tests write them.
+    fn elect(
+        input: &ElectionInput<'_>,
+        nodes: &[NodeState],
+        load: &BTreeMap<String, usize>,
+    ) -> Result<String, NoEligibleNode> {
+        super::elect(input, nodes, &shared(load)).map(|n| n.to_string())
+    }
+
+    /// [`super::standby`], as [`elect`].
+    fn standby(
+        input: &ElectionInput<'_>,
+        nodes: &[NodeState],
+        exclude: &[&str],
+        current: Option<&str>,
+        load: &BTreeMap<String, usize>,
+    ) -> Option<String> {
+        super::standby(input, nodes, exclude, current, &shared(load)).map(|n| n.to_string())
+    }
+
+    fn shared(load: &BTreeMap<String, usize>) -> BTreeMap<Arc<str>, usize> {
+        load.iter().map(|(n, l)| (n.as_str().into(), *l)).collect()
+    }
+
     /// A ready, schedulable node with no labels and no subnets.
     fn node(name: &str) -> NodeState {
         NodeState {
-            name: name.to_owned(),
+            name: name.into(),
             agent_ready: true,
             ..NodeState::default()
         }
@@ -615,7 +640,7 @@ mod tests {
             .min_by_key(|n| tie_break_hash(&n.name, Some(first)))
             .unwrap()
             .name
-            .clone();
+            .to_string();
         assert_eq!(case(&["10.0.0.7"]).elect(&nodes).unwrap(), want);
     }
 
@@ -799,7 +824,7 @@ mod tests {
         nodes
             .iter()
             .zip(loads)
-            .map(|(n, l)| (n.name.clone(), *l))
+            .map(|(n, l)| (n.name.to_string(), *l))
             .collect()
     }
 
@@ -814,7 +839,7 @@ mod tests {
             prop_assert_eq!(&got, &elect(&input, &shuffled, &l));
 
             let eligible: Vec<String> = match eligible_nodes(&input, &nodes) {
-                Ok(list) => list.iter().map(|n| n.name.clone()).collect(),
+                Ok(list) => list.iter().map(|n| n.name.to_string()).collect(),
                 Err(why) => {
                     prop_assert_eq!(got, Err(why.clone()));
                     let counted = why.cordoned + why.excluded + why.not_selected
@@ -827,7 +852,7 @@ mod tests {
 
             // Always an eligible node, and the per-node rules agree.
             prop_assert!(eligible.contains(&winner));
-            let w = nodes.iter().find(|n| n.name == winner).unwrap();
+            let w = nodes.iter().find(|n| *n.name == *winner).unwrap();
             prop_assert_eq!(ineligibility(&input, w), None);
 
             // Sticky: an eligible current holder is kept, and the winner is kept next time.

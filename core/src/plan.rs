@@ -389,10 +389,10 @@ pub struct ServicePlan {
     pub ips: Vec<IpAddr>,
     /// Desired `aliaslb.io/node`; `None` while pending or in the middle of a move, and in
     /// L3 mode (see [`ServicePlan::nodes`]).
-    pub node: Option<String>,
+    pub node: Option<Arc<str>>,
     /// L3 mode (`announce: bgp`): every node that announces the IPs, by name; empty in L2
     /// mode.
-    pub nodes: Vec<String>,
+    pub nodes: Vec<Arc<str>>,
     /// Desired `aliaslb.io/interface` (from the pool options; `None`: no annotation).
     pub interface: Option<String>,
     /// The pool answers each IP from its own MAC (`virtualMAC: true`, L2 only): the
@@ -413,7 +413,7 @@ impl ServicePlan {
     /// comma-separated in L3 mode; `None` while there is none.
     pub fn node_annotation(&self) -> Option<std::borrow::Cow<'_, str>> {
         match (&self.node, self.nodes.is_empty()) {
-            (Some(node), _) => Some(node.as_str().into()),
+            (Some(node), _) => Some(node.as_ref().into()),
             (None, false) => Some(self.nodes.join(",").into()),
             (None, true) => None,
         }
@@ -447,14 +447,17 @@ impl ServicePlan {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Standby {
     /// The standby node.
-    pub node: String,
+    pub node: Arc<str>,
     /// For each IP it stands by for: its own address on that IP's subnet, where the
     /// holder's adverts go.
-    pub addresses: Vec<(IpAddr, IpAddr)>,
+    pub addresses: OnSubnets,
     /// A third node on the LAN that relays the holder's adverts to the standby, with its
     /// address on each IP's subnet (`None`: no third node qualifies).
-    pub relay: Option<(String, Vec<(IpAddr, IpAddr)>)>,
+    pub relay: Option<(Arc<str>, OnSubnets)>,
 }
+
+/// A node's own address on the subnet of each IP, as (IP, address) pairs.
+pub type OnSubnets = Vec<(IpAddr, IpAddr)>;
 
 /// Desired state of one Service condition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -587,7 +590,7 @@ pub struct Planner {
     probing: HashSet<GroupId>,
     /// The number of groups on each node (zero or missing: none), kept up to date as
     /// groups move: the election's load, which a narrowed pass does not count again.
-    load: BTreeMap<String, usize>,
+    load: BTreeMap<Arc<str>, usize>,
     /// What the last pass saw outside the Services, to tell what changed
     /// ([`incremental::Seen`]).
     seen: incremental::Seen,
@@ -650,22 +653,23 @@ struct Group {
     ips: LiteMap<Family, IpAddr>,
     /// Services holding at least one of `ips` (a set: the values are `()`).
     members: LiteMap<ServiceKey, ()>,
-    /// The node carrying the IPs; `None` while unplaced or moving.
-    node: Option<String>,
+    /// The node carrying the IPs; `None` while unplaced or moving. (Node names here and in
+    /// the plans are the nodes' own, shared: a name per group and plan was megabytes.)
+    node: Option<Arc<str>>,
     /// Graceful move in progress: the old node, waiting for its agent to release.
-    moving_from: Option<String>,
+    moving_from: Option<Arc<str>>,
     /// Last NoEligibleNode message reported, so it is reported once.
     no_node: Option<String>,
     /// The IPs `node` was given, each with whether it is a first claim its agent must still
     /// probe ([`PlanOutput::probe`]); empty without a node.
     claims: Vec<(IpAddr, bool)>,
     /// L3 mode: the nodes announcing the IPs, by name (`node` is then `None`).
-    announcers: Vec<String>,
+    announcers: Vec<Arc<str>>,
     /// L2 mode: the node standing by for the IPs (fast failover); `None` without a node
     /// or without a node that qualifies ([`crate::election::standby`]).
-    standby: Option<String>,
+    standby: Option<Arc<str>>,
     /// L2 mode: the node relaying the holder's adverts to the standby.
-    relay: Option<String>,
+    relay: Option<Arc<str>>,
 }
 
 /// One IP in use.
@@ -923,7 +927,7 @@ impl Planner {
             .load
             .iter()
             .filter(|(_, n)| **n > 0)
-            .map(|(node, n)| (node.as_str(), *n))
+            .map(|(node, n)| (node.as_ref(), *n))
             .collect();
         assert_eq!(
             kept, load,
@@ -1433,7 +1437,7 @@ fn join(ips: &[IpAddr]) -> String {
 }
 
 /// One group fewer on `node` (see [`Planner::load`]).
-fn unload(load: &mut BTreeMap<String, usize>, node: &str) {
+fn unload(load: &mut BTreeMap<Arc<str>, usize>, node: &str) {
     if let Some(n) = load.get_mut(node) {
         *n = n.saturating_sub(1);
     }

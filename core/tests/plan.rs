@@ -126,7 +126,7 @@ fn restart_with_100_assigned_services_changes_nothing() {
     for s in &mut world.services {
         let p = &before.services[&s.key];
         s.observed_ips = p.ips.clone();
-        s.observed_node = p.node.clone();
+        s.observed_node = p.node.as_deref().map(str::to_owned);
     }
     // The restarted leader sees the Services in another order, and a newcomer.
     world.services.reverse();
@@ -783,8 +783,9 @@ fn placed() -> (World, Planner, String) {
     let out = world.plan(&mut planner);
     let node = plan_of(&out, "default", "web")
         .node
-        .clone()
-        .expect("a node");
+        .as_deref()
+        .expect("a node")
+        .to_owned();
     assert_eq!(events(&out, reason::NODE_ASSIGNED).len(), 1);
     (world, planner, node)
 }
@@ -1754,6 +1755,48 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
     assert_eq!(ips(&world.plan(&mut planner), "default", "d"), ["10.0.0.2"]);
 }
 
+/// A plan names its nodes with the nodes' own names, shared, not copies: at 10,000
+/// Services a name per group and plan was megabytes (BENCHMARKS, "Boxed records and
+/// shared names"). Also when the holder stays (the election keeps the current node) and
+/// for the standby.
+#[test]
+fn plans_share_the_names_of_their_nodes() {
+    let services = (1..=3)
+        .map(|i| svc("default", &format!("s{i}")).created(i))
+        .collect();
+    let mut world = World::new(config(&[DEFAULT_3]), services);
+    for (n, net) in [("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")] {
+        world.node_mut(n).subnets = vec![net.parse().unwrap()];
+        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
+    }
+    let own = |world: &World, name: &std::sync::Arc<str>| {
+        let node = world
+            .nodes
+            .iter()
+            .find(|n| n.name == *name)
+            .expect("a node");
+        std::sync::Arc::ptr_eq(&node.name, name)
+    };
+    let mut planner = Planner::new();
+    // (The controller keeps each node's name from pass to pass: `World::nodes_changed`.)
+    for pass in 0..2 {
+        let out = world.plan(&mut planner);
+        assert_eq!(out.services.len(), 3);
+        for (key, plan) in &out.services {
+            let node = plan.node.as_ref().expect("placed");
+            assert!(own(&world, node), "pass {pass}, {key}: {node} is a copy");
+            let standby = plan.standby.as_ref().expect("a standby");
+            assert!(
+                own(&world, &standby.node),
+                "pass {pass}, {key}: the standby's name"
+            );
+        }
+        for plan in out.services.values() {
+            world.holds(plan.node.as_deref().unwrap(), &plan.ips[0].to_string());
+        }
+    }
+}
+
 /// Fast L2 failover: each L2 Service gets a standby on its LAN (never its holder), which
 /// stays while it qualifies; when the holder is lost, the standby (which took the IP over
 /// on the LAN) becomes the holder and another node the standby.
@@ -1777,7 +1820,7 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
     let holder = web.node.clone().expect("a holder");
     let standby = web.standby.clone().expect("a standby");
     assert_ne!(standby.node, holder);
-    assert_ne!(standby.node, "off-lan", "a standby is on the IP's LAN");
+    assert_ne!(&*standby.node, "off-lan", "a standby is on the IP's LAN");
     let address = |n: &str| match n {
         "a" => ip("10.0.0.11"),
         "b" => ip("10.0.0.12"),
@@ -1801,10 +1844,10 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
     world.node_mut(&holder).agent_ready = false;
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web");
-    assert_eq!(web.node.as_deref(), Some(standby.node.as_str()));
+    assert_eq!(web.node, Some(standby.node.clone()));
     let next = web.standby.as_ref().expect("a new standby");
     assert!(
-        next.node != standby.node && next.node != holder && next.node != "off-lan",
+        next.node != standby.node && next.node != holder && &*next.node != "off-lan",
         "{next:?}"
     );
     // A standby that goes (cordoned) is replaced.
@@ -1843,7 +1886,7 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
     assert!(announced.status);
     assert_eq!(announced.reason, reason::TAKEN_OVER);
     assert!(
-        announced.message.contains(&standby) && announced.message.contains(&holder),
+        announced.message.contains(&*standby) && announced.message.contains(&*holder),
         "{}",
         announced.message
     );

@@ -25,8 +25,9 @@ fn placed(pool: (&str, &str)) -> (World, Planner, String) {
     assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
     let node = plan_of(&out, "default", "web")
         .node
-        .clone()
-        .expect("a node");
+        .as_deref()
+        .expect("a node")
+        .to_owned();
     (world, planner, node)
 }
 
@@ -407,11 +408,7 @@ fn a_replacement_address_of_a_placed_dual_stack_group_is_a_first_claim() {
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web");
     assert_eq!(ips(&out, "default", "web"), ["10.0.0.2", "2001:db8::1"]);
-    assert_eq!(
-        web.node.as_deref(),
-        Some(n.as_str()),
-        "the group keeps its node"
-    );
+    assert_eq!(web.node.as_deref(), Some(&*n), "the group keeps its node");
     assert_eq!(
         out.probe.iter().copied().collect::<Vec<_>>(),
         [ip("10.0.0.2")],

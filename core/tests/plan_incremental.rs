@@ -258,7 +258,7 @@ impl Model {
         self.world.nodes = self
             .all_nodes
             .values()
-            .filter(|n| self.present.contains(&n.name))
+            .filter(|n| self.present.contains(&*n.name))
             .cloned()
             .collect();
     }
@@ -338,7 +338,8 @@ impl Model {
                     let held: BTreeSet<IpAddr> = last
                         .values()
                         .filter(|p| {
-                            p.node.as_deref() == Some(*name) || p.nodes.iter().any(|n| n == name)
+                            p.node.as_deref() == Some(*name)
+                                || p.nodes.iter().any(|n| &**n == *name)
                         })
                         .flat_map(|p| p.ips.iter().copied())
                         .collect();
@@ -431,7 +432,7 @@ impl Snapshot {
             nodes: world
                 .nodes
                 .iter()
-                .map(|n| (n.name.clone(), n.clone()))
+                .map(|n| (n.name.to_string(), n.clone()))
                 .collect(),
             agents: world.agents.clone(),
             local: world.local.clone(),
@@ -563,7 +564,7 @@ proptest! {
         let mut world = World::new(initial.build(), Vec::new());
         world.nodes.push(node("c"));
         let mut model = Model {
-            all_nodes: world.nodes.iter().map(|n| (n.name.clone(), n.clone())).collect(),
+            all_nodes: world.nodes.iter().map(|n| (n.name.to_string(), n.clone())).collect(),
             present: NODES.iter().map(|n| (*n).to_owned()).collect(),
             world,
         };
@@ -595,7 +596,7 @@ proptest! {
             for s in &mut model.world.services {
                 let p = &out_a.services[&s.key];
                 s.observed_ips = p.ips.clone();
-                s.observed_node = p.node.clone();
+                s.observed_node = p.node.as_deref().map(str::to_owned);
             }
             before = now;
             last = out_a.services;
@@ -618,7 +619,7 @@ fn settled(n: usize) -> (World, Planner, PlanOutput) {
         for s in &mut world.services {
             let p = &out.services[&s.key];
             s.observed_ips = p.ips.clone();
-            s.observed_node = p.node.clone();
+            s.observed_node = p.node.as_deref().map(str::to_owned);
         }
         for name in ["a", "b"] {
             world.holds(name, "");
@@ -665,12 +666,12 @@ fn one_more_held_ip_replans_only_its_service() {
     let node = plan.node.clone().expect("s3 is placed");
     world
         .agents
-        .get_mut(&node)
+        .get_mut(&*node)
         .expect("report")
         .held
         .remove(&plan.ips[0]);
     let changes = Changes {
-        nodes: BTreeSet::from([node.clone()]),
+        nodes: BTreeSet::from([node.to_string()]),
         ..Changes::default()
     };
     let out = plan_b(&world, &mut planner, &changes);
@@ -679,7 +680,7 @@ fn one_more_held_ip_replans_only_its_service() {
     assert!(!plan_of(&out, "shop", "s3").announced.status);
     world
         .agents
-        .get_mut(&node)
+        .get_mut(&*node)
         .expect("report")
         .held
         .insert(plan.ips[0]);

@@ -167,7 +167,7 @@ fn fences(world: &World) -> BTreeSet<IpAddr> {
         .nodes
         .iter()
         .filter(|n| n.agent_ready)
-        .filter_map(|n| world.agents.get(&n.name))
+        .filter_map(|n| world.agents.get(&*n.name))
         .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip));
     world.node_addresses.keys().copied().chain(lan).collect()
 }
@@ -403,7 +403,7 @@ proptest! {
             for s in &mut world.services {
                 let p = &out.services[&s.key];
                 s.observed_ips = p.ips.clone();
-                s.observed_node = p.node.clone();
+                s.observed_node = p.node.as_deref().map(str::to_owned);
             }
             if matches!(op, Op::Restart) {
                 for (k, before) in &last.services {

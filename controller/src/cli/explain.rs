@@ -322,7 +322,7 @@ fn why_this_node(
         .collect();
     match eligible_nodes(&input, &planned.nodes) {
         Ok(eligible) => {
-            let names: Vec<&str> = eligible.iter().map(|n| n.name.as_str()).collect();
+            let names: Vec<&str> = eligible.iter().map(|n| &*n.name).collect();
             let passing = planned.nodes.len() - left_out.len();
             let mut s = format!("Eligible nodes: {}.", names.join(", "));
             if names.len() < passing {

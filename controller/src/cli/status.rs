@@ -260,7 +260,7 @@ fn conflicts(
     let nodes: Vec<NodeState> = agents
         .iter()
         .map(|(node, a)| NodeState {
-            name: node.clone(),
+            name: node.as_str().into(),
             agent_ready: a.fresh,
             ..NodeState::default()
         })
@@ -290,7 +290,7 @@ fn edges(
                 .map(|(ip, _)| *ip)
                 .collect();
             NodeState {
-                name: node.clone(),
+                name: node.as_str().into(),
                 subnets: a.report.elected_subnets(&own).copied().collect(),
                 ..NodeState::default()
             }

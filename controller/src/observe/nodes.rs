@@ -52,7 +52,7 @@ pub fn node_states(
                             .collect()
                     })
                     .unwrap_or_default(),
-                name,
+                name: name.into(),
             })
         })
         .collect();

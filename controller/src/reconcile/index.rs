@@ -13,7 +13,7 @@ pub(super) struct Index {
     /// plan.)
     pub(super) plans: HashMap<ServiceKey, Box<ServicePlan>>,
     /// Node -> the Services planned on it (the L2 node, an L3 announcer, or the standby).
-    pub(super) on_node: HashMap<String, BTreeSet<ServiceKey>>,
+    pub(super) on_node: HashMap<Arc<str>, BTreeSet<ServiceKey>>,
     /// The first claims of the last pass.
     pub(super) probe: BTreeSet<IpAddr>,
     /// The node MACs every assignment object lists, as last rendered.
@@ -32,7 +32,7 @@ impl Index {
     /// have changed (the lines of a plan that changed, old and new).
     pub(super) fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
         // The L2 node, the L3 announcers and the standby: each has a line of the plan.
-        fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &String> {
+        fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &Arc<str>> {
             let standby = plan.standby.as_ref().map(|s| &s.node);
             plan.node.iter().chain(&plan.nodes).chain(standby)
         }
@@ -40,7 +40,7 @@ impl Index {
         let mut touched = Touched::default();
         let unplan = |key: &ServiceKey,
                       plans: &mut HashMap<ServiceKey, Box<ServicePlan>>,
-                      on_node: &mut HashMap<String, BTreeSet<ServiceKey>>,
+                      on_node: &mut HashMap<Arc<str>, BTreeSet<ServiceKey>>,
                       touched: &mut Touched| {
             if let Some(old) = plans.remove(key) {
                 for node in nodes_of(&old) {
@@ -81,7 +81,7 @@ impl Index {
         // pass flips as many IPs as it plans Services.)
         let mut every = everything;
         if !every && output.probe != self.probe {
-            let mut carriers: HashMap<IpAddr, Vec<&String>> = HashMap::new();
+            let mut carriers: HashMap<IpAddr, Vec<&Arc<str>>> = HashMap::new();
             for plan in output.services.values() {
                 for ip in &plan.ips {
                     carriers.entry(*ip).or_default().extend(nodes_of(plan));

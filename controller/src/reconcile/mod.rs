@@ -411,11 +411,11 @@ impl Reconciler {
         let now = Instant::now();
         let (mut changed_nodes, sight) = self.agents(now);
         let node_objects = self.caches.nodes.state();
-        let nodes = nodes::node_states(&node_objects, self.world.agents());
+        let mut nodes = nodes::node_states(&node_objects, self.world.agents());
         let node_addresses = nodes::node_addresses(node_objects.iter().map(|n| &**n));
         self.unanchored_notice(&node_objects);
         drop(node_objects);
-        changed_nodes.extend(self.world.nodes_changed(&nodes));
+        changed_nodes.extend(self.world.nodes_changed(&mut nodes));
         let changes = Changes {
             everything: services.everything,
             // Moved: nothing reads the delta's views after the endpoints.
@@ -544,7 +544,7 @@ impl Reconciler {
         whole.extend(self.writes.assignment_retries(observed.now));
         if every {
             whole.extend(with_objects.iter().map(|n| (*n).to_owned()));
-            whole.extend(self.index.on_node.keys().cloned());
+            whole.extend(self.index.on_node.keys().map(|n| n.to_string()));
             whole.extend(touched.iter().cloned());
         }
         lines.retain(|node, _| !whole.contains(node));
@@ -845,7 +845,7 @@ impl Reconciler {
             .nodes
             .iter()
             .filter(|n| n.agent_ready)
-            .map(|n| n.name.clone())
+            .map(|n| n.name.to_string())
             .collect();
         {
             let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());

@@ -221,11 +221,19 @@ impl World {
     }
 
     /// The nodes whose state differs from the last pass (appeared and gone included);
-    /// remembers these.
-    pub fn nodes_changed(&mut self, nodes: &[NodeState]) -> BTreeSet<String> {
+    /// remembers these. Each node keeps the name it had (one shared name per node in the
+    /// planner's groups and plans, whichever pass placed them).
+    pub fn nodes_changed(&mut self, nodes: &mut [NodeState]) -> BTreeSet<String> {
         let mut changed = BTreeSet::new();
-        let states: BTreeMap<String, NodeState> =
-            nodes.iter().map(|n| (n.name.clone(), n.clone())).collect();
+        for node in nodes.iter_mut() {
+            if let Some(last) = self.nodes.get(&*node.name) {
+                node.name = last.name.clone();
+            }
+        }
+        let states: BTreeMap<String, NodeState> = nodes
+            .iter()
+            .map(|n| (n.name.to_string(), n.clone()))
+            .collect();
         for name in states.keys().chain(self.nodes.keys()) {
             if states.get(name) != self.nodes.get(name) {
                 changed.insert(name.clone());
@@ -525,17 +533,22 @@ mod tests {
             ..AgentReport::default()
         };
         let mut world = World::default();
-        let nodes = [node("n1", true), node("n2", true)];
-        assert_eq!(world.nodes_changed(&nodes).len(), 2, "all new");
-        assert!(world.nodes_changed(&nodes).is_empty());
-        let nodes2 = [node("n1", false), node("n2", true)];
+        let mut nodes = [node("n1", true), node("n2", true)];
+        assert_eq!(world.nodes_changed(&mut nodes).len(), 2, "all new");
+        let first = nodes[0].name.clone();
+        assert!(world.nodes_changed(&mut nodes).is_empty());
+        let mut nodes2 = [node("n1", false), node("n2", true)];
         assert_eq!(
-            world.nodes_changed(&nodes2),
+            world.nodes_changed(&mut nodes2),
             BTreeSet::from(["n1".to_owned()]),
             "a state"
         );
+        assert!(
+            Arc::ptr_eq(&nodes2[0].name, &first),
+            "a node keeps its name from pass to pass"
+        );
         assert_eq!(
-            world.nodes_changed(&nodes2[..1]),
+            world.nodes_changed(&mut nodes2[..1]),
             BTreeSet::from(["n2".to_owned()]),
             "gone"
         );

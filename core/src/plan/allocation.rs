@@ -65,8 +65,13 @@ impl Planner {
                 && let Some(group) = self.groups.get_mut(&group_id)
                 && group.node.is_none()
             {
-                group.node = Some(node.clone());
+                // One name per node, shared through the load's keys.
+                let node: std::sync::Arc<str> = match self.load.get_key_value(node.as_str()) {
+                    Some((shared, _)) => shared.clone(),
+                    None => node.as_str().into(),
+                };
                 *self.load.entry(node.clone()).or_default() += 1;
+                group.node = Some(node);
             }
         }
     }

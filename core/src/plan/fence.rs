@@ -314,7 +314,7 @@ pub fn lan_conflicts(
     let fresh: BTreeSet<&str> = nodes
         .iter()
         .filter(|n| n.agent_ready)
-        .map(|n| n.name.as_str())
+        .map(|n| &*n.name)
         .collect();
     if !agents
         .iter()

@@ -49,7 +49,7 @@ impl Changes {
 #[derive(Debug, Default)]
 pub(super) struct Seen {
     /// Every node, by name.
-    nodes: BTreeMap<String, NodeState>,
+    nodes: BTreeMap<Arc<str>, NodeState>,
     /// Every agent's report, by node name.
     reports: BTreeMap<String, AgentReport>,
     /// [`Inputs::lingering`].
@@ -153,7 +153,7 @@ impl Planner {
             bump(&mut self.visible, *ip, true);
         }
         for (name, node) in &self.seen.nodes {
-            let held = counted_held(Some(node), inputs.agents.get(name), |ip| {
+            let held = counted_held(Some(node), inputs.agents.get(&**name), |ip| {
                 is_routed(inputs.config, ip)
             });
             for ip in held {
@@ -251,12 +251,12 @@ impl Planner {
     fn see_nodes<'c>(&mut self, inputs: &Inputs<'_>, names: &'c BTreeSet<String>) -> NodeNews<'c> {
         let mut news = NodeNews::default();
         let by_name: HashMap<&str, &NodeState> =
-            inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+            inputs.nodes.iter().map(|n| (n.name.as_ref(), n)).collect();
         let routed = |ip| is_routed(inputs.config, ip);
         for name in names {
             let new_state = by_name.get(name.as_str()).copied();
             let new_report = inputs.agents.get(name);
-            let old_state = self.seen.nodes.get(name);
+            let old_state = self.seen.nodes.get(name.as_str());
             let old_report = self.seen.reports.get(name);
             let old_held = counted_held(old_state, old_report, routed);
             let new_held = counted_held(new_state, new_report, routed);
@@ -297,11 +297,11 @@ impl Planner {
             }
             match new_state {
                 Some(state) if old_state != Some(state) => {
-                    self.seen.nodes.insert(name.clone(), state.clone());
+                    self.seen.nodes.insert(state.name.clone(), state.clone());
                 }
                 Some(_) => {}
                 None => {
-                    self.seen.nodes.remove(name);
+                    self.seen.nodes.remove(name.as_str());
                 }
             }
             match new_report {
@@ -376,7 +376,7 @@ impl Planner {
             let on = |n: &str| {
                 g.node.as_deref() == Some(n)
                     || g.moving_from.as_deref() == Some(n)
-                    || g.announcers.iter().any(|a| a == n)
+                    || g.announcers.iter().any(|a| &**a == n)
                     || g.standby.as_deref() == Some(n)
                     || g.relay.as_deref() == Some(n)
             };

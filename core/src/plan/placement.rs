@@ -91,17 +91,17 @@ impl Planner {
         let inputs = pass.inputs;
         let world = NodeStep {
             inputs,
-            by_name: inputs.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+            by_name: inputs.nodes.iter().map(|n| (n.name.as_ref(), n)).collect(),
         };
         // The load of every node ([`Planner::load`]), kept up to date by every move; a
         // full pass counts it again (cheap, and it cannot drift).
         if full {
             self.load.clear();
-            for node in self.groups.values().filter_map(|g| g.node.as_deref()) {
+            for node in self.groups.values().filter_map(|g| g.node.as_ref()) {
                 match self.load.get_mut(node) {
                     Some(n) => *n += 1,
                     None => {
-                        self.load.insert(node.to_owned(), 1);
+                        self.load.insert(node.clone(), 1);
                     }
                 }
             }
@@ -249,17 +249,17 @@ impl Planner {
             entry.conflict = conflict.map(|(_, m)| Box::from(m));
         }
         // A node with its address on the subnet of each IP it can serve.
-        let on_lan = |name: &str| {
-            let state = inputs.nodes.iter().find(|n| n.name == name)?;
+        let on_lan = |name: &Arc<str>| {
+            let state = inputs.nodes.iter().find(|n| n.name == *name)?;
             let addresses: Vec<(IpAddr, IpAddr)> = ips
                 .iter()
                 .filter_map(|ip| Some((*ip, address_on_subnet(state, *ip)?)))
                 .collect();
-            (!addresses.is_empty()).then(|| (name.to_owned(), addresses))
+            (!addresses.is_empty()).then(|| (name.clone(), addresses))
         };
         let standby = group.filter(|g| g.node.is_some()).and_then(|g| {
-            let (node, addresses) = on_lan(g.standby.as_deref()?)?;
-            let relay = g.relay.as_deref().and_then(on_lan);
+            let (node, addresses) = on_lan(g.standby.as_ref()?)?;
+            let relay = g.relay.as_ref().and_then(on_lan);
             Some(Box::new(Standby {
                 node,
                 addresses,
@@ -285,7 +285,7 @@ fn step(
     group: &mut Group,
     input: &ElectionInput<'_>,
     world: &NodeStep<'_>,
-    load: &mut BTreeMap<String, usize>,
+    load: &mut BTreeMap<Arc<str>, usize>,
 ) -> Vec<Note> {
     let notes = step_holder(group, input, world, load);
     if !world.inputs.agents_unobservable {
@@ -313,7 +313,7 @@ fn step_holder(
     group: &mut Group,
     input: &ElectionInput<'_>,
     world: &NodeStep<'_>,
-    load: &mut BTreeMap<String, usize>,
+    load: &mut BTreeMap<Arc<str>, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
     // A pool switched from L3 to L2 mode: its nodes withdraw, one node is elected.
@@ -339,7 +339,7 @@ fn step_holder(
         }
         group.moving_from = None;
     }
-    let mut left: Option<(String, String)> = None;
+    let mut left: Option<(Arc<str>, String)> = None;
     if let Some(cur) = group.node.as_deref() {
         let ready = world.ready(cur);
         if ready && conflict_on(world.inputs.agents.get(cur), input.ips).is_some() {
@@ -349,14 +349,14 @@ fn step_holder(
             current: Some(cur),
             ..*input
         };
-        if elect(&with_current, world.inputs.nodes, load).is_ok_and(|n| n == cur) {
+        if elect(&with_current, world.inputs.nodes, load).is_ok_and(|n| &*n == cur) {
             return notes;
         }
     }
     if let Some(cur) = group.node.take() {
         let ready = world.ready(&cur);
         super::unload(load, &cur);
-        let why = why_leaving(&cur, world.by_name.get(cur.as_str()).copied(), input);
+        let why = why_leaving(&cur, world.by_name.get(&*cur).copied(), input);
         if ready && world.holds_any(&cur, input.ips) {
             notes.push((
                 false,
@@ -428,7 +428,7 @@ fn step_bgp(
     input: &ElectionInput<'_>,
     world: &NodeStep<'_>,
     options: &PoolOptions,
-    load: &mut BTreeMap<String, usize>,
+    load: &mut BTreeMap<Arc<str>, usize>,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
     if let Some(node) = group.node.take() {
@@ -463,7 +463,7 @@ fn step_bgp(
                 let added: Vec<&str> = now
                     .iter()
                     .filter(|n| !group.announcers.contains(n))
-                    .map(String::as_str)
+                    .map(|n| &**n)
                     .collect();
                 let mut parts = Vec::new();
                 if !added.is_empty() {
@@ -520,7 +520,7 @@ fn update_claims(group: &mut Group, ips: &[IpAddr], world: &NodeStep<'_>) {
             group.claims.push((*ip, !world.held_anywhere(*ip)));
         }
     }
-    let report = world.inputs.agents.get(node);
+    let report = world.inputs.agents.get(&**node);
     for (ip, probe) in &mut group.claims {
         if *probe && report.is_some_and(|r| r.held.contains(ip)) {
             *probe = false;
@@ -604,7 +604,7 @@ fn announced(
     let Some(node) = &group.node else {
         return (unplaced(group, inputs, "no node elected yet"), None);
     };
-    let report = inputs.agents.get(node);
+    let report = inputs.agents.get(&**node);
     let holds_all = report.is_some_and(|r| ips.iter().all(|ip| r.held.contains(ip)));
     let on = |r: &AgentReport| {
         interface
@@ -765,7 +765,7 @@ fn announced_bgp(ips: &[IpAddr], group: Option<&Group>, inputs: &Inputs<'_>) -> 
     for node in &group.announcers {
         match announces(node, ips, inputs) {
             Ok(established) => {
-                on.push(node.as_str());
+                on.push(node.as_ref());
                 peers = peers.saturating_add(established);
             }
             Err(why) => {

@@ -108,7 +108,7 @@ impl SvcExt for ServiceView {
 /// A ready, schedulable node.
 pub fn node(name: &str) -> NodeState {
     NodeState {
-        name: name.to_owned(),
+        name: name.into(),
         agent_ready: true,
         ..NodeState::default()
     }
@@ -194,7 +194,7 @@ impl World {
     }
 
     pub fn node_mut(&mut self, name: &str) -> &mut NodeState {
-        self.nodes.iter_mut().find(|n| n.name == name).unwrap()
+        self.nodes.iter_mut().find(|n| &*n.name == name).unwrap()
     }
 
     /// The agent on `node` reports holding `ips` (comma separated; empty: none).
@@ -305,6 +305,11 @@ impl World {
 }
 
 /// The plan of `ns/name`.
+/// Node names as `&str`s, to compare with literals.
+pub fn names(nodes: &[std::sync::Arc<str>]) -> Vec<&str> {
+    nodes.iter().map(|n| &**n).collect()
+}
+
 pub fn plan_of<'o>(out: &'o PlanOutput, ns: &str, name: &str) -> &'o ServicePlan {
     out.services
         .get(&key(ns, name))
