@@ -150,19 +150,17 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
         })
     }
 
-    /// The record of `object` filed under `key`, sharing what it can with the record of
-    /// `key` in `map` (which then gives the key too).
-    fn record(
-        &self,
-        object: &K,
-        key: ServiceKey,
+    /// `record`, filed under `key`, sharing what it can with the record of `key` in `map`
+    /// (which then gives the key too).
+    fn file(
         map: &HashMap<ServiceKey, Arc<T>>,
-    ) -> Option<(ServiceKey, T)> {
-        let mut record = (self.keep)(object)?;
+        key: ServiceKey,
+        mut record: T,
+    ) -> (ServiceKey, Arc<T>) {
         let old = map.get_key_value(&key);
         let key = old.map_or(key, |(key, _)| key.clone());
         record.share(&key, old.map(|(_, old)| &**old));
-        Some((key, record))
+        (key, Arc::new(record))
     }
 
     /// Applies one watcher event. Returns whether the records may have changed: not for
@@ -183,9 +181,11 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
                 let Some(key) = self.key_of(object) else {
                     return false;
                 };
-                let record = self.record(object, key, &self.read());
-                if let (Some(buffer), Some((key, record))) = (self.buffer.as_mut(), record) {
-                    buffer.insert(key, Arc::new(record));
+                if let Some(record) = (self.keep)(object) {
+                    let (key, record) = Self::file(&self.read(), key, record);
+                    if let Some(buffer) = self.buffer.as_mut() {
+                        buffer.insert(key, record);
+                    }
                 }
                 false
             }
@@ -200,10 +200,13 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
                 let Some(key) = self.key_of(object) else {
                     return false;
                 };
+                // Built before the lock: the pass reads the records meanwhile.
+                let record = (self.keep)(object);
                 let mut map = self.write();
-                match self.record(object, key.clone(), &map) {
-                    Some((key, record)) => {
-                        map.insert(key, Arc::new(record));
+                match record {
+                    Some(record) => {
+                        let (key, record) = Self::file(&map, key, record);
+                        map.insert(key, record);
                         true
                     }
                     None => map.remove(&key).is_some(),
