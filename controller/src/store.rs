@@ -81,6 +81,17 @@ impl<T> Records<T> {
     }
 }
 
+/// The string of `set` equal to `s`, added if missing: one shared copy of a string many
+/// records hold (a namespace, a pool's name).
+pub fn interned(set: &mut HashSet<Arc<str>>, s: &str) -> Arc<str> {
+    if let Some(shared) = set.get(s) {
+        return shared.clone();
+    }
+    let shared: Arc<str> = s.into();
+    set.insert(shared.clone());
+    shared
+}
+
 /// A record of the cache.
 pub trait Record {
     /// Takes over what it can share of `old`, the record it replaces (`None`: the first of
@@ -136,16 +147,8 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
         let meta = object.meta();
         let name = meta.name.as_deref()?;
         let namespace = meta.namespace.as_deref().unwrap_or_default();
-        let namespace = match self.namespaces.get(namespace) {
-            Some(shared) => shared.clone(),
-            None => {
-                let shared: Arc<str> = namespace.into();
-                self.namespaces.insert(shared.clone());
-                shared
-            }
-        };
         Some(ServiceKey {
-            namespace,
+            namespace: interned(&mut self.namespaces, namespace),
             name: name.into(),
         })
     }

@@ -162,14 +162,7 @@ impl Unannounced {
         if fine {
             self.services.remove(key);
         } else {
-            let pool = match self.pools.get(pool) {
-                Some(shared) => shared.clone(),
-                None => {
-                    let shared: Arc<str> = pool.into();
-                    self.pools.insert(shared.clone());
-                    shared
-                }
-            };
+            let pool = crate::store::interned(&mut self.pools, pool);
             self.services
                 .insert(key.clone(), (pool, plan.announced.reason));
         }
