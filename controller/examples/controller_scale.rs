@@ -437,10 +437,8 @@ async fn track_assignments(
     }
 }
 
-/// Waits until `done` holds for the progress (re-checked on every watch event).
-/// The floor's writes: [`floor_status`] applied to every Service of `placed`,
-/// [`FLOOR_IN_FLIGHT`] at once. Returns when the last returned and when the bench's watch saw
-/// them all, from the start.
+/// The floor's writes: [`floor_status`] applied to every Service of `placed`. Returns when
+/// the last returned and when the bench's watch saw them all, from the start.
 async fn floor_pass(
     client: &Client,
     placed: &[(usize, usize, String)],
@@ -449,21 +447,10 @@ async fn floor_pass(
     tick: &mut watch::Receiver<u64>,
 ) -> (Duration, Duration) {
     let started = Instant::now();
-    let params = PatchParams::apply(FLOOR_MANAGER).force();
-    futures::stream::iter(placed)
-        .map(|(i, k, name)| {
-            let api = Api::<Service>::namespaced(client.clone(), &namespaces[*i]);
-            let body = floor_status(name, &namespaces[*i], pool_ip(*i, *k));
-            let params = &params;
-            async move {
-                api.patch_status(name, params, &Patch::Apply(body))
-                    .await
-                    .unwrap();
-            }
-        })
-        .buffer_unordered(FLOOR_IN_FLIGHT)
-        .collect::<()>()
-        .await;
+    apply_statuses(client, placed, namespaces, |i, k, name| {
+        floor_status(name, &namespaces[i], pool_ip(i, k))
+    })
+    .await;
     let returned = started.elapsed();
     let seen = until(progress, tick, |p| p.with_ip == placed.len()).await - started;
     (returned, seen)
@@ -479,14 +466,29 @@ async fn clear_pass(
     tick: &mut watch::Receiver<u64>,
 ) -> Duration {
     let started = Instant::now();
+    apply_statuses(client, placed, namespaces, |i, _, name| {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": &namespaces[i]},
+        })
+    })
+    .await;
+    until(progress, tick, |p| p.with_ip == 0).await - started
+}
+
+/// Applies `body(namespace index, address index, name)` to the status of every Service of
+/// `placed` as the floor's client, [`FLOOR_IN_FLIGHT`] at once.
+async fn apply_statuses(
+    client: &Client,
+    placed: &[(usize, usize, String)],
+    namespaces: &[String],
+    body: impl Fn(usize, usize, &str) -> serde_json::Value,
+) {
     let params = PatchParams::apply(FLOOR_MANAGER).force();
     futures::stream::iter(placed)
-        .map(|(i, _, name)| {
+        .map(|(i, k, name)| {
             let api = Api::<Service>::namespaced(client.clone(), &namespaces[*i]);
-            let body = json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": name, "namespace": &namespaces[*i]},
-            });
+            let body = body(*i, *k, name);
             let params = &params;
             async move {
                 api.patch_status(name, params, &Patch::Apply(body))
@@ -497,9 +499,9 @@ async fn clear_pass(
         .buffer_unordered(FLOOR_IN_FLIGHT)
         .collect::<()>()
         .await;
-    until(progress, tick, |p| p.with_ip == 0).await - started
 }
 
+/// Waits until `done` holds for the progress (re-checked on every watch event).
 async fn until(
     progress: &Mutex<Progress>,
     tick: &mut watch::Receiver<u64>,
