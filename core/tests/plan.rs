@@ -1765,10 +1765,7 @@ fn plans_share_the_names_of_their_nodes() {
         .map(|i| svc("default", &format!("s{i}")).created(i))
         .collect();
     let mut world = World::new(config(&[DEFAULT_3]), services);
-    for (n, net) in [("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")] {
-        world.node_mut(n).subnets = vec![net.parse().unwrap()];
-        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
-    }
+    world.on_subnets(&[("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")]);
     let own = |world: &World, name: &std::sync::Arc<str>| {
         let node = world
             .nodes
@@ -1805,15 +1802,12 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
     let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
     world.nodes.push(node("c"));
     world.nodes.push(node("off-lan"));
-    for (n, net) in [
+    world.on_subnets(&[
         ("a", "10.0.0.11/24"),
         ("b", "10.0.0.12/24"),
         ("c", "10.0.0.13/24"),
         ("off-lan", "192.168.9.9/24"),
-    ] {
-        world.node_mut(n).subnets = vec![net.parse().unwrap()];
-        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
-    }
+    ]);
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web").clone();
@@ -1861,14 +1855,12 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
 }
 
 /// A standby holding the IPs (it took them over on the LAN) while the elected node does not
-/// shows as Announced `TakenOver`, naming both.
+/// shows as Announced `TakenOver`, naming both, as long as the holder cannot be confirmed
+/// (a new leader's first lease duration): then nothing moves.
 #[test]
 fn a_takeover_by_the_standby_is_shown_on_the_service() {
     let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
-    for (n, net) in [("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")] {
-        world.node_mut(n).subnets = vec![net.parse().unwrap()];
-        world.node_mut(n).addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
-    }
+    world.on_subnets(&[("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")]);
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web").clone();
@@ -1881,8 +1873,12 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
     );
     world.holds(&holder, "");
     world.holds(&standby, "10.0.0.1");
+    world.node_mut(&holder).agent_ready = false;
+    world.node_mut(&holder).agent_unconfirmed = true;
     let out = world.plan(&mut planner);
-    let announced = &plan_of(&out, "default", "web").announced;
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.node.as_ref(), Some(&holder));
+    let announced = &web.announced;
     assert!(announced.status);
     assert_eq!(announced.reason, reason::TAKEN_OVER);
     assert!(
@@ -1890,4 +1886,84 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
         "{}",
         announced.message
     );
+}
+
+/// Fast L2 failover, the holder back before its Lease ran out (a restarted agent renews it
+/// at once): the standby took the IP over on the LAN and the holder's agent yielded it to
+/// that claim. The standby becomes the holder then, where the IP is, without a probe. A
+/// holder that yielded nothing (back and adding the IP), one that still holds it (a LAN
+/// split between the two) and one whose standby is no longer eligible keep it.
+#[test]
+fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
+    let setup = || {
+        let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
+        world.nodes.push(node("c"));
+        world.on_subnets(&[
+            ("a", "10.0.0.11/24"),
+            ("b", "10.0.0.12/24"),
+            ("c", "10.0.0.13/24"),
+        ]);
+        let mut planner = Planner::new();
+        let out = world.plan(&mut planner);
+        let web = plan_of(&out, "default", "web").clone();
+        let (holder, standby) = (web.node.unwrap(), web.standby.unwrap().node);
+        world.holds(&holder, "10.0.0.1");
+        world.plan(&mut planner);
+        // The standby takes the IP over; the holder, back, yields to its claim.
+        world.holds(&holder, "");
+        world.lan_claim(&holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
+        world.holds(&standby, "10.0.0.1");
+        (world, planner, holder, standby)
+    };
+
+    let (world, mut planner, holder, standby) = setup();
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.node.as_ref(), Some(&standby), "{web:?}");
+    assert_eq!(web.announced.reason, reason::ANNOUNCED, "{web:?}");
+    assert!(
+        web.standby.as_ref().is_none_or(|s| s.node != standby),
+        "{web:?}"
+    );
+    assert!(
+        out.probe.is_empty(),
+        "the new holder already carries the IP: no probe"
+    );
+    let moved = events(&out, reason::NODE_MOVED);
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(
+        moved[0]
+            .message
+            .contains(&format!("moved from {holder} to {standby}"))
+            && moved[0].message.contains("standby"),
+        "{}",
+        moved[0].message
+    );
+    // Stable: the next pass keeps it there.
+    let out = world.plan(&mut planner);
+    assert_eq!(
+        plan_of(&out, "default", "web").node.as_ref(),
+        Some(&standby)
+    );
+
+    // The holder's agent has not added it yet and yielded nothing (back, adding it): it
+    // could add it any moment, so the standby is not made the holder.
+    let (mut world, mut planner, holder, _) = setup();
+    world.no_conflicts(&holder);
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
+
+    // Both hold it (a LAN split between holder and standby): the holder stays.
+    let (mut world, mut planner, holder, _) = setup();
+    world.holds(&holder, "10.0.0.1");
+    world.no_conflicts(&holder);
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
+
+    // The standby cordoned meanwhile: not elected, and nothing else either (the IP is on
+    // the standby; another node would put it on the LAN twice).
+    let (mut world, mut planner, holder, standby) = setup();
+    world.node_mut(&standby).unschedulable = true;
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
 }

@@ -340,6 +340,18 @@ fn step_holder(
         group.moving_from = None;
     }
     let mut left: Option<(Arc<str>, String)> = None;
+    if let Some(standby) = took_over(group, input, world, load)
+        && let Some(cur) = group.node.take()
+    {
+        // Where the addresses already are: no move on the LAN, only the record of it.
+        super::unload(load, &cur);
+        let why = format!(
+            "its standby {standby} took {} over on the LAN and the agent on {cur} reports \
+             that it no longer holds them",
+            join(input.ips)
+        );
+        left = Some((cur, why));
+    }
     if let Some(cur) = group.node.as_deref() {
         let ready = world.ready(cur);
         if ready && conflict_on(world.inputs.agents.get(cur), input.ips).is_some() {
@@ -417,6 +429,51 @@ fn step_holder(
         }
     }
     notes
+}
+
+/// The group's standby, when it took the group's addresses over on the LAN and the holder
+/// yielded them to that claim (its agent, back or reconnected, heard it while its Lease was
+/// stale): the standby then becomes the holder at once (DESIGN, "Fast L2 failover"), not
+/// only when the holder's Lease expires, which a restarted agent renews first.
+///
+/// Only where nothing moves on the LAN: both agents fresh (Leases renewed within this
+/// term), the standby holding every address and still eligible, the holder holding none and
+/// reporting a claim heard while it held each (a yielded address stays down until a newer
+/// assignment comes, so it cannot come back while the standby is made the holder). A holder
+/// that merely has not added them yet, or still holds one (a LAN split between the two,
+/// which the standby settles by giving them back), keeps them.
+fn took_over(
+    group: &Group,
+    input: &ElectionInput<'_>,
+    world: &NodeStep<'_>,
+    load: &BTreeMap<Arc<str>, usize>,
+) -> Option<Arc<str>> {
+    let holder = group.node.as_deref()?;
+    let standby = group.standby.as_deref()?;
+    let holder_report = world.inputs.agents.get(holder)?;
+    let standby_report = world.inputs.agents.get(standby)?;
+    let yielded = |ip: &IpAddr| {
+        !holder_report.held.contains(ip)
+            && holder_report
+                .conflicts
+                .iter()
+                .any(|c| c.ip == *ip && c.while_held)
+    };
+    let carries = |ip: &IpAddr| standby_report.held.contains(ip);
+    let fresh = |node: &str| world.by_name.get(node).is_some_and(|n| n.agent_ready);
+    if input.ips.is_empty()
+        || !(fresh(holder) && fresh(standby))
+        || !input.ips.iter().all(|ip| yielded(ip) && carries(ip))
+    {
+        return None;
+    }
+    let with_standby = ElectionInput {
+        current: Some(standby),
+        ..*input
+    };
+    elect(&with_standby, world.inputs.nodes, load)
+        .ok()
+        .filter(|n| &**n == standby)
 }
 
 /// L3 mode: one group's announcing nodes ([`announcers`]); returns the Events for its
@@ -678,7 +735,7 @@ fn announced(
                 true,
                 reason::TAKEN_OVER,
                 format!(
-                    "held by the standby {s}{}, which took it over on the LAN when {node} went silent; it becomes the holder once {node}'s Lease expires, or gives it back once {node} is heard on the LAN again (a LAN partition between the nodes)",
+                    "held by the standby {s}{}, which took it over on the LAN when {node} went silent; it becomes the holder once {node}'s Lease expires or its agent reports it let the address go, or gives it back once {node} is heard on the LAN again (a LAN partition between the nodes)",
                     on(r)
                 ),
             ),

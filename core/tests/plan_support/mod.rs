@@ -197,6 +197,15 @@ impl World {
         self.nodes.iter_mut().find(|n| &*n.name == name).unwrap()
     }
 
+    /// Each `(node, address/prefix)`: the node's one address, on that subnet.
+    pub fn on_subnets(&mut self, nodes: &[(&str, &str)]) {
+        for (n, net) in nodes {
+            let state = self.node_mut(n);
+            state.subnets = vec![net.parse().unwrap()];
+            state.addresses = vec![net.split('/').next().unwrap().parse().unwrap()];
+        }
+    }
+
     /// The agent on `node` reports holding `ips` (comma separated; empty: none).
     pub fn holds(&mut self, node: &str, ips: &str) {
         let report = self.agents.entry(node.to_owned()).or_default();
