@@ -211,6 +211,14 @@ pub struct Conflict {
     /// `onConflict: renumber`. Absent (false) from agents older than this field.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub while_held: bool,
+    /// The agent took the address down for this claim and keeps it down while the claimant
+    /// answers for it: it yielded to a claim heard while its authority was stale, removed
+    /// it for a foreign claim then, or found it answered when re-checking after a yield.
+    /// Not set for a defended claim (the address stays up, even when a link without carrier
+    /// leaves it out of `held`). Lets the controller make a standby that took the address
+    /// over its holder at once. Absent (false) from agents older than this field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yielded: bool,
 }
 
 /// Why a report could not be read: the first bound it breaks (see the module docs).
@@ -494,6 +502,7 @@ mod tests {
             held: ["192.168.55.10".parse().unwrap()].into(),
             conflicts: vec![Conflict {
                 while_held: false,
+                yielded: false,
                 mac: Some(Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74])),
                 interface: Some("eth1".into()),
                 ip: "192.168.55.11".parse().unwrap(),
@@ -589,6 +598,7 @@ mod tests {
     fn conflict(i: usize, reason: &str) -> Conflict {
         Conflict {
             while_held: false,
+            yielded: false,
             mac: None,
             interface: None,
             ip: IpAddr::from([10, 1, (i / 256) as u8, (i % 256) as u8]),

@@ -1891,8 +1891,9 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
 /// Fast L2 failover, the holder back before its Lease ran out (a restarted agent renews it
 /// at once): the standby took the IP over on the LAN and the holder's agent yielded it to
 /// that claim. The standby becomes the holder then, where the IP is, without a probe. A
-/// holder that yielded nothing (back and adding the IP), one that still holds it (a LAN
-/// split between the two) and one whose standby is no longer eligible keep it.
+/// holder that yielded nothing (back and adding the IP), one that defended a claim (its
+/// link may have lost carrier), one that still holds it (a LAN split between the two) and
+/// one whose standby is no longer eligible keep it.
 #[test]
 fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
     let setup = || {
@@ -1911,7 +1912,7 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
         world.plan(&mut planner);
         // The standby takes the IP over; the holder, back, yields to its claim.
         world.holds(&holder, "");
-        world.lan_claim(&holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
+        world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0b", "eth0");
         world.holds(&standby, "10.0.0.1");
         (world, planner, holder, standby)
     };
@@ -1950,6 +1951,14 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
     // could add it any moment, so the standby is not made the holder.
     let (mut world, mut planner, holder, _) = setup();
     world.no_conflicts(&holder);
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
+
+    // A claim the holder defended, its link then without carrier: the report leaves the
+    // alias out of `held`, but it is still there; the holder stays.
+    let (mut world, mut planner, holder, _) = setup();
+    world.no_conflicts(&holder);
+    world.lan_claim(&holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
     let out = world.plan(&mut planner);
     assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
 

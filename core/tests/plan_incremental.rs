@@ -301,6 +301,8 @@ impl Model {
                         // Odd hosts: a claim against the holder (fences only under
                         // `onConflict: renumber`); even: an answered probe.
                         while_held: lan && host % 2 == 1,
+                        // Claims on hosts 3 mod 4: the holder yielded to it.
+                        yielded: lan && host % 4 == 3,
                         ip: at,
                         reason: "answered".to_owned(),
                         mac: lan.then(|| "46:b0:48:e8:2d:96".parse().unwrap()),

@@ -586,7 +586,12 @@ impl Guard {
                             f.who.ifname, f.who.mac
                         ),
                     };
-                    report(*ip, &f.who, reason, f.how == How::Claimed || f.held_before)
+                    let claim = if f.how == How::Claimed || f.held_before {
+                        Claim::TakenDown
+                    } else {
+                        Claim::Probed
+                    };
+                    report(*ip, &f.who, reason, claim)
                 }
                 Entry::Yielded { who, .. } => report(
                     *ip,
@@ -597,7 +602,7 @@ impl Guard {
                         who.node.as_deref().unwrap_or("?"),
                         who.mac
                     ),
-                    true,
+                    Claim::TakenDown,
                 ),
                 _ => continue,
             };
@@ -615,7 +620,7 @@ impl Guard {
                     "claimed on {} by {by} while this agent's Lease was fresh: defended",
                     d.who.ifname,
                 ),
-                true,
+                Claim::Defended,
             ));
         }
         out.sort_by_key(|c| c.ip);
@@ -710,9 +715,24 @@ fn protocol(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "ARP" } else { "NDP" }
 }
 
-fn report(ip: IpAddr, who: &Sighting, reason: String, while_held: bool) -> Conflict {
+/// What a reported claim did to the address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// It answered the probe of a first claim: the address was never held.
+    Probed,
+    /// It came while the address was held with fresh authority: defended, still held.
+    Defended,
+    /// It came while the address was held, which is now down: yielded while stale (up
+    /// again only after a newer assignment and a probe), removed for a foreign claim while
+    /// stale, or answered when re-checked after a yield (both up again only when a probe
+    /// finds it free).
+    TakenDown,
+}
+
+fn report(ip: IpAddr, who: &Sighting, reason: String, claim: Claim) -> Conflict {
     Conflict {
-        while_held,
+        while_held: claim != Claim::Probed,
+        yielded: claim == Claim::TakenDown,
         ip,
         reason,
         mac: Some(who.mac),
@@ -867,7 +887,7 @@ mod tests {
             "answered ARP on eth1 from 02:aa:00:00:00:01 (not a node of this cluster)"
         );
         assert!(
-            !c[0].while_held,
+            !c[0].while_held && !c[0].yielded,
             "a first claim's probe: the controller fences it"
         );
         // Re-probes: 1 s, 2 s, 4 s ... capped at 60 s.
@@ -949,6 +969,10 @@ mod tests {
             "claimed on eth1 by node alb-node-2 (46:b0:48:e8:2d:96) while this agent's Lease was stale: yielded"
         );
         assert_eq!(report[0].mac, Some(NODE2));
+        assert!(
+            report[0].while_held && report[0].yielded,
+            "taken down: the controller may make the claimant, its standby, the holder"
+        );
         // Stale, even with a new desired set: still yielded.
         g.desired_changed();
         assert!(g.update(&d, &none, false, t + secs(1)).is_empty());
@@ -1063,6 +1087,7 @@ mod tests {
             report[0].while_held,
             "a claim against the holder, not a probe's answer"
         );
+        assert!(!report[0].yielded, "defended: the address stays up");
         // Quiet for 30 s: out of the report; the IP never left.
         g.update(&d, &h, true, t + secs(40));
         assert!(g.conflicts().is_empty());
@@ -1100,7 +1125,7 @@ mod tests {
             "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
              agent's Lease was stale: removed"
         );
-        assert!(report[0].while_held);
+        assert!(report[0].while_held && report[0].yielded);
         let none = held(&[]);
         assert!(
             g.due_probes(&d, &none, t + Duration::from_millis(999))
@@ -1198,7 +1223,7 @@ mod tests {
         );
         assert_eq!(change, ProbeChange::Conflict);
         let c = g.conflicts();
-        assert!(c[0].while_held, "{c:?}");
+        assert!(c[0].while_held && c[0].yielded, "{c:?}");
         assert_eq!(c[0].mac, Some(STRANGER));
     }
 

@@ -739,6 +739,7 @@ where
             .conflicts()
             .map(|c| Conflict {
                 while_held: false,
+                yielded: false,
                 mac: None,
                 interface: None,
                 ip: c.ip,

@@ -1004,6 +1004,7 @@ IP                             IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE     
         let config = config(&[("default", "192.168.55.200-192.168.55.203")]);
         let lan = |ip: &str| Conflict {
             while_held: false,
+            yielded: false,
             ip: ip.parse().unwrap(),
             reason: "answered".into(),
             mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),
@@ -1049,6 +1050,7 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
         let config = config(&[("default", "192.168.55.200-192.168.55.201")]);
         let claim = |ip: &str, while_held: bool| Conflict {
             while_held,
+            yielded: false,
             ip: ip.parse().unwrap(),
             reason: "claimed: defended".into(),
             mac: Some("46:b0:48:e8:2d:96".parse().unwrap()),

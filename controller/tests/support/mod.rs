@@ -609,6 +609,7 @@ impl Cluster {
                     .iter()
                     .map(|(ip, foreign)| Conflict {
                         while_held: false,
+                        yielded: false,
                         ip: *ip,
                         reason: format!("{ip} answered an ARP probe from {foreign}"),
                         mac: Some(*foreign),
@@ -616,6 +617,7 @@ impl Cluster {
                     })
                     .chain(s.claims.iter().map(|(ip, foreign)| Conflict {
                         while_held: true,
+                        yielded: false,
                         ip: *ip,
                         reason: format!(
                             "claimed on eth1 by {foreign} (not a node of this cluster) while \

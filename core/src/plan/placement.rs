@@ -438,10 +438,11 @@ fn step_holder(
 ///
 /// Only where nothing moves on the LAN: both agents fresh (Leases renewed within this
 /// term), the standby holding every address and still eligible, the holder holding none and
-/// reporting a claim heard while it held each (a yielded address stays down until a newer
-/// assignment comes, so it cannot come back while the standby is made the holder). A holder
-/// that merely has not added them yet, or still holds one (a LAN split between the two,
-/// which the standby settles by giving them back), keeps them.
+/// reporting each as yielded ([`Conflict::yielded`]: it stays down while the standby answers
+/// for it, so it cannot come back while the standby is made the holder). A holder that merely
+/// has not added them yet, defends one (its link may have lost carrier: the report leaves
+/// the alias out of `held` but it is still there), or still holds one (a LAN split between
+/// the two, which the standby settles by giving them back), keeps them.
 fn took_over(
     group: &Group,
     input: &ElectionInput<'_>,
@@ -457,7 +458,7 @@ fn took_over(
             && holder_report
                 .conflicts
                 .iter()
-                .any(|c| c.ip == *ip && c.while_held)
+                .any(|c| c.ip == *ip && c.yielded)
     };
     let carries = |ip: &IpAddr| standby_report.held.contains(ip);
     let fresh = |node: &str| world.by_name.get(node).is_some_and(|n| n.agent_ready);

@@ -238,6 +238,7 @@ impl World {
             .conflicts
             .push(Conflict {
                 while_held: false,
+                yielded: false,
                 mac: None,
                 interface: None,
                 ip: ip(ip_s),
@@ -253,6 +254,7 @@ impl World {
             .conflicts
             .push(Conflict {
                 while_held: false,
+                yielded: false,
                 mac: Some(mac.parse().unwrap()),
                 interface: Some(interface.to_owned()),
                 ip: ip(ip_s),
@@ -261,18 +263,41 @@ impl World {
     }
 
     /// The agent on `node` reports that `mac` claimed `ip_s` on `interface` while it held
-    /// it (a defended claim, or one it yielded to: [`Conflict::while_held`]).
+    /// it, and that it defended it ([`Conflict::while_held`]).
     pub fn lan_claim(&mut self, node: &str, ip_s: &str, mac: &str, interface: &str) {
+        let reason = format!("claimed on {interface} by {mac}: defended");
+        self.held_claim(node, ip_s, mac, interface, reason, false);
+    }
+
+    /// The agent on `node` reports that node `by` (at `mac`) claimed `ip_s` on `interface`
+    /// while it held it with stale authority, and that it yielded ([`Conflict::yielded`]).
+    pub fn lan_yield(&mut self, node: &str, ip_s: &str, by: &str, mac: &str, interface: &str) {
+        let reason = format!(
+            "claimed on {interface} by node {by} ({mac}) while this agent's Lease was stale: yielded"
+        );
+        self.held_claim(node, ip_s, mac, interface, reason, true);
+    }
+
+    fn held_claim(
+        &mut self,
+        node: &str,
+        ip_s: &str,
+        mac: &str,
+        interface: &str,
+        reason: String,
+        yielded: bool,
+    ) {
         self.agents
             .entry(node.to_owned())
             .or_default()
             .conflicts
             .push(Conflict {
                 while_held: true,
+                yielded,
                 mac: Some(mac.parse().unwrap()),
                 interface: Some(interface.to_owned()),
                 ip: ip(ip_s),
-                reason: format!("claimed on {interface} by {mac}: defended"),
+                reason,
             });
     }
 

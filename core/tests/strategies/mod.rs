@@ -102,6 +102,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                     .into_iter()
                     .map(|(ip, reason)| Conflict {
                         while_held: false,
+                        yielded: false,
                         ip,
                         reason,
                         mac: None,
@@ -168,6 +169,7 @@ pub fn hostile_report(
                     .into_iter()
                     .map(|(ip, reason)| Conflict {
                         while_held: false,
+                        yielded: false,
                         ip,
                         reason,
                         mac: None,
