@@ -1892,8 +1892,9 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
 /// at once): the standby took the IP over on the LAN and the holder's agent yielded it to
 /// that claim. The standby becomes the holder then, where the IP is, without a probe. A
 /// holder that yielded nothing (back and adding the IP), one that defended a claim (its
-/// link may have lost carrier), one that still holds it (a LAN split between the two) and
-/// one whose standby is no longer eligible keep it.
+/// link may have lost carrier), one that yielded to another MAC than the standby's, one
+/// that still holds it (a LAN split between the two) and one whose standby is no longer
+/// eligible keep it.
 #[test]
 fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
     let setup = || {
@@ -1914,6 +1915,8 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
         world.holds(&holder, "");
         world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0b", "eth0");
         world.holds(&standby, "10.0.0.1");
+        let standby_macs = &mut world.agents.get_mut(&*standby).unwrap().macs;
+        standby_macs.push("02:00:00:00:00:0b".parse().unwrap());
         (world, planner, holder, standby)
     };
 
@@ -1959,6 +1962,14 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
     let (mut world, mut planner, holder, _) = setup();
     world.no_conflicts(&holder);
     world.lan_claim(&holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
+    let out = world.plan(&mut planner);
+    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
+
+    // Yielded to a claim from another MAC than the standby's: not the standby's takeover,
+    // whatever the standby reports; the holder stays.
+    let (mut world, mut planner, holder, standby) = setup();
+    world.no_conflicts(&holder);
+    world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0c", "eth0");
     let out = world.plan(&mut planner);
     assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
 

@@ -439,7 +439,8 @@ fn step_holder(
 /// Only where nothing moves on the LAN: both agents fresh (Leases renewed within this
 /// term), the standby holding every address and still eligible, the holder holding none and
 /// reporting each as yielded ([`Conflict::yielded`]: it stays down while the standby answers
-/// for it, so it cannot come back while the standby is made the holder). A holder that merely
+/// for it, so it cannot come back while the standby is made the holder) to a claim from one
+/// of the standby's links (`macs` of its report). A holder that merely
 /// has not added them yet, defends one (its link may have lost carrier: the report leaves
 /// the alias out of `held` but it is still there), or still holds one (a LAN split between
 /// the two, which the standby settles by giving them back), keeps them.
@@ -453,12 +454,14 @@ fn took_over(
     let standby = group.standby.as_deref()?;
     let holder_report = world.inputs.agents.get(holder)?;
     let standby_report = world.inputs.agents.get(standby)?;
+    // Yielded to the standby itself: the claim came from one of the standby's links.
+    let by_standby = |c: &Conflict| c.mac.is_some_and(|m| standby_report.macs.contains(&m));
     let yielded = |ip: &IpAddr| {
         !holder_report.held.contains(ip)
             && holder_report
                 .conflicts
                 .iter()
-                .any(|c| c.ip == *ip && c.yielded)
+                .any(|c| c.ip == *ip && c.yielded && by_standby(c))
     };
     let carries = |ip: &IpAddr| standby_report.held.contains(ip);
     let fresh = |node: &str| world.by_name.get(node).is_some_and(|n| n.agent_ready);
