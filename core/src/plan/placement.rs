@@ -440,10 +440,10 @@ fn step_holder(
 /// term), the standby holding every address and still eligible, the holder holding none and
 /// reporting each as yielded ([`Conflict::yielded`]: it stays down while the standby answers
 /// for it, so it cannot come back while the standby is made the holder) to a claim from one
-/// of the standby's links (`macs` of its report). A holder that merely
-/// has not added them yet, defends one (its link may have lost carrier: the report leaves
-/// the alias out of `held` but it is still there), or still holds one (a LAN split between
-/// the two, which the standby settles by giving them back), keeps them.
+/// of the standby's links (`macs` of its report). A holder that merely has not added them
+/// yet, defends one (its link may have lost carrier: the report leaves the alias out of
+/// `held` but it is still there), or still holds one (a LAN split between the two, which
+/// the standby settles by giving them back), keeps them.
 fn took_over(
     group: &Group,
     input: &ElectionInput<'_>,
