@@ -1915,8 +1915,7 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
         world.holds(&holder, "");
         world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0b", "eth0");
         world.holds(&standby, "10.0.0.1");
-        let standby_macs = &mut world.agents.get_mut(&*standby).unwrap().macs;
-        standby_macs.push("02:00:00:00:00:0b".parse().unwrap());
+        world.link_mac(&standby, "02:00:00:00:00:0b");
         (world, planner, holder, standby)
     };
 

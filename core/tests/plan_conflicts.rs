@@ -257,12 +257,7 @@ fn a_mac_of_a_link_without_addresses_is_still_a_nodes() {
     // The other node reports the MAC only in `macs` (a link that only carries VIPs, or
     // without carrier just now): not foreign.
     let (mut world, mut planner, n) = placed(DEFAULT_3);
-    world
-        .agents
-        .entry(other(&n).to_owned())
-        .or_default()
-        .macs
-        .push("02:00:00:00:00:0b".parse().unwrap());
+    world.link_mac(other(&n), "02:00:00:00:00:0b");
     world.lan_conflict(&n, "10.0.0.1", "02:00:00:00:00:0b", "eth1");
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);

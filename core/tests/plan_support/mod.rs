@@ -308,6 +308,13 @@ impl World {
         }
     }
 
+    /// The agent on `node` lists `mac` among its links' MACs (`AgentReport::macs`), with or
+    /// without an interface report of its own.
+    pub fn link_mac(&mut self, node: &str, mac: &str) {
+        let report = self.agents.entry(node.to_owned()).or_default();
+        report.macs.push(mac.parse().unwrap());
+    }
+
     /// The agent on `node` reports interface `name` with Ethernet address `mac`.
     pub fn mac(&mut self, node: &str, name: &str, mac: &str) {
         self.agents
