@@ -1,7 +1,10 @@
-//! Prometheus text encoding shared by both binaries' metrics modules. Pure, no I/O: the
-//! [`crate::http`] server sends the result with [`CONTENT_TYPE`].
+//! Prometheus text encoding and registration shared by both binaries' metrics. Pure, no
+//! I/O: the [`crate::http`] server sends the result with [`CONTENT_TYPE`].
+//!
+//! Each part of a binary owns its metrics: a struct of its own, built by [`registered`]
+//! calls against the binary's one [`Registry`], so a part's metrics live beside its code.
 
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -11,6 +14,27 @@ pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry)?;
     Ok(out)
+}
+
+/// `metric` (a fresh default one) registered in `registry` as `name` with `help`, and
+/// returned: the metrics types are handles, the registry keeps its own clone.
+pub fn registered<M: Metric + Clone + Default>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+) -> M {
+    with(registry, name, help, M::default())
+}
+
+/// A count as a gauge's value (saturating).
+pub fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// [`registered`] for a metric that has no useful default (a histogram's buckets).
+pub fn with<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 #[cfg(test)]
@@ -31,5 +55,17 @@ mod tests {
         );
         assert!(text.contains("aliaslb_things_total 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_registered_metric_is_the_one_encoded() {
+        let mut registry = Registry::with_prefix("aliaslb");
+        let counter: Counter = registered(&mut registry, "things", "Things seen");
+        counter.inc_by(2);
+        assert!(
+            encode(&registry)
+                .unwrap()
+                .contains("aliaslb_things_total 2")
+        );
     }
 }
