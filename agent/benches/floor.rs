@@ -45,7 +45,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_support::{Agent, AgentArgs, Cluster, Relay};
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, WriteCounts};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, WriteCounts};
+use aliaslb_agent::desired::DesiredSet;
 use aliaslb_agent::kernel::backend::{AddressBackend, Lifetime};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};

@@ -23,7 +23,7 @@
 //! never with an absence), or a shard the index counts and that is missing. The kept set is
 //! marked ([`DesiredSet::object_missing`]) and
 //! [`InForce`] lets the node act on it only while this agent's own authority may keep it
-//! ([`crate::lease::Authority::may_keep`]: its Lease renewed within the lease duration, or
+//! ([`crate::heartbeat::Authority::may_keep`]: its Lease renewed within the lease duration, or
 //! its first renewal under way less than a lease duration after the start): once it goes
 //! stale, the controller may
 //! have given the IPs to another node, so they are let go, and not taken back before the
@@ -47,7 +47,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::aliases::{DesiredSet, StandbyLine};
+use crate::desired::{DesiredSet, StandbyLine};
 
 /// The desired set a node's assignment says.
 fn set_of(assignments: NodeAssignments) -> DesiredSet {
@@ -301,7 +301,7 @@ impl InForce {
     }
 
     /// The set in force for `received`, `fresh` saying whether this agent's authority may
-    /// keep a set ([`crate::lease::Authority::may_keep`]) (the same allocation unless its
+    /// keep a set ([`crate::heartbeat::Authority::may_keep`]) (the same allocation unless its
     /// IPs are dropped).
     pub fn of(&mut self, received: &Arc<DesiredSet>, fresh: bool) -> Arc<DesiredSet> {
         if !received.object_missing() {

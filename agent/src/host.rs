@@ -4,6 +4,7 @@
 //! Plain data, no I/O: `netlink.rs` fills a [`HostState`] from the kernel, tests build one
 //! by hand.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -306,6 +307,64 @@ pub fn interfaces(host: &HostState) -> Vec<InterfaceReport> {
 
 fn net_of(a: &HostAddress) -> Option<IpNet> {
     IpNet::new(a.ip, a.prefix_len).ok().map(|n| n.trunc())
+}
+
+/// What the alias manager holds as of its last reconcile, read-only: the aliases it owns,
+/// the node as it last read it, and `--interface`. Lent to the parts of the agent that act
+/// on the aliases (the LAN guard, fast failover) without handing them the manager
+/// (`AliasManager::held`).
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    owned: &'a BTreeMap<IpAddr, Alias>,
+    host: Option<&'a HostState>,
+    interface_override: Option<&'a str>,
+}
+
+impl<'a> Held<'a> {
+    /// The aliases `owned`, the node as last read (`host`) and `--interface`.
+    pub fn new(
+        owned: &'a BTreeMap<IpAddr, Alias>,
+        host: Option<&'a HostState>,
+        interface_override: Option<&'a str>,
+    ) -> Self {
+        Held {
+            owned,
+            host,
+            interface_override,
+        }
+    }
+
+    /// Our alias of `ip`, if we hold it. O(log n).
+    pub fn alias(&self, ip: IpAddr) -> Option<&'a Alias> {
+        self.owned.get(&ip)
+    }
+
+    /// The aliases we hold.
+    pub fn aliases(&self) -> impl Iterator<Item = &'a Alias> + use<'a> {
+        self.owned.values()
+    }
+
+    /// The IPs we hold, in order.
+    pub fn ips(&self) -> BTreeSet<IpAddr> {
+        self.owned.keys().copied().collect()
+    }
+
+    /// The node as the last reconcile read it.
+    pub fn host(&self) -> Option<&'a HostState> {
+        self.host
+    }
+
+    /// `--interface`, if given.
+    pub fn interface_override(&self) -> Option<&'a str> {
+        self.interface_override
+    }
+
+    /// The link `ip` goes on on the LAN (`assigned`: the interface its line names).
+    pub fn lan_link(&self, ip: IpAddr, assigned: Option<&str>) -> Option<&'a Link> {
+        Interfaces::of(self.host?)
+            .choose(ip, self.interface_override, assigned)
+            .ok()
+    }
 }
 
 #[cfg(test)]

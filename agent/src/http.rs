@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn health_readiness_and_metrics() {
         let metrics = Arc::new(Metrics::new());
-        metrics.record_renewal(true);
+        metrics.heartbeat.record_renewal(true);
         let probes = AgentProbes {
             metrics,
             health: Health::new(Duration::from_millis(300)),

@@ -1,7 +1,7 @@
 //! `aliaslb-agent`: parses flags, sets up logging, the API client, the metrics/health
-//! server, the watch of its assignment object and the Lease heartbeat, then runs the alias
-//! loop (`aliaslb_agent::node`, over netlink with every request bounded, the shield and
-//! the LAN). With the host-port shield on (the default), checks
+//! server and the parts (the kernel side over netlink with every request bounded, the
+//! shield, the LAN guard, fast failover, L3 mode, the heartbeat), then runs the loop that
+//! wires them ([`aliaslb_agent::run`]). With the host-port shield on (the default), checks
 //! nftables first and refuses to start without it. On SIGTERM/SIGINT removes its aliases,
 //! then the shield's table, deletes its Lease and exits 0, within `--shutdown-timeout`. A
 //! killed agent leaves its table in place (fail closed) while its aliases expire.
@@ -11,29 +11,29 @@ use std::time::Duration;
 
 use aliaslb_agent::aliases::{AliasConfig, AliasManager};
 use aliaslb_agent::config::{Flags, Settings};
+use aliaslb_agent::heartbeat::{
+    self, Authority, HeartbeatLinks, KernelRounds, LeaseConfig, LeaseHolderCheck,
+};
 use aliaslb_agent::http::{AgentProbes, Health};
 use aliaslb_agent::kernel::backend::{Lifetime, REQUEST_TIMEOUT, Timed};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
-use aliaslb_agent::l2::adverts;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::l2::failover::{Failover, FailoverConfig};
-use aliaslb_agent::l2::guard::GuardConfig;
-use aliaslb_agent::l2::lan::LanWatch;
-use aliaslb_agent::l2::lan::ProbeConfig;
+use aliaslb_agent::l2::failover::wire::Wire;
+use aliaslb_agent::l2::failover::{FailoverConfig, FailoverSetup, FastFailover};
+use aliaslb_agent::l2::guard::{GuardConfig, LanGuard, LanGuardSetup};
+use aliaslb_agent::l2::lan::{LanWatch, ProbeConfig};
 use aliaslb_agent::l3::routing::{DaemonSpec, DaemonView};
-use aliaslb_agent::lease::{
-    self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig, LeaseHolderCheck,
-};
+use aliaslb_agent::l3::{self, Routed};
 use aliaslb_agent::metrics::Metrics;
-use aliaslb_agent::node::{Loop, Node, NodeSetup};
+use aliaslb_agent::run::{self, Agent, Heartbeat, Inputs, Parts};
 use aliaslb_agent::shield::Shield;
 use aliaslb_agent::shield::nft::NftBackend;
-use aliaslb_agent::{assignments, l3, telemetry};
+use aliaslb_agent::{assignments, telemetry};
 use aliaslb_ops::http;
 use anyhow::Context as _;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tracing::{error, info, warn};
 
 /// Bound on one reading of the routing daemon (a stuck daemon must not stall the reports).
@@ -48,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
     // Installed first: from here on SIGTERM means "clean up", not "die".
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    log_start(&settings);
     let Settings {
         node_name,
         namespace,
@@ -67,110 +68,37 @@ async fn main() -> anyhow::Result<()> {
         advert_port,
         advert_interval,
     } = settings;
-    info!(
-        version = env!("CARGO_PKG_VERSION"),
-        node = %node_name,
-        %namespace,
-        %agent_namespace,
-        interface = interface.as_deref().unwrap_or("(from the assignment, subnet or default route)"),
-        ?lease_duration,
-        ?renew_interval,
-        ?alias_lifetime,
-        ?refresh_interval,
-        ?resync_interval,
-        host_port_shield,
-        ?advert_port,
-        ?advert_interval,
-        "aliaslb-agent starting"
-    );
-    let shield = if host_port_shield {
-        let shield = Shield::new(NftBackend::default());
-        shield.check().await.context(
-            "the host-port shield needs the `nft` binary and the kernel's nf_tables (with \
-             sets, concatenations, conntrack and named counters); install nftables and load \
-             nf_tables, or start with --host-port-shield=off to serve LB IPs without it",
-        )?;
-        info!(
-            "host-port shield: nftables works; the table `inet aliaslb` is written at the first reconcile"
-        );
-        Some(shield)
-    } else {
-        warn!(
-            "host-port shield off (--host-port-shield=off): every listener of this node answers on the LB IPs it holds"
-        );
-        None
-    };
-
+    let shield = start_shield(host_port_shield).await?;
     let client = aliaslb_ops::api::client()
         .await
         .context("creating the Kubernetes client (KUBECONFIG or in-cluster config)")?;
     let metrics = Arc::new(Metrics::new());
     // The loop beats at every lifetime refresh: ten missed beats is a hung loop.
     let health = Health::new((refresh_interval * 10).max(Duration::from_secs(10)));
-    let (stop_http, http_stopped) = watch::channel(false);
-    let listener = http::bind(metrics_addr).await?;
-    info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
-    let probes = AgentProbes {
-        metrics: metrics.clone(),
-        health: health.clone(),
-    };
-    let server = tokio::spawn(http::serve(listener, Arc::new(probes), async move {
-        let mut rx = http_stopped;
-        let _ = rx.wait_for(|stop| *stop).await;
-    }));
+    let (stop_http, server) = serve_http(metrics_addr, &metrics, &health).await?;
 
-    // Fast L2 failover: the key, the adverts heard, the adverts to send.
-    let (key_tx, key_rx) = watch::channel(None);
-    let (heard_tx, heard_rx) = mpsc::channel(1024);
-    let (streams_tx, streams_rx) = watch::channel(Vec::new());
-    if let Some(port) = advert_port {
-        tokio::spawn(adverts::key_loop(client.clone(), namespace.clone(), key_tx));
-        let received = metrics.clone();
-        let receiver = adverts::receive_loop(
-            node_name.clone(),
-            port,
-            key_rx.clone(),
-            heard_tx,
-            move |why| {
-                received.inc_advert_received(match why {
-                    adverts::Dropped::NoKey => "no_key",
-                    adverts::Dropped::Invalid => "invalid",
-                });
-            },
-        );
-        tokio::spawn(async move {
-            if let Err(e) = receiver.await {
-                error!(error = %e, port, "the advert receiver stopped: this node no longer takes over for silent holders");
-            }
-        });
-        tokio::spawn(adverts::send_loop(
-            adverts::Sender::new(&node_name, port),
-            advert_interval,
-            key_rx.clone(),
-            streams_rx,
-            metrics.clone(),
-        ));
-    } else {
-        warn!(
-            "--advert-port 0: no fast-failover adverts; this node's IPs fail over by the Lease only"
-        );
-        drop(heard_tx);
-    }
-    let failover = Failover::new(&node_name, FailoverConfig::new(advert_interval));
+    // The Kubernetes side: the assignment watch and the heartbeat.
     let (desired_tx, desired_rx) = watch::channel(None);
     let watcher = tokio::spawn(assignments::watch_assignments(
         client.clone(),
-        namespace,
+        namespace.clone(),
         node_name.clone(),
         desired_tx,
     ));
-    let goodbye_node = node_name.clone();
-    let (holder_client, holder_namespace) = (client.clone(), agent_namespace.clone());
-    let heartbeat = Heartbeat::new(
+    let holders = LeaseHolderCheck::new(client.clone(), &agent_namespace);
+    let (wire, heard) = Wire::start(
+        &node_name,
+        advert_port,
+        advert_interval,
+        client.clone(),
+        &namespace,
+        metrics.failover.clone(),
+    );
+    let lease = heartbeat::Heartbeat::new(
         client,
         LeaseConfig {
             namespace: agent_namespace,
-            node_name,
+            node_name: node_name.clone(),
             lease_duration,
             renew_interval,
             alias_lifetime,
@@ -180,10 +108,10 @@ async fn main() -> anyhow::Result<()> {
     let api_back = Arc::new(Notify::new());
     let authority = Authority::new(lease_duration);
     let kernel = KernelRounds::new();
-    let heartbeat_task = tokio::spawn(lease::run(
-        heartbeat.clone(),
+    let heartbeat_task = tokio::spawn(heartbeat::run(
+        lease.clone(),
         report_rx,
-        metrics.clone(),
+        metrics.heartbeat.clone(),
         HeartbeatLinks {
             api_back: api_back.clone(),
             authority: authority.clone(),
@@ -191,7 +119,9 @@ async fn main() -> anyhow::Result<()> {
         },
     ));
 
+    // The kernel side and the parts.
     let announcer = Announcer::new(AnnounceConfig::default());
+    metrics.lan.track_announcer(announcer.clone());
     let netlink = NetlinkBackend::connect().context("opening the netlink socket")?;
     let (routed_device, fallback) = netlink.routed_device(&routed_device).await;
     match fallback {
@@ -203,25 +133,7 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => info!(device = %routed_device, "L3 mode: routed addresses go on this device"),
     }
-    let routing_spec: DaemonSpec = routing_daemon.parse().context("invalid flags")?;
-    let (routing_tx, routing_rx) = watch::channel(None);
-    if routing_spec != DaemonSpec::None {
-        for warning in l3::arp_warnings(std::path::Path::new(l3::PROC_CONF)) {
-            warn!("L3 mode: {warning}");
-        }
-        let daemon = routing_spec.daemon();
-        info!(daemon, spec = %routing_daemon, "L3 mode: reading the routing daemon (read-only)");
-        tokio::spawn(l3::watch_daemon(
-            DaemonView {
-                spec: routing_spec,
-                timeout: ROUTING_READ_TIMEOUT,
-            },
-            daemon,
-            refresh_interval,
-            routing_tx,
-            metrics.clone(),
-        ));
-    }
+    let routed = start_l3(&routing_daemon, refresh_interval, &metrics)?;
     let aliases = AliasManager::new(
         Timed::new(netlink, REQUEST_TIMEOUT),
         AliasConfig {
@@ -232,30 +144,39 @@ async fn main() -> anyhow::Result<()> {
     )
     .with_announcer(announcer.clone())
     .with_shield(shield);
-    metrics.track_announcer(announcer.clone());
     let changes = watch_changes().context("subscribing to netlink address and link changes")?;
     // The LAN: one AF_PACKET socket per interface watches claims for the held IPs, and
     // first claims are probed through it.
-    let (lan, observed) = LanWatch::start();
-    metrics.track_lan(lan.clone());
+    let (lan, claims) = LanWatch::start();
+    metrics.lan.track_lan(lan.clone());
     let lan = Arc::new(lan);
-    let mut node = Node::new(
+    let mut agent = Agent::new(
         aliases,
-        NodeSetup {
-            announcer: Some(announcer),
-            metrics: metrics.clone(),
-            report_tx,
-            lan,
-            authority,
-            kernel,
-            guard: GuardConfig::default(),
-            probe: ProbeConfig::default(),
-            failover,
-            streams_tx: advert_port.map(|_| streams_tx.clone()),
-            holders: Some(Arc::new(LeaseHolderCheck::new(
-                holder_client,
-                &holder_namespace,
-            ))),
+        Parts {
+            lan: LanGuard::new(LanGuardSetup {
+                lan: lan.clone(),
+                claims,
+                guard: GuardConfig::default(),
+                probe: ProbeConfig::default(),
+                announcer: Some(announcer),
+                metrics: metrics.lan.clone(),
+            }),
+            failover: FastFailover::new(FailoverSetup {
+                node: node_name,
+                config: FailoverConfig::new(advert_interval),
+                lan,
+                heard,
+                streams: wire.streams(),
+                holders: Some(Arc::new(holders)),
+                metrics: metrics.failover.clone(),
+            }),
+            routed,
+            heartbeat: Heartbeat {
+                report_tx,
+                authority,
+                kernel,
+            },
+            metrics,
         },
     );
 
@@ -265,65 +186,26 @@ async fn main() -> anyhow::Result<()> {
             _ = sigint.recv() => "SIGINT",
         }
     };
-    let signal = node
-        .run(
-            Loop {
-                desired_rx,
-                changes,
-                observed,
-                api_back,
-                health: health.clone(),
-                refresh_interval,
-                resync_interval,
-                routing: routing_rx,
-                heard: heard_rx,
-            },
-            stop,
-        )
-        .await;
+    let inputs = Inputs {
+        desired_rx,
+        changes,
+        api_back,
+        health,
+        refresh_interval,
+        resync_interval,
+    };
+    let signal = agent.run(inputs, stop).await;
     info!(
         signal,
         "shutting down: removing aliases, then releasing the Lease"
     );
-
-    let (mut aliases, report_tx) = node.into_parts();
-    let shielded = aliases.shield().is_some();
+    let (aliases, report_tx) = agent.into_parts();
     let cleanup = async {
         // Stop the heartbeat after its write in flight, so nothing re-creates the Lease.
         drop(report_tx);
         let _ = heartbeat_task.await;
         watcher.abort();
-        // No IP held from here on: the adverts still sent say so.
-        let streams = streams_tx.send_replace(Vec::new());
-        let report = aliases.release_all().await;
-        for e in &report.errors {
-            error!(error = %e, "could not remove an alias (the kernel drops it when its lifetime ends)");
-        }
-        // The standbys learn the IPs were let go, not lost: they do not take them over.
-        if let Some(port) = advert_port {
-            let key = key_rx.borrow().clone();
-            adverts::goodbye(&goodbye_node, port, key.as_ref(), &streams).await;
-        }
-        info!(removed = report.removed.len(), "aliases removed");
-        // Only now, and only when every alias is gone: removing the table first would open
-        // the aliases' host ports. Left in place, the next agent replaces it.
-        let mut clean = report.errors.is_empty();
-        if shielded && !clean {
-            warn!(
-                "some aliases could not be removed: the host-port shield table stays until they expire"
-            );
-        }
-        if shielded && clean {
-            match aliases.remove_shield().await {
-                Ok(()) => info!("host-port shield table removed"),
-                Err(e) => {
-                    error!(error = %e, "could not remove the host-port shield table `inet aliaslb`");
-                    clean = false;
-                }
-            }
-        }
-        let released = heartbeat.release().await;
-        (clean, released)
+        run::shut_down(aliases, &wire, &lease).await
     };
     let outcome = tokio::time::timeout(shutdown_timeout, cleanup).await;
     let _ = stop_http.send(true);
@@ -346,4 +228,91 @@ async fn main() -> anyhow::Result<()> {
             "shutdown did not finish within --shutdown-timeout {shutdown_timeout:?}; remaining aliases expire with their lifetime"
         ),
     }
+}
+
+/// Says the settings the agent starts with.
+fn log_start(s: &Settings) {
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        node = %s.node_name,
+        namespace = %s.namespace,
+        agent_namespace = %s.agent_namespace,
+        interface = s.interface.as_deref().unwrap_or("(from the assignment, subnet or default route)"),
+        lease_duration = ?s.lease_duration,
+        renew_interval = ?s.renew_interval,
+        alias_lifetime = ?s.alias_lifetime,
+        refresh_interval = ?s.refresh_interval,
+        resync_interval = ?s.resync_interval,
+        host_port_shield = s.host_port_shield,
+        advert_port = ?s.advert_port,
+        advert_interval = ?s.advert_interval,
+        "aliaslb-agent starting"
+    );
+}
+
+/// The host-port shield, once nftables is known to work (`None`: turned off).
+async fn start_shield(on: bool) -> anyhow::Result<Option<Shield<NftBackend>>> {
+    if !on {
+        warn!(
+            "host-port shield off (--host-port-shield=off): every listener of this node answers on the LB IPs it holds"
+        );
+        return Ok(None);
+    }
+    let shield = Shield::new(NftBackend::default());
+    shield.check().await.context(
+        "the host-port shield needs the `nft` binary and the kernel's nf_tables (with \
+         sets, concatenations, conntrack and named counters); install nftables and load \
+         nf_tables, or start with --host-port-shield=off to serve LB IPs without it",
+    )?;
+    info!(
+        "host-port shield: nftables works; the table `inet aliaslb` is written at the first reconcile"
+    );
+    Ok(Some(shield))
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until the returned sender says stop.
+async fn serve_http(
+    addr: std::net::SocketAddr,
+    metrics: &Arc<Metrics>,
+    health: &Health,
+) -> anyhow::Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> {
+    let (stop, stopped) = watch::channel(false);
+    let listener = http::bind(addr).await?;
+    info!(%addr, "serving /metrics, /healthz, /readyz");
+    let probes = AgentProbes {
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    let server = tokio::spawn(http::serve(listener, Arc::new(probes), async move {
+        let mut rx = stopped;
+        let _ = rx.wait_for(|stop| *stop).await;
+    }));
+    Ok((stop, server))
+}
+
+/// L3 mode: the routing daemon's reader, started unless `--routing-daemon=none`.
+fn start_l3(spec: &str, interval: Duration, metrics: &Metrics) -> anyhow::Result<Routed> {
+    let parsed: DaemonSpec = spec.parse().context("invalid flags")?;
+    let (tx, rx) = watch::channel(None);
+    if parsed != DaemonSpec::None {
+        for warning in l3::arp_warnings(std::path::Path::new(l3::PROC_CONF)) {
+            warn!("L3 mode: {warning}");
+        }
+        let daemon = parsed.daemon();
+        info!(
+            daemon,
+            spec, "L3 mode: reading the routing daemon (read-only)"
+        );
+        tokio::spawn(l3::watch_daemon(
+            DaemonView {
+                spec: parsed,
+                timeout: ROUTING_READ_TIMEOUT,
+            },
+            daemon,
+            interval,
+            tx,
+            metrics.routing.clone(),
+        ));
+    }
+    Ok(Routed::new(rx, metrics.routing.clone()))
 }

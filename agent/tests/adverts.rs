@@ -8,7 +8,7 @@ use std::net::{IpAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aliaslb_agent::l2::adverts::{Dropped, Sender, Stream, receive_loop};
+use aliaslb_agent::l2::failover::wire::{Dropped, Sender, Stream, receive_loop};
 use aliaslb_core::advert::{Ack, Advert, AdvertKey, Message};
 use tokio::sync::{mpsc, watch};
 

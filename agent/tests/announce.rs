@@ -7,7 +7,8 @@ mod support;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager};
+use aliaslb_agent::desired::DesiredSet;
 use aliaslb_agent::kernel::backend::Lifetime;
 use aliaslb_agent::kernel::netlink::NetlinkBackend;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer, icmpv6_checksum};

@@ -7,7 +7,8 @@ mod fakes;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, ReconcileError};
+use aliaslb_agent::desired::DesiredSet;
 use aliaslb_agent::kernel::backend::Lifetime;
 use aliaslb_agent::shield::{
     Dropped, OpenPort, Protocol, Shield, ShieldBackend, ShieldError, TableView,

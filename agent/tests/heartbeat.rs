@@ -1,4 +1,4 @@
-//! The heartbeat loop (`lease::run`) against the real kube-apiserver: what it writes when
+//! The heartbeat loop (`heartbeat::run`) against the real kube-apiserver: what it writes when
 //! the alias loop's kernel rounds stop and resume. The kernel side is the fault here (a hung
 //! netlink socket cannot be made on purpose in a real kernel), so the rounds are recorded by
 //! the test; the Lease is the real one.
@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aliaslb_agent::lease::{self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig};
+use aliaslb_agent::heartbeat::{
+    self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig,
+};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
@@ -59,10 +61,10 @@ async fn stopped_kernel_rounds_release_the_lease_and_resumed_ones_renew_it() {
     let authority = Authority::new(config.lease_duration);
     let kernel = KernelRounds::new();
     let metrics = Arc::new(Metrics::new());
-    let task = tokio::spawn(lease::run(
+    let task = tokio::spawn(heartbeat::run(
         Heartbeat::new(client.clone(), config),
         report_rx,
-        metrics.clone(),
+        metrics.heartbeat.clone(),
         HeartbeatLinks {
             api_back: Arc::new(Notify::new()),
             authority: authority.clone(),

@@ -7,7 +7,8 @@ mod support;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, ReconcileError};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager, ReconcileError};
+use aliaslb_agent::desired::DesiredSet;
 use aliaslb_agent::host::Alias;
 use aliaslb_agent::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager};
+use aliaslb_agent::desired::DesiredSet;
 use aliaslb_agent::kernel::backend::Lifetime;
 use aliaslb_agent::kernel::netlink::NetlinkBackend;
 use aliaslb_agent::shield::nft::NftBackend;

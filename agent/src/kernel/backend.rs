@@ -4,14 +4,28 @@
 //!
 //! No I/O here: only the trait, its error type, the lifetime settings and [`Timed`], which
 //! bounds every request of any backend (a netlink socket the kernel stops answering must
-//! not freeze the loop: the heartbeat then tells the truth, see `lease::may_renew`).
+//! not freeze the loop: the heartbeat then tells the truth, see `heartbeat::may_renew`).
 
 use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use aliaslb_core::mac::Mac;
+
 use crate::host::{Alias, HostState};
-use crate::l2::vmac::NewMacvlan;
+
+/// A macvlan to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMacvlan {
+    /// Its name (`alb` and the MAC's last bytes: L2 mode's `vmac::link_name`).
+    pub name: String,
+    /// Its MAC.
+    pub mac: Mac,
+    /// Index of the LAN interface it goes on.
+    pub parent: u32,
+    /// Name of that interface (for logs).
+    pub parent_name: String,
+}
 
 /// Errors of an address backend.
 #[derive(Debug, thiserror::Error)]
@@ -269,7 +283,7 @@ pub trait AddressBackend: Sync {
             }
         }))
     }
-    /// Creates the macvlan of a virtual MAC, set up as [`crate::l2::vmac`] says. A backend
+    /// Creates the macvlan of a virtual MAC, set up as L2 mode's `vmac` module says. A backend
     /// without links refuses (the default).
     fn add_macvlan(
         &self,

@@ -8,7 +8,7 @@
 //! - [`NetlinkBackend`], the real [`AddressBackend`]: dump, add (with a non-permanent
 //!   lifetime, IPv6 with IFA_F_NODAD), delete, refresh; the address writes go to the kernel
 //!   up to [`BATCH`] per message, on a socket of their own (`WriteSocket`);
-//! - the macvlans of virtual MACs, with the settings [`crate::l2::vmac`] explains;
+//! - the macvlans of virtual MACs, with the settings L2 mode's `vmac` module explains;
 //! - [`watch_changes`], the stream of "something changed" ticks the run loop selects on.
 
 use std::io;
@@ -43,7 +43,7 @@ use crate::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Writ
 use aliaslb_core::report::InterfaceReport;
 
 use crate::host::{Alias, HostAddress, HostState, Link};
-use crate::l2::vmac::NewMacvlan;
+use crate::kernel::backend::NewMacvlan;
 
 /// IFA_PROTO value marking the addresses aliaslb added (0xa1, "aliaslb").
 ///

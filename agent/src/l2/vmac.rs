@@ -28,8 +28,9 @@ use std::net::IpAddr;
 
 use aliaslb_core::mac::Mac;
 
-use crate::aliases::DesiredSet;
+use crate::desired::DesiredSet;
 use crate::host::{HostState, InterfaceError, Interfaces, Link};
+use crate::kernel::backend::NewMacvlan;
 
 /// The link kind of a macvlan, as the kernel names it.
 pub const KIND: &str = "macvlan";
@@ -51,19 +52,6 @@ pub fn link_name(mac: Mac) -> String {
 /// Whether `link` is a macvlan of ours: a macvlan named after its own MAC.
 pub fn is_ours(link: &Link) -> bool {
     link.kind.as_deref() == Some(KIND) && link.mac.is_some_and(|m| link.name == link_name(Mac(m)))
-}
-
-/// A macvlan to create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewMacvlan {
-    /// Its name ([`link_name`]).
-    pub name: String,
-    /// Its MAC.
-    pub mac: Mac,
-    /// Index of the LAN interface it goes on.
-    pub parent: u32,
-    /// Name of that interface (for logs).
-    pub parent_name: String,
 }
 
 /// What to change among our macvlans.

@@ -7,20 +7,25 @@
 //! keeps the routed addresses, since a daemon restarting would otherwise take every path
 //! down with it.
 //!
-//! [`RoutedFence`]: a node cut off from the API withdraws its routed addresses.
+//! [`Withdrawal`]: a node cut off from the API withdraws its routed addresses.
+//! [`Routed`]: the two at work in the agent: the daemon's last reading for the report, and
+//! the routed addresses kept off the node while withdrawn.
 
+pub mod metrics;
 pub mod routing;
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use aliaslb_core::report::RoutingReport;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::desired::DesiredSet;
+use crate::l3::metrics::RoutingMetrics;
 use crate::l3::routing::{RoutingStatus, RoutingView};
-use crate::metrics::Metrics;
 
 /// The report for one reading: the counts and exports, or the error and nothing else.
 pub fn report_of(daemon: &str, reading: Result<RoutingStatus, String>) -> RoutingReport {
@@ -48,7 +53,7 @@ pub async fn watch_daemon<V: RoutingView>(
     daemon: &'static str,
     interval: Duration,
     tx: watch::Sender<Option<RoutingReport>>,
-    metrics: Arc<Metrics>,
+    metrics: RoutingMetrics,
 ) {
     let mut was_up = None;
     loop {
@@ -140,7 +145,7 @@ pub fn arp_warnings(conf: &Path) -> Vec<String> {
 /// controller may have given to another Service meanwhile (its stale kube-proxy would
 /// then send the new Service's flows to the old one's pods). Once this agent's authority
 /// has been stale for a whole lease duration
-/// ([`crate::lease::Authority::stale_past_a_lease`]), its routed addresses are withdrawn:
+/// ([`crate::heartbeat::Authority::stale_past_a_lease`]), its routed addresses are withdrawn:
 /// removed from the node, so the routing daemon withdraws their routes and the other
 /// nodes' ECMP paths carry on. The controller counts them as announced until then, plus a
 /// margin (it does not give such an address to another Service before).
@@ -150,16 +155,16 @@ pub fn arp_warnings(conf: &Path) -> Vec<String> {
 /// still has these addresses (the assignment watch lists its object anew after an
 /// outage, which is news even when unchanged). Pure.
 #[derive(Debug, Clone, Default)]
-pub struct RoutedFence {
+pub struct Withdrawal {
     /// Desired sets read so far.
     generation: u64,
     /// `Some(generation at the withdrawal)` while withdrawn.
     withdrawn_at: Option<u64>,
 }
 
-/// What [`RoutedFence::update`] changed.
+/// What [`Withdrawal::update`] changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceEdge {
+pub enum WithdrawalEdge {
     /// Nothing.
     None,
     /// The routed addresses are withdrawn from now on.
@@ -168,7 +173,7 @@ pub enum FenceEdge {
     Restored,
 }
 
-impl RoutedFence {
+impl Withdrawal {
     /// A desired set was read from the API.
     pub fn desired_changed(&mut self) {
         self.generation += 1;
@@ -189,22 +194,127 @@ impl RoutedFence {
         }
     }
 
-    /// Whether [`RoutedFence::update`] would change anything now.
+    /// Whether [`Withdrawal::update`] would change anything now.
     pub fn would_change(&self, stale_past_a_lease: bool, fresh: bool) -> bool {
         self.next(stale_past_a_lease, fresh) != self.withdrawn_at
     }
 
     /// Moves to the state for the authority now; returns the edge crossed.
-    pub fn update(&mut self, stale_past_a_lease: bool, fresh: bool) -> FenceEdge {
+    pub fn update(&mut self, stale_past_a_lease: bool, fresh: bool) -> WithdrawalEdge {
         let next = self.next(stale_past_a_lease, fresh);
         let edge = match (self.withdrawn_at, next) {
-            (None, Some(_)) => FenceEdge::Withdrawn,
-            (Some(_), None) => FenceEdge::Restored,
-            _ => FenceEdge::None,
+            (None, Some(_)) => WithdrawalEdge::Withdrawn,
+            (Some(_), None) => WithdrawalEdge::Restored,
+            _ => WithdrawalEdge::None,
         };
         self.withdrawn_at = next;
         edge
     }
+}
+
+/// L3 mode at work in the agent: the routing daemon's last reading (for the report) and
+/// the [`Withdrawal`] of the routed addresses while cut off from the API.
+#[derive(Debug)]
+pub struct Routed {
+    readings: watch::Receiver<Option<RoutingReport>>,
+    open: bool,
+    last: Option<RoutingReport>,
+    withdrawal: Withdrawal,
+    metrics: RoutingMetrics,
+}
+
+impl Routed {
+    /// Over the readings of [`watch_daemon`].
+    pub fn new(readings: watch::Receiver<Option<RoutingReport>>, metrics: RoutingMetrics) -> Self {
+        Routed {
+            readings,
+            open: true,
+            last: None,
+            withdrawal: Withdrawal::default(),
+            metrics,
+        }
+    }
+
+    /// Waits for the daemon's next reading and keeps it. Pending for ever once the reader
+    /// ended (or when none runs: `--routing-daemon=none`).
+    pub async fn next(&mut self) {
+        if !self.open || self.readings.changed().await.is_err() {
+            self.open = false;
+            return std::future::pending().await;
+        }
+        self.last = self.readings.borrow_and_update().clone();
+    }
+
+    /// A desired set was read from the API.
+    pub fn desired_changed(&mut self) {
+        self.withdrawal.desired_changed();
+    }
+
+    /// Whether [`Self::update`] would change anything for the authority now.
+    pub fn would_change(&self, stale_past_a_lease: bool, fresh: bool) -> bool {
+        self.withdrawal.would_change(stale_past_a_lease, fresh)
+    }
+
+    /// Moves the withdrawal to the authority now (`stale_past_a_lease`, `fresh`, and its
+    /// `lease` duration for the log) and says so on an edge; the metric counts the routed
+    /// addresses kept out.
+    pub fn update(
+        &mut self,
+        desired: &DesiredSet,
+        stale_past_a_lease: bool,
+        fresh: bool,
+        lease: Duration,
+    ) {
+        let routed = routed(desired);
+        match self.withdrawal.update(stale_past_a_lease, fresh) {
+            _ if routed.is_empty() => {}
+            WithdrawalEdge::Withdrawn => warn!(
+                routed = routed.len(),
+                stale_for = ?lease,
+                "the Lease has been stale for a lease duration (cut off from the API?): withdrawing the routed addresses, which the controller may give to other Services now; they come back once the Lease is renewed and the assignment read again"
+            ),
+            WithdrawalEdge::Restored => info!(
+                routed = routed.len(),
+                "Lease renewed and assignment read again: the routed addresses it lists are announced again"
+            ),
+            WithdrawalEdge::None => {}
+        }
+        let out = if self.withdrawal.withdrawn() {
+            routed.len()
+        } else {
+            0
+        };
+        self.metrics.set_routed_withdrawn(out);
+    }
+
+    /// The routed addresses of `desired` kept off the node now (none unless withdrawn).
+    pub fn withdrawn(&self, desired: &DesiredSet) -> BTreeSet<IpAddr> {
+        if self.withdrawal.withdrawn() {
+            routed(desired)
+        } else {
+            BTreeSet::new()
+        }
+    }
+
+    /// The report's routing part: what the daemon exports of the routed addresses `held`
+    /// (the rest is not ours). `None`: no daemon read.
+    pub fn report(&self, desired: &DesiredSet, held: &BTreeSet<IpAddr>) -> Option<RoutingReport> {
+        self.last.clone().map(|mut routing| {
+            routing
+                .exported
+                .retain(|ip| desired.is_routed(*ip) && held.contains(ip));
+            routing
+        })
+    }
+}
+
+/// The routed addresses of `desired`.
+fn routed(desired: &DesiredSet) -> BTreeSet<IpAddr> {
+    desired
+        .iter()
+        .map(|(ip, _)| ip)
+        .filter(|ip| desired.is_routed(*ip))
+        .collect()
 }
 
 #[cfg(test)]
@@ -214,19 +324,19 @@ mod tests {
 
     #[test]
     fn routed_addresses_come_back_only_fresh_and_with_a_desired_set_read_after() {
-        let mut f = RoutedFence::default();
+        let mut f = Withdrawal::default();
         f.desired_changed();
         // (stale past a lease, fresh, desired set read before the step, edge, withdrawn)
-        let steps: &[(bool, bool, bool, FenceEdge, bool)] = &[
-            (false, true, false, FenceEdge::None, false),
-            (false, false, false, FenceEdge::None, false), // stale, not for a lease yet
-            (true, false, false, FenceEdge::Withdrawn, true),
-            (true, false, false, FenceEdge::None, true),
-            (false, true, false, FenceEdge::None, true), // fresh, no new set: still out
-            (false, false, true, FenceEdge::None, true), // a new set, stale: still out
-            (false, true, false, FenceEdge::Restored, false), // fresh, a set read after
-            (true, false, false, FenceEdge::Withdrawn, true),
-            (false, true, true, FenceEdge::Restored, false),
+        let steps: &[(bool, bool, bool, WithdrawalEdge, bool)] = &[
+            (false, true, false, WithdrawalEdge::None, false),
+            (false, false, false, WithdrawalEdge::None, false), // stale, not for a lease yet
+            (true, false, false, WithdrawalEdge::Withdrawn, true),
+            (true, false, false, WithdrawalEdge::None, true),
+            (false, true, false, WithdrawalEdge::None, true), // fresh, no new set: still out
+            (false, false, true, WithdrawalEdge::None, true), // a new set, stale: still out
+            (false, true, false, WithdrawalEdge::Restored, false), // fresh, a set read after
+            (true, false, false, WithdrawalEdge::Withdrawn, true),
+            (false, true, true, WithdrawalEdge::Restored, false),
         ];
         for (i, (stale, fresh, read, edge, withdrawn)) in steps.iter().enumerate() {
             if *read {
@@ -234,7 +344,7 @@ mod tests {
             }
             assert_eq!(
                 f.would_change(*stale, *fresh),
-                *edge != FenceEdge::None,
+                *edge != WithdrawalEdge::None,
                 "step {i}"
             );
             assert_eq!(f.update(*stale, *fresh), *edge, "step {i}");
@@ -289,13 +399,13 @@ mod tests {
             Ok(Some(status)),
         ]));
         let (tx, mut rx) = watch::channel(None);
-        let metrics = Arc::new(Metrics::new());
+        let metrics = crate::metrics::Metrics::new();
         let task = tokio::spawn(watch_daemon(
             script,
             "bird",
             Duration::from_secs(1),
             tx,
-            metrics.clone(),
+            metrics.routing.clone(),
         ));
         rx.changed().await.unwrap();
         assert_eq!(rx.borrow_and_update().as_ref().unwrap().established, 1);

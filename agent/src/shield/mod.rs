@@ -42,6 +42,7 @@
 //!
 //! Pure except [`Shield`], which drives a [`ShieldBackend`] (`nft.rs` runs the real one).
 
+pub mod metrics;
 pub mod nft;
 
 use std::cmp::Ordering;

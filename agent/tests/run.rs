@@ -12,20 +12,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aliaslb_agent::aliases::{AliasConfig, AliasManager, DesiredSet, StandbyLine};
+use aliaslb_agent::aliases::{AliasConfig, AliasManager};
+use aliaslb_agent::desired::{DesiredSet, StandbyLine};
+use aliaslb_agent::heartbeat::{Authority, KernelRounds, may_renew};
 use aliaslb_agent::host::{HostAddress, Link};
 use aliaslb_agent::http::Health;
 use aliaslb_agent::kernel::backend::{Lifetime, Timed};
-use aliaslb_agent::l2::adverts::Stream;
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::l2::failover::{Failover, FailoverConfig, HolderCheck};
-use aliaslb_agent::l2::guard::GuardConfig;
+use aliaslb_agent::l2::failover::wire::Stream;
+use aliaslb_agent::l2::failover::{FailoverConfig, FailoverSetup, FastFailover, HolderCheck};
+use aliaslb_agent::l2::guard::{GuardConfig, LanGuard, LanGuardSetup};
 use aliaslb_agent::l2::lan::{
     BoxFuture, ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
 };
-use aliaslb_agent::lease::{Authority, KernelRounds, may_renew};
+use aliaslb_agent::l3::Routed;
 use aliaslb_agent::metrics::Metrics;
-use aliaslb_agent::node::{Loop, Node, NodeSetup};
+use aliaslb_agent::run::{Agent, Heartbeat, Inputs, Parts};
 use aliaslb_core::advert::{Ack, Advert, Message};
 use aliaslb_core::assignment::Peer;
 use aliaslb_core::mac::Mac;
@@ -184,33 +186,43 @@ impl Harness {
                 routed_device: "lo".into(),
             },
         );
-        let mut node = Node::new(
+        let mut node = Agent::new(
             aliases,
-            NodeSetup {
-                announcer,
+            Parts {
+                lan: LanGuard::new(LanGuardSetup {
+                    lan: lan.clone(),
+                    claims: observed,
+                    guard: GuardConfig::default(),
+                    probe: ProbeConfig::default(),
+                    announcer,
+                    metrics: metrics.lan.clone(),
+                }),
+                failover: FastFailover::new(FailoverSetup {
+                    node: "alb-node-1".into(),
+                    config: FailoverConfig::default(),
+                    lan: lan.clone(),
+                    heard,
+                    streams: Some(streams_tx),
+                    holders: Some(holders.clone() as Arc<dyn HolderCheck>),
+                    metrics: metrics.failover.clone(),
+                }),
+                routed: Routed::new(routing_rx, metrics.routing.clone()),
+                heartbeat: Heartbeat {
+                    report_tx,
+                    authority: authority.clone(),
+                    kernel: kernel.clone(),
+                },
                 metrics: metrics.clone(),
-                report_tx,
-                lan: lan.clone(),
-                authority: authority.clone(),
-                kernel: kernel.clone(),
-                guard: GuardConfig::default(),
-                probe: ProbeConfig::default(),
-                failover: Failover::new("alb-node-1", FailoverConfig::default()),
-                streams_tx: Some(streams_tx),
-                holders: Some(holders.clone() as Arc<dyn HolderCheck>),
             },
         );
         let (stop, stopped) = oneshot::channel::<()>();
-        let inputs = Loop {
+        let inputs = Inputs {
             desired_rx,
             changes,
-            observed,
             api_back: Arc::new(Notify::new()),
             health: Health::new(Duration::from_secs(60)),
             refresh_interval: RENEW,
             resync_interval: Duration::from_secs(30),
-            routing: routing_rx,
-            heard,
         };
         // Not `tokio::spawn`: the reconcile's write streams are not `Send` for every
         // lifetime (a compiler limit), so the loop runs on the test's thread.

@@ -1,6 +1,6 @@
 //! Fast L2 failover, the standby's side: from the adverts heard (already verified by their
 //! MAC, [`aliaslb_core::advert`]) and the standby lines of the assignment, which IPs to
-//! check on the LAN and take over. Pure: no I/O, time passed in; the run loop (`node`)
+//! check on the LAN and take over. Pure: no I/O, time passed in; [`super::FastFailover`]
 //! does the checks and the reconciles.
 //!
 //! Rules:
@@ -18,58 +18,24 @@
 //!   again one interval later.
 //! - An IP taken over is held (no probe) until the controller says otherwise, or its holder
 //!   shows it is alive and holds it: an advert from it listing the IP, or its claim on the
-//!   LAN ([`Failover::give_back`]). The controller's holder keeps priority: it is the one
+//!   LAN ([`Standby::give_back`]). The controller's holder keeps priority: it is the one
 //!   the whole cluster agrees on.
 //! - A standby line that goes away or names another holder ends its takeover.
 //! - The LAN alone cannot tell a dead holder from one cut off from the other nodes but
 //!   still reaching its clients. So after a takeover the loop also watches the holder's
 //!   Lease ([`HolderCheck`]): renewed after the takeover with a report that holds the IP,
 //!   the holder is alive and serving it; the IP goes back and stays disarmed until an
-//!   advert from that holder lists it again ([`Failover::give_back_for_good`]). With the
+//!   advert from that holder lists it again ([`Standby::give_back_for_good`]). With the
 //!   API unreachable nothing is learnt there, and the takeover stands.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aliaslb_core::advert::Advert;
 
-use crate::aliases::DesiredSet;
-use crate::l2::lan::ProbeConfig;
-
-/// The failover timers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailoverConfig {
-    /// How often a holder sends its adverts.
-    pub interval: Duration,
-    /// Silence after which a holder counts as gone: three intervals and half of one
-    /// (VRRP's skew), so one late advert is never a failover.
-    pub dead: Duration,
-    /// The LAN check before a takeover.
-    pub check: ProbeConfig,
-}
-
-impl FailoverConfig {
-    /// The timers for adverts every `interval`.
-    pub fn new(interval: Duration) -> Self {
-        FailoverConfig {
-            interval,
-            dead: interval * 3 + interval / 2,
-            // Two probes 15 ms apart, 30 ms listening: a LAN answers in well under 1 ms.
-            check: ProbeConfig {
-                count: 2,
-                interval: Duration::from_millis(15),
-                wait: Duration::from_millis(30),
-            },
-        }
-    }
-}
-
-impl Default for FailoverConfig {
-    fn default() -> Self {
-        Self::new(Duration::from_millis(100))
-    }
-}
+use super::FailoverConfig;
+use crate::desired::DesiredSet;
 
 /// What an advert did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +61,7 @@ struct Sender {
 
 /// The standby's state.
 #[derive(Debug)]
-pub struct Failover {
+pub struct Standby {
     node: String,
     config: FailoverConfig,
     senders: HashMap<String, Sender>,
@@ -107,10 +73,10 @@ pub struct Failover {
     answered: HashMap<IpAddr, Instant>,
 }
 
-impl Failover {
+impl Standby {
     /// The standby side of node `node`.
     pub fn new(node: &str, config: FailoverConfig) -> Self {
-        Failover {
+        Standby {
             node: node.to_owned(),
             config,
             senders: HashMap::new(),
@@ -267,24 +233,12 @@ impl Failover {
     }
 }
 
-/// Whether a holder is alive and holds IPs, from its Lease (the API), for a standby that
-/// took them over.
-pub trait HolderCheck: Send + Sync + std::fmt::Debug + 'static {
-    /// Resolves with those of `ips` that `holder` proves it holds: its Lease renewed after
-    /// this call began, with a report that lists them; empty once `within` passed without
-    /// that (a dead holder, or no API).
-    fn alive_holding(
-        &self,
-        holder: &str,
-        ips: Vec<IpAddr>,
-        within: Duration,
-    ) -> crate::l2::lan::BoxFuture<Vec<IpAddr>>;
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use crate::aliases::StandbyLine;
+    use crate::desired::StandbyLine;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -321,7 +275,7 @@ mod tests {
     #[test]
     fn a_silent_holder_makes_its_ips_due_after_three_intervals_and_a_half() {
         let t0 = Instant::now();
-        let mut f = Failover::new("b", FailoverConfig::default());
+        let mut f = Standby::new("b", FailoverConfig::default());
         let desired = standby_of("a", &["10.0.0.1", "10.0.0.2"]);
         assert!(
             f.due(&desired, t0).is_empty(),
@@ -345,7 +299,7 @@ mod tests {
     #[test]
     fn replays_other_pairs_and_released_ips_arm_nothing() {
         let t0 = Instant::now();
-        let mut f = Failover::new("b", FailoverConfig::default());
+        let mut f = Standby::new("b", FailoverConfig::default());
         let desired = standby_of("a", &["10.0.0.1"]);
         f.heard(&advert("a", "b", 5, &["10.0.0.1"]), t0);
         assert_eq!(
@@ -371,7 +325,7 @@ mod tests {
     #[test]
     fn an_answered_check_keeps_the_holder_and_checks_again_an_interval_later() {
         let t0 = Instant::now();
-        let mut f = Failover::new("b", FailoverConfig::default());
+        let mut f = Standby::new("b", FailoverConfig::default());
         let desired = standby_of("a", &["10.0.0.1"]);
         f.heard(&advert("a", "b", 1, &["10.0.0.1"]), t0);
         let at = t0 + 400 * MS;
@@ -392,7 +346,7 @@ mod tests {
     #[test]
     fn a_holder_heard_during_the_check_keeps_the_ip() {
         let t0 = Instant::now();
-        let mut f = Failover::new("b", FailoverConfig::default());
+        let mut f = Standby::new("b", FailoverConfig::default());
         let desired = standby_of("a", &["10.0.0.1"]);
         f.heard(&advert("a", "b", 1, &["10.0.0.1"]), t0);
         f.checking(ip("10.0.0.1"));
@@ -404,7 +358,7 @@ mod tests {
     #[test]
     fn a_takeover_ends_when_the_holder_lists_the_ip_again_or_the_line_changes() {
         let t0 = Instant::now();
-        let mut f = Failover::new("b", FailoverConfig::default());
+        let mut f = Standby::new("b", FailoverConfig::default());
         let desired = standby_of("a", &["10.0.0.1", "10.0.0.2"]);
         f.heard(&advert("a", "b", 1, &["10.0.0.1", "10.0.0.2"]), t0);
         for i in ["10.0.0.1", "10.0.0.2"] {

@@ -36,7 +36,9 @@ use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
-use crate::metrics::Metrics;
+use self::metrics::HeartbeatMetrics;
+
+pub mod metrics;
 
 /// Where and how the Lease is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,7 +460,7 @@ pub struct HeartbeatLinks {
 pub async fn run(
     heartbeat: Heartbeat,
     mut reports: watch::Receiver<Option<AgentReport>>,
-    metrics: Arc<Metrics>,
+    metrics: HeartbeatMetrics,
     links: HeartbeatLinks,
 ) {
     let HeartbeatLinks {

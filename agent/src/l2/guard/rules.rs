@@ -1,5 +1,5 @@
 //! The LAN conflict guard: decides, from what the LAN says, which desired IPs the alias
-//! manager may hold. Pure: no I/O, time passed in; the run loop (`node`) does the probing,
+//! manager may hold. Pure: no I/O, time passed in; [`super::LanGuard`] does the probing,
 //! the defending and the reconciles it asks for.
 //!
 //! Rules (RFC 5227 for IPv4, RFC 4862 DAD semantics for IPv6):
@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{Conflict, MAX_CONFLICTS};
 
-use crate::aliases::DesiredSet;
+use crate::desired::DesiredSet;
 use crate::l2::lan::{ClaimKind, LanClaim, ProbeOutcome};
 
 /// The guard's timers and bounds.

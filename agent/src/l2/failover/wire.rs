@@ -5,12 +5,11 @@
 //! The run loop publishes the [`Stream`]s to send (one per standby node and interface,
 //! with the IPs held there for it); [`send_loop`] sends one round of each every interval.
 //! [`receive_loop`] verifies every datagram's MAC and hands the adverts to the loop, which
-//! judges them ([`crate::l2::failover`]).
+//! judges them ([`super::FastFailover`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,7 +22,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::metrics::Metrics;
+use super::metrics::FailoverMetrics;
 
 /// How often the key's Secret is read again (it may be deleted to rotate the key).
 const KEY_EVERY: Duration = Duration::from_secs(60);
@@ -215,7 +214,7 @@ pub async fn send_loop(
     interval: Duration,
     mut key: KeyRx,
     mut streams: watch::Receiver<Vec<Stream>>,
-    metrics: Arc<Metrics>,
+    metrics: FailoverMetrics,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -248,7 +247,95 @@ pub async fn send_loop(
             });
         }
         let n = sender.round(&k, &round).await;
-        metrics.add_adverts_sent(n as u64);
+        metrics.add_sent(n as u64);
+    }
+}
+
+/// The wire of one node, running: where the streams to send are published (for
+/// [`super::FailoverSetup::streams`]), and what the goodbye needs.
+#[derive(Debug)]
+pub struct Wire {
+    streams: watch::Sender<Vec<Stream>>,
+    node: String,
+    port: Option<u16>,
+    key: KeyRx,
+}
+
+impl Wire {
+    /// Starts the key's reader, the receiver and the sender of node `node` on `port`
+    /// (`None`: no adverts at all, the streams go nowhere and nothing is heard), adverts
+    /// every `interval`. Returns the wire and the adverts and acks heard, verified (for
+    /// [`super::FailoverSetup::heard`]).
+    pub fn start(
+        node: &str,
+        port: Option<u16>,
+        interval: Duration,
+        client: Client,
+        namespace: &str,
+        metrics: FailoverMetrics,
+    ) -> (Self, mpsc::Receiver<Message>) {
+        let (key_tx, key) = watch::channel(None);
+        let (heard_tx, heard) = mpsc::channel(1024);
+        let (streams, streams_rx) = watch::channel(Vec::new());
+        let Some(port) = port else {
+            warn!(
+                "--advert-port 0: no fast-failover adverts; this node's IPs fail over by the Lease only"
+            );
+            let wire = Wire {
+                streams,
+                node: node.to_owned(),
+                port,
+                key,
+            };
+            return (wire, heard);
+        };
+        tokio::spawn(key_loop(client, namespace.to_owned(), key_tx));
+        let received = metrics.clone();
+        let receiver = receive_loop(node.to_owned(), port, key.clone(), heard_tx, move |why| {
+            received.inc_received(match why {
+                Dropped::NoKey => "no_key",
+                Dropped::Invalid => "invalid",
+            });
+        });
+        tokio::spawn(async move {
+            if let Err(e) = receiver.await {
+                tracing::error!(error = %e, port, "the advert receiver stopped: this node no longer takes over for silent holders");
+            }
+        });
+        tokio::spawn(send_loop(
+            Sender::new(node, port),
+            interval,
+            key.clone(),
+            streams_rx,
+            metrics,
+        ));
+        let wire = Wire {
+            streams,
+            node: node.to_owned(),
+            port: Some(port),
+            key,
+        };
+        (wire, heard)
+    }
+
+    /// Where the streams to send go (`None`: no adverts are sent).
+    pub fn streams(&self) -> Option<watch::Sender<Vec<Stream>>> {
+        self.port.map(|_| self.streams.clone())
+    }
+
+    /// Stops advertising IPs (before they are removed at shutdown: no IP is held from
+    /// here on, and the adverts still sent say so); returns the streams as they were.
+    pub fn let_go(&self) -> Vec<Stream> {
+        self.streams.send_replace(Vec::new())
+    }
+
+    /// One last round of every stream of `streams`, empty (on SIGTERM, after the aliases
+    /// are gone): the standbys learn the IPs were let go and do not take them over.
+    pub async fn goodbye(&self, streams: &[Stream]) {
+        if let Some(port) = self.port {
+            let key = self.key.borrow().clone();
+            goodbye(&self.node, port, key.as_ref(), streams).await;
+        }
     }
 }
 
@@ -257,7 +344,7 @@ pub const LINGER: Duration = Duration::from_secs(10);
 
 /// One last round of every stream, empty (on SIGTERM, after the aliases are gone): the
 /// standbys learn the IPs were let go and do not take them over.
-pub async fn goodbye(node: &str, port: u16, key: Option<&AdvertKey>, streams: &[Stream]) {
+async fn goodbye(node: &str, port: u16, key: Option<&AdvertKey>, streams: &[Stream]) {
     let Some(key) = key else { return };
     let empty: Vec<Stream> = streams
         .iter()
@@ -287,7 +374,7 @@ pub enum Dropped {
 ///   its direct and relayed copies; never a replay) is acked to its sender's address: by
 ///   the standby for its own adverts, by the relay for the copies it forwards. The holder
 ///   steps down from IPs whose standby and relay both stopped acking
-///   ([`crate::l2::fence`]).
+///   ([`super::holder`]).
 pub async fn receive_loop(
     node: String,
     port: u16,

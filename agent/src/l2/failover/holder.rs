@@ -1,15 +1,16 @@
 //! Fast L2 failover, the holder's side: step down from an IP that nobody hears any more.
-//! Pure: no I/O, time passed in; the run loop (`node`) removes and re-adds the aliases.
+//! Pure: no I/O, time passed in; [`super::FastFailover`] probes and asks, the run loop
+//! removes and re-adds the aliases.
 //!
 //! The standby takes an IP over when its holder's adverts stop and nothing answers for it
 //! on the LAN. A holder cut off from the other nodes but not from its clients (a LAN
-//! partition between the nodes) still answers them: without this fence, two MACs would
+//! partition between the nodes) still answers them: without stepping down, two MACs would
 //! answer for the IP until the API told the standby to give it back. So:
 //! - The standby acks every advert it accepts, and so does the relay for each copy it
 //!   forwards ([`aliaslb_core::advert::Ack`], signed, its counter growing per sender).
 //! - A held IP is **armed** once its standby has acked at least once (an agent older than
 //!   acks never arms it, and then nothing changes).
-//! - When the standby and the relay of armed IPs have both been silent for [`Fence::after`]
+//! - When the standby and the relay of armed IPs have both been silent for [`StepDowns::after`]
 //!   (two advert intervals), the holder asks the LAN whether it still reaches the standby:
 //!   an ARP / DAD probe of the standby's node address, which its kernel answers whatever its
 //!   agent does. Answered: the standby's own LAN check will hear this holder answer for the
@@ -26,7 +27,7 @@
 //!   that holds it). Yes: the step-down stays until the nodes hear each other again. No
 //!   evidence within the check's window (the standby is dead, or the API is out of reach
 //!   too): the holder takes the IP back and the standby's acks must arm it again
-//!   ([`Fence::retake`]). That costs a dead standby node's holder one step-down (the
+//!   ([`StepDowns::retake`]). That costs a dead standby node's holder one step-down (the
 //!   check's window, 1 s) when no relay acks either, as in a cluster of two nodes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -90,9 +91,9 @@ impl<'a> Peers<'a> {
     }
 }
 
-/// The holder's fence.
+/// The holder's step-downs.
 #[derive(Debug)]
-pub struct Fence {
+pub struct StepDowns {
     interval: Duration,
     after: Duration,
     acks: HashMap<String, Acks>,
@@ -103,10 +104,10 @@ pub struct Fence {
     answered: HashMap<Pair, Instant>,
 }
 
-impl Fence {
-    /// The fence for adverts every `interval`.
+impl StepDowns {
+    /// The step-downs for adverts every `interval`.
     pub fn new(interval: Duration) -> Self {
-        Fence {
+        StepDowns {
             interval,
             after: interval * 2,
             acks: HashMap::new(),
@@ -311,14 +312,14 @@ mod tests {
     }
 
     /// The IPs of `held` whose standby is to be probed, as the loop finds them.
-    fn due(f: &Fence, held: &[(IpAddr, Peers<'static>)], now: Instant) -> Vec<IpAddr> {
+    fn due(f: &StepDowns, held: &[(IpAddr, Peers<'static>)], now: Instant) -> Vec<IpAddr> {
         held.iter()
             .filter(|(ip, peers)| !f.is_stepped_down(*ip) && f.due(*peers, now))
             .map(|(ip, _)| *ip)
             .collect()
     }
 
-    fn pairs(f: &Fence, held: &[(IpAddr, Peers<'static>)]) -> Vec<Peers<'static>> {
+    fn pairs(f: &StepDowns, held: &[(IpAddr, Peers<'static>)]) -> Vec<Peers<'static>> {
         held.iter()
             .filter(|(ip, _)| !f.is_stepped_down(*ip))
             .map(|(_, p)| *p)
@@ -329,7 +330,7 @@ mod tests {
     fn an_armed_ip_whose_peers_are_silent_for_two_intervals_is_stepped_down_if_the_standby_does_not_answer()
      {
         let t0 = Instant::now();
-        let mut f = Fence::new(100 * MS);
+        let mut f = StepDowns::new(100 * MS);
         let ips = held(&["10.0.0.1"]);
         // The relay alone does not arm it (an older standby never acks).
         f.acked(&ack("r", 1), t0);
@@ -367,7 +368,7 @@ mod tests {
     #[test]
     fn an_ack_of_the_standby_or_the_relay_lifts_a_step_down_and_replays_do_not() {
         let t0 = Instant::now();
-        let mut f = Fence::new(100 * MS);
+        let mut f = StepDowns::new(100 * MS);
         f.acked(&ack("s", 10), t0);
         f.acked(&ack("r", 10), t0);
         f.step_down(ip("10.0.0.1"), PEERS, t0 + 300 * MS);
@@ -395,7 +396,7 @@ mod tests {
     #[test]
     fn without_evidence_that_the_standby_took_it_the_ip_is_taken_back_and_disarmed() {
         let t0 = Instant::now();
-        let mut f = Fence::new(100 * MS);
+        let mut f = StepDowns::new(100 * MS);
         let ips = held(&["10.0.0.1", "10.0.0.2"]);
         f.acked(&ack("s", 1), t0);
         for (i, p) in &ips {
@@ -425,7 +426,7 @@ mod tests {
     #[test]
     fn a_changed_assignment_ends_a_step_down() {
         let t0 = Instant::now();
-        let mut f = Fence::new(100 * MS);
+        let mut f = StepDowns::new(100 * MS);
         f.acked(&ack("s", 1), t0);
         f.step_down(ip("10.0.0.1"), PEERS, t0 + 250 * MS);
         f.step_down(ip("10.0.0.2"), PEERS, t0 + 250 * MS);

@@ -1,0 +1,493 @@
+//! The LAN guard: what the LAN says about the IPs this node holds or is about to claim.
+//!
+//! - [`rules`]: the decisions, pure ([`Guard`]): probe first claims, yield, defend, report.
+//! - [`LanGuard`] (here): does what they ask, over a [`LanPort`]: the probes (spawned,
+//!   their results come back through [`LanGuard::next`]), the claims the LAN watch saw, the
+//!   defences, the re-announcements of links that came back, and what the port is told to
+//!   watch. It owns its state, its tasks and its metrics; the run loop hands it the
+//!   desired set and what is held, and reconciles when it asks.
+
+pub mod rules;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aliaslb_core::mac::Mac;
+use aliaslb_core::report::Conflict;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+pub use rules::{Guard, GuardConfig, ProbeChange, ProbeRequest, Sighting, Verdict};
+
+use crate::desired::DesiredSet;
+use crate::host::{self, Alias, Held, Interfaces, Link};
+use crate::l2::announce::Announcer;
+use crate::l2::lan::{
+    ClaimKind, LanClaim, LanError, LanPort, ProbeConfig, ProbeOutcome, ProbeResults,
+};
+use crate::l2::metrics::{LanMetrics, ProbeMetric};
+use crate::l2::sleep_until;
+
+/// Time a probe may take beyond its window before it counts as failed (a LAN port that
+/// never answers must not hold a first claim back for ever: it is retried with backoff).
+const PROBE_GRACE: Duration = Duration::from_secs(2);
+
+/// A probe that finished: the interface, its name, the IPs, the result.
+pub type ProbeDone = (u32, String, Vec<IpAddr>, ProbeResults);
+
+/// What woke the guard.
+#[derive(Debug)]
+pub enum LanEvent {
+    /// Claims the LAN watch saw (all those queued).
+    Claims(Vec<LanClaim>),
+    /// A probe finished.
+    Probed(ProbeDone),
+    /// A guard timer: a re-probe due, a conflict to forget.
+    Timer,
+}
+
+/// What the run loop does after claims were handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum After {
+    /// Nothing changed.
+    Nothing,
+    /// Only the report changed (a defence, a conflict of an IP held back anyway).
+    Publish,
+    /// An IP must go: reconcile now.
+    Reconcile,
+}
+
+/// The guard's settings and ends.
+#[derive(Debug)]
+pub struct LanGuardSetup<L> {
+    /// The LAN.
+    pub lan: Arc<L>,
+    /// Claims the LAN port saw for the IPs watched.
+    pub claims: mpsc::Receiver<LanClaim>,
+    /// The guard's timers.
+    pub guard: GuardConfig,
+    /// How first claims are probed.
+    pub probe: ProbeConfig,
+    /// Re-announces aliases whose link came back up (`None`: none, in tests).
+    pub announcer: Option<Announcer>,
+    /// Its metrics.
+    pub metrics: LanMetrics,
+}
+
+/// The LAN guard at work.
+#[derive(Debug)]
+pub struct LanGuard<L> {
+    lan: Arc<L>,
+    claims: mpsc::Receiver<LanClaim>,
+    claims_open: bool,
+    guard: Guard,
+    probe_config: ProbeConfig,
+    probes: JoinSet<ProbeDone>,
+    announcer: Option<Announcer>,
+    metrics: LanMetrics,
+    /// What the LAN port was last told: the links with our MACs, the IPs watched.
+    interfaces: Vec<(u32, Mac)>,
+    watched: Vec<IpAddr>,
+}
+
+impl<L: LanPort> LanGuard<L> {
+    /// A guard over `setup.lan`.
+    pub fn new(setup: LanGuardSetup<L>) -> Self {
+        LanGuard {
+            lan: setup.lan,
+            claims: setup.claims,
+            claims_open: true,
+            guard: Guard::new(setup.guard),
+            probe_config: setup.probe,
+            probes: JoinSet::new(),
+            announcer: setup.announcer,
+            metrics: setup.metrics,
+            interfaces: Vec::new(),
+            watched: Vec::new(),
+        }
+    }
+
+    /// The next thing to act on: claims first (a claim for a held IP may mean yielding it
+    /// at once), then a finished probe, then a guard timer. Pending while there is none.
+    pub async fn next(&mut self) -> LanEvent {
+        let wake = self.guard.next_wakeup().map(Instant::from_std);
+        tokio::select! {
+            biased;
+            claim = self.claims.recv(), if self.claims_open => match claim {
+                Some(claim) => {
+                    let mut claims = vec![claim];
+                    while let Ok(more) = self.claims.try_recv() {
+                        claims.push(more);
+                    }
+                    LanEvent::Claims(claims)
+                }
+                None => {
+                    self.claims_open = false;
+                    std::future::pending().await
+                }
+            },
+            Some(done) = self.probes.join_next(), if !self.probes.is_empty() => match done {
+                Ok(done) => LanEvent::Probed(done),
+                Err(e) => {
+                    tracing::error!(error = %e, "a probe task failed");
+                    LanEvent::Timer
+                }
+            },
+            () = sleep_until(wake), if wake.is_some() => LanEvent::Timer,
+        }
+    }
+
+    /// A new desired set came from the controller: it may end yields.
+    pub fn desired_changed(&mut self) {
+        self.guard.desired_changed();
+    }
+
+    /// Moves the guard to the set about to be reconciled (yields may end), and returns the
+    /// desired IPs it holds back from the alias manager.
+    pub fn held_back(
+        &mut self,
+        desired: &DesiredSet,
+        held: &BTreeSet<IpAddr>,
+        fresh: bool,
+    ) -> BTreeSet<IpAddr> {
+        let now = Instant::now().into_std();
+        for ip in self.guard.update(desired, held, fresh, now) {
+            info!(%ip, "yield over: the Lease is fresh and the assignment still lists the IP");
+        }
+        let back = self.guard.held_back(desired, held);
+        if !back.is_empty() {
+            debug!(
+                held_back = back.len(),
+                "desired IPs held back by the conflict guard"
+            );
+        }
+        back
+    }
+
+    /// The desired IPs held back now, as [`Self::held_back`] without moving the guard.
+    pub fn still_held_back(
+        &self,
+        desired: &DesiredSet,
+        held: &BTreeSet<IpAddr>,
+    ) -> BTreeSet<IpAddr> {
+        self.guard.held_back(desired, held)
+    }
+
+    /// The aliases of links that came back up: re-announced with fresh authority; with
+    /// stale authority (`fresh` false) re-checked on the LAN before they are held again
+    /// ([`Guard::recheck`]). Returns whether any is re-checked.
+    pub fn links_came_up(&mut self, again: &[(Alias, [u8; 6])], fresh: bool) -> bool {
+        if !fresh && !again.is_empty() {
+            let now = Instant::now().into_std();
+            for (alias, _) in again {
+                warn!(alias = %alias, "link came back up while this agent's Lease is stale: re-checking the IP on the LAN before holding it again");
+                self.guard.recheck(alias.ip, now);
+            }
+            return true;
+        }
+        if let Some(announcer) = &self.announcer {
+            for (alias, mac) in again {
+                info!(alias = %alias, "link came back up: re-announcing");
+                announcer.announce(alias, *mac);
+            }
+        }
+        false
+    }
+
+    /// The LAN conflicts to report.
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        let conflicts = self.guard.conflicts();
+        self.metrics.set_conflicts(conflicts.len());
+        conflicts
+    }
+
+    /// The links the LAN port watches, with our MACs on them.
+    pub fn interfaces(&self) -> &[(u32, Mac)] {
+        &self.interfaces
+    }
+
+    /// Starts the probes the guard asks for, one `probe_many` per interface.
+    pub fn start_probes(&mut self, desired: &DesiredSet, held: Held<'_>) {
+        let now = Instant::now().into_std();
+        let due = self.guard.due_probes(desired, &held.ips(), now);
+        if due.is_empty() {
+            return;
+        }
+        let Some(host) = held.host() else {
+            for p in due {
+                self.guard.probe_failed(p.ip, now);
+            }
+            return;
+        };
+        let mut by_link: BTreeMap<u32, (String, Mac, Vec<IpAddr>)> = BTreeMap::new();
+        let mut unprobed = Vec::new();
+        let interfaces = Interfaces::of(host);
+        for ProbeRequest { ip, ifindex } in due {
+            match probe_link(&interfaces, desired, held.interface_override(), ip, ifindex) {
+                Some((link, mac)) => by_link
+                    .entry(link.index)
+                    .or_insert_with(|| (link.name.clone(), mac, Vec::new()))
+                    .2
+                    .push(ip),
+                None => unprobed.push(ip),
+            }
+        }
+        for ip in unprobed {
+            debug!(%ip, "no Ethernet interface to probe on: retried later");
+            self.guard.probe_failed(ip, now);
+        }
+        for (ifindex, (ifname, mac, ips)) in by_link {
+            debug!(interface = %ifname, ips = ips.len(), "probing before a first claim");
+            let probe = self
+                .lan
+                .probe_many(ifindex, mac, ips.clone(), self.probe_config);
+            let limit = self.probe_config.window() + PROBE_GRACE;
+            self.probes.spawn(async move {
+                let result = tokio::time::timeout(limit, probe)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(LanError::Io {
+                            ifindex,
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("the probe did not finish within {limit:?}"),
+                            ),
+                        })
+                    });
+                (ifindex, ifname, ips, result)
+            });
+        }
+    }
+
+    /// Hands a finished probe to the guard.
+    pub fn on_probe(
+        &mut self,
+        (ifindex, ifname, ips, result): ProbeDone,
+        desired: &DesiredSet,
+        held: Held<'_>,
+    ) {
+        let now = Instant::now().into_std();
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                warn!(interface = %ifname, error = %e, ips = ips.len(), "cannot probe: first claims wait, retried with backoff");
+                for ip in ips {
+                    self.metrics.inc_probe(ProbeMetric::Failed);
+                    self.guard.probe_failed(ip, now);
+                }
+                return;
+            }
+        };
+        for ip in ips {
+            let Some(outcome) = outcomes.get(&ip).copied() else {
+                self.metrics.inc_probe(ProbeMetric::Failed);
+                self.guard.probe_failed(ip, now);
+                continue;
+            };
+            let who = match outcome {
+                ProbeOutcome::Free => {
+                    self.metrics.inc_probe(ProbeMetric::Free);
+                    None
+                }
+                ProbeOutcome::Taken { mac } => {
+                    self.metrics.inc_probe(ProbeMetric::Taken);
+                    Some(sighting(desired, held, mac, ifindex, Some(&ifname)))
+                }
+            };
+            let mac = who.as_ref().map(|w| w.mac);
+            match self.guard.probe_result(ip, outcome, who, desired, now) {
+                ProbeChange::Conflict => {
+                    warn!(%ip, interface = %ifname, mac = ?mac.map(|m| m.to_string()), "address conflict: another host answered the probe; not taken")
+                }
+                ProbeChange::ConflictGone => {
+                    info!(%ip, interface = %ifname, "conflict over: nobody answers the probe any more")
+                }
+                ProbeChange::Cleared => debug!(%ip, interface = %ifname, "probe: free"),
+                ProbeChange::StillTaken => {
+                    debug!(%ip, interface = %ifname, "re-probe: still taken")
+                }
+                ProbeChange::Nothing => {}
+            }
+        }
+    }
+
+    /// Hands claims seen on the LAN to the guard and does what it says; returns what must
+    /// follow at once. `holder_claims` is asked first for every claim that uses an IP: an
+    /// IP taken over from its holder goes back when that holder speaks for it (fast
+    /// failover), and then the guard does not judge it.
+    pub fn on_claims(
+        &mut self,
+        claims: &[LanClaim],
+        desired: &DesiredSet,
+        held: Held<'_>,
+        fresh: bool,
+        mut holder_claims: impl FnMut(IpAddr, Option<&str>) -> bool,
+    ) -> After {
+        let held_ips = held.ips();
+        let now = Instant::now().into_std();
+        let mut after = After::Nothing;
+        for claim in claims {
+            let who = sighting(desired, held, claim.mac, claim.ifindex, None);
+            if claim.kind == ClaimKind::Uses && holder_claims(claim.ip, who.node.as_deref()) {
+                after = After::Reconcile;
+                continue;
+            }
+            let (ip, mac, ifname) = (claim.ip, claim.mac, who.ifname.clone());
+            let link = own_link(desired, held, ip);
+            let verdict = self
+                .guard
+                .observe(claim, who, desired, &held_ips, fresh, link, now);
+            let needs = match &verdict {
+                Verdict::Ignore | Verdict::Elsewhere => After::Nothing,
+                Verdict::Defend { .. } | Verdict::Defended | Verdict::Taken => After::Publish,
+                Verdict::Yield { .. } | Verdict::Remove => After::Reconcile,
+            };
+            match &verdict {
+                Verdict::Ignore => continue,
+                Verdict::Elsewhere => {
+                    self.metrics.inc_claim_elsewhere();
+                    debug!(%ip, interface = %ifname, %mac, "a claim heard on another link than the address's own: ignored");
+                    continue;
+                }
+                Verdict::Yield { node } => {
+                    self.metrics.inc_yield();
+                    warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is stale: yielding it");
+                }
+                Verdict::Remove => {
+                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is stale: removing it");
+                }
+                Verdict::Defend { node: Some(node) } => {
+                    self.defend(held, ip);
+                    warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is fresh: defended");
+                }
+                Verdict::Defend { node: None } => {
+                    self.defend(held, ip);
+                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is fresh: defended, kept");
+                }
+                Verdict::Defended => {
+                    debug!(%ip, %mac, "claimed again within the defence interval")
+                }
+                Verdict::Taken => {
+                    warn!(%ip, interface = %ifname, %mac, "another host claims an IP being probed: not taken")
+                }
+            }
+            after = after.max(needs);
+        }
+        after
+    }
+
+    /// Sends one defence of held `ip` from its link's MAC.
+    fn defend(&self, held: Held<'_>, ip: IpAddr) {
+        let Some(alias) = held.alias(ip) else {
+            return;
+        };
+        let mac = held
+            .host()
+            .and_then(|h| h.links.iter().find(|l| l.index == alias.ifindex))
+            .and_then(|l| l.mac);
+        let Some(mac) = mac else {
+            debug!(alias = %alias, "link has no Ethernet address: no defence");
+            return;
+        };
+        match self.lan.defend(alias.ifindex, Mac(mac), ip) {
+            Ok(()) => self.metrics.inc_defence(),
+            Err(e) => warn!(alias = %alias, error = %e, "defence not sent"),
+        }
+    }
+
+    /// Tells the LAN port the links (with our MACs), and the IPs held when they changed.
+    pub fn tell(&mut self, desired: &DesiredSet, held: Held<'_>) {
+        if let Some(host) = held.host() {
+            // The node's own links only: no socket (and thread) per pod veth or CNI
+            // bridge, and no MAC of theirs in the report. A link an L2 alias is on counts
+            // as the node's whatever its kind (`--interface` or the pool's `interface`
+            // may name a veth or bridge without an address of the node).
+            let carrying: BTreeSet<u32> = held
+                .aliases()
+                .filter(|a| !desired.is_routed(a.ip))
+                .map(|a| a.ifindex)
+                .collect();
+            let interfaces: Vec<(u32, Mac)> = host
+                .links
+                .iter()
+                .filter(|l| host::is_node_link(host, l) || carrying.contains(&l.index))
+                .filter_map(|l| Some((l.index, Mac(l.mac?))))
+                // Loopback's all-zero address is no Ethernet interface.
+                .filter(|(_, mac)| mac.0 != [0; 6])
+                .collect();
+            // Every time, not only on a change: the port retries there the sockets it
+            // could not open (cheap when nothing changed).
+            self.lan.set_interfaces(&interfaces);
+            self.interfaces = interfaces;
+        }
+        // Routed (L3) addresses are on no LAN: nobody else's claim is news for them.
+        let mut watched: Vec<IpAddr> = held.ips().into_iter().collect();
+        watched.retain(|ip| !desired.is_routed(*ip));
+        if watched != self.watched {
+            self.lan.set_watched(&watched);
+            self.watched = watched;
+        }
+    }
+}
+
+/// The link `ip`'s claims count on: its alias's, else the one its alias would go on (where
+/// a first claim is probed). `None`: no such link.
+fn own_link(desired: &DesiredSet, held: Held<'_>, ip: IpAddr) -> Option<u32> {
+    // Per claim, and a flood of forged claims must stay cheap: a look-up, not a scan.
+    if let Some(alias) = held.alias(ip) {
+        return Some(alias.ifindex);
+    }
+    let host = held.host()?;
+    probe_link(
+        &Interfaces::of(host),
+        desired,
+        held.interface_override(),
+        ip,
+        None,
+    )
+    .map(|(link, _)| link.index)
+}
+
+/// Who `mac` is, seen on `ifindex`.
+fn sighting(
+    desired: &DesiredSet,
+    held: Held<'_>,
+    mac: Mac,
+    ifindex: u32,
+    ifname: Option<&str>,
+) -> Sighting {
+    let ifname = ifname.map(str::to_owned).unwrap_or_else(|| {
+        held.host()
+            .and_then(|h| h.links.iter().find(|l| l.index == ifindex))
+            .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
+    });
+    Sighting {
+        mac,
+        node: desired.node_of_mac(mac).map(str::to_owned),
+        ifindex,
+        ifname,
+    }
+}
+
+/// The link and our MAC on it to probe `ip` on: where the conflict was seen (`hint`), else
+/// the interface the alias would go on. `None`: no such link, or it has no Ethernet address.
+fn probe_link<'a>(
+    interfaces: &Interfaces<'a>,
+    desired: &DesiredSet,
+    interface_override: Option<&str>,
+    ip: IpAddr,
+    hint: Option<u32>,
+) -> Option<(&'a Link, Mac)> {
+    let host = interfaces.host();
+    let link = match hint.and_then(|i| host.links.iter().find(|l| l.index == i)) {
+        Some(link) => link,
+        None => interfaces
+            .choose(ip, interface_override, desired.interface(ip))
+            .ok()?,
+    };
+    Some((link, Mac(link.mac?)))
+}
