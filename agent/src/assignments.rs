@@ -87,6 +87,12 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
     for (mac, node) in &assignments.node_macs {
         set.add_node_mac(*mac, node);
     }
+    for (node, peer) in assignments.peers {
+        for mac in &peer.macs {
+            set.add_node_mac(*mac, &node);
+        }
+        set.add_peer(node, peer);
+    }
     set
 }
 
@@ -154,7 +160,7 @@ impl Listing {
 /// What the objects say right now.
 enum Reading {
     /// A set.
-    Set(DesiredSet),
+    Set(Box<DesiredSet>),
     /// The index, or a shard it counts, is missing.
     Missing,
     /// An object cannot be read.
@@ -215,7 +221,7 @@ impl Assignment {
         };
         if value(named, keys::SHARDS_KEY).is_none() {
             return match desired_from(Some(named)) {
-                Ok(set) => Reading::Set(set),
+                Ok(set) => Reading::Set(Box::new(set)),
                 Err(e) => Reading::Unreadable(e.to_string()),
             };
         }
@@ -231,8 +237,9 @@ impl Assignment {
             Some(value(cm, keys::ASSIGNMENTS_KEY).unwrap_or(""))
         };
         let macs = value(index, keys::NODE_MACS_KEY).unwrap_or("");
-        match shards::read_index(&index_name, count, macs, shard) {
-            Ok(Some(assignments)) => Reading::Set(set_of(assignments)),
+        let peers = value(index, keys::PEERS_KEY).unwrap_or("");
+        match shards::read_index(&index_name, count, macs, peers, shard) {
+            Ok(Some(assignments)) => Reading::Set(Box::new(set_of(assignments))),
             Ok(None) => Reading::Missing,
             Err(e) => Reading::Unreadable(e),
         }
@@ -243,7 +250,7 @@ impl Assignment {
     /// marked as such (nothing read yet: nothing assigned).
     fn read(&mut self) -> Option<bool> {
         let set = match self.reading() {
-            Reading::Set(set) => Arc::new(set),
+            Reading::Set(set) => Arc::new(*set),
             Reading::Missing => {
                 let mut kept = self.good.clone().unwrap_or_default();
                 if !kept.object_missing() && !kept.is_empty() {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use aliaslb_core::assignment::{OpenPort, Peer};
+use aliaslb_core::assignment::{OpenPort, Peer, PeerNode};
 use aliaslb_core::mac::Mac;
 
 /// The IPs this node should carry, each with the interface the assignment names, if any,
@@ -30,6 +30,9 @@ pub struct DesiredSet {
     relays: BTreeMap<IpAddr, Peer>,
     /// Virtual-MAC pools: the MAC each of their IPs is answered from (on a macvlan).
     vmacs: BTreeMap<IpAddr, Mac>,
+    /// Fast L2 failover: the nodes this node exchanges adverts and acks with, with their
+    /// keys (the only senders it believes) and relay roles.
+    peer_nodes: BTreeMap<String, PeerNode>,
     /// The assignment object is missing: this is the last set read, kept
     /// ([`crate::assignments`]).
     object_missing: bool,
@@ -132,6 +135,16 @@ impl DesiredSet {
         self.node_macs.get(&mac).map(String::as_str)
     }
 
+    /// Records `node` as a LAN peer: its key, MACs and what this node relays for it.
+    pub fn add_peer(&mut self, node: String, peer: PeerNode) {
+        self.peer_nodes.insert(node, peer);
+    }
+
+    /// The LAN peers, by name.
+    pub fn peer_nodes(&self) -> &BTreeMap<String, PeerNode> {
+        &self.peer_nodes
+    }
+
     /// Adds `ip` as an IP this node stands by for (not held).
     pub fn add_standby(&mut self, ip: IpAddr, line: StandbyLine) {
         self.standby.insert(ip, line);
@@ -212,10 +225,11 @@ impl DesiredSet {
         self.object_missing
     }
 
-    /// This set with no IP left (the node MACs and the missing mark stay).
+    /// This set with no IP left (the node MACs, the peers and the missing mark stay).
     pub fn without_ips(&self) -> DesiredSet {
         DesiredSet {
             node_macs: self.node_macs.clone(),
+            peer_nodes: self.peer_nodes.clone(),
             object_missing: self.object_missing,
             ..DesiredSet::default()
         }

@@ -18,10 +18,11 @@ use aliaslb_agent::http::{AgentProbes, Health};
 use aliaslb_agent::kernel::backend::{Lifetime, REQUEST_TIMEOUT, Timed};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
-use aliaslb_agent::l2::failover::wire::Wire;
+use aliaslb_agent::l2::failover::wire::{Signer, Wire};
 use aliaslb_agent::l2::failover::{FailoverConfig, FailoverSetup, FastFailover};
 use aliaslb_agent::l2::guard::{GuardConfig, LanGuard, LanGuardSetup};
 use aliaslb_agent::l2::lan::{LanWatch, ProbeConfig};
+use aliaslb_agent::l2::returning;
 use aliaslb_agent::l3::routing::{DaemonSpec, DaemonView};
 use aliaslb_agent::l3::{self, Routed};
 use aliaslb_agent::metrics::Metrics;
@@ -68,6 +69,15 @@ async fn main() -> anyhow::Result<()> {
         advert_port,
         advert_interval,
     } = settings;
+    // First of all, before the kernel answers for an IP another node may hold now: a
+    // returning holder asks the LAN first. The LAN: one AF_PACKET socket per interface
+    // watches claims for the held IPs, and first claims are probed through it.
+    let (netlink, routed_device) = start_kernel(&routed_device).await?;
+    let (lan, claims) = LanWatch::start();
+    let nft = host_port_shield.then(NftBackend::default);
+    let returning = returning::ask_the_lan_first(&netlink, nft.as_ref(), &lan, &routed_device)
+        .await
+        .context("asking the LAN about the aliases of a run before")?;
     let shield = start_shield(host_port_shield).await?;
     let client = aliaslb_ops::api::client()
         .await
@@ -86,12 +96,15 @@ async fn main() -> anyhow::Result<()> {
         desired_tx,
     ));
     let holders = LeaseHolderCheck::new(client.clone(), &agent_namespace);
+    // Fast L2 failover: this node's own signing key, made now, never leaving the process.
+    let signer = Signer::generate()
+        .map_err(anyhow::Error::msg)
+        .context("making this node's advert key")?;
     let (wire, heard) = Wire::start(
         &node_name,
         advert_port,
         advert_interval,
-        client.clone(),
-        &namespace,
+        signer.clone(),
         metrics.failover.clone(),
     );
     let lease = heartbeat::Heartbeat::new(
@@ -122,17 +135,6 @@ async fn main() -> anyhow::Result<()> {
     // The kernel side and the parts.
     let announcer = Announcer::new(AnnounceConfig::default());
     metrics.lan.track_announcer(announcer.clone());
-    let netlink = NetlinkBackend::connect().context("opening the netlink socket")?;
-    let (routed_device, fallback) = netlink.routed_device(&routed_device).await;
-    match fallback {
-        Some(e) => warn!(
-            error = %e,
-            "L3 mode: cannot create or set up the routed device, routed addresses go on lo \
-             (the kernel may lack the dummy driver); the routing daemon must export lo's \
-             host routes in the pools"
-        ),
-        None => info!(device = %routed_device, "L3 mode: routed addresses go on this device"),
-    }
     let routed = start_l3(&routing_daemon, refresh_interval, &metrics)?;
     let aliases = AliasManager::new(
         Timed::new(netlink, REQUEST_TIMEOUT),
@@ -145,28 +147,30 @@ async fn main() -> anyhow::Result<()> {
     .with_announcer(announcer.clone())
     .with_shield(shield);
     let changes = watch_changes().context("subscribing to netlink address and link changes")?;
-    // The LAN: one AF_PACKET socket per interface watches claims for the held IPs, and
-    // first claims are probed through it.
-    let (lan, claims) = LanWatch::start();
     metrics.lan.track_lan(lan.clone());
     let lan = Arc::new(lan);
+    let mut guard = LanGuard::new(LanGuardSetup {
+        lan: lan.clone(),
+        claims,
+        guard: GuardConfig::default(),
+        probe: ProbeConfig::default(),
+        recheck: ProbeConfig::quick(),
+        announcer: Some(announcer),
+        metrics: metrics.lan.clone(),
+    });
+    guard.returning(returning.to_recheck());
     let mut agent = Agent::new(
         aliases,
         Parts {
-            lan: LanGuard::new(LanGuardSetup {
-                lan: lan.clone(),
-                claims,
-                guard: GuardConfig::default(),
-                probe: ProbeConfig::default(),
-                announcer: Some(announcer),
-                metrics: metrics.lan.clone(),
-            }),
+            lan: guard,
             failover: FastFailover::new(FailoverSetup {
                 node: node_name,
-                config: FailoverConfig::new(advert_interval),
+                config: FailoverConfig::new(advert_interval, alias_lifetime),
                 lan,
                 heard,
                 streams: wire.streams(),
+                trust: Some(wire.trust()),
+                key: advert_port.map(|_| signer.public_key()),
                 holders: Some(Arc::new(holders)),
                 metrics: metrics.failover.clone(),
             }),
@@ -228,6 +232,22 @@ async fn main() -> anyhow::Result<()> {
             "shutdown did not finish within --shutdown-timeout {shutdown_timeout:?}; remaining aliases expire with their lifetime"
         ),
     }
+}
+
+/// The netlink socket and the routed device (L3 mode's).
+async fn start_kernel(routed_device: &str) -> anyhow::Result<(NetlinkBackend, String)> {
+    let netlink = NetlinkBackend::connect().context("opening the netlink socket")?;
+    let (routed_device, fallback) = netlink.routed_device(routed_device).await;
+    match fallback {
+        Some(e) => warn!(
+            error = %e,
+            "L3 mode: cannot create or set up the routed device, routed addresses go on lo \
+             (the kernel may lack the dummy driver); the routing daemon must export lo's \
+             host routes in the pools"
+        ),
+        None => info!(device = %routed_device, "L3 mode: routed addresses go on this device"),
+    }
+    Ok((netlink, routed_device))
 }
 
 /// Says the settings the agent starts with.

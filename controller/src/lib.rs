@@ -1,12 +1,12 @@
 //! aliaslb-controller as a library: the parts the binaries and integration tests share.
 
-pub mod advert_key;
 pub mod cli;
 pub mod config;
 pub mod context;
 pub mod fence;
 pub mod http;
 pub mod leader;
+pub mod legacy_key;
 pub mod metrics;
 pub mod node_assignments;
 pub mod observe;

@@ -58,12 +58,10 @@ async fn main() -> anyhow::Result<()> {
         wait_true(http_stopped),
     ));
 
-    if controller.fast_failover {
-        tokio::spawn(aliaslb_controller::advert_key::keep(
-            client.clone(),
-            controller.namespace.clone(),
-        ));
-    }
+    tokio::spawn(aliaslb_controller::legacy_key::delete(
+        client.clone(),
+        controller.namespace.clone(),
+    ));
     let identity = leader_config.identity.clone();
     let (leadership, elector) = leader::start(client.clone(), leader_config);
     let ctx = Context::new(

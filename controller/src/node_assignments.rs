@@ -8,7 +8,8 @@
 //! wrote), [`render_node`] (a node's objects and the order they are written in),
 //! [`read_node`] (a node's objects read back as its agent reads them), [`trusted_nodes`]
 //! (which node holds which Service's IP, for the import at the start of a leadership
-//! term), [`node_macs`] (every node's MACs, from the agent reports). [`apply`] is the thin
+//! term), [`Identities`] (each node's signing key and MACs, from its own report, as its
+//! peers' indexes list them). [`apply`] is the thin
 //! writer: one server-side apply per object whose data changed, behind the leader fence and
 //! the write timeout. A change writes the one shard its line is in (~25 KB at most), not the
 //! node's whole list. A node whose last IP left keeps its objects with empty lists: "nothing
@@ -25,19 +26,25 @@
 //! still has to do, and an agent that restarts (or loses the alias) later re-adds an
 //! address it already owned without probing for it.
 //!
-//! **Node MACs.** Every index also lists, under [`keys::NODE_MACS_KEY`], the MAC of every
-//! interface of every agent report (fresh or stale: a node partitioned from the API still
-//! answers on the LAN) with its node's name, so an agent tells another node's ARP/NDP
-//! claim from a foreign host's. The list is the same in every index: a change of MACs (a
-//! node joins, leaves or changes a NIC) rewrites every node's index once, N writes of
-//! ~30 bytes x interfaces x N each; MACs change rarely, so that is cheap next to the IP
-//! changes the objects carry anyway.
+//! **Peers.** Every index also lists, under [`keys::PEERS_KEY`], the node's LAN peers (the
+//! standbys and relays of the IPs it holds, the holders of those it stands by for or
+//! relays), each with the key its agent signs fast-failover adverts with and its MACs, as
+//! that agent's own report says (fresh or stale: a node partitioned from the API still
+//! answers on the LAN). An agent believes adverts and acks from these peers only, with
+//! these keys, and tells another node's ARP/NDP claim from a foreign host's by their MACs.
+//! One node's key or MACs changing rewrites the indexes of its peers only, and a MAC list
+//! that flaps is taken at most once per [`MAC_HOLD`] ([`Identities`]): one node's churn
+//! costs writes bounded by its peers, never one per node of the cluster. (Indexes of
+//! earlier releases listed every node's MACs under [`keys::NODE_MACS_KEY`]; it is dropped
+//! at the next write.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
+use aliaslb_core::advert::PublicKey;
 use aliaslb_core::assignment::shards::{self, LEGACY_MARKER, Sharded};
-use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, Protocol};
+use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, PeerNode, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::{Mac, virtual_mac};
 use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
@@ -58,8 +65,11 @@ pub struct ObjectData {
     /// [`keys::ASSIGNMENTS_KEY`]: the IP lines of a shard (or of a node in the
     /// single-object format), [`LEGACY_MARKER`] in an index.
     pub ips: String,
-    /// [`keys::NODE_MACS_KEY`]: every node's MACs (an index, a single object).
+    /// [`keys::NODE_MACS_KEY`]: every node's MACs (an index of earlier releases, a single
+    /// object): read, never written.
     pub node_macs: Option<String>,
+    /// [`keys::PEERS_KEY`]: the node's LAN peers (an index).
+    pub peers: Option<String>,
     /// [`keys::SHARDS_KEY`]: the shard count (an index only).
     pub shards: Option<String>,
 }
@@ -71,6 +81,7 @@ impl ObjectData {
         ObjectData {
             ips: key(keys::ASSIGNMENTS_KEY).unwrap_or_default(),
             node_macs: key(keys::NODE_MACS_KEY),
+            peers: key(keys::PEERS_KEY),
             shards: key(keys::SHARDS_KEY),
         }
     }
@@ -98,6 +109,7 @@ pub fn read_node(node: &str, objects: &NodeObjects) -> Result<NodeAssignments, S
         return Err(format!("{index_name} is missing"));
     };
     let macs = index.node_macs.as_deref().unwrap_or("");
+    let peers = index.peers.as_deref().unwrap_or("");
     let Some(count) = index.shards.as_deref() else {
         let mut assignments = NodeAssignments::parse(&index.ips).map_err(|e| e.to_string())?;
         assignments
@@ -109,7 +121,7 @@ pub fn read_node(node: &str, objects: &NodeObjects) -> Result<NodeAssignments, S
         let name = keys::assignment_shard_configmap(node, k);
         objects.get(&name).map(|o| o.ips.as_str())
     };
-    shards::read_index(&index_name, count, macs, shard)?
+    shards::read_index(&index_name, count, macs, peers, shard)?
         .ok_or_else(|| format!("a shard of the {count} {index_name} lists is missing"))
 }
 
@@ -154,7 +166,8 @@ pub fn render_node(
         .collect();
     let index = ObjectData {
         ips: LEGACY_MARKER.to_owned(),
-        node_macs: Some(assignments.render_node_macs()),
+        node_macs: None,
+        peers: Some(assignments.render_peers()),
         shards: Some(count.to_string()),
     };
     out.push((keys::assignment_configmap(node), index, Round::Index));
@@ -211,16 +224,107 @@ pub fn render_shards(
     Some(out)
 }
 
-/// The MAC of every interface of every agent report, fresh or stale, with its node. A MAC
-/// two nodes report (which should not happen) is given to the first by name.
-pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, String> {
-    let mut out = BTreeMap::new();
-    for (node, report) in reports {
-        for mac in report.macs() {
-            out.entry(mac).or_insert_with(|| node.clone());
+/// How long a node's MAC list, once changed in its peers' indexes, is not changed there
+/// again: a link that comes and goes (an SR-IOV VF, a macvtap, a compromised node flipping
+/// its list) costs its peers one write per this, not one per flap.
+pub const MAC_HOLD: Duration = Duration::from_secs(10);
+
+/// What a node's peers' indexes say of it: its agent's signing key and its MACs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// The key its agent signs adverts and acks with (`None`: it reports none).
+    pub key: Option<PublicKey>,
+    /// Its MACs.
+    pub macs: BTreeSet<Mac>,
+}
+
+impl Identity {
+    /// What `report` says of its node.
+    pub fn of(report: &AgentReport) -> Self {
+        Identity {
+            key: report.key,
+            macs: report.macs().collect(),
         }
     }
-    out
+}
+
+/// Each node's [`Identity`] as its peers' indexes list it, from its agent's report (fresh
+/// or stale). A new key (a restarted agent) goes out at once: its adverts are believed only
+/// once its peers have it. A new MAC list goes out at once too, unless the node's list
+/// changed less than [`MAC_HOLD`] ago: then it waits for the end of that hold
+/// ([`Identities::next_due`]).
+#[derive(Debug, Default)]
+pub struct Identities {
+    in_force: BTreeMap<String, Identity>,
+    /// When each node's MAC list last changed in force.
+    macs_changed: HashMap<String, Instant>,
+}
+
+impl Identities {
+    /// Moves to what `reports` say at `now`; returns the nodes whose identity in force
+    /// changed (their peers' indexes are to be written).
+    pub fn update(
+        &mut self,
+        reports: &BTreeMap<String, AgentReport>,
+        now: Instant,
+    ) -> BTreeSet<String> {
+        let mut changed: BTreeSet<String> = self
+            .in_force
+            .keys()
+            .filter(|node| !reports.contains_key(*node))
+            .cloned()
+            .collect();
+        for node in &changed {
+            self.in_force.remove(node);
+            self.macs_changed.remove(node);
+        }
+        for (node, report) in reports {
+            let wanted = Identity::of(report);
+            let current = self.in_force.get(node);
+            if current == Some(&wanted) {
+                continue;
+            }
+            let mut next = wanted;
+            if let Some(current) = current
+                && current.macs != next.macs
+            {
+                let held = self
+                    .macs_changed
+                    .get(node)
+                    .is_some_and(|at| now.saturating_duration_since(*at) < MAC_HOLD);
+                if held {
+                    next.macs = current.macs.clone();
+                } else {
+                    self.macs_changed.insert(node.clone(), now);
+                }
+            }
+            if current != Some(&next) {
+                self.in_force.insert(node.clone(), next);
+                changed.insert(node.clone());
+            }
+        }
+        changed
+    }
+
+    /// When a MAC list held back may go out (the loop must look again by then).
+    pub fn next_due(&self, reports: &BTreeMap<String, AgentReport>) -> Option<Instant> {
+        self.macs_changed
+            .iter()
+            .filter(|(node, _)| {
+                let wanted = reports
+                    .get(*node)
+                    .map(|r| r.macs().collect::<BTreeSet<Mac>>());
+                let current = self.in_force.get(*node).map(|i| &i.macs);
+                wanted.as_ref() != current
+            })
+            .map(|(_, at)| *at + MAC_HOLD)
+            .min()
+    }
+
+    /// The identity of `node` in force.
+    pub fn get(&self, node: &str) -> Option<&Identity> {
+        self.in_force.get(node)
+    }
 }
 
 /// The node an assignment ConfigMap (an index or a shard) is for, from its name.
@@ -244,30 +348,42 @@ fn open_ports(view: &ServiceView) -> impl Iterator<Item = OpenPort> + '_ {
 /// What the nodes `only` (every node when `None`) must carry according to `plans`: each
 /// Service with a node gets its IPs there, with its ports (from its view, if given) and
 /// the pool's interface, `probe` on the first claims (`probe`); with `standbys`, each L2
-/// line names its standby (`peer=`) and the standby node gets the line as `standby=`
-/// (fast L2 failover); a pool with `virtualMAC` gives both lines the IP's `vmac=`. Every
-/// node's object lists `macs`. A node in `only` that carries
-/// nothing is missing from the result.
+/// line names its standby (`peer=`) and relay (`relay=`), the standby node gets the line
+/// as `standby=` (fast L2 failover), and the holder, standby and relay list each other
+/// among their peers with the identities `identities` gives (the relay with the standbys
+/// it forwards the holder's adverts to); a pool with `virtualMAC` gives both lines the
+/// IP's `vmac=`. A node in `only` that carries nothing and is no one's peer is missing
+/// from the result.
 pub fn desired<'a>(
     plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan, Option<&'a ServiceView>)>,
     probe: &BTreeSet<IpAddr>,
-    macs: &BTreeMap<Mac, String>,
+    identities: &Identities,
     only: Option<&BTreeSet<String>>,
     standbys: bool,
 ) -> BTreeMap<String, NodeAssignments> {
     let mut nodes: BTreeMap<String, NodeAssignments> = BTreeMap::new();
     let wanted = |node: &str| only.is_none_or(|only| only.contains(node));
-    fn of<'n>(
+    // `node` lists `peer` (its key and MACs, as in force) among its peers, if `node` is
+    // wanted.
+    fn add_peer<'n>(
         nodes: &'n mut BTreeMap<String, NodeAssignments>,
+        identities: &Identities,
+        wanted: impl Fn(&str) -> bool,
         node: &str,
-        macs: &BTreeMap<Mac, String>,
-    ) -> &'n mut NodeAssignments {
-        nodes
-            .entry(node.to_owned())
-            .or_insert_with(|| NodeAssignments {
-                node_macs: macs.clone(),
-                ..NodeAssignments::default()
-            })
+        peer: &str,
+    ) -> Option<&'n mut PeerNode> {
+        if !wanted(node) || node == peer {
+            return None;
+        }
+        let entry = nodes.entry(node.to_owned()).or_default();
+        Some(entry.peers.entry(peer.to_owned()).or_insert_with(|| {
+            let identity = identities.get(peer).cloned().unwrap_or_default();
+            PeerNode {
+                key: identity.key,
+                macs: identity.macs,
+                relay_to: BTreeSet::new(),
+            }
+        }))
     }
     for (key, plan, view) in plans {
         // L2: the one elected node; L3: every announcing node, each line marked `bgp`.
@@ -277,13 +393,15 @@ pub fn desired<'a>(
         };
         let standby = plan.standby.as_ref().filter(|_| standbys && !bgp);
         let standby_wanted = standby.is_some_and(|s| wanted(&s.node));
-        if !targets.iter().any(|n| wanted(n)) && !standby_wanted {
+        let relay = standby.and_then(|s| s.relay.as_ref());
+        let relay_wanted = relay.is_some_and(|(r, _)| wanted(r));
+        if !targets.iter().any(|n| wanted(n)) && !standby_wanted && !relay_wanted {
             continue;
         }
         let ports: Vec<OpenPort> = view.map(|v| open_ports(v).collect()).unwrap_or_default();
         let service = key.to_string();
         for node in targets.iter().filter(|n| wanted(n)) {
-            let assignments = of(&mut nodes, node, macs);
+            let assignments = nodes.entry(node.to_string()).or_default();
             for ip in &plan.ips {
                 assignments.assign(
                     *ip,
@@ -305,9 +423,22 @@ pub fn desired<'a>(
             }
         }
         // The holder (`targets` is that one node in L2 mode) is never its own standby.
-        if let Some(s) = standby.filter(|s| standby_wanted && !targets.contains(&s.node)) {
-            let holder = &targets[0];
-            let assignments = of(&mut nodes, &s.node, macs);
+        let Some(s) = standby.filter(|s| !targets.contains(&s.node)) else {
+            continue;
+        };
+        let holder = &targets[0];
+        add_peer(&mut nodes, identities, wanted, holder, &s.node);
+        add_peer(&mut nodes, identities, wanted, &s.node, holder);
+        if let Some((relay, _)) = relay {
+            add_peer(&mut nodes, identities, wanted, holder, relay);
+            if let Some(entry) = add_peer(&mut nodes, identities, wanted, relay, holder) {
+                entry
+                    .relay_to
+                    .extend(plan.ips.iter().filter_map(|ip| peer_of(s, *ip)));
+            }
+        }
+        if standby_wanted {
+            let assignments = nodes.entry(s.node.to_string()).or_default();
             for (ip, _) in &s.addresses {
                 assignments.assign(
                     *ip,
@@ -464,6 +595,9 @@ pub async fn apply(
     if let Some(macs) = &data.node_macs {
         values.insert(keys::NODE_MACS_KEY.into(), macs.clone().into());
     }
+    if let Some(peers) = &data.peers {
+        values.insert(keys::PEERS_KEY.into(), peers.clone().into());
+    }
     if let Some(count) = &data.shards {
         values.insert(keys::SHARDS_KEY.into(), count.clone().into());
     }
@@ -544,13 +678,13 @@ mod tests {
     fn desired_all(
         output: &PlanOutput,
         views: &HashMap<&ServiceKey, &ServiceView>,
-        macs: &BTreeMap<Mac, String>,
+        identities: &Identities,
     ) -> BTreeMap<String, NodeAssignments> {
         let plans = output
             .services
             .iter()
             .map(|(key, plan)| (key, &**plan, views.get(key).copied()));
-        desired(plans, &output.probe, macs, None, true)
+        desired(plans, &output.probe, identities, None, true)
     }
 
     #[test]
@@ -567,7 +701,7 @@ mod tests {
         let d = desired(
             plans.iter().map(|(k, p)| (k, p, None)),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            &Identities::default(),
             Some(&only),
             true,
         );
@@ -594,7 +728,7 @@ mod tests {
         let d = desired(
             plans.iter().map(|(k, p)| (k, p, Some(&v))),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            &Identities::default(),
             None,
             true,
         );
@@ -607,13 +741,19 @@ mod tests {
             d["n2"].render(),
             "192.168.55.10 eth1 tcp:80 default/web standby=n1\n"
         );
+        // Peers: the holder lists its standby and relay, the standby its holder, the relay
+        // its holder with where it forwards the adverts; the relay carries no line.
+        assert_eq!(d["n1"].render_peers(), "n2 - -\nn3 - -\n");
+        assert_eq!(d["n2"].render_peers(), "n1 - -\n");
+        assert_eq!(d["n3"].render(), "");
+        assert_eq!(d["n3"].render_peers(), "n1 - - relay=n2@192.168.55.3\n");
         // A virtual-MAC pool: both lines name the MAC, the holder's and the standby's.
         let mut vmac = plans.clone();
         vmac[0].1.virtual_mac = true;
         let d_vmac = desired(
             vmac.iter().map(|(k, p)| (k, p, Some(&v))),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            &Identities::default(),
             None,
             true,
         );
@@ -636,12 +776,13 @@ mod tests {
             .collect();
         let trusted = trusted_nodes(&seen);
         assert_eq!(trusted[&ip("192.168.55.10")].0, "n1");
-        // Only n2 asked for: its standby line alone; fast failover off: no peer, no standby.
+        // Only n2 asked for: its standby line alone (and its peer); fast failover off: no
+        // peer, no standby, no relay.
         let only = BTreeSet::from(["n2".to_owned()]);
         let d = desired(
             plans.iter().map(|(k, p)| (k, p, Some(&v))),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            &Identities::default(),
             Some(&only),
             true,
         );
@@ -649,7 +790,7 @@ mod tests {
         let d = desired(
             plans.iter().map(|(k, p)| (k, p, Some(&v))),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            &Identities::default(),
             None,
             false,
         );
@@ -677,7 +818,7 @@ mod tests {
         let web_view = view(&web, &[(80, "TCP"), (443, "TCP")], &[]);
         let dns_view = view(&dns, &[(53, "UDP"), (0, "TCP"), (53, "QUIC")], &[]);
         let views = HashMap::from([(&web, &web_view), (&dns, &dns_view)]);
-        let d = desired_all(&output, &views, &BTreeMap::new());
+        let d = desired_all(&output, &views, &Identities::default());
         assert_eq!(
             d.keys().collect::<Vec<_>>(),
             vec!["n1"],
@@ -701,7 +842,7 @@ mod tests {
         output.probe.insert(ip("10.200.0.7"));
         let front_view = view(&front, &[(443, "TCP")], &[]);
         let views = HashMap::from([(&front, &front_view)]);
-        let d = desired_all(&output, &views, &BTreeMap::new());
+        let d = desired_all(&output, &views, &Identities::default());
         assert_eq!(d.keys().collect::<Vec<_>>(), vec!["n1", "n3"]);
         for node in ["n1", "n3"] {
             assert_eq!(d[node].render(), "10.200.0.7 - tcp:443 shop/front bgp\n");
@@ -725,14 +866,19 @@ mod tests {
     }
 
     #[test]
-    fn first_claims_say_probe_and_every_object_lists_every_nodes_macs() {
+    fn first_claims_say_probe_and_peers_are_listed_with_their_reported_keys_and_macs() {
+        use aliaslb_core::advert::SigningKey;
         use aliaslb_core::report::InterfaceReport;
         let web = ServiceKey::new("default", "web");
         let dns = ServiceKey::new("default", "dns");
         let mut output = PlanOutput::default();
-        output
-            .services
-            .insert(web.clone(), plan(&["10.0.0.1"], Some("n1"), None).into());
+        let mut web_plan = plan(&["10.0.0.1"], Some("n1"), None);
+        web_plan.standby = Some(Box::new(Standby {
+            node: "n3".into(),
+            addresses: vec![(ip("10.0.0.1"), ip("10.0.0.13"))],
+            relay: None,
+        }));
+        output.services.insert(web.clone(), web_plan.into());
         output
             .services
             .insert(dns.clone(), plan(&["10.0.0.2"], Some("n2"), None).into());
@@ -743,6 +889,7 @@ mod tests {
             subnets: Vec::new(),
             mac: mac.map(|m| m.parse().unwrap()),
         };
+        let key = SigningKey::generate().unwrap().public_key();
         let mut reports = BTreeMap::new();
         let n1 = AgentReport {
             interfaces: vec![
@@ -753,33 +900,89 @@ mod tests {
             ..AgentReport::default()
         };
         let n3 = AgentReport {
-            interfaces: vec![
-                interface("eth1", Some("02:00:00:00:03:01")),
-                interface("eth9", Some("02:00:00:00:01:01")),
-            ],
+            interfaces: vec![interface("eth1", Some("02:00:00:00:03:01"))],
+            key: Some(key),
             ..AgentReport::default()
         };
         reports.insert("n1".to_owned(), n1);
         reports.insert("n3".to_owned(), n3);
-        let macs = node_macs(&reports);
+        let mut identities = Identities::default();
+        let changed = identities.update(&reports, Instant::now());
+        assert_eq!(changed, BTreeSet::from(["n1".to_owned(), "n3".to_owned()]));
         let views = HashMap::new();
-        let d = desired_all(&output, &views, &macs);
-        assert_eq!(d["n1"].render(), "10.0.0.1 - - default/web\n");
+        let d = desired_all(&output, &views, &identities);
+        assert_eq!(
+            d["n1"].render(),
+            "10.0.0.1 - - default/web peer=n3@10.0.0.13\n"
+        );
         assert_eq!(
             d["n2"].render(),
             "10.0.0.2 - - default/dns probe\n",
             "a first claim"
         );
-        let listed = "02:00:00:00:01:00 n1\n02:00:00:00:01:01 n1\n02:00:00:00:03:01 n3\n";
-        for node in ["n1", "n2"] {
+        let index = |node: &str| {
             let objects = objects_of(node, &d[node]);
-            let index = &objects[&keys::assignment_configmap(node)];
-            assert_eq!(
-                index.node_macs.as_deref(),
-                Some(listed),
-                "{node}: every node's MACs, the first name wins"
-            );
+            objects[&keys::assignment_configmap(node)].clone()
+        };
+        assert_eq!(
+            index("n1").peers.as_deref(),
+            Some(format!("n3 {key} 02:00:00:00:03:01\n").as_str()),
+            "n1 lists its standby n3, with n3's own key and MACs"
+        );
+        assert_eq!(
+            index("n3").peers.as_deref(),
+            Some("n1 - 02:00:00:00:01:00,02:00:00:00:01:01\n"),
+            "n1 reports no key (an agent of before per-node keys)"
+        );
+        assert_eq!(index("n2").peers.as_deref(), Some(""), "n2 has no peer");
+        assert_eq!(
+            index("n1").node_macs,
+            None,
+            "no node's index lists every node's MACs"
+        );
+    }
+
+    /// A node's MACs flapping reach its peers' indexes at most once per [`MAC_HOLD`]; a new
+    /// key goes out at once; a node gone is dropped at once.
+    #[test]
+    fn identities_take_a_new_key_at_once_and_a_flapping_mac_list_once_per_hold() {
+        use aliaslb_core::advert::SigningKey;
+        let t0 = Instant::now();
+        let report = |macs: &[&str], key| AgentReport {
+            macs: macs.iter().map(|m| m.parse().unwrap()).collect(),
+            key,
+            ..AgentReport::default()
+        };
+        let key = Some(SigningKey::generate().unwrap().public_key());
+        let mut reports = BTreeMap::from([("n1".to_owned(), report(&["02:00:00:00:00:01"], key))]);
+        let mut ids = Identities::default();
+        assert_eq!(ids.update(&reports, t0).len(), 1);
+        assert!(ids.update(&reports, t0).is_empty(), "nothing new");
+        let mut written = 0;
+        // A VF that comes and goes every second for a minute.
+        for s in 1..=60u64 {
+            let macs: &[&str] = if s % 2 == 1 {
+                &["02:00:00:00:00:01", "02:00:00:00:00:02"]
+            } else {
+                &["02:00:00:00:00:01"]
+            };
+            reports.insert("n1".into(), report(macs, key));
+            let at = t0 + Duration::from_secs(s);
+            written += ids.update(&reports, at).len();
+            if let Some(due) = ids.next_due(&reports) {
+                assert!(due > at && due <= at + MAC_HOLD, "{due:?}");
+            }
         }
+        assert!(written <= 7, "{written} changes in 60 s of flapping");
+        // A new key: at once, even within a hold.
+        let new_key = Some(SigningKey::generate().unwrap().public_key());
+        reports.insert("n1".into(), report(&["02:00:00:00:00:01"], new_key));
+        let at = t0 + Duration::from_secs(61);
+        assert_eq!(ids.update(&reports, at).len(), 1);
+        assert_eq!(ids.get("n1").unwrap().key, new_key);
+        // Gone: dropped.
+        assert_eq!(ids.update(&BTreeMap::new(), at).len(), 1);
+        assert!(ids.get("n1").is_none());
     }
 
     /// The objects [`render_node`] gives `node` for `a`, by name, as the cache would show them.

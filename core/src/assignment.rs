@@ -35,16 +35,30 @@
 //! services, in any order, each at most once; an agent older than a flag refuses the whole
 //! object and keeps what it has, never misreads it.
 //!
-//! The index's key [`crate::keys::NODE_MACS_KEY`] lists the Ethernet addresses of every
-//! node's interfaces, as their agents report them, one `MAC NODE` line each: the agent tells
-//! another node claiming an IP (a handover) from a foreign host (a conflict) by it. A line
-//! format rather than JSON: ~45 bytes an IP, so a shard of 512 lines is ~25 KB. Pure:
-//! render and parse only.
+//! The index's key [`crate::keys::PEERS_KEY`] lists the node's **LAN peers**, the nodes
+//! it exchanges fast-failover adverts and acks with (the standbys and relays of the IPs it
+//! holds, the holders of the IPs it stands by for or relays), one line each:
+//!
+//! ```text
+//! alb-node-2 5d41402abc4b2a76b9719d911017c592aa96fe1b4c7d2f9e1a4a1b2c3d4e5f60 02:42:ac:11:00:02
+//! alb-node-3 - 02:42:ac:11:00:03,0a:58:0a:f4:00:01 relay=alb-node-2@192.168.55.102
+//! ```
+//!
+//! node, the public key its agent signs with (`-`: none reported, an agent older than
+//! per-node keys), its MACs (`-`: none), and `relay=STANDBY@ADDRESS,...` on a holder's line
+//! in its relay's index: the standbys this node forwards that holder's adverts to. A node
+//! believes an advert or ack only from a peer listed here, signed with the key listed here;
+//! it tells another node claiming an IP (a handover) from a foreign host (a conflict) by
+//! the peers' MACs. A node's key or MACs changing rewrites its peers' indexes only. (The
+//! index of earlier releases listed every node's MACs under [`crate::keys::NODE_MACS_KEY`],
+//! one `MAC NODE` line each; still read.) A line format rather than JSON: ~45 bytes an IP,
+//! so a shard of 512 lines is ~25 KB. Pure: render and parse only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
+use crate::advert::PublicKey;
 use crate::mac::{Mac, MacError};
 
 pub mod shards;
@@ -173,8 +187,25 @@ pub fn valid_node_name(name: &str) -> bool {
 pub struct NodeAssignments {
     /// The IPs, in address order.
     pub ips: BTreeMap<IpAddr, AssignedIp>,
-    /// The MACs of every node's interfaces, with the node's name.
+    /// The MACs of every node's interfaces, with the node's name (an index of earlier
+    /// releases; read, not written).
     pub node_macs: BTreeMap<Mac, String>,
+    /// The node's LAN peers, by name.
+    pub peers: BTreeMap<String, PeerNode>,
+}
+
+/// A node this node exchanges fast-failover adverts or acks with, as its index lists it
+/// under [`crate::keys::PEERS_KEY`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerNode {
+    /// The key its agent signs with; `None`: its agent reported none (older than
+    /// per-node keys, or adverts off), so nothing it sends is believed.
+    pub key: Option<PublicKey>,
+    /// Its MACs, as its agent reports them.
+    pub macs: BTreeSet<Mac>,
+    /// On a holder's line in its relay's index: the standbys this node forwards that
+    /// holder's adverts to, at these addresses.
+    pub relay_to: BTreeSet<Peer>,
 }
 
 /// A line of an assignment that cannot be read.
@@ -241,6 +272,86 @@ impl NodeAssignments {
             let _ = writeln!(out, "{mac} {node}");
         }
         out
+    }
+
+    /// The [`crate::keys::PEERS_KEY`] value: one line per peer, by name.
+    pub fn render_peers(&self) -> String {
+        let mut out = String::new();
+        for (node, peer) in &self.peers {
+            let _ = write!(out, "{node} ");
+            match &peer.key {
+                Some(key) => {
+                    let _ = write!(out, "{key} ");
+                }
+                None => out.push_str("- "),
+            }
+            if peer.macs.is_empty() {
+                out.push('-');
+            }
+            for (i, mac) in peer.macs.iter().enumerate() {
+                let _ = write!(out, "{}{mac}", if i == 0 { "" } else { "," });
+            }
+            for (i, to) in peer.relay_to.iter().enumerate() {
+                let _ = write!(out, "{}{to}", if i == 0 { " relay=" } else { "," });
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Reads the [`crate::keys::PEERS_KEY`] value into [`Self::peers`].
+    pub fn parse_peers(&mut self, text: &str) -> Result<(), AssignmentError> {
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |message: String| AssignmentError {
+                line: n + 1,
+                message: format!("{}: {message}", crate::keys::PEERS_KEY),
+                text: line.chars().take(200).collect(),
+            };
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            let (node, key, macs, relay) = match fields[..] {
+                [node, key, macs] => (node, key, macs, None),
+                [node, key, macs, relay] => (node, key, macs, Some(relay)),
+                _ => {
+                    return Err(err(format!(
+                        "expected 3 fields (node key macs) and an optional                          `relay=NODE@ADDRESS,...`, found {}",
+                        fields.len()
+                    )));
+                }
+            };
+            if !valid_node_name(node) {
+                return Err(err(format!("not a node name: {node}")));
+            }
+            let mut peer = PeerNode::default();
+            if key != "-" {
+                peer.key = Some(
+                    key.parse()
+                        .map_err(|e: crate::advert::KeyParseError| err(e.to_string()))?,
+                );
+            }
+            if macs != "-" {
+                for mac in macs.split(',') {
+                    peer.macs
+                        .insert(mac.parse().map_err(|e: MacError| err(e.to_string()))?);
+                }
+            }
+            if let Some(relay) = relay {
+                let list = relay
+                    .strip_prefix("relay=")
+                    .ok_or_else(|| err(format!("unknown flag `{relay}`: the flag is `relay=`")))?;
+                for to in list.split(',') {
+                    peer.relay_to
+                        .insert(parse_peer(to).map_err(|m| err(format!("relay={to}: {m}")))?);
+                }
+            }
+            if self.peers.insert(node.to_owned(), peer).is_some() {
+                return Err(err(format!("{node} is listed twice")));
+            }
+        }
+        Ok(())
     }
 
     /// Reads the [`crate::keys::NODE_MACS_KEY`] value into [`Self::node_macs`].
@@ -681,6 +792,70 @@ mod tests {
         assert_eq!(Protocol::from_service(Some("tcp")), None);
         for p in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
             assert_eq!(Protocol::from_lower(p.as_str()), Some(p));
+        }
+    }
+
+    #[test]
+    fn peers_render_and_read_back_and_bad_lines_say_why() {
+        let key: PublicKey = "5d41402abc4b2a76b9719d911017c592aa96fe1b4c7d2f9e1a4a1b2c3d4e5f60"
+            .parse()
+            .unwrap();
+        let mut a = NodeAssignments::new();
+        a.peers.insert(
+            "alb-node-2".into(),
+            PeerNode {
+                key: Some(key),
+                macs: [Mac([2, 0x42, 0xac, 0x11, 0, 2])].into(),
+                relay_to: BTreeSet::new(),
+            },
+        );
+        a.peers.insert(
+            "alb-node-3".into(),
+            PeerNode {
+                key: None,
+                macs: [
+                    Mac([2, 0x42, 0xac, 0x11, 0, 3]),
+                    Mac([0x0a, 0x58, 0x0a, 0xf4, 0, 1]),
+                ]
+                .into(),
+                relay_to: [
+                    Peer {
+                        node: "alb-node-2".into(),
+                        address: ip("192.168.55.102"),
+                    },
+                    Peer {
+                        node: "alb-node-4".into(),
+                        address: ip("192.168.55.104"),
+                    },
+                ]
+                .into(),
+            },
+        );
+        a.peers.insert("alb-node-5".into(), PeerNode::default());
+        let text = a.render_peers();
+        assert_eq!(
+            text,
+            "alb-node-2 5d41402abc4b2a76b9719d911017c592aa96fe1b4c7d2f9e1a4a1b2c3d4e5f60 \
+             02:42:ac:11:00:02\n\
+             alb-node-3 - 02:42:ac:11:00:03,0a:58:0a:f4:00:01 \
+             relay=alb-node-2@192.168.55.102,alb-node-4@192.168.55.104\n\
+             alb-node-5 - -\n"
+        );
+        let mut back = NodeAssignments::new();
+        back.parse_peers(&text).unwrap();
+        assert_eq!(back, a);
+        for (line, why) in [
+            ("alb-node-2", "expected 3 fields"),
+            ("Node_2 - -", "not a node name: Node_2"),
+            ("n2 abc -", "not a public key"),
+            ("n2 - 02:00", "02:00"),
+            ("n2 - - peer=n3@10.0.0.1", "unknown flag `peer=n3@10.0.0.1`"),
+            ("n2 - - relay=n3", "relay=n3: expected NODE@ADDRESS"),
+            ("n2 - -\nn2 - -", "n2 is listed twice"),
+        ] {
+            let e = NodeAssignments::new().parse_peers(line).unwrap_err();
+            assert!(e.to_string().contains(why), "{line:?}: {e}");
+            assert!(e.to_string().contains("peers"), "{e}");
         }
     }
 }

@@ -67,9 +67,13 @@ pub const DEFAULT_AGENT_NAMESPACE: &str = "aliaslb-agents";
 pub const LABEL_ASSIGNMENTS: &str = "aliaslb.io/node-assignment";
 /// Data key of an assignment ConfigMap ([`crate::assignment`]).
 pub const ASSIGNMENTS_KEY: &str = "ips";
-/// Data key of an assignment ConfigMap listing every node's MACs
-/// ([`crate::assignment::NodeAssignments::render_node_macs`]).
+/// Data key of an assignment index of earlier releases listing every node's MACs
+/// ([`crate::assignment::NodeAssignments::parse_node_macs`]); read, no longer written.
 pub const NODE_MACS_KEY: &str = "node-macs";
+/// Data key of a node's index listing its LAN peers: the nodes it exchanges fast-failover
+/// adverts and acks with, with their signing keys and MACs
+/// ([`crate::assignment::NodeAssignments::render_peers`]).
+pub const PEERS_KEY: &str = "peers";
 
 /// Data key of a node's index object: how many shards hold its IP lines
 /// ([`crate::assignment::shards`]). Absent: the single-object format of earlier releases,
@@ -129,11 +133,10 @@ pub fn assignment_node_label(node: &str) -> String {
     }
 }
 
-/// The Secret (in the controller's namespace) that holds the key of the fast-failover
-/// adverts: the controller creates it, agents read it ([`crate::advert`]).
-pub const ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
-/// Its data key.
-pub const ADVERT_KEY_DATA: &str = "key";
+/// The Secret of earlier releases that held the one key every node signed its adverts
+/// with: no longer read or written; the controller deletes it (each node signs with a key
+/// of its own now, [`crate::advert`]).
+pub const LEGACY_ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
 /// The UDP port of the fast-failover adverts.
 pub const DEFAULT_ADVERT_PORT: u16 = 7479;
 

@@ -54,6 +54,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::advert::PublicKey;
 use crate::mac::Mac;
 use crate::text;
 
@@ -112,6 +113,12 @@ pub struct AgentReport {
     /// them to every agent, which tells another node's claim from a foreign host's by them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub macs: Vec<Mac>,
+    /// Fast L2 failover: the public half of the key this agent signs its adverts and acks
+    /// with (made at its start, never leaving it); the controller writes it into the
+    /// assignments of the nodes that verify them. `None`: an agent older than per-node
+    /// keys, or adverts off (`--advert-port 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PublicKey>,
     /// L3 mode: the node's routing daemon as the agent last read it; `None`: the agent is
     /// told to read none (`--routing-daemon=none`), or is older than L3 mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -510,6 +517,11 @@ mod tests {
             }],
             shield: ShieldState::Active,
             macs: Vec::new(),
+            key: Some(
+                "5d41402abc4b2a76b9719d911017c592aa96fe1b4c7d2f9e1a4a1b2c3d4e5f60"
+                    .parse()
+                    .unwrap(),
+            ),
             routing: Some(RoutingReport {
                 daemon: "bird".into(),
                 error: None,
@@ -521,6 +533,11 @@ mod tests {
         let json = report.to_json();
         assert!(json.contains(r#""shield":"active""#), "{json}");
         assert!(json.contains(r#""mac":"82:1e:30:b2:c7:74""#), "{json}");
+        assert!(json.contains(r#""key":"5d41402a"#), "{json}");
+        let mut bad_key = json.replace("5d41402abc", "5d41402abz");
+        assert!(AgentReport::from_json(&bad_key).is_err());
+        bad_key = json.replace(r#""key":"5d41402abc"#, r#""key":"5d41"#);
+        assert!(AgentReport::from_json(&bad_key).is_err());
         let mut bad = report.clone();
         bad.conflicts[0].interface = Some("eth1:alb".into());
         let e = AgentReport::from_json(&bad.to_json()).unwrap_err();

@@ -879,54 +879,76 @@ pub fn failover_counters(n: u8) -> Result<Option<FailoverCounters>, Error> {
     Ok(text.map(|t| FailoverCounters::parse(&t)))
 }
 
-/// The Secret holding the advert key, in the controller's namespace (core's
-/// `keys::ADVERT_KEY_SECRET`).
-pub const ADVERT_KEY_SECRET: &str = "aliaslb-advert-key";
-/// What an agent logs once it has the advert key.
-const KEY_READ_LOG: &str = "advert key read";
+/// The key node `n`'s agent signs its adverts with, as its Lease report says (`None`: no
+/// Lease yet, or no key in it).
+pub fn agent_key(lab: &Lab, n: u8) -> Result<Option<String>, Error> {
+    let Some(lease) = agent_lease(lab, n)? else {
+        return Ok(None);
+    };
+    let report: Value = serde_json::from_str(&lease.report).unwrap_or(Value::Null);
+    Ok(report["key"].as_str().map(str::to_owned))
+}
 
-/// Waits up to `timeout` until the controller has created the advert key's Secret and
-/// every agent has logged reading it: agents started before the controller read it again
-/// every few seconds, and until then fail over by the Lease only. Returns what it saw, one
-/// line: a trial run should not start in that window, nor fail on a slow start.
+/// Node `n`'s peers as its index lists them: (peer node, key), `-` for no key.
+pub fn listed_peers(lab: &Lab, n: u8) -> Result<Vec<(String, String)>, Error> {
+    let name = format!("aliaslb-node-{}", node_name(n));
+    let peers = lab.kubectl(&[
+        "get",
+        "configmap",
+        "-n",
+        SYSTEM_NAMESPACE,
+        &name,
+        "--ignore-not-found",
+        "-o",
+        "jsonpath={.data.peers}",
+    ])?;
+    Ok(peers
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
+        })
+        .collect())
+}
+
+/// Waits up to `timeout` until every agent reports the key it signs with and every node's
+/// index lists each of its peers with that peer's current key (the controller relays them
+/// from the reports): until then a pair fails over by the Lease only. Returns what it saw,
+/// one line: a trial run should not start in that window, nor fail on a slow start.
 pub fn wait_advert_keys(lab: &Lab, timeout: Duration) -> Result<String, Error> {
     let t0 = Instant::now();
-    let ready = wait_for(
-        "the advert key Secret and every agent reading it",
-        timeout,
-        || {
-            let secret = lab.kubectl(&[
-                "get",
-                "secret",
-                "-n",
-                SYSTEM_NAMESPACE,
-                ADVERT_KEY_SECRET,
-                "--ignore-not-found",
-                "-o",
-                "name",
-            ])?;
-            if secret.trim().is_empty() {
-                return Ok(Err(format!("no Secret {ADVERT_KEY_SECRET}")));
+    let ready = wait_for("every agent's key in its peers' indexes", timeout, || {
+        let mut keys = std::collections::BTreeMap::new();
+        for n in NODES {
+            match agent_key(lab, n)? {
+                Some(key) => {
+                    keys.insert(node_name(n), key);
+                }
+                None => return Ok(Err(format!("{} reports no key", node_name(n)))),
             }
-            // The agent's log of its current run: from its last start on.
-            let without: Vec<u8> = NODES
-                .into_iter()
-                .filter(|&n| {
-                    let log = lab.log_tail(&format!("agent-{n}"), 400);
-                    let run = log.rsplit("aliaslb-agent starting").next().unwrap_or("");
-                    !run.contains(KEY_READ_LOG)
-                })
-                .collect();
-            Ok(if without.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("agents {without:?} have not read it"))
-            })
-        },
-    );
+        }
+        let mut peers = 0;
+        for n in NODES {
+            for (peer, key) in listed_peers(lab, n)? {
+                peers += 1;
+                if keys.get(&peer) != Some(&key) {
+                    return Ok(Err(format!(
+                        "{}'s index lists {peer} with key {key}, its agent reports {:?}",
+                        node_name(n),
+                        keys.get(&peer)
+                    )));
+                }
+            }
+        }
+        Ok(if peers == 0 {
+            Err("no node lists a peer yet".to_owned())
+        } else {
+            Ok(())
+        })
+    });
     match ready {
         Ok(()) => Ok(format!(
-            "every agent has the advert key ({} ms)",
+            "every peer has every agent's key ({} ms)",
             t0.elapsed().as_millis()
         )),
         Err(Error::Timeout { last, .. }) => Ok(format!(

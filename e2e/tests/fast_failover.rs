@@ -67,7 +67,7 @@ fn failover_on_the_lan_within_a_second_one_mac_at_a_time() -> Result<(), Error> 
     lab.apply(&namespace(NS))?;
     lab.add_pool(NS, &POOL)?;
     lab.apply(&lb_service(NS, SERVICE).to_yaml())?;
-    // The agents start before the controller creates the key and read it again every 5 s.
+    // Each agent makes its key at start; the controller relays it to its peers.
     println!("[fast] {}", wait_advert_keys(&lab, KEY_WAIT)?);
     // The lab's agents run with the defaults; restarted ones get the same lease explicitly.
     let launcher = Launcher::new(LEASE_DURATION)?;

@@ -585,6 +585,7 @@ mod tests {
             conflicts: vec![],
             shield: aliaslb_core::report::ShieldState::Active,
             macs: Vec::new(),
+            key: None,
             routing: None,
         };
         let acquired: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();

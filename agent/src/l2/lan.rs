@@ -92,6 +92,17 @@ impl Default for ProbeConfig {
 }
 
 impl ProbeConfig {
+    /// Two probes 15 ms apart and 30 ms listening: for an IP that someone may be holding
+    /// right now and that is unanswered meanwhile (a takeover's LAN check, a re-check of
+    /// an IP held before). A LAN answers in well under a millisecond.
+    pub fn quick() -> Self {
+        ProbeConfig {
+            count: 2,
+            interval: Duration::from_millis(15),
+            wait: Duration::from_millis(30),
+        }
+    }
+
     /// How long a probe takes when nobody answers.
     pub fn window(&self) -> Duration {
         self.interval * self.count.saturating_sub(1) + self.wait

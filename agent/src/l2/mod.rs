@@ -6,6 +6,7 @@
 //! - [`guard`]: the LAN guard (probe first claims, yield, defend, report).
 //! - [`failover`]: fast failover (adverts between holder and standby, takeovers and
 //!   step-downs).
+//! - [`returning`]: at start, the LAN asked about the aliases a run before left.
 //! - [`vmac`]: the macvlans of virtual-MAC pools.
 //! - [`metrics`]: the LAN's metrics (fast failover has its own).
 
@@ -14,6 +15,7 @@ pub mod failover;
 pub mod guard;
 pub mod lan;
 pub mod metrics;
+pub mod returning;
 pub mod vmac;
 
 use tokio::time::Instant;

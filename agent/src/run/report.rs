@@ -68,6 +68,7 @@ where
                 .collect::<BTreeSet<Mac>>()
                 .into_iter()
                 .collect(),
+            key: self.failover.key(),
             routing: self.routed.report(&self.sets.desired, &held),
             held,
         };

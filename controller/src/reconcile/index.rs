@@ -16,8 +16,8 @@ pub(super) struct Index {
     pub(super) on_node: HashMap<Arc<str>, BTreeSet<ServiceKey>>,
     /// The first claims of the last pass.
     pub(super) probe: BTreeSet<IpAddr>,
-    /// The node MACs every assignment object lists, as last rendered.
-    pub(super) macs: Option<String>,
+    /// Each node's signing key and MACs as its peers' indexes list them.
+    pub(super) identities: Identities,
     /// The resourceVersion of each assignment object (index or shard), as last seen.
     pub(super) assignment_versions: HashMap<String, Option<String>>,
     /// The uids of our Services, for Events on deleted ones (the uid is shared with the
@@ -26,16 +26,44 @@ pub(super) struct Index {
     pub(super) refs: HashMap<ServiceKey, Arc<str>>,
 }
 
+/// The nodes a plan concerns: the L2 node, the L3 announcers and the standby (each has a
+/// line of it), and the relay (a peer of the holder's, with nothing to carry).
+fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &Arc<str>> {
+    let standby = plan.standby.as_ref().map(|s| &s.node);
+    let relay = plan
+        .standby
+        .as_ref()
+        .and_then(|s| s.relay.as_ref())
+        .map(|(r, _)| r);
+    plan.node
+        .iter()
+        .chain(&plan.nodes)
+        .chain(standby)
+        .chain(relay)
+}
+
 impl Index {
+    /// The nodes whose indexes list `node` among their peers: those sharing a plan with
+    /// it.
+    pub(super) fn peers_of(&self, node: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for key in self.on_node.get(node).into_iter().flatten() {
+            if let Some(plan) = self.plans.get(key) {
+                out.extend(
+                    nodes_of(plan)
+                        .filter(|n| &***n != node)
+                        .map(|n| n.to_string()),
+                );
+            }
+        }
+        out
+    }
+
     /// Moves the pass's plans into [`Index::plans`] (`output.services` is empty
     /// after); returns what they touched: the nodes, and for each the IPs whose lines may
     /// have changed (the lines of a plan that changed, old and new).
     pub(super) fn merge(&mut self, output: &mut PlanOutput, observed: &PassInput) -> Merged {
-        // The L2 node, the L3 announcers and the standby: each has a line of the plan.
-        fn nodes_of(plan: &ServicePlan) -> impl Iterator<Item = &Arc<str>> {
-            let standby = plan.standby.as_ref().map(|s| &s.node);
-            plan.node.iter().chain(&plan.nodes).chain(standby)
-        }
+        let nodes_of = nodes_of;
         let everything = observed.changes.everything;
         let mut touched = Touched::default();
         let unplan = |key: &ServiceKey,

@@ -63,7 +63,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
@@ -83,7 +82,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Context;
 use crate::http::Readiness;
-use crate::node_assignments::{self, ShardsOf};
+use crate::node_assignments::{self, Identities, ShardsOf};
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
@@ -365,6 +364,7 @@ impl Reconciler {
         self.agents_change
             .into_iter()
             .chain(deferred)
+            .chain(self.index.identities.next_due(self.world.reports()))
             .chain(self.writes.next_retry())
             .chain(self.planner.next_release())
             .min()
@@ -498,12 +498,12 @@ impl Reconciler {
         observed: &PassInput,
         touched: Option<BTreeMap<String, BTreeSet<IpAddr>>>,
     ) {
-        let macs_map = node_assignments::node_macs(self.world.reports());
-        let macs = NodeAssignments {
-            node_macs: macs_map.clone(),
-            ..NodeAssignments::default()
-        }
-        .render_node_macs();
+        // A node's new key or MACs: the indexes of its peers (the nodes that share a plan
+        // with it) are written, no other.
+        let identities_changed = self
+            .index
+            .identities
+            .update(self.world.reports(), observed.now);
         let objects = self.caches.assignments.state();
         // Each object's version, and the nodes that have objects.
         let mut object_versions: HashMap<String, Option<String>> = HashMap::new();
@@ -518,7 +518,7 @@ impl Reconciler {
             with_objects.insert(node);
             object_versions.insert(name.to_owned(), cm.metadata.resource_version.clone());
         }
-        let every = touched.is_none() || self.index.macs.as_ref() != Some(&macs);
+        let every = touched.is_none();
         // A node whose plans alone changed renders the shards of the lines that changed
         // (`lines`); any other reason renders the whole node.
         let mut lines = touched.unwrap_or_default();
@@ -546,11 +546,14 @@ impl Reconciler {
             whole.extend(with_objects.iter().map(|n| (*n).to_owned()));
             whole.extend(self.index.on_node.keys().map(|n| n.to_string()));
             whole.extend(touched.iter().cloned());
+        } else {
+            for node in &identities_changed {
+                whole.extend(self.index.peers_of(node));
+            }
         }
         lines.retain(|node, _| !whole.contains(node));
         touched.extend(whole);
         self.index.assignment_versions = object_versions.clone();
-        self.index.macs = Some(macs);
         if touched.is_empty() {
             return;
         }
@@ -585,12 +588,15 @@ impl Reconciler {
                 Some((key, plan, view))
             });
             let only = BTreeSet::from([node.to_owned()]);
-            node_assignments::desired(carried, &output.probe, &macs_map, Some(&only), standbys)
-                .remove(node)
-                .unwrap_or_else(|| NodeAssignments {
-                    node_macs: macs_map.clone(),
-                    ..NodeAssignments::default()
-                })
+            node_assignments::desired(
+                carried,
+                &output.probe,
+                &index.identities,
+                Some(&only),
+                standbys,
+            )
+            .remove(node)
+            .unwrap_or_default()
         };
         self.writes
             .write_assignments(

@@ -334,7 +334,8 @@ impl Writes {
                 Some(objects) => objects,
                 None => {
                     let want = desired(node, None);
-                    if want.is_empty() && seen.is_none() {
+                    // A relay has no line but its peers to list.
+                    if want.is_empty() && want.peers.is_empty() && seen.is_none() {
                         continue;
                     }
                     let seen = seen.unwrap_or(&no_objects);

@@ -152,12 +152,14 @@ pub fn read<'a>(
 }
 
 /// A node's sharded assignment as both its agent and the controller read it: the index
-/// `index_name`'s shard count and node MACs (their texts), and the shards by number
-/// (`shard`). `Ok(None)`: a shard the count lists is missing (not written yet, or gone).
+/// `index_name`'s shard count, node MACs (an index of earlier releases) and peers (their
+/// texts), and the shards by number (`shard`). `Ok(None)`: a shard the count lists is
+/// missing (not written yet, or gone).
 pub fn read_index<'a>(
     index_name: &str,
     count: &str,
     node_macs: &str,
+    peers: &str,
     shard: impl FnMut(u32) -> Option<&'a str>,
 ) -> Result<Option<NodeAssignments>, String> {
     let count = parse_count(count).map_err(|e| format!("{index_name}: {e}"))?;
@@ -166,7 +168,8 @@ pub fn read_index<'a>(
     };
     assignments
         .parse_node_macs(node_macs)
-        .map_err(|e| e.to_string())?;
+        .and_then(|()| assignments.parse_peers(peers))
+        .map_err(|e| format!("{index_name}: {e}"))?;
     Ok(Some(assignments))
 }
 

@@ -111,6 +111,7 @@ pub fn agent_report() -> impl Strategy<Value = AgentReport> {
                     .collect(),
                 shield,
                 macs: Vec::new(),
+                key: None,
                 routing: None,
             },
         )
@@ -178,6 +179,7 @@ pub fn hostile_report(
                     .collect(),
                 shield,
                 macs: Vec::new(),
+                key: None,
                 routing: None,
             },
         )

@@ -15,30 +15,42 @@
 //!   an ARP / DAD probe of the standby's node address, which its kernel answers whatever its
 //!   agent does. Answered: the standby's own LAN check will hear this holder answer for the
 //!   IP too, so nothing is to fear (adverts or acks dropped by a firewall, the standby's
-//!   agent restarting); asked again every interval while the silence lasts. Not answered:
+//!   agent restarting); asked again while the silence lasts, an interval later and then
+//!   twice as long each time, up to [`super::standby::MAX_RECHECK`] (one probe per pair,
+//!   not per IP). A partition that begins during such a silence is stepped down within that
+//!   wait. Not answered:
 //!   the IPs of that pair are **stepped down**, their aliases go. The standby acts only
 //!   after three and a half intervals and its own LAN check, so the holder is gone from the
 //!   LAN about an interval before the standby can take the IP: one MAC.
 //! - An ack from the standby or the relay after the step-down **lifts** it: the nodes hear
 //!   each other again; the holder re-adds the IP and claims it (the standby gives a
 //!   takeover back on that claim, or on the next advert that lists the IP).
-//! - Silence cannot tell a partition from a dead standby. So after a step-down the loop
-//!   asks the API whether the standby took the IP over (its Lease renewed with a report
-//!   that holds it). Yes: the step-down stays until the nodes hear each other again. No
-//!   evidence within the check's window (the standby is dead, or the API is out of reach
-//!   too): the holder takes the IP back and the standby's acks must arm it again
-//!   ([`StepDowns::retake`]). That costs a dead standby node's holder one step-down (the
-//!   check's window, 1 s) when no relay acks either, as in a cluster of two nodes.
+//! - Silence cannot tell a partition from a dead standby. So a step-down is checked after
+//!   a second ([`super::STANDBY_CHECK`]): the holder stays down only on evidence that
+//!   another node holds the IP, and takes it back otherwise ([`StepDowns::retake`]; the
+//!   standby's acks must then arm it again). The evidence is the LAN's: another MAC
+//!   answers the holder's probe of the IP. Where a relay is named, the standby's own word
+//!   counts too (its Lease renewed with a report that holds the IP): the relay, a third
+//!   node, was silent as well, which the standby alone cannot cause, and the holder then
+//!   stays down through a partition that hides the standby's answers from it. Where no
+//!   relay is named (two nodes on the LAN), the standby's word is not enough: a standby
+//!   that stops acking and claims the IP in its Lease without answering for it on the LAN
+//!   keeps its holder down for the check's second only. A dead standby costs its holder
+//!   one step-down (that second) when no relay acks either.
+//! - Acks count only from the standbys and relays of the IPs held
+//!   ([`StepDowns::name_peers`]); nothing from another node is kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use aliaslb_core::advert::Ack;
+use aliaslb_core::advert::{Ack, PublicKey};
 
 /// The acks of one node.
 #[derive(Debug, Clone, Copy)]
 struct Acks {
+    /// Its key when its last ack was counted (a new key restarts the counter).
+    key: Option<PublicKey>,
     counter: u64,
     /// When the last one came; `None` once the node was disarmed by a re-take.
     last: Option<Instant>,
@@ -71,6 +83,8 @@ pub enum Acked {
     },
     /// Its counter is not above the last one from that node: a replay, or reordered.
     Stale,
+    /// From a node that is the standby or relay of no IP held here: nothing kept.
+    Unnamed,
 }
 
 /// A standby and relay, owned (the key of the per-pair state).
@@ -100,8 +114,10 @@ pub struct StepDowns {
     stepped: BTreeMap<IpAddr, StepDown>,
     /// Pairs whose standby is being probed on the LAN.
     probing: BTreeSet<Pair>,
-    /// Pairs whose standby answered the last probe, and when.
-    answered: HashMap<Pair, Instant>,
+    /// Pairs whose standby answered the last probe: when, and the wait before the next
+    /// (an interval, doubling up to [`super::standby::MAX_RECHECK`] while it keeps
+    /// answering and its acks stay missing).
+    answered: HashMap<Pair, (Instant, Duration)>,
 }
 
 impl StepDowns {
@@ -122,24 +138,38 @@ impl StepDowns {
         self.after
     }
 
-    /// An ack verified by its MAC (for this node), received at `now`.
+    /// The standbys and relays of the IPs held (`named`, with the keys they sign with):
+    /// acks are kept from these only; the others are forgotten, and a new key restarts its
+    /// node's counter.
+    pub fn name_peers(&mut self, named: impl IntoIterator<Item = (String, Option<PublicKey>)>) {
+        let named: HashMap<String, Option<PublicKey>> = named.into_iter().collect();
+        self.acks.retain(|node, _| named.contains_key(node));
+        for (node, key) in named {
+            let a = self.acks.entry(node).or_insert(Acks {
+                key,
+                counter: 0,
+                last: None,
+            });
+            if a.key != key {
+                a.key = key;
+                a.counter = 0;
+            }
+        }
+    }
+
+    /// An ack verified with its sender's key (for this node), received at `now`.
     pub fn acked(&mut self, ack: &Ack, now: Instant) -> Acked {
         match self.acks.get_mut(&ack.from) {
+            None => return Acked::Unnamed,
             Some(a) if ack.counter <= a.counter => return Acked::Stale,
             Some(a) => {
                 a.counter = ack.counter;
                 a.last = Some(now);
             }
-            None => {
-                self.acks.insert(
-                    ack.from.clone(),
-                    Acks {
-                        counter: ack.counter,
-                        last: Some(now),
-                    },
-                );
-            }
         }
+        self.answered.retain(|(standby, relay), _| {
+            *standby != ack.from && relay.as_deref() != Some(&ack.from)
+        });
         let lifted: Vec<IpAddr> = self
             .stepped
             .iter()
@@ -170,8 +200,8 @@ impl StepDowns {
             .is_some_and(|at| now.saturating_duration_since(at) >= self.after)
     }
 
-    /// Whether the standby of `peers` is to be probed now: silent, not being probed, not
-    /// answered within the last interval.
+    /// Whether the standby of `peers` is to be probed now: silent, not being probed, and
+    /// past the wait after its last answer.
     pub fn due(&self, peers: Peers<'_>, now: Instant) -> bool {
         let pair = peers.pair();
         self.silent(peers, now)
@@ -179,7 +209,7 @@ impl StepDowns {
             && self
                 .answered
                 .get(&pair)
-                .is_none_or(|at| now.saturating_duration_since(*at) >= self.interval)
+                .is_none_or(|(at, wait)| now.saturating_duration_since(*at) >= *wait)
     }
 
     /// When [`Self::due`] may next say yes for one of `pairs` (the peers of the IPs held
@@ -192,7 +222,7 @@ impl StepDowns {
             .filter_map(|peers| {
                 let silent = self.heard(peers)? + self.after;
                 Some(match self.answered.get(&peers.pair()) {
-                    Some(at) => silent.max(*at + self.interval),
+                    Some((at, wait)) => silent.max(*at + *wait),
                     None => silent,
                 })
             })
@@ -205,13 +235,17 @@ impl StepDowns {
     }
 
     /// The probe of the standby of `peers` ended at `now`: `answered` keeps the IPs (asked
-    /// again an interval later); otherwise returns whether they are to be stepped down
-    /// now (still silent: no ack came meanwhile).
+    /// again an interval later, then after twice as long each time, up to
+    /// [`super::standby::MAX_RECHECK`]); otherwise returns whether they are to be stepped
+    /// down now (still silent: no ack came meanwhile).
     pub fn probed(&mut self, peers: Peers<'_>, answered: bool, now: Instant) -> bool {
         let pair = peers.pair();
         self.probing.remove(&pair);
         if answered {
-            self.answered.insert(pair, now);
+            let wait = self.answered.get(&pair).map_or(self.interval, |(_, w)| {
+                (*w * 2).min(super::standby::MAX_RECHECK)
+            });
+            self.answered.insert(pair, (now, wait));
             return false;
         }
         self.answered.remove(&pair);
@@ -240,13 +274,19 @@ impl StepDowns {
         self.stepped.iter().map(|(ip, s)| (*ip, s.standby.as_str()))
     }
 
-    /// The API check after a step-down ended: of `asked`, the standby proved it holds
-    /// `proven`; the others (still stepped down) are taken back now, and the standby must
-    /// ack again before they can be stepped down again. Returns those taken back.
-    pub fn retake(&mut self, standby: &str, asked: &[IpAddr], proven: &[IpAddr]) -> Vec<IpAddr> {
+    /// The check after a step-down ended: of `asked`, `held_elsewhere` are held by
+    /// another node (see [`super::FastFailover`] for the evidence); the others (still
+    /// stepped down) are taken back now, and the standby must ack again before they can be
+    /// stepped down again. Returns those taken back.
+    pub fn retake(
+        &mut self,
+        standby: &str,
+        asked: &[IpAddr],
+        held_elsewhere: &[IpAddr],
+    ) -> Vec<IpAddr> {
         let back: Vec<IpAddr> = asked
             .iter()
-            .filter(|ip| !proven.contains(ip))
+            .filter(|ip| !held_elsewhere.contains(ip))
             .filter(|ip| self.stepped.get(ip).is_some_and(|s| s.standby == standby))
             .copied()
             .collect();
@@ -307,6 +347,12 @@ mod tests {
         relay: Some("r"),
     };
 
+    /// `f` with the standby `s` and the relay `r` named.
+    fn named(mut f: StepDowns) -> StepDowns {
+        f.name_peers([("s".to_owned(), None), ("r".to_owned(), None)]);
+        f
+    }
+
     fn held(ips: &[&str]) -> Vec<(IpAddr, Peers<'static>)> {
         ips.iter().map(|i| (ip(i), PEERS)).collect()
     }
@@ -330,7 +376,7 @@ mod tests {
     fn an_armed_ip_whose_peers_are_silent_for_two_intervals_is_stepped_down_if_the_standby_does_not_answer()
      {
         let t0 = Instant::now();
-        let mut f = StepDowns::new(100 * MS);
+        let mut f = named(StepDowns::new(100 * MS));
         let ips = held(&["10.0.0.1"]);
         // The relay alone does not arm it (an older standby never acks).
         f.acked(&ack("r", 1), t0);
@@ -368,7 +414,7 @@ mod tests {
     #[test]
     fn an_ack_of_the_standby_or_the_relay_lifts_a_step_down_and_replays_do_not() {
         let t0 = Instant::now();
-        let mut f = StepDowns::new(100 * MS);
+        let mut f = named(StepDowns::new(100 * MS));
         f.acked(&ack("s", 10), t0);
         f.acked(&ack("r", 10), t0);
         f.step_down(ip("10.0.0.1"), PEERS, t0 + 300 * MS);
@@ -396,7 +442,7 @@ mod tests {
     #[test]
     fn without_evidence_that_the_standby_took_it_the_ip_is_taken_back_and_disarmed() {
         let t0 = Instant::now();
-        let mut f = StepDowns::new(100 * MS);
+        let mut f = named(StepDowns::new(100 * MS));
         let ips = held(&["10.0.0.1", "10.0.0.2"]);
         f.acked(&ack("s", 1), t0);
         for (i, p) in &ips {
@@ -426,7 +472,7 @@ mod tests {
     #[test]
     fn a_changed_assignment_ends_a_step_down() {
         let t0 = Instant::now();
-        let mut f = StepDowns::new(100 * MS);
+        let mut f = named(StepDowns::new(100 * MS));
         f.acked(&ack("s", 1), t0);
         f.step_down(ip("10.0.0.1"), PEERS, t0 + 250 * MS);
         f.step_down(ip("10.0.0.2"), PEERS, t0 + 250 * MS);
@@ -441,5 +487,27 @@ mod tests {
         });
         assert_eq!(ended, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
         assert_eq!(f.stepped_for(ip("10.0.0.1"), t0 + 300 * MS), Some(50 * MS));
+    }
+
+    #[test]
+    fn acks_count_only_from_the_named_standbys_and_relays_and_a_new_key_restarts_the_counter() {
+        use aliaslb_core::advert::SigningKey;
+        let t0 = Instant::now();
+        let mut f = named(StepDowns::new(100 * MS));
+        for n in 0..1_000 {
+            let from = format!("made-up-{n}");
+            assert_eq!(f.acked(&ack(&from, 1), t0), Acked::Unnamed);
+        }
+        assert_eq!(f.acks.len(), 2, "only s and r are kept");
+        f.acked(&ack("s", 500), t0);
+        // s's agent restarted with a new key: its counter starts at 1 again.
+        let key = SigningKey::generate().unwrap().public_key();
+        f.name_peers([("s".to_owned(), Some(key))]);
+        assert_eq!(f.acks.len(), 1, "r is no longer named: forgotten");
+        assert_eq!(
+            f.acked(&ack("s", 1), t0 + 100 * MS),
+            Acked::Accepted { lifted: vec![] }
+        );
+        assert_eq!(f.acked(&ack("r", 7), t0 + 100 * MS), Acked::Unnamed);
     }
 }

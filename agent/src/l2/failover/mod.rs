@@ -1,6 +1,7 @@
 //! Fast L2 failover (VRRP-class, configured by the controller): one folder, one name.
 //!
-//! - [`wire`]: the I/O of the adverts and acks (UDP sockets; the key).
+//! - [`wire`]: the I/O of the adverts and acks (UDP sockets, this node's signing key).
+//! - [`trust`]: whom this node believes, for what: the senders its assignment names.
 //! - [`standby`]: the standby's decisions, pure: which IPs to check on the LAN and take
 //!   over when their holder falls silent.
 //! - [`holder`]: the holder's decisions, pure: step down from IPs nobody acks.
@@ -16,14 +17,15 @@
 pub mod holder;
 pub mod metrics;
 pub mod standby;
+pub mod trust;
 pub mod wire;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aliaslb_core::advert::Message;
+use aliaslb_core::advert::{Message, PublicKey};
 use aliaslb_core::mac::Mac;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinError, JoinSet};
@@ -33,6 +35,7 @@ use tracing::{debug, error, info, warn};
 use self::holder::{Acked, Pair, Peers, StepDowns};
 use self::metrics::FailoverMetrics;
 use self::standby::{Heard, Standby};
+use self::trust::Trust;
 use self::wire::Stream;
 use crate::desired::DesiredSet;
 use crate::host::{Held, Interfaces};
@@ -49,27 +52,28 @@ pub struct FailoverConfig {
     pub dead: Duration,
     /// The LAN check before a takeover.
     pub check: ProbeConfig,
+    /// The kernel lifetime of the aliases (`--alias-lifetime`, the same on every node): a
+    /// holder's aliases lapse at most this long after its last advert, so a holder frozen
+    /// or dead with its IPs still answered is re-checked then, whatever the backoff.
+    pub lapse: Duration,
 }
 
 impl FailoverConfig {
-    /// The timers for adverts every `interval`.
-    pub fn new(interval: Duration) -> Self {
+    /// The timers for adverts every `interval`, aliases living `lapse`.
+    pub fn new(interval: Duration, lapse: Duration) -> Self {
         FailoverConfig {
             interval,
             dead: interval * 3 + interval / 2,
-            // Two probes 15 ms apart, 30 ms listening: a LAN answers in well under 1 ms.
-            check: ProbeConfig {
-                count: 2,
-                interval: Duration::from_millis(15),
-                wait: Duration::from_millis(30),
-            },
+            check: ProbeConfig::quick(),
+            lapse,
         }
     }
 }
 
 impl Default for FailoverConfig {
+    /// Adverts every 100 ms, aliases living 3 s (the defaults of the flags).
     fn default() -> Self {
-        Self::new(Duration::from_millis(100))
+        Self::new(Duration::from_millis(100), Duration::from_secs(3))
     }
 }
 
@@ -92,11 +96,11 @@ pub trait HolderCheck: Send + Sync + std::fmt::Debug + 'static {
 /// its report at once after a takeover, so about 0.5 s after the step-down.
 pub const STANDBY_CHECK: Duration = Duration::from_secs(1);
 
-/// A takeover check that finished: the IP, and whether nobody answered for it.
-type CheckDone = (IpAddr, bool);
+/// A takeover check round that finished: each IP, and whether nobody answered for it.
+type CheckDone = Vec<(IpAddr, bool)>;
 
-/// A step-down's API check that finished: the standby, the IPs asked about, those it
-/// proved it holds.
+/// A step-down's check that finished: the standby, the IPs asked about, those held by
+/// another node by the evidence.
 type StandbyDone = (String, Vec<IpAddr>, Vec<IpAddr>);
 
 /// Fast failover's settings and ends.
@@ -112,6 +116,11 @@ pub struct FailoverSetup<L> {
     pub heard: mpsc::Receiver<Message>,
     /// Where the adverts to send are published (`None`: none sent).
     pub streams: Option<watch::Sender<Vec<Stream>>>,
+    /// Where whom to believe is published, for the receiver (`None`: nobody listens).
+    pub trust: Option<watch::Sender<Arc<Trust>>>,
+    /// The public half of the key this node signs with, for its report (`None`: adverts
+    /// off).
+    pub key: Option<PublicKey>,
     /// Tells whether a holder or standby is alive and holds IPs (`None`: never asked).
     pub holders: Option<Arc<dyn HolderCheck>>,
     /// Its metrics.
@@ -151,6 +160,8 @@ pub struct FastFailover<L> {
     /// (checked next).
     standby: Standby,
     checks: JoinSet<CheckDone>,
+    /// The holders whose silence was said (once per silence, not per IP and round).
+    silent: BTreeSet<String>,
     holders: Option<Arc<dyn HolderCheck>>,
     holder_checks: JoinSet<(String, Vec<IpAddr>)>,
     holders_checking: BTreeMap<String, Vec<IpAddr>>,
@@ -163,6 +174,9 @@ pub struct FastFailover<L> {
     /// last publish.
     pairs: BTreeMap<Pair, Vec<IpAddr>>,
     streams: Option<watch::Sender<Vec<Stream>>>,
+    node: String,
+    trust: Option<watch::Sender<Arc<Trust>>>,
+    key: Option<PublicKey>,
 }
 
 impl<L: LanPort> FastFailover<L> {
@@ -177,6 +191,7 @@ impl<L: LanPort> FastFailover<L> {
             step_downs: StepDowns::new(setup.config.interval),
             standby: Standby::new(&setup.node, setup.config),
             checks: JoinSet::new(),
+            silent: BTreeSet::new(),
             holders: setup.holders,
             holder_checks: JoinSet::new(),
             holders_checking: BTreeMap::new(),
@@ -184,6 +199,9 @@ impl<L: LanPort> FastFailover<L> {
             standby_checks: JoinSet::new(),
             pairs: BTreeMap::new(),
             streams: setup.streams,
+            node: setup.node,
+            trust: setup.trust,
+            key: setup.key,
         }
     }
 
@@ -263,9 +281,31 @@ impl<L: LanPort> FastFailover<L> {
     /// standby line went away or names another holder end, and so do the step-downs whose
     /// standby changed. Returns the set to hold: `in_force` with the IPs taken over.
     pub fn settle(&mut self, in_force: Arc<DesiredSet>) -> Arc<DesiredSet> {
+        if let Some(trust) = &self.trust {
+            let now = Trust::of(&self.node, &in_force);
+            trust.send_if_modified(|current| {
+                let changed = **current != now;
+                if changed {
+                    *current = Arc::new(now);
+                }
+                changed
+            });
+        }
         for ip in self.standby.settle(&in_force) {
             info!(%ip, "takeover over: the assignment no longer names this node the IP's standby for that holder");
         }
+        self.silent
+            .retain(|h| in_force.standbys().any(|(_, l)| &l.holder == h));
+        let key = |n: &str| in_force.peer_nodes().get(n).and_then(|p| p.key);
+        let named: Vec<(String, Option<PublicKey>)> = in_force
+            .iter()
+            .flat_map(|(ip, _)| {
+                let standby = in_force.peer(ip).map(|p| p.node.as_str());
+                standby.into_iter().chain(in_force.relay_node(ip))
+            })
+            .map(|n| (n.to_owned(), key(n)))
+            .collect();
+        self.step_downs.name_peers(named);
         let desired = DesiredSet::with_taken_over(in_force, self.standby.taken());
         let ended = self.step_downs.settle(|ip| {
             let peer = desired.peer(ip)?;
@@ -279,6 +319,11 @@ impl<L: LanPort> FastFailover<L> {
         }
         self.desired = desired.clone();
         desired
+    }
+
+    /// The public half of this node's signing key (`None`: adverts off), for the report.
+    pub fn key(&self) -> Option<PublicKey> {
+        self.key
     }
 
     /// The IPs stepped down: desired, but not to be held now.
@@ -306,13 +351,21 @@ impl<L: LanPort> FastFailover<L> {
                             }
                         }
                         Acked::Stale => self.metrics.inc_received("replayed"),
+                        Acked::Unnamed => self.metrics.inc_received("unknown_sender"),
                     }
                     continue;
                 }
             };
-            match self.standby.heard(&advert, now) {
-                Heard::Accepted { give_back } => {
+            match self.standby.heard(&advert, &self.desired, now) {
+                Heard::Accepted {
+                    give_back,
+                    back: was_missing,
+                } => {
                     self.metrics.inc_received("accepted");
+                    self.silent.remove(&advert.from);
+                    if was_missing {
+                        info!(holder = %advert.from, "the holder's adverts are heard again");
+                    }
                     for ip in give_back {
                         info!(%ip, holder = %advert.from, "the holder is back and holds the IP: giving the takeover back");
                         self.metrics.inc("given_back");
@@ -320,6 +373,7 @@ impl<L: LanPort> FastFailover<L> {
                     }
                 }
                 Heard::NotForMe => self.metrics.inc_received("not_for_me"),
+                Heard::Unnamed => self.metrics.inc_received("unknown_sender"),
                 Heard::Duplicate => self.metrics.inc_received("duplicate"),
                 Heard::Stale => self.metrics.inc_received("replayed"),
             }
@@ -327,7 +381,8 @@ impl<L: LanPort> FastFailover<L> {
         back
     }
 
-    /// Starts a LAN check of every standby IP whose holder went silent.
+    /// Starts a LAN check of the standby IPs whose holder went silent: one probe round per
+    /// link for all of its due IPs.
     fn start_checks(&mut self, held: Held<'_>) {
         let now = Instant::now().into_std();
         let due = self.standby.due(&self.desired, now);
@@ -337,6 +392,8 @@ impl<L: LanPort> FastFailover<L> {
         let interfaces = Interfaces::of(host);
         let config = self.standby.config().check;
         let limit = config.window() + Duration::from_millis(200);
+        let mut by_link: BTreeMap<(u32, Mac), Vec<IpAddr>> = BTreeMap::new();
+        let mut holders: BTreeMap<String, usize> = BTreeMap::new();
         for (ip, holder) in due {
             let assigned = self
                 .desired
@@ -347,43 +404,63 @@ impl<L: LanPort> FastFailover<L> {
                 .ok()
                 .filter(|l| l.up)
                 .and_then(|l| Some((l.index, Mac(l.mac?))));
-            let Some((ifindex, mac)) = link else {
+            let Some(link) = link else {
                 debug!(%ip, "no Ethernet interface up for this standby IP: no takeover");
                 continue;
             };
-            warn!(%ip, %holder, silent_for = ?self.standby.config().dead, "the holder's adverts stopped: checking the LAN before taking the IP over");
             self.standby.checking(ip);
-            let probe = self.lan.probe_many(ifindex, mac, vec![ip], config);
+            by_link.entry(link).or_default().push(ip);
+            *holders.entry(holder).or_default() += 1;
+        }
+        for (holder, ips) in holders {
+            if self.silent.insert(holder.clone()) {
+                warn!(%holder, ips, silent_for = ?self.standby.config().dead, "the holder's adverts stopped: checking the LAN before taking its IPs over");
+            } else {
+                debug!(%holder, ips, "re-checking the LAN for a holder whose adverts are missing");
+            }
+        }
+        for ((ifindex, mac), ips) in by_link {
+            let probe = self.lan.probe_many(ifindex, mac, ips.clone(), config);
             self.checks.spawn(async move {
-                let free = match tokio::time::timeout(limit, probe).await {
-                    Ok(Ok(outcomes)) => outcomes.get(&ip) == Some(&ProbeOutcome::Free),
+                let outcomes = match tokio::time::timeout(limit, probe).await {
+                    Ok(Ok(outcomes)) => outcomes,
                     // Cannot tell: not free (a takeover needs the LAN to say so).
-                    _ => false,
+                    _ => BTreeMap::new(),
                 };
-                (ip, free)
+                ips.into_iter()
+                    .map(|ip| (ip, outcomes.get(&ip) == Some(&ProbeOutcome::Free)))
+                    .collect()
             });
         }
     }
 
-    /// A check finished; returns whether the IP was taken over (a reconcile adds it now).
-    fn on_check(&mut self, (ip, free): CheckDone, lease_duration: Duration) -> bool {
-        let taken = self
+    /// A check round finished; returns whether IPs were taken over (a reconcile adds them
+    /// now).
+    fn on_check(&mut self, done: CheckDone, lease_duration: Duration) -> bool {
+        let checked = self
             .standby
-            .checked(ip, free, &self.desired, Instant::now().into_std());
-        if taken {
-            warn!(%ip, "nobody answers for the IP and its holder is silent: taking it over");
-            self.metrics.inc("taken_over");
-            // Silent to this node is not dead: a holder cut off from the other nodes but
-            // not from its clients still renews its Lease and reports the IP held.
-            if let Some(line) = self.desired.standby(ip) {
-                let holder = line.holder.clone();
-                self.check_holder(holder, vec![ip], lease_duration);
-            }
-        } else if !free {
+            .checked(&done, &self.desired, Instant::now().into_std());
+        for holder in &checked.answering {
+            warn!(%holder, recheck_up_to = ?standby::MAX_RECHECK, "the holder's adverts are missing but its IPs answer on the LAN (adverts blocked, or its new key not relayed yet): it keeps them; re-checking one of them with backoff");
+        }
+        for ip in &checked.answered {
             debug!(%ip, "the IP is still answered on the LAN: its holder keeps it");
             self.metrics.inc("still_answered");
         }
-        taken
+        let mut from: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+        for ip in &checked.taken {
+            warn!(%ip, "nobody answers for the IP and its holder is silent: taking it over");
+            self.metrics.inc("taken_over");
+            if let Some(line) = self.desired.standby(*ip) {
+                from.entry(line.holder.clone()).or_default().push(*ip);
+            }
+        }
+        // Silent to this node is not dead: a holder cut off from the other nodes but not
+        // from its clients still renews its Lease and reports the IP held.
+        for (holder, ips) in from {
+            self.check_holder(holder, ips, lease_duration);
+        }
+        !checked.taken.is_empty()
     }
 
     /// Asks whether `holder` is alive and holds `ips` (its Lease), one check per holder
@@ -533,23 +610,84 @@ impl<L: LanPort> FastFailover<L> {
         }
         let (standby, relay) = pair;
         warn!(ips = ?ips, %standby, relay = ?relay, "neither the standby nor the relay acks this node's adverts and the standby does not answer on the LAN (cut off from the other nodes?): stepping down from the IPs before the standby takes them, so the LAN never sees two holders");
-        let check = holders.alive_holding(&standby, ips.clone(), STANDBY_CHECK);
-        self.standby_checks
-            .spawn(async move { (standby, ips, check.await) });
+        // The evidence, gathered over the check's window: the LAN's (another MAC answers
+        // the IP), and with a relay named the standby's own Lease (see `holder`).
+        let api = relay
+            .is_some()
+            .then(|| holders.alive_holding(&standby, ips.clone(), STANDBY_CHECK));
+        let probes = self.lan_probes(held, &ips);
+        let config = self.standby.config().check;
+        self.standby_checks.spawn(async move {
+            let lan = async {
+                tokio::time::sleep(STANDBY_CHECK).await;
+                let mut answered = Vec::new();
+                for (ips, probe) in probes.into_iter().map(|make| make()) {
+                    if let Ok(Ok(outcomes)) =
+                        tokio::time::timeout(config.window() + Duration::from_millis(200), probe)
+                            .await
+                    {
+                        answered.extend(ips.into_iter().filter(|ip| {
+                            matches!(outcomes.get(ip), Some(ProbeOutcome::Taken { .. }))
+                        }));
+                    }
+                }
+                answered
+            };
+            let (mut elsewhere, proven) = match api {
+                Some(api) => tokio::join!(lan, api),
+                None => (lan.await, Vec::new()),
+            };
+            elsewhere.extend(proven);
+            (standby, ips, elsewhere)
+        });
         true
     }
 
-    /// A step-down's API check ended: the IPs the standby holds stay stepped down (until
-    /// the nodes hear each other again), the others are taken back. Returns whether any.
-    fn on_standby_checked(&mut self, (standby, asked, proven): StandbyDone) -> bool {
-        for ip in &proven {
-            if self.step_downs.is_stepped_down(*ip) {
-                info!(%ip, %standby, "the standby holds the IP stepped down here (its Lease says so): it stays there until the nodes hear each other again");
+    /// Probes of `ips` on the LAN, one per link, to start when called (after a wait): each
+    /// with the IPs it asks about.
+    fn lan_probes(
+        &self,
+        held: Held<'_>,
+        ips: &[IpAddr],
+    ) -> Vec<impl FnOnce() -> (Vec<IpAddr>, BoxFuture<crate::l2::lan::ProbeResults>) + use<L>> {
+        let Some(host) = held.host() else {
+            return Vec::new();
+        };
+        let interfaces = Interfaces::of(host);
+        let mut by_link: BTreeMap<(u32, Mac), Vec<IpAddr>> = BTreeMap::new();
+        for ip in ips {
+            let link = interfaces
+                .choose(*ip, held.interface_override(), self.desired.interface(*ip))
+                .ok()
+                .and_then(|l| Some((l.index, Mac(l.mac?))));
+            if let Some(link) = link {
+                by_link.entry(link).or_default().push(*ip);
             }
         }
-        let back = self.step_downs.retake(&standby, &asked, &proven);
+        let config = self.standby.config().check;
+        by_link
+            .into_iter()
+            .map(|((ifindex, mac), ips)| {
+                let lan = self.lan.clone();
+                move || {
+                    let probe = lan.probe_many(ifindex, mac, ips.clone(), config);
+                    (ips, probe)
+                }
+            })
+            .collect()
+    }
+
+    /// A step-down's check ended: the IPs held elsewhere stay stepped down (until the
+    /// nodes hear each other again), the others are taken back. Returns whether any.
+    fn on_standby_checked(&mut self, (standby, asked, elsewhere): StandbyDone) -> bool {
+        for ip in &elsewhere {
+            if self.step_downs.is_stepped_down(*ip) {
+                info!(%ip, %standby, "another node holds the IP stepped down here: it stays there until the nodes hear each other again");
+            }
+        }
+        let back = self.step_downs.retake(&standby, &asked, &elsewhere);
         for ip in &back {
-            warn!(%ip, %standby, within = ?STANDBY_CHECK, "no evidence that the standby took the IP stepped down here (a dead standby, or no API): holding it again; stepped down again only after the standby acks again");
+            warn!(%ip, %standby, within = ?STANDBY_CHECK, "no evidence that another node holds the IP stepped down here (nobody answers for it on the LAN): holding it again; stepped down again only after the standby acks again");
             self.metrics.inc("retaken");
         }
         !back.is_empty()

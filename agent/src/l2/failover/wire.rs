@@ -1,31 +1,29 @@
-//! Fast L2 failover, the I/O: the advert key read from its Secret, the UDP sockets that
-//! send this node's adverts (each bound to the IP's own interface, so an advert never
-//! leaves by another route when that link is down) and receive the others'.
+//! Fast L2 failover, the I/O: the UDP sockets that send this node's adverts (each bound to
+//! the IP's own interface, so an advert never leaves by another route when that link is
+//! down), receive the others' and forward those this node relays.
 //!
 //! The run loop publishes the [`Stream`]s to send (one per standby node and interface,
-//! with the IPs held there for it); [`send_loop`] sends one round of each every interval.
-//! [`receive_loop`] verifies every datagram's MAC and hands the adverts to the loop, which
-//! judges them ([`super::FastFailover`]).
+//! with the IPs held there for it); [`send_loop`] sends one round of each every interval,
+//! signed with this node's key. [`receive_loop`] reads every datagram's head, drops what
+//! comes from a sender this node's assignment does not name ([`Trust`]) before checking
+//! anything else or keeping any state, verifies the rest with its sender's key, drops
+//! replays, and hands the adverts and acks for this node to [`super::FastFailover`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use aliaslb_core::advert::{self, Ack, Advert, AdvertKey, Message};
-use aliaslb_core::keys;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use aliaslb_core::advert::{self, Ack, AdvertError, Kind, Message, PublicKey, SigningKey};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::metrics::FailoverMetrics;
-
-/// How often the key's Secret is read again (it may be deleted to rotate the key).
-const KEY_EVERY: Duration = Duration::from_secs(60);
+use super::trust::{Trust, Verdict};
 
 /// What one pair's adverts carry: sent to `address` through `interface`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -40,54 +38,6 @@ pub struct Stream {
     pub relay: Option<IpAddr>,
     /// The IPs held for it on that interface (may be empty: "alive, holding nothing").
     pub ips: Vec<IpAddr>,
-}
-
-/// The advert key as last read: `None` while there is none (fast failover is off).
-pub type KeyRx = watch::Receiver<Option<AdvertKey>>;
-
-/// Reads the key from [`keys::ADVERT_KEY_SECRET`] in `namespace` now and every
-/// [`KEY_EVERY`]; a Secret that disappears keeps the last key (absence is no instruction).
-pub async fn key_loop(client: Client, namespace: String, tx: watch::Sender<Option<AdvertKey>>) {
-    let api: Api<Secret> = Api::namespaced(client, &namespace);
-    let mut said: Option<String> = None;
-    loop {
-        let read = api.get_opt(keys::ADVERT_KEY_SECRET).await;
-        let outcome = match read {
-            Ok(Some(secret)) => match secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(keys::ADVERT_KEY_DATA))
-            {
-                Some(bytes) => AdvertKey::new(&bytes.0).map(Some),
-                None => Err(format!("it has no data key `{}`", keys::ADVERT_KEY_DATA)),
-            },
-            Ok(None) => Err("it does not exist (yet): the controller creates it".to_owned()),
-            Err(e) => Err(format!("cannot read it: {e}")),
-        };
-        match outcome {
-            Ok(key) => {
-                if said.take().is_some() || tx.borrow().is_none() {
-                    info!(
-                        secret = keys::ADVERT_KEY_SECRET,
-                        "advert key read: fast L2 failover is on"
-                    );
-                }
-                tx.send_replace(key);
-            }
-            Err(why) => {
-                if said.as_ref() != Some(&why) {
-                    warn!(secret = keys::ADVERT_KEY_SECRET, %namespace, problem = %why, "no advert key: this node neither sends nor accepts adverts, its IPs fail over by the Lease only");
-                    said = Some(why);
-                }
-            }
-        }
-        let wait = if tx.borrow().is_some() {
-            KEY_EVERY
-        } else {
-            Duration::from_secs(5)
-        };
-        tokio::time::sleep(wait).await;
-    }
 }
 
 /// A UDP socket on `port`: IPv4 (`v6` false) or IPv6 only, bound to `device` if given.
@@ -111,23 +61,40 @@ fn udp_socket(v6: bool, port: u16, device: Option<&str>) -> io::Result<UdpSocket
     UdpSocket::from_std(socket.into())
 }
 
-/// The counter of this node's adverts: microseconds since the epoch at start, then +1 per
-/// advert, so it grows across restarts too (with a sane clock).
-#[derive(Debug)]
+/// The counter of this node's messages (adverts and acks): from 1, +1 per message. It
+/// belongs to the key, made at the agent's start, so no clock is involved: a restarted
+/// agent signs with a new key, and its peers compare counters under that key only.
+#[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
-impl Default for Counter {
-    fn default() -> Self {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2));
-        Counter(AtomicU64::new(now))
+impl Counter {
+    /// The next value.
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 
-impl Counter {
-    fn next(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::Relaxed) + 1
+/// What signs this node's messages: its key and the counter under it.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    /// The key, made at start.
+    pub key: Arc<SigningKey>,
+    /// The counter under it, shared by the sender and the receiver (for acks).
+    pub counter: Arc<Counter>,
+}
+
+impl Signer {
+    /// A fresh key, counting from 1.
+    pub fn generate() -> Result<Self, String> {
+        Ok(Signer {
+            key: Arc::new(SigningKey::generate()?),
+            counter: Arc::default(),
+        })
+    }
+
+    /// The public half of the key, for the report.
+    pub fn public_key(&self) -> PublicKey {
+        self.key.public_key()
     }
 }
 
@@ -136,25 +103,25 @@ impl Counter {
 pub struct Sender {
     node: String,
     port: u16,
-    counter: Counter,
+    signer: Signer,
     sockets: HashMap<(String, bool), UdpSocket>,
     failed: BTreeSet<(String, bool)>,
 }
 
 impl Sender {
-    /// The sender of node `node`, to port `port`.
-    pub fn new(node: &str, port: u16) -> Self {
+    /// The sender of node `node`, to port `port`, signing with `signer`.
+    pub fn new(node: &str, port: u16, signer: Signer) -> Self {
         Sender {
             node: node.to_owned(),
             port,
-            counter: Counter::default(),
+            signer,
             sockets: HashMap::new(),
             failed: BTreeSet::new(),
         }
     }
 
     /// Sends one round of every stream; returns the datagrams sent.
-    pub async fn round(&mut self, key: &AdvertKey, streams: &[Stream]) -> usize {
+    pub async fn round(&mut self, streams: &[Stream]) -> usize {
         let mut sent = 0;
         for stream in streams {
             let v6 = stream.address.is_ipv6();
@@ -176,9 +143,10 @@ impl Sender {
                 continue;
             };
             let to = SocketAddr::new(stream.address, self.port);
-            let counter = &self.counter;
+            let counter = &self.signer.counter;
             for advert in advert::round(&self.node, &stream.to, &stream.ips, || counter.next()) {
-                match socket.send_to(&advert.encode(key), to).await {
+                let datagram = advert.encode(&self.signer.key);
+                match socket.send_to(&datagram, to).await {
                     Ok(_) => sent += 1,
                     // A link without carrier, no route: the standby hears silence, which
                     // is the truth.
@@ -186,14 +154,10 @@ impl Sender {
                         debug!(%to, interface = %stream.interface, %error, "advert not sent")
                     }
                 }
-                // The same advert (same counter) through the relay, marked for forwarding.
+                // The same datagram through the relay, which forwards it unchanged.
                 if let Some(relay) = stream.relay {
-                    let copy = Advert {
-                        via: Some(stream.address),
-                        ..advert
-                    };
                     let at = SocketAddr::new(relay, self.port);
-                    match socket.send_to(&copy.encode(key), at).await {
+                    match socket.send_to(&datagram, at).await {
                         Ok(_) => sent += 1,
                         Err(error) => {
                             debug!(%at, interface = %stream.interface, %error, "advert not sent to the relay")
@@ -206,13 +170,12 @@ impl Sender {
     }
 }
 
-/// Sends a round of the streams on `streams` every `interval` while a key is known.
-/// Streams of a standby that are no longer published keep being sent, empty, for
-/// [`LINGER`]: the standby then knows the IPs were let go, not lost.
+/// Sends a round of the streams on `streams` every `interval`. Streams of a standby that
+/// are no longer published keep being sent, empty, for [`LINGER`]: the standby then knows
+/// the IPs were let go, not lost.
 pub async fn send_loop(
     mut sender: Sender,
     interval: Duration,
-    mut key: KeyRx,
     mut streams: watch::Receiver<Vec<Stream>>,
     metrics: FailoverMetrics,
 ) {
@@ -222,9 +185,6 @@ pub async fn send_loop(
     let mut lingering: BTreeMap<Id, tokio::time::Instant> = BTreeMap::new();
     loop {
         tick.tick().await;
-        let Some(k) = key.borrow_and_update().clone() else {
-            continue;
-        };
         let now = tokio::time::Instant::now();
         let mut round = streams.borrow_and_update().clone();
         let live: BTreeSet<Id> = round
@@ -246,81 +206,84 @@ pub async fn send_loop(
                 ips: Vec::new(),
             });
         }
-        let n = sender.round(&k, &round).await;
+        let n = sender.round(&round).await;
         metrics.add_sent(n as u64);
     }
 }
 
 /// The wire of one node, running: where the streams to send are published (for
-/// [`super::FailoverSetup::streams`]), and what the goodbye needs.
+/// [`super::FailoverSetup::streams`]), where whom to believe is published (for
+/// [`super::FailoverSetup::trust`]), and what the goodbye needs.
 #[derive(Debug)]
 pub struct Wire {
     streams: watch::Sender<Vec<Stream>>,
+    trust: watch::Sender<Arc<Trust>>,
     node: String,
     port: Option<u16>,
-    key: KeyRx,
+    signer: Signer,
 }
 
 impl Wire {
-    /// Starts the key's reader, the receiver and the sender of node `node` on `port`
-    /// (`None`: no adverts at all, the streams go nowhere and nothing is heard), adverts
-    /// every `interval`. Returns the wire and the adverts and acks heard, verified (for
+    /// Starts the receiver and the sender of node `node` on `port` (`None`: no adverts at
+    /// all, the streams go nowhere and nothing is heard), adverts every `interval`, signed
+    /// by `signer`. Returns the wire and the adverts and acks heard, verified (for
     /// [`super::FailoverSetup::heard`]).
     pub fn start(
         node: &str,
         port: Option<u16>,
         interval: Duration,
-        client: Client,
-        namespace: &str,
+        signer: Signer,
         metrics: FailoverMetrics,
     ) -> (Self, mpsc::Receiver<Message>) {
-        let (key_tx, key) = watch::channel(None);
         let (heard_tx, heard) = mpsc::channel(1024);
         let (streams, streams_rx) = watch::channel(Vec::new());
+        let (trust, trust_rx) = watch::channel(Arc::default());
+        let wire = Wire {
+            streams,
+            trust,
+            node: node.to_owned(),
+            port,
+            signer: signer.clone(),
+        };
         let Some(port) = port else {
             warn!(
                 "--advert-port 0: no fast-failover adverts; this node's IPs fail over by the Lease only"
             );
-            let wire = Wire {
-                streams,
-                node: node.to_owned(),
-                port,
-                key,
-            };
             return (wire, heard);
         };
-        tokio::spawn(key_loop(client, namespace.to_owned(), key_tx));
         let received = metrics.clone();
-        let receiver = receive_loop(node.to_owned(), port, key.clone(), heard_tx, move |why| {
-            received.inc_received(match why {
-                Dropped::NoKey => "no_key",
-                Dropped::Invalid => "invalid",
-            });
-        });
+        let receiver = receive_loop(
+            Receiver {
+                node: node.to_owned(),
+                port,
+                signer: signer.clone(),
+                trust: trust_rx,
+            },
+            heard_tx,
+            move |why| received.inc_received(why),
+        );
         tokio::spawn(async move {
             if let Err(e) = receiver.await {
                 tracing::error!(error = %e, port, "the advert receiver stopped: this node no longer takes over for silent holders");
             }
         });
         tokio::spawn(send_loop(
-            Sender::new(node, port),
+            Sender::new(node, port, signer),
             interval,
-            key.clone(),
             streams_rx,
             metrics,
         ));
-        let wire = Wire {
-            streams,
-            node: node.to_owned(),
-            port: Some(port),
-            key,
-        };
         (wire, heard)
     }
 
     /// Where the streams to send go (`None`: no adverts are sent).
     pub fn streams(&self) -> Option<watch::Sender<Vec<Stream>>> {
         self.port.map(|_| self.streams.clone())
+    }
+
+    /// Where whom to believe goes.
+    pub fn trust(&self) -> watch::Sender<Arc<Trust>> {
+        self.trust.clone()
     }
 
     /// Stops advertising IPs (before they are removed at shutdown: no IP is held from
@@ -332,67 +295,102 @@ impl Wire {
     /// One last round of every stream of `streams`, empty (on SIGTERM, after the aliases
     /// are gone): the standbys learn the IPs were let go and do not take them over.
     pub async fn goodbye(&self, streams: &[Stream]) {
-        if let Some(port) = self.port {
-            let key = self.key.borrow().clone();
-            goodbye(&self.node, port, key.as_ref(), streams).await;
-        }
+        let Some(port) = self.port else { return };
+        let empty: Vec<Stream> = streams
+            .iter()
+            .map(|s| Stream {
+                ips: Vec::new(),
+                ..s.clone()
+            })
+            .collect();
+        Sender::new(&self.node, port, self.signer.clone())
+            .round(&empty)
+            .await;
     }
 }
 
 /// How long a stream no longer published is still sent, empty.
 pub const LINGER: Duration = Duration::from_secs(10);
 
-/// One last round of every stream, empty (on SIGTERM, after the aliases are gone): the
-/// standbys learn the IPs were let go and do not take them over.
-async fn goodbye(node: &str, port: u16, key: Option<&AdvertKey>, streams: &[Stream]) {
-    let Some(key) = key else { return };
-    let empty: Vec<Stream> = streams
-        .iter()
-        .map(|s| Stream {
-            ips: Vec::new(),
-            ..s.clone()
-        })
-        .collect();
-    Sender::new(node, port).round(key, &empty).await;
+/// The receiving side of one node.
+#[derive(Debug)]
+pub struct Receiver {
+    /// This node.
+    pub node: String,
+    /// The advert port.
+    pub port: u16,
+    /// Signs the acks.
+    pub signer: Signer,
+    /// Whom to believe, as the assignment says (published by [`super::FastFailover`]).
+    pub trust: watch::Receiver<Arc<Trust>>,
 }
 
-/// Why a datagram was dropped, for the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dropped {
-    /// No key yet.
-    NoKey,
-    /// Not an advert, malformed, or a MAC that does not verify.
-    Invalid,
+/// The last counter accepted from each sender named, under its key: bounded by the senders
+/// the assignment names, pruned when it stops naming one.
+#[derive(Debug, Default)]
+struct Seen(HashMap<(Kind, String, Option<String>), (PublicKey, u64)>);
+
+impl Seen {
+    /// Whether `counter` from `from` (to `to`, for a relayed advert) under `key` is above
+    /// the last one accepted; if so it is the last one now. A new key starts afresh.
+    fn fresh(
+        &mut self,
+        kind: Kind,
+        from: &str,
+        to: Option<&str>,
+        key: PublicKey,
+        counter: u64,
+    ) -> bool {
+        let slot = self
+            .0
+            .entry((kind, from.to_owned(), to.map(str::to_owned)))
+            .or_insert((key, 0));
+        if slot.0 != key {
+            *slot = (key, 0);
+        }
+        if counter <= slot.1 {
+            return false;
+        }
+        slot.1 = counter;
+        true
+    }
+
+    /// Forgets the senders `trust` no longer names.
+    fn prune(&mut self, trust: &Trust) {
+        self.0.retain(|(_, from, _), _| trust.names(from));
+    }
 }
 
-/// Receives adverts and acks on `port` (IPv4 and IPv6), verifies them with the current key
-/// and sends those for this node (`node`) on `tx`; counts what it drops on `dropped`.
+/// Receives adverts and acks on `port` (IPv4 and IPv6) and acts on each by its head
+/// ([`Trust::judge`]): from a sender the assignment does not name, dropped unverified;
+/// else verified with that sender's key, dropped if its counter is not above the last one
+/// accepted under that key (a replay, or the second copy of an advert), then:
 ///
-/// - A copy for a relay (`via`) that is for another node is forwarded to its `via` address
-///   without `via`, signed again: never delivered here, never forwarded twice.
-/// - Every advert with a counter above the last one acked from its sender (the first of
-///   its direct and relayed copies; never a replay) is acked to its sender's address: by
-///   the standby for its own adverts, by the relay for the copies it forwards. The holder
-///   steps down from IPs whose standby and relay both stopped acking
+/// - an advert or ack for this node goes to `tx`; an advert is acked to the address it
+///   came from (by the standby for the holder's own copy, or to the relay for the copy
+///   it forwarded);
+/// - an advert this node relays is forwarded unchanged to the standby's address its
+///   assignment names (never to one the datagram names) and acked to its holder: the
+///   holder steps down from IPs whose standby and relay both stopped acking
 ///   ([`super::holder`]).
+///
+/// What it drops is counted on `dropped`, by reason; nothing it drops leaves state behind.
 pub async fn receive_loop(
-    node: String,
-    port: u16,
-    key: KeyRx,
+    mut r: Receiver,
     tx: mpsc::Sender<Message>,
-    dropped: impl Fn(Dropped) + Send + 'static,
+    dropped: impl Fn(&'static str) + Send + 'static,
 ) -> io::Result<()> {
-    let v4 = udp_socket(false, port, None)?;
-    let v6 = udp_socket(true, port, None);
+    let v4 = udp_socket(false, r.port, None)?;
+    let v6 = udp_socket(true, r.port, None);
     if let Err(error) = &v6 {
-        warn!(%error, port, "no IPv6 advert socket: IPv6 IPs fail over by the Lease only");
+        warn!(%error, port = r.port, "no IPv6 advert socket: IPv6 IPs fail over by the Lease only");
     }
     let v6 = v6.ok();
     let mut b4 = vec![0u8; 2048];
     let mut b6 = vec![0u8; 2048];
     let mut said_invalid = false;
-    let counter = Counter::default();
-    let mut acked: HashMap<String, u64> = HashMap::new();
+    let mut seen = Seen::default();
+    let mut trust = r.trust.borrow_and_update().clone();
     loop {
         let (n, from, buf) = tokio::select! {
             r = v4.recv_from(&mut b4) => { let (n, from) = r?; (n, from, &b4) }
@@ -400,10 +398,11 @@ pub async fn receive_loop(
                 let (n, from) = r?; (n, from, &b6)
             }
         };
-        let Some(k) = key.borrow().clone() else {
-            dropped(Dropped::NoKey);
-            continue;
-        };
+        if r.trust.has_changed().unwrap_or(false) {
+            trust = r.trust.borrow_and_update().clone();
+            seen.prune(&trust);
+        }
+        let datagram = &buf[..n];
         let socket_for = |address: IpAddr| {
             if address.is_ipv6() {
                 v6.as_ref()
@@ -411,51 +410,65 @@ pub async fn receive_loop(
                 Some(&v4)
             }
         };
-        match Message::decode(&k, &buf[..n]) {
-            Ok(Message::Advert(mut advert)) => {
-                let relayed = advert.via.take().filter(|_| advert.to != node);
-                let fresh = acked
-                    .get(&advert.from)
-                    .is_none_or(|last| advert.counter > *last);
-                if fresh && (relayed.is_some() || advert.to == node) {
-                    acked.insert(advert.from.clone(), advert.counter);
-                    let ack = Ack {
-                        from: node.clone(),
-                        to: advert.from.clone(),
-                        counter: counter.next(),
-                    };
-                    let at = SocketAddr::new(from.ip(), port);
-                    if let Some(socket) = socket_for(at.ip())
-                        && let Err(error) = socket.send_to(&ack.encode(&k), at).await
-                    {
-                        debug!(%at, %error, "ack not sent");
-                    }
-                }
-                if let Some(final_address) = relayed {
-                    let at = SocketAddr::new(final_address, port);
-                    if let Some(socket) = socket_for(final_address)
-                        && let Err(error) = socket.send_to(&advert.encode(&k), at).await
-                    {
-                        debug!(%at, %error, "relayed advert not sent");
-                    }
-                    continue;
-                }
-                if tx.send(Message::Advert(advert)).await.is_err() {
-                    return Ok(());
-                }
-            }
-            Ok(Message::Ack(ack)) => {
-                if ack.to == node && tx.send(Message::Ack(ack)).await.is_err() {
-                    return Ok(());
-                }
-            }
+        let head = match advert::head(datagram) {
+            Ok(head) => head,
             Err(error) => {
-                dropped(Dropped::Invalid);
+                dropped(match error {
+                    AdvertError::OtherVersion(_) => "other_version",
+                    _ => "invalid",
+                });
                 if !said_invalid {
                     warn!(%from, %error, "advert dropped (said once; the metric counts them)");
                     said_invalid = true;
                 }
+                continue;
             }
+        };
+        let (key, forward_to) = match trust.judge(&head) {
+            Verdict::Deliver(key) => (key, None),
+            Verdict::Forward(key, address) => (key, Some(address)),
+            Verdict::Drop(why) => {
+                dropped(why);
+                continue;
+            }
+        };
+        let message = match Message::verify(datagram, &key) {
+            Ok(message) => message,
+            Err(_) => {
+                dropped("bad_signature");
+                continue;
+            }
+        };
+        let relayed_to = forward_to.map(|_| head.to);
+        if !seen.fresh(head.kind, head.from, relayed_to, key, head.counter) {
+            dropped("replayed");
+            continue;
+        }
+        if head.kind == Kind::Advert {
+            let ack = Ack {
+                from: r.node.clone(),
+                to: head.from.to_owned(),
+                counter: r.signer.counter.next(),
+            };
+            let at = SocketAddr::new(from.ip(), r.port);
+            if let Some(socket) = socket_for(at.ip())
+                && let Err(error) = socket.send_to(&ack.encode(&r.signer.key), at).await
+            {
+                debug!(%at, %error, "ack not sent");
+            }
+        }
+        if let Some(address) = forward_to {
+            let at = SocketAddr::new(address, r.port);
+            if let Some(socket) = socket_for(address)
+                && let Err(error) = socket.send_to(datagram, at).await
+            {
+                debug!(%at, %error, "relayed advert not sent");
+            }
+            dropped("relayed");
+            continue;
+        }
+        if tx.send(message).await.is_err() {
+            return Ok(());
         }
     }
 }

@@ -72,6 +72,8 @@ pub struct LanGuardSetup<L> {
     pub guard: GuardConfig,
     /// How first claims are probed.
     pub probe: ProbeConfig,
+    /// How an IP held before is re-checked (quickly: it is unanswered meanwhile).
+    pub recheck: ProbeConfig,
     /// Re-announces aliases whose link came back up (`None`: none, in tests).
     pub announcer: Option<Announcer>,
     /// Its metrics.
@@ -86,6 +88,10 @@ pub struct LanGuard<L> {
     claims_open: bool,
     guard: Guard,
     probe_config: ProbeConfig,
+    recheck_config: ProbeConfig,
+    /// IPs this node held before its start, re-checked on the LAN before they are held
+    /// again, once a desired set says which are still this node's.
+    returning: Option<BTreeSet<IpAddr>>,
     probes: JoinSet<ProbeDone>,
     announcer: Option<Announcer>,
     metrics: LanMetrics,
@@ -103,6 +109,8 @@ impl<L: LanPort> LanGuard<L> {
             claims_open: true,
             guard: Guard::new(setup.guard),
             probe_config: setup.probe,
+            recheck_config: setup.recheck,
+            returning: None,
             probes: JoinSet::new(),
             announcer: setup.announcer,
             metrics: setup.metrics,
@@ -141,6 +149,14 @@ impl<L: LanPort> LanGuard<L> {
         }
     }
 
+    /// The IPs this node's kernel still had when the agent started (and that were taken
+    /// down: [`crate::l2::returning::ask_the_lan_first`]): those the first desired set lists
+    /// are re-checked on the LAN before they are held again. A returning holder asks the
+    /// LAN first: another node may have taken them over meanwhile.
+    pub fn returning(&mut self, ips: impl IntoIterator<Item = IpAddr>) {
+        self.returning = Some(ips.into_iter().collect());
+    }
+
     /// A new desired set came from the controller: it may end yields.
     pub fn desired_changed(&mut self) {
         self.guard.desired_changed();
@@ -155,6 +171,12 @@ impl<L: LanPort> LanGuard<L> {
         fresh: bool,
     ) -> BTreeSet<IpAddr> {
         let now = Instant::now().into_std();
+        if let Some(returning) = self.returning.take() {
+            for ip in returning.into_iter().filter(|ip| desired.contains(*ip)) {
+                info!(%ip, "held before this agent started: asking the LAN who answers for it before holding it again");
+                self.guard.recheck(ip, now);
+            }
+        }
         for ip in self.guard.update(desired, held, fresh, now) {
             info!(%ip, "yield over: the Lease is fresh and the assignment still lists the IP");
         }
@@ -223,13 +245,18 @@ impl<L: LanPort> LanGuard<L> {
             }
             return;
         };
-        let mut by_link: BTreeMap<u32, (String, Mac, Vec<IpAddr>)> = BTreeMap::new();
+        let mut by_link: BTreeMap<(u32, bool), (String, Mac, Vec<IpAddr>)> = BTreeMap::new();
         let mut unprobed = Vec::new();
         let interfaces = Interfaces::of(host);
-        for ProbeRequest { ip, ifindex } in due {
+        for ProbeRequest {
+            ip,
+            ifindex,
+            recheck,
+        } in due
+        {
             match probe_link(&interfaces, desired, held.interface_override(), ip, ifindex) {
                 Some((link, mac)) => by_link
-                    .entry(link.index)
+                    .entry((link.index, recheck))
                     .or_insert_with(|| (link.name.clone(), mac, Vec::new()))
                     .2
                     .push(ip),
@@ -240,12 +267,15 @@ impl<L: LanPort> LanGuard<L> {
             debug!(%ip, "no Ethernet interface to probe on: retried later");
             self.guard.probe_failed(ip, now);
         }
-        for (ifindex, (ifname, mac, ips)) in by_link {
-            debug!(interface = %ifname, ips = ips.len(), "probing before a first claim");
-            let probe = self
-                .lan
-                .probe_many(ifindex, mac, ips.clone(), self.probe_config);
-            let limit = self.probe_config.window() + PROBE_GRACE;
+        for ((ifindex, recheck), (ifname, mac, ips)) in by_link {
+            let config = if recheck {
+                self.recheck_config
+            } else {
+                self.probe_config
+            };
+            debug!(interface = %ifname, ips = ips.len(), recheck, "probing before a first claim or a re-claim");
+            let probe = self.lan.probe_many(ifindex, mac, ips.clone(), config);
+            let limit = config.window() + PROBE_GRACE;
             self.probes.spawn(async move {
                 let result = tokio::time::timeout(limit, probe)
                     .await

@@ -167,6 +167,9 @@ pub struct ProbeRequest {
     /// Where the conflict was seen, for a re-probe (the loop otherwise picks the
     /// interface the alias would go on).
     pub ifindex: Option<u32>,
+    /// A re-check of an IP held before ([`Guard::recheck`]): asked quickly, since the LAN
+    /// answers in well under a millisecond and the IP is unanswered meanwhile.
+    pub recheck: bool,
 }
 
 /// What the loop does about one claim seen.
@@ -351,7 +354,11 @@ impl Guard {
                         recheck: false,
                     },
                 );
-                due.push(ProbeRequest { ip, ifindex: None });
+                due.push(ProbeRequest {
+                    ip,
+                    ifindex: None,
+                    recheck: false,
+                });
             }
         }
         for (ip, entry) in &mut self.ips {
@@ -370,6 +377,7 @@ impl Guard {
                     due.push(ProbeRequest {
                         ip: *ip,
                         ifindex: None,
+                        recheck,
                     });
                 }
                 Entry::Foreign(f) if f.probing.is_none() && f.next <= now => {
@@ -377,6 +385,7 @@ impl Guard {
                     due.push(ProbeRequest {
                         ip: *ip,
                         ifindex: Some(f.who.ifindex),
+                        recheck: false,
                     });
                 }
                 _ => {}
@@ -834,7 +843,8 @@ mod tests {
             due,
             vec![ProbeRequest {
                 ip: ip("10.0.0.2"),
-                ifindex: None
+                ifindex: None,
+                recheck: false
             }]
         );
         assert!(g.is_probing(ip("10.0.0.2")));
