@@ -8,18 +8,22 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aliaslb_core::{advert, keys};
+use aliaslb_ops::backoff::{Backoff, jittered};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-/// How often the Secret is looked at again (it may be deleted to rotate the key).
+/// How often, at most, the Secret is looked at again (it may be deleted to rotate the
+/// key); each wait is drawn from `[CHECK_EVERY / 2, CHECK_EVERY]`.
 const CHECK_EVERY: Duration = Duration::from_secs(60);
 
-/// Makes sure the Secret exists, now and every [`CHECK_EVERY`]; never returns.
+/// Makes sure the Secret exists, now and every [`CHECK_EVERY`] (jittered); after a failure
+/// retries with a jittered backoff from 1 s to [`CHECK_EVERY`] ([`aliaslb_ops::backoff`]:
+/// replicas that one API outage failed together do not retry together); never returns.
 pub async fn keep(client: Client, namespace: String) {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
-    let mut delay = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), CHECK_EVERY);
     loop {
         match ensure(&api).await {
             Ok(created) => {
@@ -30,8 +34,8 @@ pub async fn keep(client: Client, namespace: String) {
                         "created the advert key of fast L2 failover"
                     );
                 }
-                delay = Duration::from_secs(1);
-                tokio::time::sleep(CHECK_EVERY).await;
+                backoff.reset();
+                tokio::time::sleep(jittered(CHECK_EVERY)).await;
             }
             Err(error) => {
                 tracing::warn!(
@@ -40,8 +44,7 @@ pub async fn keep(client: Client, namespace: String) {
                     %error,
                     "cannot read or create the advert key: agents fail over by the Lease only until it exists"
                 );
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(CHECK_EVERY);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
