@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 
-/// How often the key's Secret is read again (it may be deleted to rotate the key).
+/// How often, at most, the key's Secret is read again (it may be deleted to rotate the
+/// key); each wait is jittered ([`aliaslb_ops::backoff::jittered`]).
 const KEY_EVERY: Duration = Duration::from_secs(60);
 
 /// What one pair's adverts carry: sent to `address` through `interface`.
@@ -47,7 +48,7 @@ pub struct Stream {
 pub type KeyRx = watch::Receiver<Option<AdvertKey>>;
 
 /// Reads the key from [`keys::ADVERT_KEY_SECRET`] in `namespace` now and every
-/// [`KEY_EVERY`]; a Secret that disappears keeps the last key (absence is no instruction).
+/// [`KEY_EVERY`] (jittered down to half of it); a Secret that disappears keeps the last key (absence is no instruction).
 pub async fn key_loop(client: Client, namespace: String, tx: watch::Sender<Option<AdvertKey>>) {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let mut said: Option<String> = None;
@@ -87,7 +88,9 @@ pub async fn key_loop(client: Client, namespace: String, tx: watch::Sender<Optio
         } else {
             Duration::from_secs(5)
         };
-        tokio::time::sleep(wait).await;
+        // Jittered within [wait / 2, wait]: the agents a rollout started together re-read
+        // spread out, not all in the same second every minute.
+        tokio::time::sleep(aliaslb_ops::backoff::jittered(wait)).await;
     }
 }
 
