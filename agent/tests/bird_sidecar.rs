@@ -8,7 +8,7 @@ use std::process::Command;
 
 use aliaslb_agent::l3::routing::DaemonSpec;
 use serde::Deserialize;
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,7 +70,7 @@ fn the_bird_sidecar_component_renders_and_its_config_parses() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<Value> = yaml_serde::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .collect();
     let ds = docs

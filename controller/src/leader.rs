@@ -39,6 +39,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aliaslb_ops::backoff::jittered;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -124,7 +125,8 @@ impl Timings {
         self.renew_deadline
     }
 
-    /// Interval between two looks at the Lease.
+    /// Longest interval between two looks at the Lease (each is drawn from
+    /// `[retry_period / 2, retry_period]`).
     pub fn retry_period(&self) -> Duration {
         self.retry_period
     }
@@ -350,7 +352,10 @@ impl Elector {
                 _ = &mut stopped => break,
                 () = self.step() => {}
             }
-            let next = tokio::time::Instant::from_std(started + retry);
+            // Jittered within `[retry / 2, retry]`: never later than the retry period the
+            // timings were checked with (`retry < renew_deadline`), and replicas that start
+            // or lose the API together do not look in step.
+            let next = tokio::time::Instant::from_std(started + jittered(retry));
             tokio::select! {
                 _ = &mut stopped => break,
                 () = tokio::time::sleep_until(next) => {}

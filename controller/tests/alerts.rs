@@ -20,7 +20,7 @@ use aliaslb_controller::track::Cause;
 use aliaslb_core::range::Family;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 fn monitoring() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/optional/monitoring")
@@ -32,7 +32,7 @@ fn read(path: &Path) -> String {
 
 fn yaml(name: &str) -> Value {
     let path = monitoring().join(name);
-    serde_yaml::from_str(&read(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    yaml_serde::from_str(&read(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Runs `promtool ARGS` in the monitoring folder; panics with its output on failure.

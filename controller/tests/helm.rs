@@ -129,7 +129,7 @@ fn key_text((api, kind, ns, name): &Key) -> String {
 /// Parses a multi-document YAML (empty documents skipped); an object twice is an error.
 fn objects(yaml: &str, what: &str) -> Objects {
     let mut all = Objects::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
+    for doc in yaml_serde::Deserializer::from_str(yaml) {
         let value: Value = serde::Deserialize::deserialize(doc)
             .unwrap_or_else(|e| panic!("{what}: a document is not YAML: {e}"));
         if value.is_null() {

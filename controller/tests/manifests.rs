@@ -649,7 +649,7 @@ async fn agent_cannot_write_services_but_keeps_its_lease() {
 
 #[test]
 fn example_pool_configmap_is_valid() {
-    let cm: ConfigMap = serde_yaml::from_str(&read("manifests/pools.yaml")).unwrap();
+    let cm: ConfigMap = yaml_serde::from_str(&read("manifests/pools.yaml")).unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("aliaslb-pools"));
     assert_eq!(cm.metadata.namespace.as_deref(), Some(NAMESPACE));
     let data: BTreeMap<String, String> = cm.data.expect("data");
@@ -722,7 +722,7 @@ async fn monitoring_component_applies_over_the_operators_crds() {
     ]))
     .unwrap();
     let file: serde_json::Value =
-        serde_yaml::from_str(&read("manifests/optional/monitoring/aliaslb.rules.yaml")).unwrap();
+        yaml_serde::from_str(&read("manifests/optional/monitoring/aliaslb.rules.yaml")).unwrap();
     assert_eq!(
         stored["spec"]["groups"], file["groups"],
         "the server stored other rule groups than the rules file's (a field pruned?)"
@@ -753,7 +753,7 @@ fn monitoring_component_renders_with_the_manifests() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let objects: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
+    let objects: Vec<serde_json::Value> = yaml_serde::Deserializer::from_str(&text)
         .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
         .collect();
     let of_kind = |kind: &str| -> Vec<&serde_json::Value> {

@@ -403,7 +403,7 @@ fn every_message_is_one_line() {
     assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
 }
 
-/// serde_yaml's messages can quote a key that reads `line N`; shifting that "line number"
+/// yaml_serde's messages can quote a key that reads `line N`; shifting that "line number"
 /// to the file's must not overflow.
 #[test]
 fn line_numbers_in_quoted_keys_do_not_overflow() {

@@ -638,7 +638,7 @@ fn deeply_nested_documents_are_rejected_without_overflowing_the_stack() {
 
 #[test]
 fn options_errors_at_the_end_of_the_text_name_a_line_of_the_value() {
-    // serde_yaml reports errors found at the end of input on the line after the last one,
+    // yaml_serde reports errors found at the end of input on the line after the last one,
     // and counts a lone `\r` or U+2028 as a line break, which `str::lines` does not.
     for text in [
         "pools:\n  default: [eth0\n",

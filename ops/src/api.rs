@@ -32,7 +32,8 @@
 //!   within 1 s of the heal or fails at most 1 s after it.
 //!
 //! A watch that errors is retried by the watch driver ([`crate::watch::drive`]) after a
-//! [`WatchBackoff`] delay, capped at [`BACKOFF_MAX`]. After a heal the worst case is
+//! [`WatchBackoff`] delay, at most [`BACKOFF_MAX`] (jittered below it, so that the agents
+//! cut off together do not relist together: [`crate::backoff`]). After a heal the worst case is
 //! therefore about 1 s (a pending connection attempt) + [`BACKOFF_MAX`] + one request:
 //! about 3 s, within the 5 s target.
 //! A cut shorter than the 5 s detection leaves the connection alive: the peer's
@@ -56,6 +57,8 @@ use kube::client::retry::RetryPolicy;
 use tower::retry::RetryLayer;
 use tower::{BoxError, ServiceBuilder};
 
+use crate::backoff::Backoff;
+
 /// Idle time before the first TCP keepalive probe.
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
 /// Time between unanswered keepalive probes.
@@ -68,10 +71,12 @@ pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connect timeout (TCP and TLS handshake).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// Fastest watch retry after an error.
+/// The watch retry's first step: the first delay after an error is in
+/// `[BACKOFF_MIN / 2, BACKOFF_MIN]`.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(250);
-/// Slowest watch retry: bounds how long after an API path heals a failing watch tries
-/// again (one watch per agent, a few per controller replica).
+/// The watch retry's last step, and the longest delay: bounds how long after an API path
+/// heals a failing watch tries again (two watches per agent, a few per controller
+/// replica).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// A client from the kubeconfig or the in-cluster config (as
@@ -120,17 +125,16 @@ pub fn client_for(config: kube::Config) -> Result<kube::Client, kube::Error> {
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
-/// Doubling retry delay between [`BACKOFF_MIN`] and [`BACKOFF_MAX`], reset by the first
+/// The watch retry delay: steps doubling from [`BACKOFF_MIN`] to [`BACKOFF_MAX`], each
+/// delay drawn from `[step / 2, step]` ([`crate::backoff::Backoff`]), reset by the first
 /// event that proves the API answered (not `Event::Init`: kube's watcher yields it
 /// *before* its list request).
 ///
 /// Not kube's `StreamBackoff`: it resets on every `Ok` item, `Init` included, so during
 /// an outage with relists the delay never grew, while with failing re-watches its
 /// default grows to 30 s, which is then how late a heal is noticed.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    next: Duration,
-}
+#[derive(Debug)]
+pub struct WatchBackoff(Backoff);
 
 impl Default for WatchBackoff {
     fn default() -> Self {
@@ -139,21 +143,25 @@ impl Default for WatchBackoff {
 }
 
 impl WatchBackoff {
-    /// Starts at [`BACKOFF_MIN`].
+    /// Starts at the [`BACKOFF_MIN`] step.
     pub fn new() -> Self {
-        WatchBackoff { next: BACKOFF_MIN }
+        WatchBackoff(Backoff::new(BACKOFF_MIN, BACKOFF_MAX))
     }
 
-    /// The delay before the next retry; doubles the one after (up to [`BACKOFF_MAX`]).
+    /// [`WatchBackoff::new`] drawing its jitter from `seed` (tests).
+    pub fn seeded(seed: u64) -> Self {
+        WatchBackoff(Backoff::seeded(BACKOFF_MIN, BACKOFF_MAX, seed))
+    }
+
+    /// The delay before the next retry; the step doubles for the one after (up to
+    /// [`BACKOFF_MAX`]).
     pub fn next_delay(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (now * 2).min(BACKOFF_MAX);
-        now
+        self.0.next_delay()
     }
 
-    /// Back to [`BACKOFF_MIN`].
+    /// Back to the [`BACKOFF_MIN`] step.
     pub fn reset(&mut self) {
-        self.next = BACKOFF_MIN;
+        self.0.reset();
     }
 }
 
@@ -163,12 +171,17 @@ mod tests {
 
     #[test]
     fn backoff_doubles_caps_and_resets() {
-        let mut b = WatchBackoff::new();
-        let got: Vec<_> = (0..7).map(|_| b.next_delay()).collect();
-        assert_eq!(got[0], BACKOFF_MIN);
-        assert_eq!(got[1], BACKOFF_MIN * 2);
-        assert_eq!(got[6], BACKOFF_MAX);
-        b.reset();
-        assert_eq!(b.next_delay(), BACKOFF_MIN);
+        for seed in 0..50 {
+            let mut b = WatchBackoff::seeded(seed);
+            let got: Vec<_> = (0..7).map(|_| b.next_delay()).collect();
+            let within =
+                |d: Duration, step: Duration| d + Duration::from_millis(1) >= step / 2 && d <= step;
+            assert!(within(got[0], BACKOFF_MIN), "{got:?}");
+            assert!(within(got[1], BACKOFF_MIN * 2), "{got:?}");
+            assert!(within(got[6], BACKOFF_MAX), "{got:?}");
+            assert!(got.iter().all(|d| *d <= BACKOFF_MAX), "{got:?}");
+            b.reset();
+            assert!(within(b.next_delay(), BACKOFF_MIN));
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The operational plumbing both binaries (`aliaslb-controller`, `aliaslb-agent`) share:
 //! the Kubernetes API client and watch retry policy ([`api`]: dead connections noticed
-//! within seconds), the one watch loop ([`watch`]), logging setup, the `/metrics`
+//! within seconds), the one watch loop ([`watch`]), the jitter of every retry and
+//! periodic re-read a crowd would otherwise take in step ([`backoff`]), logging setup, the `/metrics`
 //! `/healthz` `/readyz` server, flag value parsers.
 //!
 //! Does network I/O (the server in [`http`], the client in [`api`], the watches
@@ -9,6 +10,7 @@
 //! filter.
 
 pub mod api;
+pub mod backoff;
 pub mod flags;
 pub mod http;
 pub mod metrics;

@@ -5,8 +5,10 @@
 //!
 //! # The backoff rule
 //!
-//! The delay doubles from [`BACKOFF_MIN`](crate::api::BACKOFF_MIN) to
-//! [`BACKOFF_MAX`](crate::api::BACKOFF_MAX) for as long as the watch fails and is reset
+//! The delay's step doubles from [`BACKOFF_MIN`](crate::api::BACKOFF_MIN) to
+//! [`BACKOFF_MAX`](crate::api::BACKOFF_MAX) for as long as the watch fails, each delay
+//! drawn from `[step / 2, step]` ([`crate::backoff`]: the agents that one API server
+//! restart cut off do not relist in step), and is reset
 //! only by an event that proves the API answered: not `Event::Init`, which kube's
 //! watcher yields *before* its list request (a relist that fails right away yields
 //! `Init` then an error, so resetting on `Init` would keep the delay at its minimum for
@@ -39,8 +41,8 @@ pub enum AfterError {
 
 /// Polls the watch stream `make` returns forever, handing every event to `on_event`.
 ///
-/// After an error: waits the next [`WatchBackoff`] delay (from
-/// [`BACKOFF_MIN`](crate::api::BACKOFF_MIN), doubling, at most
+/// After an error: waits the next [`WatchBackoff`] delay (from the
+/// [`BACKOFF_MIN`](crate::api::BACKOFF_MIN) step, doubling, jittered, at most
 /// [`BACKOFF_MAX`](crate::api::BACKOFF_MAX), reset by any event but `Event::Init`), then
 /// polls the same stream ([`AfterError::Resume`]) or calls `make` for a new one
 /// ([`AfterError::Relist`]).
@@ -49,13 +51,25 @@ pub enum AfterError {
 /// around the call.
 pub async fn drive<K, S>(
     kind: &'static str,
-    mut make: impl FnMut() -> S,
+    make: impl FnMut() -> S,
     after_error: AfterError,
-    mut on_event: impl FnMut(Event<K>),
+    on_event: impl FnMut(Event<K>),
 ) where
     S: Stream<Item = Result<Event<K>, watcher::Error>>,
 {
-    let mut backoff = WatchBackoff::new();
+    drive_with(kind, make, after_error, on_event, WatchBackoff::new()).await;
+}
+
+/// [`drive`] with the given backoff (tests: seeded).
+async fn drive_with<K, S>(
+    kind: &'static str,
+    mut make: impl FnMut() -> S,
+    after_error: AfterError,
+    mut on_event: impl FnMut(Event<K>),
+    mut backoff: WatchBackoff,
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>>,
+{
     let mut failing = false;
     loop {
         let mut stream = std::pin::pin!(make());
@@ -170,6 +184,39 @@ mod tests {
 
     type BoxedItems = futures::stream::BoxStream<'static, Item>;
 
+    /// The seed of the driver's backoff in these tests.
+    const SEED: u64 = 48;
+
+    /// The first `n` delays of a backoff seeded like the driver's: its twin.
+    fn twin(n: usize) -> Vec<Duration> {
+        let mut twin = WatchBackoff::seeded(SEED);
+        (0..n).map(|_| twin.next_delay()).collect()
+    }
+
+    /// `to - from` (polled times, in whole milliseconds of paused time) is `delay` (tokio's
+    /// timers fire on the millisecond after the deadline).
+    #[track_caller]
+    fn assert_waited(from: u128, to: u128, delay: Duration) {
+        let waited = (to - from) as f64;
+        let want = delay.as_secs_f64() * 1000.0;
+        assert!(
+            waited >= want - 0.001 && waited < want + 1.0,
+            "waited {waited} ms, the delay was {delay:?}"
+        );
+    }
+
+    /// Every delay lies in `[step / 2, step]` of its doubling step.
+    #[track_caller]
+    fn assert_steps(delays: &[Duration], steps_ms: &[u64]) {
+        for (delay, step) in delays.iter().zip(steps_ms) {
+            let step = Duration::from_millis(*step);
+            assert!(
+                *delay >= step / 2 - Duration::from_millis(1) && *delay <= step,
+                "{delay:?} is not in the {step:?} step"
+            );
+        }
+    }
+
     /// Runs [`drive`] over `scripts` for a minute of paused time; returns what was polled
     /// and the events `on_event` got.
     async fn run(
@@ -179,7 +226,14 @@ mod tests {
         let polls = Polls::default();
         let mut seen = Vec::new();
         let on_event = |event: Event<u32>| seen.push(label(&Ok(event)));
-        let drive = drive("test", fake(scripts, polls.clone()), after_error, on_event);
+        let backoff = WatchBackoff::seeded(SEED);
+        let drive = drive_with(
+            "test",
+            fake(scripts, polls.clone()),
+            after_error,
+            on_event,
+            backoff,
+        );
         let ended = tokio::time::timeout(Duration::from_secs(60), drive).await;
         assert!(ended.is_err(), "the driver returned");
         let polls = polls.lock().unwrap().clone();
@@ -202,32 +256,75 @@ mod tests {
             Ok(InitApply(1)),
             Ok(InitDone),
             err(),
+            Ok(Apply(2)),
         ];
         let (polls, seen) = run(vec![script], AfterError::Resume).await;
-        let times: Vec<_> = polls.iter().map(|(ms, _, item)| (*ms, *item)).collect();
+        let items: Vec<_> = polls.iter().map(|(_, _, item)| *item).collect();
         assert_eq!(
-            times,
+            items,
             [
-                (0, "Err"),          // then 250 ms
-                (250, "Err"),        // then 500 ms
-                (750, "Err"),        // then 1 s
-                (1750, "Init"),      // no reset: the list request has not been answered
-                (1750, "Err"),       // then 2 s
-                (3750, "Err"),       // then 2 s (capped)
-                (5750, "InitApply"), // the API answered: reset
-                (5750, "InitDone"),
-                (5750, "Err"), // then 250 ms again
+                "Err",
+                "Err",
+                "Err",
+                "Init",
+                "Err",
+                "Err",
+                "InitApply",
+                "InitDone",
+                "Err",
+                "Apply"
             ]
         );
+        let t: Vec<u128> = polls.iter().map(|(ms, _, _)| *ms).collect();
+        let d = twin(5);
+        // Steps of 250 ms, 500 ms, 1 s, 2 s, 2 s (capped), each delay jittered within it.
+        assert_steps(&d, &[250, 500, 1000, 2000, 2000]);
+        assert_eq!(t[0], 0);
+        assert_waited(t[0], t[1], d[0]);
+        assert_waited(t[1], t[2], d[1]);
+        assert_waited(t[2], t[3], d[2]);
+        // `Init`: no reset, the list request has not been answered: the next step is 2 s.
+        assert_eq!(t[3], t[4]);
+        assert_waited(t[4], t[5], d[3]);
+        assert_waited(t[5], t[6], d[4]);
+        // The API answered: reset, so the next error waits the first step again (the
+        // seeded twin starts its numbers over too).
+        assert_eq!((t[6], t[7], t[8]), (t[6], t[6], t[6]));
+        assert_waited(t[8], t[9], d[0]);
         assert_eq!(
             seen,
-            ["Init", "InitApply", "InitDone"],
+            ["Init", "InitApply", "InitDone", "Apply"],
             "every event reaches the owner"
         );
         assert_eq!(
             (BACKOFF_MIN.as_millis(), BACKOFF_MAX.as_millis()),
             (250, 2000)
         );
+    }
+
+    /// Different seeds (different agents): the same outage, retries at different times.
+    #[tokio::test(start_paused = true)]
+    async fn two_drivers_failing_together_retry_apart() {
+        let mut times = Vec::new();
+        for seed in [1, 2] {
+            let polls = Polls::default();
+            let script = vec![err(), err(), err(), err()];
+            let drive = drive_with(
+                "test",
+                fake(vec![script], polls.clone()),
+                AfterError::Resume,
+                |_: Event<u32>| {},
+                WatchBackoff::seeded(seed),
+            );
+            assert!(
+                tokio::time::timeout(Duration::from_secs(60), drive)
+                    .await
+                    .is_err()
+            );
+            let last = polls.lock().unwrap().last().map(|(ms, _, _)| *ms);
+            times.push(last);
+        }
+        assert_ne!(times[0], times[1], "{times:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -242,7 +339,8 @@ mod tests {
         )
         .await;
         assert!(polls.iter().all(|(_, stream, _)| *stream == 0), "{polls:?}");
-        assert_eq!(polls[3], (250, 0, "Apply"));
+        assert_eq!(polls[3].2, "Apply");
+        assert_waited(polls[2].0, polls[3].0, twin(1)[0]);
         assert_eq!(seen, ["Init", "InitDone", "Apply"]);
     }
 
@@ -260,19 +358,29 @@ mod tests {
             AfterError::Relist,
         )
         .await;
+        let without_times: Vec<_> = polls.iter().map(|(_, n, item)| (*n, *item)).collect();
         assert_eq!(
-            polls,
+            without_times,
             [
-                (0, 0, "Init"),
-                (0, 0, "InitDone"),
-                (0, 0, "Err"),
-                (250, 1, "Init"),
-                (250, 1, "Err"),
-                (750, 2, "Init"),
-                (750, 2, "InitApply"),
-                (750, 2, "InitDone"),
+                (0, "Init"),
+                (0, "InitDone"),
+                (0, "Err"),
+                (1, "Init"),
+                (1, "Err"),
+                (2, "Init"),
+                (2, "InitApply"),
+                (2, "InitDone"),
             ]
         );
+        let t: Vec<u128> = polls.iter().map(|(ms, _, _)| *ms).collect();
+        let d = twin(2);
+        assert_eq!((t[0], t[1], t[2]), (0, 0, 0));
+        assert_waited(t[2], t[3], d[0]);
+        assert_eq!(t[3], t[4]);
+        // Grown: the failed relist's `Init` did not reset it.
+        assert_waited(t[4], t[5], d[1]);
+        assert_steps(&d, &[250, 500]);
+        assert_eq!((t[5], t[6], t[7]), (t[5], t[5], t[5]));
         assert_eq!(
             seen,
             ["Init", "InitDone", "Init", "Init", "InitApply", "InitDone"]
@@ -288,17 +396,24 @@ mod tests {
         let mut first = Some(ended);
         let make = move || first.take().unwrap_or_else(&mut rest);
         let mut seen = 0;
-        let drive = drive("test", make, AfterError::Resume, |_: Event<u32>| seen += 1);
+        let backoff = WatchBackoff::seeded(SEED);
+        let drive = drive_with(
+            "test",
+            make,
+            AfterError::Resume,
+            |_: Event<u32>| seen += 1,
+            backoff,
+        );
         assert!(
             tokio::time::timeout(Duration::from_secs(60), drive)
                 .await
                 .is_err()
         );
         assert_eq!(seen, 4);
-        assert_eq!(
-            *polls.lock().unwrap(),
-            [(250, 0, "Init"), (250, 0, "InitDone")]
-        );
+        let polls = polls.lock().unwrap().clone();
+        let items: Vec<_> = polls.iter().map(|(_, n, item)| (*n, *item)).collect();
+        assert_eq!(items, [(0, "Init"), (0, "InitDone")]);
+        assert_waited(0, polls[0].0, twin(1)[0]);
     }
 
     /// Every log event of the driver: level and `name=value` fields.
@@ -361,14 +476,26 @@ mod tests {
             ]
         );
         let error = watcher::Error::NoResourceVersion.to_string();
+        // The delays logged are the driver's (its seeded twin's): the first step, the third,
+        // and the first again after the recovery.
+        let d = twin(3);
         assert_eq!(
             logs[0].1,
             format!(
-                " message=watch failed; resuming it after the delay kind=\"test\" error={error} delay=250ms"
+                " message=watch failed; resuming it after the delay kind=\"test\" error={error} delay={:?}",
+                d[0]
             )
         );
-        assert!(logs[2].1.contains("delay=1s"), "{}", logs[2].1);
+        assert!(
+            logs[2].1.ends_with(&format!("delay={:?}", d[2])),
+            "{}",
+            logs[2].1
+        );
         assert_eq!(logs[3].1, " message=watch works again kind=\"test\"");
-        assert!(logs[4].1.contains("delay=250ms"), "{}", logs[4].1);
+        assert!(
+            logs[4].1.ends_with(&format!("delay={:?}", d[0])),
+            "{}",
+            logs[4].1
+        );
     }
 }

@@ -43,6 +43,11 @@ pub struct TestEnv {
     etcd_url: String,
     token: String,
     namespaces: AtomicU32,
+    /// The kube-apiserver binary and flags, to start it again ([`TestEnv::start_apiserver`]).
+    apiserver_bin: PathBuf,
+    apiserver_args: Vec<String>,
+    /// kube-apiserver starts so far (the first included): names each start's log.
+    apiserver_starts: u32,
     // Declaration order is drop order: the apiserver stops before etcd.
     apiserver: Supervised,
     etcd: Supervised,
@@ -169,7 +174,7 @@ impl TestEnv {
             &kubeconfig_yaml(&server_url, &certs.ca_cert, &token),
         )?;
 
-        wait_ready(&kubeconfig, &mut etcd, &mut apiserver)?;
+        wait_ready(&kubeconfig, &mut etcd, &mut apiserver, START_TIMEOUT)?;
         eprintln!(
             "aliaslb-testenv: kube-apiserver {server_url} ready, etcd {etcd_url}, dir {}",
             dir.display()
@@ -182,9 +187,47 @@ impl TestEnv {
             etcd_url,
             token,
             namespaces: AtomicU32::new(0),
+            apiserver_bin,
+            apiserver_args,
+            apiserver_starts: 1,
             apiserver,
             etcd,
         })
+    }
+
+    /// Stops kube-apiserver as a restart does (SIGTERM: it closes its connections and
+    /// watches; SIGKILL after 10 s) and waits until it is gone; etcd keeps running. Clients
+    /// then meet a closed port until [`TestEnv::start_apiserver`].
+    pub fn stop_apiserver(&mut self) {
+        self.apiserver.stop();
+    }
+
+    /// Starts kube-apiserver again, with the same flags on the same port and etcd, and
+    /// waits up to `within` for `/readyz` (a start under the load of many clients
+    /// retrying may take longer than a first start); its output goes to
+    /// `kube-apiserver-N.log` for the N-th start.
+    ///
+    /// # Errors
+    /// [`Error::StartUp`] with the log tail when it exits or is not ready within `within`.
+    pub fn start_apiserver(&mut self, within: Duration) -> Result<(), Error> {
+        self.apiserver.stop();
+        self.apiserver_starts += 1;
+        let log = self
+            .dir
+            .join(format!("kube-apiserver-{}.log", self.apiserver_starts));
+        self.apiserver = Supervised::spawn(
+            "kube-apiserver",
+            &self.apiserver_bin,
+            &self.apiserver_args,
+            &log,
+            None,
+        )?;
+        wait_ready(
+            &self.kubeconfig,
+            &mut self.etcd,
+            &mut self.apiserver,
+            within,
+        )
     }
 
     /// The folder holding certificates, logs, etcd data and the kubeconfig.
@@ -466,6 +509,7 @@ fn wait_ready(
     kubeconfig: &Path,
     etcd: &mut Supervised,
     apiserver: &mut Supervised,
+    within: Duration,
 ) -> Result<(), Error> {
     std::thread::scope(|scope| {
         scope
@@ -476,7 +520,7 @@ fn wait_ready(
                     .map_err(|e| {
                         apiserver.startup_error(format!("building a tokio runtime: {e}"))
                     })?;
-                runtime.block_on(poll_ready(kubeconfig, etcd, apiserver))
+                runtime.block_on(poll_ready(kubeconfig, etcd, apiserver, within))
             })
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -487,6 +531,7 @@ async fn poll_ready(
     kubeconfig: &Path,
     etcd: &mut Supervised,
     apiserver: &mut Supervised,
+    within: Duration,
 ) -> Result<(), Error> {
     let mut config = load_config(kubeconfig).await?;
     config.connect_timeout = Some(Duration::from_secs(2));
@@ -502,9 +547,9 @@ async fn poll_ready(
         if let Some(status) = apiserver.exited() {
             return Err(apiserver.startup_error(format!("exited with {status}")));
         }
-        if started.elapsed() > START_TIMEOUT {
+        if started.elapsed() > within {
             return Err(apiserver.startup_error(format!(
-                "/readyz not ok after {START_TIMEOUT:?}; last answer: {last}"
+                "/readyz not ok after {within:?}; last answer: {last}"
             )));
         }
         let request = http::Request::get("/readyz")

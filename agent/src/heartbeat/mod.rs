@@ -1,7 +1,8 @@
 //! The agent's heartbeat: its own Lease `aliaslb-agent-<node>` in the agents' namespace
 //! (`--agent-namespace`), renewed every renew interval (10 s by default, the kubelet's own
-//! rate) and rewritten at once whenever the report (interfaces, held IPs, conflicts)
-//! changes. Does API I/O (that one Lease only).
+//! rate) at a phase of its own ([`Schedule`]: a thousand agents renew spread over the
+//! interval, also after an API server restart) and rewritten at once whenever the report
+//! (interfaces, held IPs, conflicts) changes. Does API I/O (that one Lease only).
 //!
 //! Liveness is not the Lease's job any more where it must be fast: an L2 holder's loss is
 //! seen on the LAN by its standby (`l2::failover`), and a stopped agent's aliases expire
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::report::AgentReport;
+use aliaslb_ops::backoff::Backoff;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -373,35 +375,86 @@ pub fn look_interval(renew: Duration, alias_lifetime: Duration) -> Duration {
     renew / u32::try_from(looks).unwrap_or(u32::MAX)
 }
 
-/// When the heartbeat writes (pure): a changed report at once, an unchanged one once per
-/// renew interval after the last write that succeeded (so a failed write is retried at the
-/// next look), a release once when the kernel rounds stop, and a write at once when they
-/// resume.
+/// When the heartbeat writes (pure): a changed report at once, an unchanged one at this
+/// agent's own renewal slots, a failed write again after a jittered backoff, a release
+/// once when the kernel rounds stop, and a write at once when they resume.
+///
+/// **A phase of its own, kept.** Each agent draws a phase in `[0, renew)` once, at start
+/// ([`aliaslb_ops::backoff::phase`]); its slots are `first_slot + k x renew` with
+/// `first_slot` = start + phase. An unchanged report is written at the first slot after the
+/// last write, whenever that write was (a change, a retry after an outage): so a thousand
+/// agents started by one rollout, or all cut off by one API server restart, keep writing
+/// spread over the renew interval instead of in one wave, however they were bunched
+/// before. The heartbeat's looks are laid on the slots ([`run`]).
+///
+/// **The rate and the fence hold.** Consecutive slots are a renew interval apart, and a
+/// write between two slots (a change) only adds a write: while writes succeed, two of
+/// them are never more than a renew interval apart (a slot's look may come half a look
+/// early, as before, and a change written within half a look before a slot stands for
+/// it), one unchanged write per renew interval, as without the phase. So `lifetime <=
+/// lease - renew`, which assumes writes a renew interval apart, holds unchanged: the
+/// phase moves *when* the writes come, never how far apart.
+///
+/// **A failed write** is retried after a jittered backoff ([`aliaslb_ops::backoff`]):
+/// steps from one look doubling to the renew interval, each delay in `[step / 2, step]`,
+/// so the retry comes within a renew interval of the failure, the crowd an outage failed
+/// together retries spread over the last step, not at its next look in one burst. A
+/// change waits for the retry too (it would fail alike). The first success resets it.
 ///
 /// The heartbeat looks every `look` (a third of the alias lifetime, at most the renew
-/// interval): a write is due at the look nearest to a renew interval after the last one,
-/// half a look early rather than a whole look late. Without that slack a look a millisecond
-/// early (timer jitter) skipped the write to the next look, so a 1 s renew interval with
-/// 1 s looks wrote every 2 s at times, and the controller could judge a frozen agent lost
-/// before its aliases' lifetime ran out (`lifetime <= lease - renew` assumes writes a renew
-/// interval apart).
-#[derive(Debug, Clone)]
+/// interval): a slot's write is due at the look nearest to it, half a look early rather
+/// than a whole look late. Without that slack a look a millisecond early (timer jitter)
+/// skipped the write to the next look, so a 1 s renew interval with 1 s looks wrote every
+/// 2 s at times, and the controller could judge a frozen agent lost before its aliases'
+/// lifetime ran out.
+#[derive(Debug)]
 pub struct Schedule {
     renew_interval: Duration,
     slack: Duration,
+    first_slot: Instant,
     last_write: Option<Instant>,
     released: bool,
+    /// After a failed write: no write before this.
+    retry_at: Option<Instant>,
+    retries: Backoff,
 }
 
 impl Schedule {
-    /// Nothing written yet; the heartbeat looks every `look`.
-    pub fn new(renew_interval: Duration, look: Duration) -> Self {
+    /// Nothing written yet; the heartbeat looks every `look`; unchanged reports are due at
+    /// `first_slot + k x renew_interval`; failed writes are retried after `retries`
+    /// (jittered, from a look to the renew interval: [`Schedule::retries`]).
+    pub fn new(
+        renew_interval: Duration,
+        look: Duration,
+        first_slot: Instant,
+        retries: Backoff,
+    ) -> Self {
         Schedule {
             renew_interval,
             slack: look / 2,
+            first_slot,
             last_write: None,
             released: false,
+            retry_at: None,
+            retries,
         }
+    }
+
+    /// The retry backoff of a heartbeat that looks every `look`: steps from `look` to
+    /// `renew_interval`.
+    pub fn retries(renew_interval: Duration, look: Duration) -> Backoff {
+        Backoff::new(look, renew_interval)
+    }
+
+    /// The first slot later than `after`.
+    fn slot_after(&self, after: Instant) -> Instant {
+        let Some(since) = after.checked_duration_since(self.first_slot) else {
+            return self.first_slot;
+        };
+        let renew = self.renew_interval.as_nanos().max(1);
+        let slots = since.as_nanos() / renew + 1;
+        let offset = u64::try_from(slots.saturating_mul(renew)).unwrap_or(u64::MAX);
+        self.first_slot + Duration::from_nanos(offset)
     }
 
     /// What to do at `now`: `gated` when [`may_renew`] says no, `changed` when the report
@@ -414,10 +467,14 @@ impl Schedule {
                 Beat::Release
             };
         }
+        if self.retry_at.is_some_and(|at| now + self.slack < at) {
+            return Beat::Nothing;
+        }
+        // A write within half a look before a slot stands for that slot.
         let due = self
             .last_write
-            .is_none_or(|at| now.saturating_duration_since(at) + self.slack >= self.renew_interval);
-        if changed || due || self.released {
+            .is_none_or(|at| now + self.slack >= self.slot_after(at + self.slack));
+        if changed || due || self.released || self.retry_at.is_some() {
             Beat::Write
         } else {
             Beat::Nothing
@@ -428,6 +485,15 @@ impl Schedule {
     pub fn wrote(&mut self, at: Instant) {
         self.last_write = Some(at);
         self.released = false;
+        self.retry_at = None;
+        self.retries.reset();
+    }
+
+    /// A write sent at `at` failed: the next one waits the next retry delay; returns it.
+    pub fn failed(&mut self, at: Instant) -> Duration {
+        let delay = self.retries.next_delay();
+        self.retry_at = Some(at + delay);
+        delay
     }
 
     /// The release succeeded.
@@ -449,8 +515,9 @@ pub struct HeartbeatLinks {
 }
 
 /// The heartbeat loop: waits for the first report, then looks every refresh interval (a
-/// third of the alias lifetime, at most the renew interval) and at once on every report
-/// change, and writes what [`Schedule::decide`] says. Signals `api_back` when a write
+/// third of the alias lifetime, at most the renew interval, on a grid laid on this agent's
+/// renewal slots: see [`Schedule`]) and at once on every report change, and writes what
+/// [`Schedule::decide`] says. Signals `api_back` when a write
 /// succeeds after failures (or after authority was stale); records every success in
 /// `links.authority`. While the alias loop's kernel rounds are too old ([`may_renew`]) it
 /// releases the Lease once (the controller moves the IPs now) and writes nothing else,
@@ -470,9 +537,23 @@ pub async fn run(
     } = links;
     let config = heartbeat.config.clone();
     let look_every = look_interval(config.renew_interval, config.alias_lifetime);
-    let mut tick = tokio::time::interval(look_every);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut schedule = Schedule::new(config.renew_interval, look_every);
+    // This agent's phase, kept for its lifetime (see [`Schedule`]); the looks are laid on
+    // its slots: the renew interval is a whole number of looks, so a look falls on every
+    // slot. `Skip`: a look missed while a write was in flight does not move the grid.
+    let start = Instant::now();
+    let phase = aliaslb_ops::backoff::phase(config.renew_interval);
+    let first_slot = start + phase;
+    let look_offset = Duration::from_nanos(
+        u64::try_from(phase.as_nanos() % look_every.as_nanos().max(1)).unwrap_or(0),
+    );
+    let mut tick = tokio::time::interval_at(start + look_offset, look_every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut schedule = Schedule::new(
+        config.renew_interval,
+        look_every,
+        first_slot,
+        Schedule::retries(config.renew_interval, look_every),
+    );
     let mut written: Option<AgentReport> = None;
     // `None`: nothing written yet.
     let mut reachable: Option<bool> = None;
@@ -546,10 +627,11 @@ pub async fn run(
                     }
                     Err(error) => {
                         metrics.record_renewal(false);
+                        let retry_in = schedule.failed(now);
                         if reachable != Some(false) {
-                            warn!(%error, "cannot renew the agent Lease (API server unreachable?); aliases stay and keep being refreshed");
+                            warn!(%error, ?retry_in, "cannot renew the agent Lease (API server unreachable?); aliases stay and keep being refreshed");
                         } else {
-                            debug!(%error, "Lease renewal still failing");
+                            debug!(%error, ?retry_in, "Lease renewal still failing");
                         }
                         reachable = Some(false);
                     }
@@ -633,12 +715,18 @@ mod tests {
         assert_eq!(look_interval(s(10), s(2)), ms(625));
     }
 
+    /// A schedule renewing every `renew` with looks every `look`, its first slot at `first`,
+    /// its retries seeded.
+    fn schedule(renew: Duration, look: Duration, first: Instant) -> Schedule {
+        Schedule::new(renew, look, first, Backoff::seeded(look, renew, 48))
+    }
+
     #[test]
     fn a_renew_interval_equal_to_the_look_writes_at_every_look_despite_jitter() {
         let t = Instant::now();
         let s = |ms| t + Duration::from_millis(ms);
         let second = Duration::from_secs(1);
-        let mut schedule = Schedule::new(second, second);
+        let mut schedule = schedule(second, second, t);
         // Looks a few milliseconds late, then one early: every one writes.
         for ms in [3, 1_004, 1_999, 3_001, 3_998] {
             assert_eq!(schedule.decide(s(ms), false, false), Beat::Write, "{ms} ms");
@@ -647,43 +735,146 @@ mod tests {
     }
 
     #[test]
-    fn the_schedule_writes_changes_at_once_and_the_rest_once_per_renew_interval() {
+    fn unchanged_reports_are_written_at_the_agents_own_slots_changes_at_once() {
         let t = Instant::now();
         let s = |ms| t + Duration::from_millis(ms);
-        let mut schedule = Schedule::new(Duration::from_secs(10), Duration::from_secs(1));
+        // Phase 3.7 s: slots at 3.7 s, 13.7 s, 23.7 s...; looks laid on them (0.7 s, 1.7 s...).
+        let mut schedule = schedule(Duration::from_secs(10), Duration::from_secs(1), s(3_700));
         assert_eq!(schedule.decide(t, false, false), Beat::Write, "first");
         schedule.wrote(t);
-        assert_eq!(schedule.decide(s(1_000), false, false), Beat::Nothing);
-        assert_eq!(schedule.decide(s(9_499), false, false), Beat::Nothing);
-        // The look nearest to 10 s writes, even a little early (timer jitter).
-        assert_eq!(schedule.decide(s(9_998), false, false), Beat::Write);
-        assert_eq!(
-            schedule.decide(s(2_000), false, true),
-            Beat::Write,
-            "a change"
-        );
-        schedule.wrote(s(2_000));
-        assert_eq!(schedule.decide(s(11_499), false, false), Beat::Nothing);
-        assert_eq!(schedule.decide(s(12_000), false, false), Beat::Write);
-        // A failed write is not recorded: the next look writes again.
-        assert_eq!(schedule.decide(s(13_000), false, false), Beat::Write);
-        schedule.wrote(s(13_000));
+        assert_eq!(schedule.decide(s(700), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(2_700), false, false), Beat::Nothing);
+        // The first slot, not a renew interval after the first write.
+        assert_eq!(schedule.decide(s(3_700), false, false), Beat::Write);
+        schedule.wrote(s(3_700));
+        assert_eq!(schedule.decide(s(4_700), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(12_700), false, false), Beat::Nothing);
+        // A change at once; it does not move the phase: the next slot still writes.
+        assert_eq!(schedule.decide(s(5_000), false, true), Beat::Write);
+        schedule.wrote(s(5_000));
+        assert_eq!(schedule.decide(s(12_700), false, false), Beat::Nothing);
+        // The look nearest to the slot writes, even a little early (timer jitter).
+        assert_eq!(schedule.decide(s(13_698), false, false), Beat::Write);
+        schedule.wrote(s(13_698));
+        // A change within half a look before a slot stands for it.
+        assert_eq!(schedule.decide(s(23_400), false, true), Beat::Write);
+        schedule.wrote(s(23_400));
+        assert_eq!(schedule.decide(s(23_700), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(32_700), false, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(33_700), false, false), Beat::Write);
+        schedule.wrote(s(33_700));
         // Kernel rounds stopped: one release, then nothing, even for a change.
-        assert_eq!(schedule.decide(s(14_000), true, false), Beat::Release);
+        assert_eq!(schedule.decide(s(34_000), true, false), Beat::Release);
         assert_eq!(
-            schedule.decide(s(15_000), true, false),
+            schedule.decide(s(35_000), true, false),
             Beat::Release,
             "a failed release is retried"
         );
         schedule.released();
-        assert_eq!(schedule.decide(s(16_000), true, true), Beat::Nothing);
-        assert_eq!(schedule.decide(s(40_000), true, false), Beat::Nothing);
+        assert_eq!(schedule.decide(s(36_000), true, true), Beat::Nothing);
+        assert_eq!(schedule.decide(s(60_000), true, false), Beat::Nothing);
         // Rounds again: written at once, though the last write is recent.
-        let mut recent = schedule.clone();
-        recent.wrote(s(16_500));
-        recent.released();
-        assert_eq!(recent.decide(s(17_000), false, false), Beat::Write);
-        assert_eq!(schedule.decide(s(41_000), false, false), Beat::Write);
+        assert_eq!(schedule.decide(s(61_000), false, false), Beat::Write);
+    }
+
+    /// After an outage the agent is back on its own slots at once: its writes do not
+    /// stay where the recovery put them (in step with every other agent's).
+    #[test]
+    fn a_failed_write_is_retried_with_a_jittered_backoff_then_the_phase_resumes() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let (renew, look) = (Duration::from_secs(10), Duration::from_secs(1));
+        let mut schedule = schedule(renew, look, t + ms(3_700));
+        let mut twin = Backoff::seeded(look, renew, 48);
+        schedule.wrote(t + ms(3_700));
+        // The API goes away: the slot's write fails at 13.7 s, and the retries after it.
+        let mut now = t + ms(13_700);
+        let mut steps = Vec::new();
+        for step in [1_000, 2_000, 4_000, 8_000, 10_000, 10_000] {
+            assert_eq!(schedule.decide(now, false, false), Beat::Write);
+            let delay = schedule.failed(now);
+            assert_eq!(delay, twin.next_delay());
+            assert!(
+                delay + ms(1) >= ms(step) / 2 && delay <= ms(step),
+                "{delay:?}"
+            );
+            steps.push(delay);
+            // Nothing before the retry is due, not even a change or the slot.
+            let early = now + delay - ms(501);
+            assert_eq!(schedule.decide(early, false, true), Beat::Nothing);
+            now += delay;
+        }
+        // Within a renew interval of the last failure: the API answers.
+        assert_eq!(schedule.decide(now, false, false), Beat::Write);
+        schedule.wrote(now);
+        // Back on its slots (3.7 s + k x 10 s), not a renew interval after the recovery.
+        let first = t + ms(3_700);
+        let slots = (now + ms(500) - first).as_nanos() / renew.as_nanos() + 1;
+        let next_slot = first + renew * u32::try_from(slots).unwrap();
+        assert!(next_slot - now < renew + ms(500));
+        assert_eq!(
+            schedule.decide(next_slot - ms(1_000), false, false),
+            Beat::Nothing
+        );
+        assert_eq!(schedule.decide(next_slot, false, false), Beat::Write);
+        // The first failure after a success starts the backoff over.
+        schedule.wrote(next_slot);
+        let again = schedule.failed(next_slot + renew);
+        assert!(again <= look, "{again:?} after {steps:?}");
+    }
+
+    /// The fence: for any phase, with looks on its slots (a few ms of timer jitter either
+    /// way) and changes at random times, writes that succeed are never more than a renew
+    /// interval (and the half look a change may come early) apart, and the unchanged ones
+    /// come once per renew interval.
+    #[test]
+    fn writes_stay_a_renew_interval_apart_whatever_the_phase_and_the_changes() {
+        let t = Instant::now();
+        let (renew, look) = (Duration::from_secs(10), Duration::from_secs(1));
+        let mut rng = fastrand::Rng::with_seed(24);
+        for _ in 0..50 {
+            let phase = aliaslb_ops::backoff::phase_with(&mut rng, renew);
+            let mut schedule = schedule(renew, look, t + phase);
+            let offset = Duration::from_nanos((phase.as_nanos() % look.as_nanos()) as u64);
+            let mut writes = Vec::new();
+            let mut unchanged = 0;
+            let mut changes = (0..30)
+                .map(|_| Duration::from_millis(rng.u64(0..600_000)))
+                .collect::<Vec<_>>();
+            changes.sort();
+            let mut changes = changes.into_iter().peekable();
+            for k in 0..600u32 {
+                let look_at = offset + look * k;
+                while let Some(change) = changes.next_if(|c| *c < look_at) {
+                    if schedule.decide(t + change, false, true) == Beat::Write {
+                        schedule.wrote(t + change);
+                        writes.push(change);
+                    }
+                }
+                let jitter = Duration::from_millis(rng.u64(0..5));
+                let at = if rng.bool() {
+                    look_at + jitter
+                } else {
+                    look_at.saturating_sub(jitter)
+                };
+                if schedule.decide(t + at, false, false) == Beat::Write {
+                    schedule.wrote(t + at);
+                    writes.push(at);
+                    unchanged += 1;
+                }
+            }
+            let longest = writes.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+            assert!(
+                longest <= renew + look / 2,
+                "phase {phase:?}: writes {longest:?} apart"
+            );
+            // 600 s of slots: 60, give or take the first and the last; changes standing
+            // for a slot make one fewer each.
+            assert!(
+                (28..=61).contains(&unchanged),
+                "{unchanged} unchanged writes"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

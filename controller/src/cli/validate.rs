@@ -13,7 +13,9 @@
 //!   error (unreadable file, not YAML, not a ConfigMap, no files), which wins over 1.
 //!
 //! Accepted input: one or more `---`-separated YAML documents, each a `kind: ConfigMap` or
-//! a bare `data:` map; `-` reads stdin. serde_yaml gives no spans for values, so the
+//! a bare `data:` map; `-` reads stdin. yaml_serde (libyaml) gives no spans for values
+//! (a parser that does, serde-saphyr, words its errors otherwise than libyaml, whose
+//! messages this command's output keeps), so the
 //! lines of the keys under `data:` are found in the raw text: in a literal block scalar
 //! (`|`, `|-`, `|+`) value line N is N lines below its key; any other value (plain,
 //! quoted, folded `>`) is reported at its key's line.
@@ -24,7 +26,7 @@ use std::io::{Read, Write};
 
 use aliaslb_core::pool::{PoolConfig, PoolConfigError, PoolKey};
 use aliaslb_core::range::Family;
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 /// The file name that stands for stdin.
 pub const STDIN: &str = "-";
@@ -65,7 +67,7 @@ pub enum UsageError {
         file: String,
         /// 1-based line in the file.
         line: usize,
-        /// serde_yaml's message, control characters escaped.
+        /// yaml_serde's message, control characters escaped.
         message: String,
     },
     /// A document is YAML but not a ConfigMap.
@@ -146,7 +148,7 @@ pub fn check_text(file: &str, text: &str) -> Result<FileReport, UsageError> {
     };
     let mut documents = 0;
     for doc in split_documents(text) {
-        let value: Value = serde_yaml::from_str(doc.text).map_err(|e| UsageError::Yaml {
+        let value: Value = yaml_serde::from_str(doc.text).map_err(|e| UsageError::Yaml {
             file: file.to_owned(),
             line: doc.start + e.location().map_or(1, |l| l.line()),
             message: one_line(&shift_lines(&e.to_string(), doc.start)),
@@ -169,7 +171,7 @@ pub fn check_text(file: &str, text: &str) -> Result<FileReport, UsageError> {
 }
 
 /// `text` with the line breaks libyaml turns into `\n` (`\r\n`, a lone `\r`, U+0085)
-/// written as `\n`, so that the lines found by scanning the raw text, the lines serde_yaml
+/// written as `\n`, so that the lines found by scanning the raw text, the lines yaml_serde
 /// reports and the lines of the values count alike: a stray `\r` or a mis-decoded `…`
 /// (U+0085) in a comment would otherwise shift every line after it. The values do not
 /// change. U+2028 and U+2029 are left alone: libyaml counts them as line breaks but keeps
@@ -183,7 +185,7 @@ fn yaml_line_breaks(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// Rewrites serde_yaml's `line N` (relative to the document parsed) to lines of the file.
+/// Rewrites yaml_serde's `line N` (relative to the document parsed) to lines of the file.
 fn shift_lines(message: &str, by: usize) -> String {
     const MARK: &str = "line ";
     let mut out = String::with_capacity(message.len());
@@ -284,7 +286,7 @@ fn check_document(
         Some(kind) => {
             return Err(not_config_map(format!(
                 "kind: {}",
-                one_line(serde_yaml::to_string(kind).unwrap_or_default().trim())
+                one_line(yaml_serde::to_string(kind).unwrap_or_default().trim())
             )));
         }
         None if map.contains_key("data") => "data map".to_owned(),
@@ -348,7 +350,7 @@ fn string_data(data: Option<&Value>) -> (BTreeMap<String, String>, Vec<PoolConfi
     for (key, value) in map {
         let key = match key {
             Value::String(s) => s.clone(),
-            other => serde_yaml::to_string(other)
+            other => yaml_serde::to_string(other)
                 .unwrap_or_default()
                 .trim()
                 .to_owned(),

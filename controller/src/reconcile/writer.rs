@@ -22,9 +22,9 @@ use crate::node_assignments::{self, NodeObjects, ObjectData, Round, ShardsOf};
 use crate::observe::service::{ServiceRecord, digest};
 use crate::service_writes::{self, ServiceWriter};
 
-/// First retry delay after a transient write failure; doubles up to [`MAX_BACKOFF`].
+/// First retry step after a transient write failure; doubles up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest retry delay.
+/// Longest retry delay (the last step).
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Versions remembered per Service (see the module docs).
 const KNOWN_VERSIONS: usize = 8;
@@ -38,44 +38,52 @@ const KNOWN_VERSIONS: usize = 8;
 pub(super) const PASS_WRITES: usize = 16 * MAX_IN_FLIGHT;
 
 /// Retry state after transient failures of one write.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Backoff {
     failures: u32,
     next: Instant,
-}
-
-impl Backoff {
-    fn after(failures: u32, now: Instant) -> Backoff {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
-        Backoff {
-            failures,
-            next: now + BASE_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF),
-        }
-    }
+    delays: aliaslb_ops::backoff::Backoff,
 }
 
 /// The one retry policy of every write (a Service's, a node assignment's): after the n-th
-/// transient failure in a row the write waits [`BASE_BACKOFF`] x 2^(n-1), at most
-/// [`MAX_BACKOFF`]; a success, or a failure that is not retried, forgets it.
+/// transient failure in a row the write waits a delay drawn from `[D/2, D]`, with
+/// `D` = [`BASE_BACKOFF`] x 2^(n-1), at most [`MAX_BACKOFF`] (equal jitter,
+/// [`aliaslb_ops::backoff`]: the writes that one API server outage failed together are
+/// not retried together); a success, or a failure that is not retried, forgets it.
 #[derive(Debug)]
 struct Retries<K> {
     due: HashMap<K, Backoff>,
+    /// Tests: the jitter of the n-th key to fail is drawn from `seed + n`.
+    seed: Option<u64>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Retries<K> {
     fn new() -> Self {
         Retries {
             due: HashMap::new(),
+            seed: None,
         }
     }
 
     /// Records a transient failure of `key` at `now`; returns how many in a row and the
     /// delay before its retry.
     fn failed(&mut self, key: K, now: Instant) -> (u32, Duration) {
-        let failures = self.due.get(&key).map_or(0, |b| b.failures) + 1;
-        let backoff = Backoff::after(failures, now);
-        self.due.insert(key, backoff);
-        (failures, backoff.next.saturating_duration_since(now))
+        let seed = &mut self.seed;
+        let backoff = self.due.entry(key).or_insert_with(|| Backoff {
+            failures: 0,
+            next: now,
+            delays: match seed {
+                Some(seed) => {
+                    *seed += 1;
+                    aliaslb_ops::backoff::Backoff::seeded(BASE_BACKOFF, MAX_BACKOFF, *seed)
+                }
+                None => aliaslb_ops::backoff::Backoff::new(BASE_BACKOFF, MAX_BACKOFF),
+            },
+        });
+        let delay = backoff.delays.next_delay();
+        backoff.failures += 1;
+        backoff.next = now + delay;
+        (backoff.failures, delay)
     }
 
     /// Forgets `key`: its write succeeded, or is not retried.
@@ -720,26 +728,32 @@ mod tests {
     use super::*;
     use aliaslb_core::plan::reason;
 
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let now = Instant::now();
-        let delays: Vec<Duration> = [1, 2, 3, 20]
-            .iter()
-            .map(|f| Backoff::after(*f, now).next - now)
-            .collect();
-        assert_eq!(
-            delays,
-            vec![
-                Duration::from_millis(200),
-                Duration::from_millis(400),
-                Duration::from_millis(800),
-                MAX_BACKOFF
-            ]
+    const MS: Duration = Duration::from_millis(1);
+
+    /// `delay` lies in `[step / 2, step]` (to f32 rounding).
+    #[track_caller]
+    fn assert_in_step(delay: Duration, step: Duration) {
+        assert!(
+            delay + MS >= step / 2 && delay <= step,
+            "{delay:?} is not in [{:?}, {step:?}]",
+            step / 2
         );
     }
 
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let now = Instant::now();
+        let mut retries = Retries::new();
+        let delays: Vec<Duration> = (0..20).map(|_| retries.failed("a", now).1).collect();
+        for (delay, step) in delays.iter().zip([200, 400, 800, 1600]) {
+            assert_in_step(*delay, step * MS);
+        }
+        assert_in_step(delays[19], MAX_BACKOFF);
+        assert!(delays.iter().all(|d| *d <= MAX_BACKOFF));
+    }
+
     /// Services and node assignments share the retry policy: consecutive transient
-    /// failures double the delay, a success forgets them.
+    /// failures double the step, a success forgets them.
     #[test]
     fn every_write_retries_doubling_until_it_succeeds() {
         let t0 = Instant::now();
@@ -747,15 +761,10 @@ mod tests {
         let (_, first) = retries.failed("n1".to_owned(), t0);
         let (_, second) = retries.failed("n1".to_owned(), t0 + first);
         let (failures, third) = retries.failed("n1".to_owned(), t0 + first + second);
-        assert_eq!(
-            (failures, first, second, third),
-            (
-                3,
-                Duration::from_millis(200),
-                Duration::from_millis(400),
-                Duration::from_millis(800)
-            )
-        );
+        assert_eq!(failures, 3);
+        assert_in_step(first, 200 * MS);
+        assert_in_step(second, 400 * MS);
+        assert_in_step(third, 800 * MS);
         let at = t0 + first + second;
         assert!(retries.waiting(&"n1".to_owned(), at));
         assert!(retries.due(at).is_empty());
@@ -764,7 +773,34 @@ mod tests {
         retries.forget(&"n1".to_owned());
         assert_eq!(retries.next(), None);
         let (failures, again) = retries.failed("n1".to_owned(), at);
-        assert_eq!((failures, again), (1, Duration::from_millis(200)));
+        assert_eq!(failures, 1);
+        assert_in_step(again, 200 * MS);
+    }
+
+    /// What the jitter is for: a thousand writes failed by one API outage are not retried
+    /// in one instant. Their fifth retries (3.2 s steps) spread over most of the 1.6 s the
+    /// rule allows.
+    #[test]
+    fn writes_that_failed_together_are_retried_apart() {
+        let t0 = Instant::now();
+        let mut retries = Retries::new();
+        retries.seed = Some(48);
+        let mut at = Vec::new();
+        for key in 0..1000 {
+            let mut t = t0;
+            for _ in 0..5 {
+                t += retries.failed(key, t).1;
+            }
+            at.push(t - t0);
+        }
+        at.sort();
+        assert!(at[999] - at[0] > 1500 * MS, "{:?}..{:?}", at[0], at[999]);
+        let mut per_50ms = HashMap::<u128, usize>::new();
+        for t in &at {
+            *per_50ms.entry(t.as_millis() / 50).or_default() += 1;
+        }
+        let busiest = per_50ms.values().max().copied().unwrap_or(0);
+        assert!(busiest <= 60, "{busiest} of 1000 retries in one 50 ms");
     }
 
     #[test]

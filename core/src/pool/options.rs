@@ -1,4 +1,4 @@
-//! Per-pool options: the YAML under the [`OPTIONS_KEY`] key, parsed with serde_yaml and
+//! Per-pool options: the YAML under the [`OPTIONS_KEY`] key, parsed with yaml_serde and
 //! checked against the pools that exist. Pure, no I/O.
 //!
 //! ```yaml
@@ -28,7 +28,7 @@ use super::{OPTIONS_KEY, PoolConfigError, PoolKey};
 /// Longest Linux interface name (`IFNAMSIZ` - 1).
 const MAX_INTERFACE_LEN: usize = 15;
 
-/// Deepest nesting of `[` and `{` accepted before the text reaches serde_yaml. A valid
+/// Deepest nesting of `[` and `{` accepted before the text reaches yaml_serde. A valid
 /// document needs three levels (`pools`, a pool, `nodeSelector`), but libyaml scans flow
 /// collections in time quadratic in their depth (16,000 levels take seconds), so a
 /// ConfigMap-sized value of `[` would stall the parser for minutes.
@@ -168,7 +168,7 @@ pub(super) fn parse(
     data: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<PoolConfigError>> {
     check_flow_depth(text).map_err(|e| vec![e])?;
-    let doc: Option<OptionsDoc> = serde_yaml::from_str(text).map_err(|e| {
+    let doc: Option<OptionsDoc> = yaml_serde::from_str(text).map_err(|e| {
         let line = e.location().and_then(|l| line_at(text, l.index()));
         let text = line
             .and_then(|l| text.lines().nth(l - 1))
@@ -317,7 +317,7 @@ fn check_flow_depth(text: &str) -> Result<(), PoolConfigError> {
 /// 1-based line of `text`, as [`str::lines`] counts them, holding byte `index` of a YAML
 /// error; `None` for an empty text.
 ///
-/// Not serde_yaml's own line number: libyaml also breaks lines at a lone `\r` and at
+/// Not yaml_serde's own line number: libyaml also breaks lines at a lone `\r` and at
 /// U+0085/U+2028/U+2029, and places errors found at the end of the input on the line after
 /// the last, both of which would name a line the value does not have.
 fn line_at(text: &str, index: usize) -> Option<usize> {
