@@ -5,9 +5,10 @@
 //! Each agent is the agent's own API code, in this process, with its own client (the
 //! agent's `aliaslb_ops::api::client`, TCP keepalives and all), acting as a ServiceAccount
 //! (so that API Priority and Fairness treats it as it treats real agents, not as the
-//! exempt admin): the heartbeat ([`lease::run`], its Lease written with the report), the
-//! assignment watches ([`assignments::watch_assignments`], the watch driver and its
-//! backoff) and the advert-key re-reads ([`adverts::key_loop`]). The kernel is left out:
+//! exempt admin): the heartbeat ([`heartbeat::run`], its Lease written with the report)
+//! and the assignment watches ([`assignments::watch_assignments`], the watch driver and its
+//! backoff). (Agents of before per-node keys also re-read the advert key's Secret every
+//! 60 s; agents read no Secret now.) The kernel is left out:
 //! an agent reports as held the IPs its assignment lists as held, as a real agent does
 //! once it added them, and its alias rounds count as done. The agents start over one renew
 //! interval (a rollout does not start them all in the same second).
@@ -44,8 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aliaslb_agent::assignments;
-use aliaslb_agent::l2::adverts;
-use aliaslb_agent::lease::{self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig};
+use aliaslb_agent::heartbeat::{
+    self, Authority, Heartbeat, HeartbeatLinks, KernelRounds, LeaseConfig,
+};
 use aliaslb_agent::metrics::Metrics;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
@@ -188,8 +190,6 @@ async fn agent(
         renew_interval,
         index,
     } = spec;
-    let (key_tx, _key_rx) = watch::channel(None);
-    tokio::spawn(adverts::key_loop(client.clone(), system.clone(), key_tx));
     let (desired_tx, mut desired_rx) = watch::channel(None);
     tokio::spawn(assignments::watch_assignments(
         client.clone(),
@@ -208,10 +208,10 @@ async fn agent(
         },
     );
     let (report_tx, report_rx) = watch::channel(None);
-    tokio::spawn(lease::run(
+    tokio::spawn(heartbeat::run(
         heartbeat,
         report_rx,
-        Arc::new(Metrics::new()),
+        Metrics::new().heartbeat.clone(),
         HeartbeatLinks {
             api_back: Arc::new(Notify::new()),
             authority,

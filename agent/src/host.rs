@@ -29,6 +29,8 @@ pub struct Link {
     /// that is down (cable out) is left out of the interface report, and aliases on it do
     /// not count as held, so the controller moves their IPs instead of waiting for them.
     pub up: bool,
+    /// The link it is stacked on (IFLA_LINK: a macvlan's parent), if any.
+    pub parent: Option<u32>,
 }
 
 /// One address present on the node, ours or not.
@@ -378,6 +380,7 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             kind: None,
             up: true,
+            parent: None,
         }
     }
 

@@ -728,6 +728,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
                 mac: Some([2, 0, 0, 0, 0, 9]),
                 kind: None,
                 up: true,
+                parent: None,
             });
             host.addresses.push(HostAddress {
                 ip: ip("10.9.0.1"),
@@ -930,6 +931,7 @@ async fn pod_veths_are_not_watched_but_a_veth_carrying_an_alias_is() {
                     mac: Some([2, 0, 0, 0, 0, index as u8]),
                     kind: Some("veth".into()),
                     up: true,
+                    parent: None,
                 });
             }
         }
@@ -969,6 +971,7 @@ async fn a_kube_ipvs0_link_is_said_and_shown() {
             mac: Some([2, 0, 0, 0, 0, 40]),
             kind: Some("dummy".into()),
             up: false,
+            parent: None,
         };
         fake.host.lock().unwrap().links.push(ipvs.clone());
         let h = Harness::start_with(fake, None);

@@ -712,6 +712,7 @@ mod tests {
             mac: None,
             kind: None,
             up: true,
+            parent: None,
         };
         HostState {
             links: vec![link(2, "eth0"), link(3, "eth1")],

@@ -679,9 +679,11 @@ fn parse_link(m: &LinkMessage) -> Link {
     let mut name = String::new();
     let mut mac = None;
     let mut kind = None;
+    let mut parent = None;
     for attr in &m.attributes {
         match attr {
             LinkAttribute::IfName(n) => name.clone_from(n),
+            LinkAttribute::Link(index) => parent = Some(*index),
             LinkAttribute::Address(a) => mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
             LinkAttribute::LinkInfo(infos) => {
                 kind = infos.iter().find_map(|info| match info {
@@ -700,6 +702,7 @@ fn parse_link(m: &LinkMessage) -> Link {
         // Operationally up: administratively up AND with carrier. A pulled cable (or a veth
         // whose peer is down) clears IFF_LOWER_UP while IFF_UP stays set.
         up: m.header.flags.contains(LinkFlags::Up) && m.header.flags.contains(LinkFlags::LowerUp),
+        parent,
     }
 }
 

@@ -122,6 +122,7 @@ mod tests {
             mac: Some(mac),
             kind: kind.map(str::to_owned),
             up: true,
+            parent: None,
         }
     }
 

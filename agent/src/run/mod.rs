@@ -642,6 +642,7 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             kind: None,
             up,
+            parent: None,
         }
     }
 

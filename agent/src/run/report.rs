@@ -2,11 +2,9 @@
 //! side holds and refuses, the LAN conflicts, the shield, the node's links and MACs, L3's
 //! reading. Also publishes fast failover's adverts, which follow what is held.
 
-use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{Conflict, MAX_CONFLICTS, REPORT_VERSION};
 
 use super::*;
-use crate::l2::vmac;
 
 impl<B, S, L> Agent<B, S, L>
 where
@@ -39,17 +37,6 @@ where
             .filter(|a| self.links.up.get(&a.ifindex) != Some(&false))
             .map(|a| a.ip)
             .collect();
-        let virtual_links: BTreeSet<u32> = self
-            .aliases
-            .last_snapshot()
-            .map(|host| {
-                host.links
-                    .iter()
-                    .filter(|l| vmac::is_ours(l))
-                    .map(|l| l.index)
-                    .collect()
-            })
-            .unwrap_or_default();
         let report = AgentReport {
             version: REPORT_VERSION,
             interfaces: self.links.interfaces.clone(),
@@ -59,15 +46,7 @@ where
             // addresses, not a pod's veth: `host::is_node_link`), so that no other agent
             // takes this node for a foreign host. Not the virtual MACs: they move with
             // their IPs and belong to no node.
-            macs: self
-                .lan
-                .interfaces()
-                .iter()
-                .filter(|(index, _)| !virtual_links.contains(index))
-                .map(|(_, mac)| *mac)
-                .collect::<BTreeSet<Mac>>()
-                .into_iter()
-                .collect(),
+            macs: self.lan.node_macs().iter().copied().collect(),
             key: self.failover.key(),
             routing: self.routed.report(&self.sets.desired, &held),
             held,

@@ -57,6 +57,7 @@ impl FakeKernel {
                 mac: Some([0; 6]),
                 kind: None,
                 up: true,
+                parent: None,
             });
         }
         links.push(Link {
@@ -65,6 +66,7 @@ impl FakeKernel {
             mac: Some([2, 0, 0, 0, 0, 2]),
             kind: None,
             up: true,
+            parent: None,
         });
         *fake.host.lock().unwrap() = HostState {
             links,

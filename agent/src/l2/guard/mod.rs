@@ -31,6 +31,7 @@ use crate::l2::lan::{
 };
 use crate::l2::metrics::{LanMetrics, ProbeMetric};
 use crate::l2::sleep_until;
+use crate::l2::vmac;
 
 /// Time a probe may take beyond its window before it counts as failed (a LAN port that
 /// never answers must not hold a first claim back for ever: it is retried with backoff).
@@ -98,6 +99,8 @@ pub struct LanGuard<L> {
     /// What the LAN port was last told: the links with our MACs, the IPs watched.
     interfaces: Vec<(u32, Mac)>,
     watched: Vec<IpAddr>,
+    /// The MACs of those links.
+    node_macs: BTreeSet<Mac>,
 }
 
 impl<L: LanPort> LanGuard<L> {
@@ -116,6 +119,7 @@ impl<L: LanPort> LanGuard<L> {
             metrics: setup.metrics,
             interfaces: Vec::new(),
             watched: Vec::new(),
+            node_macs: BTreeSet::new(),
         }
     }
 
@@ -227,9 +231,10 @@ impl<L: LanPort> LanGuard<L> {
         conflicts
     }
 
-    /// The links the LAN port watches, with our MACs on them.
-    pub fn interfaces(&self) -> &[(u32, Mac)] {
-        &self.interfaces
+    /// The MACs of the node's own links on the LAN (not the virtual MACs, which move with
+    /// their IPs), for the report.
+    pub fn node_macs(&self) -> &BTreeSet<Mac> {
+        &self.node_macs
     }
 
     /// Starts the probes the guard asks for, one `probe_many` per interface.
@@ -410,7 +415,8 @@ impl<L: LanPort> LanGuard<L> {
         after
     }
 
-    /// Sends one defence of held `ip` from its link's MAC.
+    /// Sends one defence of held `ip` from its link's MAC (a virtual MAC's through the
+    /// parent's socket).
     fn defend(&self, held: Held<'_>, ip: IpAddr) {
         let Some(alias) = held.alias(ip) else {
             return;
@@ -423,7 +429,10 @@ impl<L: LanPort> LanGuard<L> {
             debug!(alias = %alias, "link has no Ethernet address: no defence");
             return;
         };
-        match self.lan.defend(alias.ifindex, Mac(mac), ip) {
+        match self
+            .lan
+            .defend(on_the_lan(held, alias.ifindex), Mac(mac), ip)
+        {
             Ok(()) => self.metrics.inc_defence(),
             Err(e) => warn!(alias = %alias, error = %e, "defence not sent"),
         }
@@ -435,23 +444,37 @@ impl<L: LanPort> LanGuard<L> {
             // The node's own links only: no socket (and thread) per pod veth or CNI
             // bridge, and no MAC of theirs in the report. A link an L2 alias is on counts
             // as the node's whatever its kind (`--interface` or the pool's `interface`
-            // may name a veth or bridge without an address of the node).
+            // may name a veth or bridge without an address of the node). A virtual MAC's
+            // macvlan is watched through its parent: one socket per parent link, however
+            // many virtual MACs it carries (the parent's socket sees their frames too).
             let carrying: BTreeSet<u32> = held
                 .aliases()
                 .filter(|a| !desired.is_routed(a.ip))
-                .map(|a| a.ifindex)
+                .map(|a| on_the_lan(held, a.ifindex))
                 .collect();
             let interfaces: Vec<(u32, Mac)> = host
                 .links
                 .iter()
                 .filter(|l| host::is_node_link(host, l) || carrying.contains(&l.index))
+                // Our own macvlans are watched through their parents (below).
+                .filter(|l| !vmac::is_ours(l))
                 .filter_map(|l| Some((l.index, Mac(l.mac?))))
                 // Loopback's all-zero address is no Ethernet interface.
                 .filter(|(_, mac)| mac.0 != [0; 6])
                 .collect();
+            self.node_macs = interfaces.iter().map(|(_, mac)| *mac).collect();
+            // The virtual MACs are ours too (their frames are no claims), on their
+            // parent's socket.
+            let virtual_macs = host
+                .links
+                .iter()
+                .filter(|l| vmac::is_ours(l))
+                .filter_map(|l| Some((l.parent?, Mac(l.mac?))))
+                .filter(|(parent, _)| carrying.contains(parent));
+            let told: Vec<(u32, Mac)> = interfaces.iter().copied().chain(virtual_macs).collect();
             // Every time, not only on a change: the port retries there the sockets it
             // could not open (cheap when nothing changed).
-            self.lan.set_interfaces(&interfaces);
+            self.lan.set_interfaces(&told);
             self.interfaces = interfaces;
         }
         // Routed (L3) addresses are on no LAN: nobody else's claim is news for them.
@@ -469,7 +492,7 @@ impl<L: LanPort> LanGuard<L> {
 fn own_link(desired: &DesiredSet, held: Held<'_>, ip: IpAddr) -> Option<u32> {
     // Per claim, and a flood of forged claims must stay cheap: a look-up, not a scan.
     if let Some(alias) = held.alias(ip) {
-        return Some(alias.ifindex);
+        return Some(on_the_lan(held, alias.ifindex));
     }
     let host = held.host()?;
     probe_link(
@@ -480,6 +503,16 @@ fn own_link(desired: &DesiredSet, held: Held<'_>, ip: IpAddr) -> Option<u32> {
         None,
     )
     .map(|(link, _)| link.index)
+}
+
+/// The link whose socket watches link `ifindex` on the LAN: itself, or for one of our
+/// virtual MACs' macvlans, its parent (where its claims are heard).
+fn on_the_lan(held: Held<'_>, ifindex: u32) -> u32 {
+    held.host()
+        .and_then(|h| h.links.iter().find(|l| l.index == ifindex))
+        .filter(|l| vmac::is_ours(l))
+        .and_then(|l| l.parent)
+        .unwrap_or(ifindex)
 }
 
 /// Who `mac` is, seen on `ifindex`.
@@ -520,4 +553,125 @@ fn probe_link<'a>(
             .ok()?,
     };
     Some((link, Mac(link.mac?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::host::{HostAddress, HostState};
+    use crate::l2::lan::BoxFuture;
+
+    #[derive(Debug, Default)]
+    struct Told {
+        interfaces: Mutex<Vec<(u32, Mac)>>,
+        defences: Mutex<Vec<(u32, Mac, IpAddr)>>,
+    }
+
+    impl LanPort for Told {
+        fn set_interfaces(&self, interfaces: &[(u32, Mac)]) {
+            *self.interfaces.lock().unwrap() = interfaces.to_vec();
+        }
+        fn set_watched(&self, _: &[IpAddr]) {}
+        fn probe_many(
+            &self,
+            _: u32,
+            _: Mac,
+            _: Vec<IpAddr>,
+            _: ProbeConfig,
+        ) -> BoxFuture<ProbeResults> {
+            Box::pin(async { Ok(BTreeMap::new()) })
+        }
+        fn defend(&self, ifindex: u32, mac: Mac, ip: IpAddr) -> Result<(), LanError> {
+            self.defences.lock().unwrap().push((ifindex, mac, ip));
+            Ok(())
+        }
+    }
+
+    fn link(index: u32, name: &str, mac: [u8; 6], kind: Option<&str>, parent: Option<u32>) -> Link {
+        Link {
+            index,
+            name: name.into(),
+            mac: Some(mac),
+            kind: kind.map(str::to_owned),
+            up: true,
+            parent,
+        }
+    }
+
+    /// Issue 41, item 4: a thousand virtual MACs on one NIC are one watch, not a thousand.
+    #[test]
+    fn virtual_macs_are_watched_and_defended_through_their_parent() {
+        let nic = [2, 0, 0, 0, 0, 2];
+        let mut host = HostState {
+            links: vec![link(2, "eth0", nic, None, None)],
+            ..HostState::default()
+        };
+        let mut owned = BTreeMap::new();
+        let mut desired = DesiredSet::new();
+        for k in 0..1_000u32 {
+            let ip = IpAddr::from([10, 0, (k / 250) as u8, (k % 250) as u8 + 1]);
+            let vmac = aliaslb_core::mac::virtual_mac(ip);
+            let index = 100 + k;
+            host.links.push(link(
+                index,
+                &vmac::link_name(vmac),
+                vmac.0,
+                Some(vmac::KIND),
+                Some(2),
+            ));
+            host.addresses.push(HostAddress {
+                ip,
+                prefix_len: 32,
+                ifindex: index,
+                owned: true,
+                global: true,
+            });
+            owned.insert(
+                ip,
+                Alias {
+                    ip,
+                    ifindex: index,
+                    ifname: vmac::link_name(vmac),
+                },
+            );
+            desired.insert(ip, None);
+            desired.set_vmac(ip, vmac);
+        }
+        let held = Held::new(&owned, Some(&host), None);
+        let lan = Arc::new(Told::default());
+        let (_tx, claims) = mpsc::channel(1);
+        let mut guard = LanGuard::new(LanGuardSetup {
+            lan: lan.clone(),
+            claims,
+            guard: GuardConfig::default(),
+            probe: ProbeConfig::default(),
+            recheck: ProbeConfig::quick(),
+            announcer: None,
+            metrics: LanMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        });
+        guard.tell(&desired, held);
+        let told = lan.interfaces.lock().unwrap().clone();
+        let sockets: BTreeSet<u32> = told.iter().map(|(i, _)| *i).collect();
+        assert_eq!(sockets, BTreeSet::from([2]), "one watch, on the parent");
+        assert_eq!(
+            told.len(),
+            1_001,
+            "every virtual MAC is ours, its frames no claims"
+        );
+        assert_eq!(
+            guard.node_macs(),
+            &BTreeSet::from([Mac(nic)]),
+            "not reported as the node's"
+        );
+        // A claim heard on the parent for a virtual-MAC IP is its own link's.
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(own_link(&desired, held, ip), Some(2));
+        // Defended from its virtual MAC, through the parent's socket.
+        guard.defend(held, ip);
+        let vmac = aliaslb_core::mac::virtual_mac(ip);
+        assert_eq!(*lan.defences.lock().unwrap(), vec![(2, vmac, ip)]);
+    }
 }
