@@ -487,6 +487,7 @@ fn plan_b(world: &World, planner: &mut Planner, changes: &Changes) -> PlanOutput
     planner.plan_changes(
         &Inputs {
             config: &world.config,
+            namespaces: &world.namespaces,
             services: &services,
             nodes: &world.nodes,
             agents: &world.agents,
