@@ -35,7 +35,10 @@
 //! (over its own views, updated by `changes.services`) on the first pass and whenever
 //! something global differs from the last pass: the pool config, [`Inputs::lingering`],
 //! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the fences (the Node
-//! addresses, or the set of LAN conflicts the agents report). Otherwise a narrowed pass:
+//! addresses, or the set of LAN conflicts the agents report). Not the namespace labels
+//! ([`Inputs::namespaces`]): they decide which pools a namespace may draw *new* addresses
+//! from, what a relabelled namespace holds stays its own ([`Tenancy::keeps`]), and the
+//! Services waiting for an address are swept on every pass. Otherwise a narrowed pass:
 //! 1. releases the Services gone (or re-created under a new uid);
 //! 2. sweeps, in (created, namespace, name) order, the changed Services and every one whose
 //!    allocation is not as asked (an address freed goes to the oldest pending one): the
@@ -363,9 +366,9 @@ pub struct Inputs<'a> {
     /// The last valid pool config.
     pub config: &'a PoolConfig,
     /// The labels of every namespace, by name, for the pools that grant by
-    /// `namespaceSelector` ([`PoolConfig::tenancy`]); a namespace missing has none. Of a
-    /// narrowed pass only the entries of [`Changes::namespaces`] are compared with what the
-    /// planner saw (and those of re-planned Services read).
+    /// `namespaceSelector` ([`PoolConfig::tenancy`]); a namespace missing has none. Read
+    /// for the Services a pass decides on (a change of them calls for no more: see
+    /// "Narrowed passes" in the module docs).
     pub namespaces: &'a BTreeMap<String, Labels>,
     /// Every LoadBalancer Service that is ours (one entry per key). Not read by
     /// [`Planner::plan_changes`] unless [`Changes::everything`] is set.
@@ -622,9 +625,6 @@ pub struct Planner {
     /// this pass: kept in use in the ledger of the pool that lists them, for no Service
     /// ([`fence`]).
     fences: BTreeMap<IpAddr, FenceCause>,
-    /// The named pools each namespace may draw from by its labels, as of the last pass
-    /// ([`selected`]): a change re-decides every Service, as a new config does.
-    selected: BTreeMap<String, Vec<PoolKey>>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over
@@ -800,25 +800,6 @@ fn tenancy<'a>(inputs: &Inputs<'a>, namespace: &str) -> Tenancy<'a> {
         .tenancy(namespace, inputs.namespaces.get(namespace))
 }
 
-/// The named pools each namespace may draw from by its labels (`namespaceSelector`), for
-/// the namespaces that match any: what [`Inputs::namespaces`] changes of the tenant fence.
-/// Empty when no pool grants by labels. O(namespaces x named pools).
-fn selected(
-    config: &PoolConfig,
-    namespaces: &BTreeMap<String, Labels>,
-) -> BTreeMap<String, Vec<PoolKey>> {
-    if !config.selects_namespaces() {
-        return BTreeMap::new();
-    }
-    namespaces
-        .iter()
-        .filter_map(|(ns, labels)| {
-            let keys: Vec<PoolKey> = config.selected_by(labels).into_iter().cloned().collect();
-            (!keys.is_empty()).then(|| (ns.clone(), keys))
-        })
-        .collect()
-}
-
 /// Events and releases collected during a pass.
 #[derive(Debug, Default)]
 struct Sink {
@@ -904,7 +885,7 @@ impl Planner {
         if changes.everything {
             return self.plan_everything(inputs);
         }
-        if self.must_plan_everything(inputs, changes) {
+        if self.must_plan_everything(inputs) {
             // Something global changed: every Service, as this planner knows them.
             let mut views = self.views.clone();
             for (key, view) in &changes.services {
@@ -1260,17 +1241,16 @@ impl Planner {
         }
     }
 
-    /// On a new config, or when a namespace's labels change which pools it may draw from:
-    /// rebuild the ledgers from the table; IPs no longer in a pool their namespace keeps
-    /// ([`Tenancy::keeps`]) are cleared (and re-allocated by the allocation step).
+    /// On a new config: rebuild the ledgers from the table; IPs no longer in a pool their
+    /// namespace keeps ([`Tenancy::keeps`]) are cleared (and re-allocated by the
+    /// allocation step). (Namespace labels never clear an IP: a relabelled namespace keeps
+    /// what a selector pool gave it.)
     fn apply_config(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
         let config = inputs.config;
-        let selected = selected(config, inputs.namespaces);
-        self.config_changed = self.config.as_ref() != Some(config) || self.selected != selected;
+        self.config_changed = self.config.as_ref() != Some(config);
         if !self.config_changed {
             return;
         }
-        self.selected = selected;
         self.ledgers = config
             .pools()
             .map(|(key, pool)| {

@@ -461,7 +461,8 @@ impl Reconciler {
         self.unanchored_notice(&node_objects);
         drop(node_objects);
         changed_nodes.extend(self.world.nodes_changed(&mut nodes));
-        let namespaces = self.world.namespaces(
+        // Labels: read for the Services this pass decides on; a change needs no more.
+        self.world.namespaces(
             &self.caches.namespaces,
             self.caches
                 .namespace_changes
@@ -477,7 +478,6 @@ impl Reconciler {
             },
             nodes: changed_nodes,
             endpoints,
-            namespaces,
         };
         // A narrowed pass reads the changed views only (`Changes::services`).
         let views = if services.everything {

@@ -8,8 +8,9 @@
 //! - Nodes and agent reports (one per node) are compared whole on every pass: a node whose
 //!   [`NodeState`] or agent (freshness, report) differs from the last pass changed. That
 //!   also catches the changes no watch event brings: an agent going stale.
-//! - Namespace labels are compared whole when the Namespace cache changed since the last
-//!   pass (its change counter moved), not otherwise.
+//! - Namespace labels are read again when the Namespace cache changed since the last pass
+//!   (its change counter moved), not otherwise; they are no change the planner is told of
+//!   ([`aliaslb_core::plan::Inputs::namespaces`]).
 //!
 //! Pure bookkeeping over the caches: no API call.
 
@@ -77,23 +78,20 @@ pub(super) struct ServiceDelta {
 
 impl World {
     /// Brings the namespace labels up to date when the Namespace cache changed since the
-    /// last pass (`changes`: its counter now); returns the namespaces whose labels changed.
+    /// last pass (`changes`: its counter now).
     pub fn namespaces(
         &mut self,
         cache: &kube::runtime::reflector::Store<
             kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
         >,
         changes: u64,
-    ) -> BTreeSet<String> {
+    ) {
         if self.namespace_changes == Some(changes) {
-            return BTreeSet::new();
+            return;
         }
         self.namespace_changes = Some(changes);
         let objects = cache.state();
-        let now = crate::observe::namespaces::labels(objects.iter().map(|n| &n.metadata));
-        let changed = crate::observe::namespaces::changed(&self.namespaces, &now);
-        self.namespaces = now;
-        changed
+        self.namespaces = crate::observe::namespaces::labels(objects.iter().map(|n| &n.metadata));
     }
 
     /// Brings the Service records up to date: every record when `dirty` says a relist

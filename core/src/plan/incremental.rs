@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::{GroupId, Inputs, Pass, PlanOutput, Planner, ServiceKey, ServiceView, Sink};
 use crate::election::NodeState;
-use crate::pool::{Announce, PoolConfig, PoolKey};
+use crate::pool::{Announce, PoolConfig};
 use crate::report::AgentReport;
 
 /// What changed since the previous pass, as the caller observed it (the argument of
@@ -33,10 +33,6 @@ pub struct Changes {
     pub nodes: BTreeSet<String>,
     /// Services whose [`Inputs::local_endpoints`] entry changed.
     pub endpoints: BTreeSet<ServiceKey>,
-    /// Namespaces whose [`Inputs::namespaces`] entry (labels) changed, appeared or went.
-    /// A change of which pools one may draw from ([`crate::pool::Tenancy`]) re-plans
-    /// everything, as a new pool config does; any other label change nothing.
-    pub namespaces: BTreeSet<String>,
 }
 
 impl Changes {
@@ -168,34 +164,21 @@ impl Planner {
 
     /// Whether something changed that a caller does not list and that can affect any
     /// Service: then a pass plans everything. Cheap: O(pools + lingering + fences), plus
-    /// the agents' conflicts and the named pools of each namespace whose labels changed.
-    pub(super) fn must_plan_everything(&self, inputs: &Inputs<'_>, changes: &Changes) -> bool {
+    /// the agents' conflicts.
+    ///
+    /// Not the namespace labels ([`Inputs::namespaces`]): they decide only which pools a
+    /// namespace may draw *new* addresses from (what a relabelled namespace holds stays
+    /// its own, [`crate::pool::Tenancy::keeps`]), and the Services that wait for one are
+    /// swept on every pass.
+    pub(super) fn must_plan_everything(&self, inputs: &Inputs<'_>) -> bool {
         if !self.imported
             || self.config.as_ref() != Some(inputs.config)
             || self.seen.flags != Some((inputs.respect_cordon, inputs.agents_unobservable))
             || self.seen.lingering != *inputs.lingering
-            || self.selection_changed(inputs, &changes.namespaces)
         {
             return true;
         }
         !self.fences_are(&self.fence_inputs(inputs))
-    }
-
-    /// Whether the labels of a namespace in `changed` now give it other named pools than
-    /// the last pass saw ([`super::selected`]).
-    fn selection_changed(&self, inputs: &Inputs<'_>, changed: &BTreeSet<String>) -> bool {
-        if !inputs.config.selects_namespaces() {
-            return false;
-        }
-        changed.iter().any(|ns| {
-            let now: Vec<&PoolKey> = inputs
-                .namespaces
-                .get(ns)
-                .map(|labels| inputs.config.selected_by(labels))
-                .unwrap_or_default();
-            let before = self.selected.get(ns).map_or(&[][..], Vec::as_slice);
-            !now.iter().copied().eq(before.iter())
-        })
     }
 
     /// The narrowed pass (see the module docs of [`crate::plan`]).
