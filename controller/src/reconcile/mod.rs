@@ -864,6 +864,7 @@ impl Reconciler {
                     .copied()
                     .unwrap_or(0),
             );
+            metrics.set_pool_draining(&pool, usage.family, usage.draining);
             current.insert((pool, usage.family));
         }
         for (pool, family) in self.pools.difference(&current) {
