@@ -170,7 +170,45 @@ async fn a_namespace_with_two_pools_and_services_choosing_each() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(c.ips("mover").await, ["10.70.1.2"], "kept");
+
+    // The CLI reads it as the controller does: both pools, the Service's pool explained.
+    let pools = cli(&c, &["pools"]);
+    let rows: Vec<Vec<&str>> = pools
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec![c.ns.as_str(), "IPv4", "2", "1", "0", "1", "50.0%", "0"],
+            vec!["pool.internal", "IPv4", "2", "2", "0", "0", "100.0%", "0"],
+        ],
+        "{pools}"
+    );
+    let explained = cli(&c, &["explain", "svc/mover", "-n", &c.ns]);
+    assert!(
+        explained.contains("the named pool `pool.internal` (it holds addresses of it)"),
+        "{explained}"
+    );
     c.cleanup().await;
+}
+
+/// `aliaslb ARGS` (the CLI binary) against the test's API server and controller namespace.
+fn cli(c: &Cluster, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+        .args(args)
+        .args(["--controller-namespace", &c.system])
+        .args(["--agent-namespace", &c.system])
+        .env("KUBECONFIG", c.env.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "aliaslb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
