@@ -12,15 +12,17 @@
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
 //!    same pass, unless held for the re-creation of a deleted one) and remembers their IPs
 //!    for sticky re-creation ([`sticky`]);
-//! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
-//!    left their namespace's pool;
+//! 2. on a new pool config, rebuilds the ledgers from the table (draining entries closed)
+//!    and clears assignments no longer in a pool their namespace keeps ([`Tenancy::keeps`]);
 //! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
 //!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
 //!    one, and gives back to their pool those no longer fenced;
 //! 4. on the first pass, imports observed assignments;
-//! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
-//!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
-//!    the pending Services are swept again so the oldest one still gets it this pass;
+//! 5. allocates, in (created, namespace, name) order, each Service from the one pool chosen
+//!    for it and only from a pool its namespace may draw from ([`allocation`], the rule of
+//!    [`Tenancy`]); Services already holding what they asked for, unchanged since, are
+//!    skipped; if an address was freed mid-sweep, the pending Services are swept again so
+//!    the oldest one still gets it this pass;
 //! 6. places every IP group on a node, break-before-make ([`placement`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
