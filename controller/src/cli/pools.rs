@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use aliaslb_core::plan::{PoolUsage, ServiceKey};
+use aliaslb_core::plan::{PoolUsage, ServiceKey, reason};
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_core::range::Family;
 use serde::Serialize;
@@ -49,7 +49,13 @@ pub fn without_pool(planned: &Planned) -> Vec<&ServiceKey> {
         .output
         .services
         .iter()
-        .filter(|(key, plan)| plan.ips.is_empty() && planned.planner.pool_of_service(key).is_none())
+        .filter(|(_, plan)| {
+            plan.ips.is_empty()
+                && matches!(
+                    plan.allocated.reason,
+                    reason::NO_POOL | reason::UNKNOWN_POOL
+                )
+        })
         .map(|(key, _)| key)
         .collect()
 }
