@@ -527,6 +527,7 @@ mod tests {
             },
             requested: Ok(vec![]),
             sharing_key: None,
+            pool: None,
             ports: ports
                 .iter()
                 .map(|(port, protocol)| PortKey {
