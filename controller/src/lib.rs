@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod node_assignments;
 pub mod observe;
 pub mod pool_state;
+pub mod pool_status;
 pub mod reconcile;
 pub mod service_writes;
 pub mod store;

@@ -140,6 +140,7 @@ pub struct Metrics {
     pool_size: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     pool_in_use: Family<PoolLabels, Gauge>,
     pool_quarantined: Family<PoolLabels, Gauge>,
+    pool_draining: Family<PoolLabels, Gauge>,
     pending: Gauge,
     pending_by_reason: Replaced<ReasonLabels, Gauge>,
     unannounced: Replaced<PoolReasonLabels, Gauge>,
@@ -189,6 +190,12 @@ impl Metrics {
             "pool_addresses_quarantined",
             "Pool addresses taken from a Service while the API still shows them on it: counted in use, not allocated again until no Service shows them",
             pool_quarantined.clone(),
+        );
+        let pool_draining = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_addresses_draining",
+            "Pool addresses of draining entries (or a draining pool) still in use: left to move; counted in pool_addresses and pool_addresses_in_use, never handed out anew",
+            pool_draining.clone(),
         );
         let pending = Gauge::default();
         registry.register(
@@ -304,6 +311,7 @@ impl Metrics {
             pool_size,
             pool_in_use,
             pool_quarantined,
+            pool_draining,
             pending,
             pending_by_reason,
             unannounced,
@@ -349,6 +357,9 @@ impl Metrics {
         self.pool_quarantined
             .get_or_create(&labels)
             .set(i64::try_from(quarantined).unwrap_or(i64::MAX));
+        // The series exists with its pool (0 until set_pool_draining says otherwise): a
+        // rule that leaves draining pools out must not lose the others for lack of it.
+        let _ = self.pool_draining.get_or_create(&labels);
     }
 
     /// Forget a pool key that left the config, so its series disappear.
@@ -360,6 +371,18 @@ impl Metrics {
         self.pool_size.remove(&labels);
         self.pool_in_use.remove(&labels);
         self.pool_quarantined.remove(&labels);
+        self.pool_draining.remove(&labels);
+    }
+
+    /// Record how many of a pool key and family's addresses in use are draining.
+    pub fn set_pool_draining(&self, pool: &str, family: IpFamily, draining: u128) {
+        let labels = PoolLabels {
+            pool: pool.to_owned(),
+            family: family_label(family),
+        };
+        self.pool_draining
+            .get_or_create(&labels)
+            .set(i64::try_from(draining).unwrap_or(i64::MAX));
     }
 
     /// Set the number of Services waiting for an IP.
@@ -510,6 +533,20 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_draining_pool_counts_what_is_left_to_move_and_goes_with_its_pool() {
+        let m = Metrics::new();
+        m.set_pool("old", IpFamily::V4, 3, 3, 0);
+        m.set_pool_draining("old", IpFamily::V4, 2);
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains("aliaslb_pool_addresses_draining{pool=\"old\",family=\"ipv4\"} 2"),
+            "{text}"
+        );
+        m.remove_pool("old", IpFamily::V4);
+        assert!(!m.encode().unwrap().contains("pool=\"old\""));
+    }
 
     #[test]
     fn encodes_every_metric_with_prefix() {

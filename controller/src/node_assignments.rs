@@ -661,6 +661,7 @@ mod tests {
             },
             requested: Ok(vec![]),
             sharing_key: None,
+            pool: None,
             ports: ports
                 .iter()
                 .map(|(port, protocol)| PortKey {

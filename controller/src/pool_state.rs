@@ -74,6 +74,8 @@ pub struct ConfigState {
     invalid: bool,
     /// Whether the ConfigMap is gone after it had been seen (what is in force is older).
     deleted: bool,
+    /// The errors of the last content handled, when it was invalid.
+    errors: Vec<PoolConfigError>,
 }
 
 impl ConfigState {
@@ -106,6 +108,17 @@ impl ConfigState {
         (self.invalid || self.deleted) && self.good.is_some()
     }
 
+    /// Whether the ConfigMap is gone (deleted after it had been seen, or missing at start
+    /// while IPs are assigned).
+    pub fn deleted(&self) -> bool {
+        self.deleted
+    }
+
+    /// The errors of the ConfigMap as last handled (empty unless it is invalid).
+    pub fn errors(&self) -> &[PoolConfigError] {
+        &self.errors
+    }
+
     /// Whether nothing was handled yet (the next [`observe`](Self::observe) is the first
     /// look, the only one that reads `assigned`).
     pub fn first_look(&self) -> bool {
@@ -125,6 +138,7 @@ impl ConfigState {
         }
         let first = self.seen.is_none();
         self.seen = Some(observed.cloned());
+        self.errors.clear();
         let Some(data) = observed else {
             if first && assigned {
                 self.deleted = true;
@@ -157,6 +171,7 @@ impl ConfigState {
             Err(errors) => {
                 self.invalid = true;
                 self.deleted = false;
+                self.errors.clone_from(&errors);
                 Some(ConfigNotice::Invalid {
                     errors,
                     stale: self.good.is_some(),

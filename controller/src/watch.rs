@@ -1,5 +1,6 @@
 //! The controller's caches: reflectors of Services, Nodes, agent Leases, the pool
-//! ConfigMap and endpoints, each change bumping one trigger the reconcile loop waits on.
+//! ConfigMap, endpoints and Namespaces (metadata only: pools may select namespaces by
+//! label), each change bumping one trigger the reconcile loop waits on.
 //! Does I/O (watches, discovery).
 //!
 //! Caches run in every replica, leader or not: a follower is ready once they synced and
@@ -22,14 +23,16 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aliaslb_core::plan::ServiceKey;
 use aliaslb_ops::watch::{AfterError, drive};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -75,6 +78,11 @@ pub struct Caches {
     /// The Service ClusterIP ranges (`networking.k8s.io/v1` ServiceCIDRs, GA in 1.33), or
     /// `None` where the server does not serve them.
     pub service_cidrs: Option<Store<ServiceCIDR>>,
+    /// Every Namespace's metadata (for pools that select namespaces by label).
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Bumped on every change of [`Caches::namespaces`]: the loop reads the labels again
+    /// only when it moved.
+    pub namespace_changes: Arc<AtomicU64>,
     /// Agent freshness, updated as Lease changes arrive.
     pub agents: Arc<Mutex<AgentClock>>,
     /// The Services and endpoints changed since the reconcile loop last looked
@@ -256,6 +264,27 @@ impl Caches {
             (EndpointSource::Legacy, records)
         };
         tracing::info!(source = ?endpoint_source, "endpoints for externalTrafficPolicy: Local");
+        let namespace_changes = Arc::new(AtomicU64::new(0));
+        let namespaces = {
+            let (reader, mut writer) = reflector::store();
+            // Metadata only: the labels are all a pool reads.
+            let api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+            let changes = namespace_changes.clone();
+            spawn_driver(
+                &mut tasks,
+                "Namespace",
+                move || watcher::watcher(api.clone(), watcher::Config::default()).modify(trim),
+                tx.clone(),
+                move |event| {
+                    writer.apply_watcher_event(event);
+                    if !matches!(event, Event::Init | Event::InitApply(_)) {
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    true
+                },
+            );
+            reader
+        };
         let service_cidrs = if serves(client, "networking.k8s.io/v1", "servicecidrs").await {
             Some(spawn(
                 &mut tasks,
@@ -280,6 +309,8 @@ impl Caches {
             endpoints,
             endpoint_source,
             service_cidrs,
+            namespaces,
+            namespace_changes,
             agents,
             dirty,
             changes,
@@ -314,10 +345,19 @@ impl Caches {
             EndpointSource::Legacy => "Endpoints",
         };
         wait_records(self.endpoints.wait_until_ready().await, endpoints)?;
+        // Optional too: an old ClusterRole without namespaces list/watch must not keep the
+        // controller from starting; pools that select namespaces by label then grant
+        // nothing by label (what Services hold there stays theirs).
+        match tokio::time::timeout(OPTIONAL_SYNC, self.namespaces.wait_until_ready()).await {
+            Ok(ready) => wait(ready, "Namespace")?,
+            Err(_) => tracing::warn!(
+                "the Namespace cache did not sync within 10 s (RBAC: namespaces list/watch?); pools with a namespaceSelector grant no namespace until it does"
+            ),
+        }
         if let Some(cidrs) = &self.service_cidrs {
             // Optional: a controller whose RBAC lacks servicecidrs (an old ClusterRole) must
             // still start; it then plans without the ranges until the cache syncs.
-            match tokio::time::timeout(SERVICE_CIDR_SYNC, cidrs.wait_until_ready()).await {
+            match tokio::time::timeout(OPTIONAL_SYNC, cidrs.wait_until_ready()).await {
                 Ok(ready) => wait(ready, "ServiceCIDR")?,
                 Err(_) => tracing::warn!(
                     "the ServiceCIDR cache did not sync within 10 s (RBAC: servicecidrs get/list/watch?); planning without the Service ClusterIP ranges until it does"
@@ -334,8 +374,9 @@ impl Caches {
     }
 }
 
-/// How long the caches' first sync waits for the optional ServiceCIDR cache.
-const SERVICE_CIDR_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the caches' first sync waits for each optional cache (ServiceCIDRs,
+/// Namespaces).
+const OPTIONAL_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Whether the server serves `discovery.k8s.io/v1` EndpointSlices.
 async fn serves_endpoint_slices(client: &Client) -> bool {

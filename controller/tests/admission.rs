@@ -2,7 +2,9 @@
 //! kube-apiserver of `aliaslb-testenv` (run on the newest and the oldest supported release):
 //! an agent writes only its own node's Lease, with the node taken from its real, pod-bound
 //! ServiceAccount token; a tenant cannot set the annotations only the controller writes, nor
-//! the status (RBAC).
+//! the status (RBAC); a pool ConfigMap line that is no address, CIDR or range is refused at
+//! apply time (the 1.30 variant of that policy on 1.30, the one with CEL's IP and CIDR
+//! library from 1.31 on).
 //!
 //! Its own test binary: the policies apply to every request of its apiserver, and the other
 //! manifest tests write agent Leases as an impersonated agent without a node.
@@ -41,7 +43,17 @@ async fn installed() -> &'static TestEnv {
         .get_or_init(|| async {
             let root = repo_root();
             env.kubectl(&["apply", "-k", &root.join("manifests").display().to_string()]);
-            for policy in ["agent-lease-policy.yaml", "service-annotation-policy.yaml"] {
+            let admin = env.client().await;
+            let pool_policy = if server_minor(&admin).await < 31 {
+                "pool-configmap-policy-1.30.yaml"
+            } else {
+                "pool-configmap-policy.yaml"
+            };
+            for policy in [
+                "agent-lease-policy.yaml",
+                "service-annotation-policy.yaml",
+                pool_policy,
+            ] {
                 let path = root.join("manifests/optional").join(policy);
                 env.kubectl(&["apply", "-f", &path.display().to_string()]);
             }
@@ -51,6 +63,12 @@ async fn installed() -> &'static TestEnv {
         })
         .await;
     env
+}
+
+/// The API server's minor version.
+async fn server_minor(client: &Client) -> u32 {
+    let version = client.apiserver_version().await.unwrap();
+    version.minor.trim_end_matches('+').parse().unwrap()
 }
 
 /// A Node `name`, as a kubelet would register it.
@@ -152,6 +170,7 @@ const CREATE: PostParams = PostParams {
 
 const LEASE_POLICY: &str = "aliaslb-agent-own-lease";
 const ANNOTATION_POLICY: &str = "aliaslb-service-annotations";
+const POOL_POLICY: &str = "aliaslb-pool-configmap";
 
 #[tokio::test]
 async fn an_agent_writes_only_its_own_nodes_lease() {
@@ -267,8 +286,7 @@ async fn an_agent_writes_only_its_own_nodes_lease() {
 async fn a_node_bound_token_is_bound_to_its_node_too() {
     let env = installed().await;
     let admin = env.client().await;
-    let version = admin.apiserver_version().await.unwrap();
-    let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap();
+    let minor = server_minor(&admin).await;
     if minor < 31 {
         // ServiceAccountTokenNodeBinding is alpha (off) before 1.31: the TokenRequest itself
         // is refused, so there is nothing to enforce.
@@ -420,4 +438,121 @@ async fn a_tenant_cannot_write_the_controllers_annotations_nor_status() {
         annotations.get("aliaslb.io/interface").map(String::as_str),
         Some("eth0")
     );
+}
+
+/// The pool ConfigMap with `data`, as `kubectl apply --server-side` sends it.
+fn pools(data: &[(&str, &str)]) -> serde_json::Value {
+    let data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "aliaslb-pools", "namespace": NAMESPACE},
+        "data": data,
+    })
+}
+
+#[tokio::test]
+async fn a_pool_configmap_line_that_is_no_address_is_refused_at_apply() {
+    let env = installed().await;
+    let admin = env.client().await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), NAMESPACE);
+    let apply = PatchParams::apply("adm-test").force();
+    let good = pools(&[
+        (
+            "default",
+            "192.168.55.10\n10.0.7.0/29          # CIDR\n10.0.8.20 - 10.0.8.40\n\n# a comment\n10.0.9.0/30 draining\n2001:db8:5::/64\n",
+        ),
+        (
+            "pool.internal",
+            "2001:db8::1-2001:db8::ff\n2001:db8:1::1\t draining",
+        ),
+        // Not the policy's to check: the controller reads the options.
+        (
+            "config.yaml",
+            "pools:\n  pool.internal:\n    namespaces: [a]\n",
+        ),
+    ]);
+    let good_patch = Patch::Apply(&good);
+    let accepted = settled(
+        || cms.patch("aliaslb-pools", &apply, &good_patch),
+        |r| r.is_err(),
+    )
+    .await;
+    accepted.expect("every form of entry passes");
+    let restore = || async {
+        cms.patch("aliaslb-pools", &apply, &Patch::Apply(&good))
+            .await
+            .unwrap();
+    };
+    for (key, value, named) in [
+        ("default", "192.168.55.300", "default: `192.168.55.300`"),
+        (
+            "default",
+            "192.168.55.10\n10.0.0.1 10.0.0.2",
+            "default: `10.0.0.1 10.0.0.2`",
+        ),
+        ("team-b", "10.0.0.1-", "team-b: `10.0.0.1-`"),
+        (
+            "team-b",
+            "10.0.8.20-10.0.8.40-10.0.8.50",
+            "team-b: `10.0.8.20-10.0.8.40-10.0.8.50`",
+        ),
+        ("pool.x", "10.0.0.1 drainig", "pool.x: `10.0.0.1 drainig`"),
+        ("pool.x", "fe80::1%eth0", "pool.x: `fe80::1%eth0`"),
+        ("pool.x", "2001:db8:::1", "pool.x: `2001:db8:::1`"),
+        ("pool.x", "::ffff:10.0.0.1", "pool.x: `::ffff:10.0.0.1`"),
+        ("pool.x", "10.0.0.0/33x", "pool.x: `10.0.0.0/33x`"),
+    ] {
+        let bad = pools(&[("default", "192.168.55.10"), (key, value)]);
+        let bad_patch = Patch::Apply(&bad);
+        let message = denied_once_active(
+            POOL_POLICY,
+            || cms.patch("aliaslb-pools", &apply, &bad_patch),
+            restore,
+        )
+        .await;
+        assert!(message.contains(named), "{value:?}: {message}");
+        assert!(
+            message.contains("not an address, CIDR or range"),
+            "{message}"
+        );
+    }
+    // The variant for 1.31+ is refused by a 1.30 API server (no CEL IP and CIDR library for
+    // new policies there): why the 1.30 variant exists.
+    let variant = repo_root().join("manifests/optional/pool-configmap-policy.yaml");
+    let dry_run = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&variant)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&dry_run.stderr);
+    if server_minor(&admin).await < 31 {
+        assert!(
+            !dry_run.status.success() && stderr.contains("isIP"),
+            "{stderr}"
+        );
+    } else {
+        assert!(dry_run.status.success(), "{stderr}");
+    }
+    // Created whole with a bad line: refused too.
+    cms.delete("aliaslb-pools", &DeleteParams::default())
+        .await
+        .unwrap();
+    let bad: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(pools(&[("default", "nope")])).unwrap();
+    denied_by(POOL_POLICY, cms.create(&PostParams::default(), &bad).await);
+    // Only the pool ConfigMap is checked: another ConfigMap of the namespace is not.
+    let other: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "adm-notes", "namespace": NAMESPACE},
+        "data": {"default": "nope"},
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &other)
+        .await
+        .expect("not the pool ConfigMap");
+    restore().await;
 }

@@ -100,17 +100,22 @@ fn render(sets: &[&str]) -> String {
     let chart = chart();
     let mut args = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
     for set in sets {
-        args.extend(["--set", set]);
+        // A flag (`--kube-version=...`) as it is, anything else a value.
+        if !set.starts_with("--") {
+            args.push("--set");
+        }
+        args.push(set);
     }
     helm_ok(&args)
 }
 
 /// The optional values, all on.
-const ALL_OPTIONS: [&str; 4] = [
+const ALL_OPTIONS: [&str; 5] = [
     "monitoring.enabled=true",
     "birdSidecar.enabled=true",
     "admissionPolicies.agentLease.enabled=true",
     "admissionPolicies.serviceAnnotations.enabled=true",
+    "admissionPolicies.poolConfigMap.enabled=true",
 ];
 
 /// An object's identity: apiVersion, kind, namespace ("" when cluster-scoped), name.
@@ -292,7 +297,7 @@ fn kustomize(components: &[&str], files: &[&str]) -> Objects {
 }
 
 /// The chart's `files/` and their sources (what scripts/chart-files copies).
-const CHART_FILES: [(&str, &str); 5] = [
+const CHART_FILES: [(&str, &str); 7] = [
     (
         "aliaslb.rules.yaml",
         "manifests/optional/monitoring/aliaslb.rules.yaml",
@@ -305,6 +310,14 @@ const CHART_FILES: [(&str, &str); 5] = [
     (
         "agent-lease-policy.yaml",
         "manifests/optional/agent-lease-policy.yaml",
+    ),
+    (
+        "pool-configmap-policy.yaml",
+        "manifests/optional/pool-configmap-policy.yaml",
+    ),
+    (
+        "pool-configmap-policy-1.30.yaml",
+        "manifests/optional/pool-configmap-policy-1.30.yaml",
     ),
     (
         "service-annotation-policy.yaml",
@@ -398,10 +411,12 @@ fn each_option_renders_its_kustomize_component() {
     let policies = [
         "manifests/optional/agent-lease-policy.yaml",
         "manifests/optional/service-annotation-policy.yaml",
+        // helm template's Kubernetes version is the newest: the 1.31+ variant.
+        "manifests/optional/pool-configmap-policy.yaml",
     ];
     // What, the values set, the components added to the kustomization, the files applied.
     type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 7] = [
         (
             "monitoring",
             &["monitoring.enabled=true"],
@@ -424,7 +439,22 @@ fn each_option_renders_its_kustomize_component() {
             "Service annotation policy",
             &["admissionPolicies.serviceAnnotations.enabled=true"],
             &[],
-            &policies[1..],
+            &policies[1..2],
+        ),
+        (
+            "pool ConfigMap policy",
+            &["admissionPolicies.poolConfigMap.enabled=true"],
+            &[],
+            &policies[2..],
+        ),
+        (
+            "pool ConfigMap policy on 1.30",
+            &[
+                "admissionPolicies.poolConfigMap.enabled=true",
+                "--kube-version=1.30.14",
+            ],
+            &[],
+            &["manifests/optional/pool-configmap-policy-1.30.yaml"],
         ),
         (
             "everything",
@@ -485,6 +515,113 @@ fn the_rendered_pools_pass_aliaslb_validate() {
     let (code, out) = validate(&["pools.default=192.168.55.300"]);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("192.168.55.300"), "{out}");
+}
+
+/// The values cover the new pool syntax: named pools, their options, draining entries reach
+/// the ConfigMap as written and mean what the controller's parser says; `aliaslb validate`
+/// accepts the rendered ConfigMap.
+#[test]
+fn named_pools_in_the_values_reach_the_pool_configmap() {
+    use std::io::Write as _;
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        values.path(),
+        r#"
+pools:
+  default: null
+  team-a: |
+    10.0.1.0/28
+    10.0.2.0/28 draining
+  pool.internal: |
+    10.0.3.0/24
+  pool.public: |
+    203.0.113.0/28
+  config.yaml: |
+    pools:
+      pool.internal:
+        namespaces: [team-a, team-b]
+        namespaceSelector: {tier: internal}
+      pool.public:
+        namespaces: [team-a]
+        announce: bgp
+        autoAssign: false
+"#,
+    )
+    .unwrap();
+    let path = values.path().display().to_string();
+    let chart = chart();
+    let rendered = helm_ok(&["template", RELEASE, &chart, "-f", &path]);
+    let all = objects(&rendered, "named pools");
+    let cm = object(&all, "ConfigMap", NAMESPACE, "aliaslb-pools");
+    let data: BTreeMap<String, String> = serde_json::from_value(cm["data"].clone()).unwrap();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["config.yaml", "pool.internal", "pool.public", "team-a"]
+    );
+    let config = PoolConfig::parse(&data).unwrap_or_else(|e| panic!("{e:?}"));
+    let labels = BTreeMap::from([("tier".to_owned(), "internal".to_owned())]);
+    let names = |ns: &str, labels: Option<&BTreeMap<String, String>>| {
+        let tenancy = config.tenancy(ns, labels);
+        let pools: Vec<String> = tenancy.pools().iter().map(|(k, _)| k.to_string()).collect();
+        (pools, tenancy.default_pool().map(|(k, _)| k.to_string()))
+    };
+    assert_eq!(
+        names("team-a", None),
+        (
+            vec![
+                "team-a".into(),
+                "pool.internal".into(),
+                "pool.public".into()
+            ],
+            Some("team-a".into())
+        )
+    );
+    assert_eq!(
+        names("team-b", None),
+        (vec!["pool.internal".into()], Some("pool.internal".into()))
+    );
+    assert_eq!(
+        names("team-c", Some(&labels)),
+        (vec!["pool.internal".into()], Some("pool.internal".into()))
+    );
+    let team_a = config.pool(&aliaslb_core::pool::PoolKey::Namespace("team-a".into()));
+    assert!(team_a.is_some_and(|p| p.is_closed("10.0.2.3".parse().unwrap())));
+
+    let pools = helm_ok(&[
+        "template",
+        RELEASE,
+        &chart,
+        "-f",
+        &path,
+        "-s",
+        "templates/pools.yaml",
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aliaslb"))
+        .args(["validate", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(pools.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.contains("ConfigMap aliaslb-pools: valid, 3 pools"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pool.public: 1 entry, 14 IPv4 and 0 IPv6 addresses, for namespaces team-a, only on request (autoAssign: false)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("team-a: 2 entries, 28 IPv4 and 0 IPv6 addresses, 1 entry draining"),
+        "{out}"
+    );
 }
 
 fn object<'a>(all: &'a Objects, kind: &str, ns: &str, name: &str) -> &'a Value {

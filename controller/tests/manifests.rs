@@ -359,6 +359,15 @@ async fn controller_rbac_is_exact() {
             false,
         ),
         (&["patch", "update"], "", "nodes/status", None, false),
+        // Namespace labels, for named pools that select namespaces: list and watch only.
+        (&["list", "watch"], "", "namespaces", None, true),
+        (
+            &["get", "create", "update", "patch", "delete"],
+            "",
+            "namespaces",
+            None,
+            false,
+        ),
         (READ, "", "endpoints", None, true),
         (ALL_WRITES, "", "endpoints", DEFAULT, false),
         (READ, "discovery.k8s.io", "endpointslices", None, true),

@@ -140,6 +140,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             .collect();
         let output = planner.plan(&Inputs {
             config: &config,
+            namespaces: &BTreeMap::new(),
             services: &services,
             nodes: &node_states,
             agents: &reports,

@@ -157,3 +157,11 @@ fn every_file_is_checked_and_the_worst_status_wins() {
     assert_eq!(run.status, 2);
     assert_eq!(run.stdout, golden("bad-options"));
 }
+
+#[test]
+fn named_pools_draining_and_their_mistakes_with_file_lines() {
+    let run = aliaslb(&["validate", "named.yaml"], "");
+    assert_eq!(run.stdout, golden("named"), "{run:?}");
+    assert_eq!(run.status, 1, "the second ConfigMap is invalid");
+    assert_eq!(run.stderr, "");
+}

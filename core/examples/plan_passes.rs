@@ -13,6 +13,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// No namespace labels (no pool selects namespaces), in this example.
+static NAMESPACE_LABELS: BTreeMap<String, aliaslb_core::pool::Labels> = BTreeMap::new();
+
 /// No Service that stopped being ours, in this example.
 static NOT_OURS: std::collections::BTreeSet<aliaslb_core::plan::ServiceKey> =
     std::collections::BTreeSet::new();
@@ -44,6 +47,7 @@ impl World {
     fn inputs<'a>(&'a self, services: &'a [Arc<ServiceView>]) -> Inputs<'a> {
         Inputs {
             config: &self.config,
+            namespaces: &NAMESPACE_LABELS,
             services,
             nodes: &self.nodes,
             agents: &self.agents,
@@ -71,6 +75,7 @@ fn service(i: usize) -> Arc<ServiceView> {
         },
         requested: Ok(Vec::new()),
         sharing_key: None,
+        pool: None,
         ports: vec![PortKey {
             port: 80,
             protocol: "TCP".into(),

@@ -11,6 +11,9 @@ pub const DEFAULT_LOAD_BALANCER_CLASS: &str = "aliaslb.io/alias";
 pub const ANNOTATION_REQUESTED_IPS: &str = "aliaslb.io/loadBalancerIPs";
 /// Service annotation: Services in one namespace with the same key may share an IP.
 pub const ANNOTATION_SHARING_KEY: &str = "aliaslb.io/sharing-key";
+/// Service annotation naming the pool its addresses come from: a named pool's name, or
+/// `_fallback` (written by users; see [`crate::pool::Tenancy`]).
+pub const ANNOTATION_POOL: &str = "aliaslb.io/pool";
 /// Service annotation written by the controller: the node elected to carry the IPs.
 pub const ANNOTATION_NODE: &str = "aliaslb.io/node";
 /// Service annotation written by the controller: the interface to put the alias on.

@@ -15,6 +15,12 @@
 //! Because the ranges are merged when they touch, two free intervals that are numerically
 //! adjacent always lie in one range: release can merge neighbours without looking at the
 //! range boundaries, and never bridges a gap between ranges.
+//!
+//! **Closed ranges** (a pool's draining entries, [`Ledger::with_closed`]) are part of the
+//! pool: their addresses can be imported and taken by name ([`Ledger::allocate_specific`],
+//! which keeps what Services hold), but [`Ledger::allocate`] never hands one out: it skips
+//! each closed range in one look-up, O(closed ranges x log n). [`Usage`] counts a closed
+//! address only while it is in use.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map;
@@ -31,9 +37,14 @@ pub struct Ledger {
 }
 
 /// How many addresses of one family a pool holds, and how many of them are in use.
+///
+/// A closed (draining) address counts only while it is in use, in `total` and `in_use`
+/// ([`Ledger::draining`] says how many): so `total - in_use` is what can still be handed
+/// out, and a pool whose open addresses are all taken is full whatever it drains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
-    /// Addresses in the pool, saturating at `u128::MAX` (only a pool of all of `::/0` does).
+    /// Open addresses in the pool and closed ones in use, saturating at `u128::MAX` (only
+    /// a pool of all of `::/0` does).
     pub total: u128,
     /// Addresses handed out (allocated or imported, not yet released).
     pub in_use: u128,
@@ -85,51 +96,65 @@ impl Ledger {
     /// A ledger with every address of `ranges` free. The ranges may come in any order and
     /// may overlap or touch: they are merged.
     pub fn new(ranges: &[IpRange]) -> Ledger {
-        let (v4, v6): (Vec<_>, Vec<_>) = ranges.iter().partition(|r| r.family() == Family::V4);
-        Ledger {
-            v4: FamilyLedger::new(&v4),
-            v6: FamilyLedger::new(&v6),
-        }
+        Ledger::with_closed(ranges, &[])
     }
 
-    /// Hands out the lowest free address of `family`.
+    /// A ledger of `ranges` whose addresses in `closed` are never handed out by
+    /// [`Ledger::allocate`] (see the module docs); `closed` should lie inside `ranges`
+    /// (what does not is ignored).
+    pub fn with_closed(ranges: &[IpRange], closed: &[IpRange]) -> Ledger {
+        let (v4, v6): (Vec<_>, Vec<_>) = ranges.iter().partition(|r| r.family() == Family::V4);
+        let mut ledger = Ledger {
+            v4: FamilyLedger::new(&v4),
+            v6: FamilyLedger::new(&v6),
+        };
+        for range in closed {
+            ledger.family_mut(range.family()).close(range);
+        }
+        ledger
+    }
+
+    /// Hands out the lowest free address of `family` that is not closed.
     pub fn allocate(&mut self, family: Family) -> Result<IpAddr, AllocError> {
         let ledger = self.family_mut(family);
         if ledger.ranges.is_empty() {
             return Err(AllocError::NoFamily { family });
         }
-        let Some((start, end)) = ledger.free.pop_first() else {
+        let Some(n) = ledger.lowest_open_free() else {
             return Err(AllocError::Exhausted {
                 family,
-                total: ledger.total,
+                total: ledger.total - ledger.closed_total,
             });
         };
-        if start < end {
-            ledger.free.insert(start + 1, end);
-        }
-        ledger.in_use += 1;
-        Ok(from_u128(family, start))
+        let ip = from_u128(family, n);
+        ledger.take(n);
+        Ok(ip)
     }
 
-    /// Hands out `ip`, which must be in the pool and free.
+    /// Hands out `ip`, which must be in the pool and free (closed or not).
     pub fn allocate_specific(&mut self, ip: IpAddr) -> Result<(), AllocError> {
         let ledger = self.family_mut(Family::of(ip));
         let n = to_u128(ip);
         if !ledger.contains(n) {
             return Err(AllocError::NotInPool { ip });
         }
-        let Some((start, end)) = ledger.free_interval_holding(n) else {
+        if ledger.free_interval_holding(n).is_none() {
             return Err(AllocError::InUse { ip });
-        };
-        ledger.free.remove(&start);
-        if start < n {
-            ledger.free.insert(start, n - 1);
         }
-        if n < end {
-            ledger.free.insert(n + 1, end);
-        }
-        ledger.in_use += 1;
+        ledger.take(n);
         Ok(())
+    }
+
+    /// Whether the pool has addresses of `family` (closed or not).
+    pub fn contains_family(&self, family: Family) -> bool {
+        !self.family(family).ranges.is_empty()
+    }
+
+    /// Whether `ip` is in a closed range.
+    pub fn is_closed(&self, ip: IpAddr) -> bool {
+        self.family(Family::of(ip))
+            .closed_holding(to_u128(ip))
+            .is_some()
     }
 
     /// Records an assignment found in the cluster at start-up. Same checks as
@@ -164,6 +189,9 @@ impl Ledger {
         }
         ledger.free.insert(start, end);
         ledger.in_use -= 1;
+        if ledger.closed_holding(n).is_some() {
+            ledger.closed_in_use -= 1;
+        }
         true
     }
 
@@ -183,9 +211,14 @@ impl Ledger {
     pub fn usage(&self, family: Family) -> Usage {
         let ledger = self.family(family);
         Usage {
-            total: ledger.total,
+            total: (ledger.total - ledger.closed_total).saturating_add(ledger.closed_in_use),
             in_use: ledger.in_use,
         }
+    }
+
+    /// Closed (draining) addresses of `family` in use: left to move.
+    pub fn draining(&self, family: Family) -> u128 {
+        self.family(family).closed_in_use
     }
 
     /// Every address in use, ascending (IPv4 before IPv6).
@@ -222,6 +255,13 @@ struct FamilyLedger {
     total: u128,
     /// Addresses in `ranges` but not in `free`.
     in_use: u128,
+    /// Closed intervals, `start -> end`: each inside one range, disjoint and never
+    /// adjacent; [`Ledger::allocate`] hands none of their addresses out.
+    closed: BTreeMap<u128, u128>,
+    /// Addresses in `closed`, saturating.
+    closed_total: u128,
+    /// Addresses in `closed` but not in `free`.
+    closed_in_use: u128,
 }
 
 impl FamilyLedger {
@@ -251,6 +291,82 @@ impl FamilyLedger {
             ranges,
             total,
             in_use: 0,
+            closed: BTreeMap::new(),
+            closed_total: 0,
+            closed_in_use: 0,
+        }
+    }
+
+    /// Closes `range` (clipped to the ranges; a new ledger only: nothing in use yet).
+    fn close(&mut self, range: &IpRange) {
+        let (first, last) = (to_u128(range.first()), to_u128(range.last()));
+        let pieces: Vec<(u128, u128)> = self
+            .ranges
+            .iter()
+            .filter(|&(&s, &e)| s <= last && first <= e)
+            .map(|(&s, &e)| (s.max(first), e.min(last)))
+            .collect();
+        for (mut start, mut end) in pieces {
+            // Merge with closed intervals it overlaps or touches, inside the same range.
+            let touching: Vec<(u128, u128)> = self
+                .closed
+                .iter()
+                .filter(|&(&s, &e)| s <= end.saturating_add(1) && start <= e.saturating_add(1))
+                .map(|(&s, &e)| (s, e))
+                .collect();
+            for (s, e) in touching {
+                self.closed.remove(&s);
+                self.closed_total = self.closed_total.saturating_sub((e - s).saturating_add(1));
+                start = start.min(s);
+                end = end.max(e);
+            }
+            self.closed.insert(start, end);
+            self.closed_total = self
+                .closed_total
+                .saturating_add((end - start).saturating_add(1));
+        }
+    }
+
+    /// The closed interval holding `n`, if any.
+    fn closed_holding(&self, n: u128) -> Option<(u128, u128)> {
+        self.closed
+            .range(..=n)
+            .next_back()
+            .filter(|&(_, &end)| n <= end)
+            .map(|(&start, &end)| (start, end))
+    }
+
+    /// The lowest free address outside the closed intervals: each step either finds one
+    /// or jumps past a closed interval.
+    fn lowest_open_free(&self) -> Option<u128> {
+        let mut from = *self.free.keys().next()?;
+        loop {
+            let candidate = match self.free_interval_holding(from) {
+                Some(_) => from,
+                None => *self.free.range(from..).next()?.0,
+            };
+            match self.closed_holding(candidate) {
+                Some((_, end)) => from = end.checked_add(1)?,
+                None => return Some(candidate),
+            }
+        }
+    }
+
+    /// Marks the free address `n` in use.
+    fn take(&mut self, n: u128) {
+        let Some((start, end)) = self.free_interval_holding(n) else {
+            return;
+        };
+        self.free.remove(&start);
+        if start < n {
+            self.free.insert(start, n - 1);
+        }
+        if n < end {
+            self.free.insert(n + 1, end);
+        }
+        self.in_use += 1;
+        if self.closed_holding(n).is_some() {
+            self.closed_in_use += 1;
         }
     }
 
@@ -492,6 +608,87 @@ mod tests {
             "releases merge back into one interval"
         );
         assert_eq!(all.usage(Family::V6).in_use, 0);
+    }
+
+    #[test]
+    fn closed_ranges_are_never_handed_out_but_kept_and_counted_while_in_use() {
+        // 10.0.0.0/30 and .8-.11 open around a closed 10.0.0.4-10.0.0.7 and a closed IPv6 /64.
+        let ranges = [
+            range("10.0.0.0", "10.0.0.11"),
+            net("2001:db8::/64"),
+            range("2001:db9::1", "2001:db9::2"),
+        ];
+        let mut l = Ledger::with_closed(
+            &ranges,
+            &[range("10.0.0.4", "10.0.0.7"), net("2001:db8::/64")],
+        );
+        // What a Service holds in a closed range is imported and counted.
+        l.import(ip("10.0.0.5")).unwrap();
+        assert!(l.is_closed(ip("10.0.0.5")) && !l.is_closed(ip("10.0.0.3")));
+        assert_eq!(
+            allocate_n(&mut l, Family::V4, 8),
+            [
+                "10.0.0.0",
+                "10.0.0.1",
+                "10.0.0.2",
+                "10.0.0.3",
+                "10.0.0.8",
+                "10.0.0.9",
+                "10.0.0.10",
+                "10.0.0.11"
+            ],
+            "the lowest open address, each closed range skipped"
+        );
+        assert_eq!(
+            l.allocate(Family::V4),
+            Err(AllocError::Exhausted {
+                family: Family::V4,
+                total: 8
+            })
+        );
+        assert_eq!(
+            l.usage(Family::V4),
+            Usage {
+                total: 9,
+                in_use: 9
+            }
+        );
+        assert_eq!(l.draining(Family::V4), 1);
+        assert_eq!(l.usage(Family::V4).free(), 0);
+        // Released: gone from the counts, and still not handed out.
+        assert!(l.release(ip("10.0.0.5")));
+        assert_eq!(
+            l.usage(Family::V4),
+            Usage {
+                total: 8,
+                in_use: 8
+            }
+        );
+        assert_eq!(l.draining(Family::V4), 0);
+        assert!(l.allocate(Family::V4).is_err());
+        // A closed address can still be taken by name (a Service keeps what it has).
+        l.allocate_specific(ip("10.0.0.6")).unwrap();
+        assert_eq!(l.draining(Family::V4), 1);
+        // The closed /64 is skipped in one step.
+        assert_eq!(l.allocate(Family::V6), Ok(ip("2001:db9::1")));
+        assert_eq!(
+            l.usage(Family::V6),
+            Usage {
+                total: 2,
+                in_use: 1
+            }
+        );
+        // All closed: nothing is handed out, nothing counted.
+        let mut all = Ledger::with_closed(&[net("10.1.0.0/30")], &[net("10.1.0.0/30")]);
+        assert!(all.allocate(Family::V4).is_err());
+        assert_eq!(
+            all.usage(Family::V4),
+            Usage {
+                total: 0,
+                in_use: 0
+            }
+        );
+        assert!(all.contains_family(Family::V4) && !all.contains_family(Family::V6));
     }
 
     #[test]

@@ -12,15 +12,17 @@
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
 //!    same pass, unless held for the re-creation of a deleted one) and remembers their IPs
 //!    for sticky re-creation ([`sticky`]);
-//! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
-//!    left their namespace's pool;
+//! 2. on a new pool config, rebuilds the ledgers from the table (draining entries closed)
+//!    and clears assignments no longer in a pool their namespace keeps ([`Tenancy::keeps`]);
 //! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
 //!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
 //!    one, and gives back to their pool those no longer fenced;
 //! 4. on the first pass, imports observed assignments;
-//! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
-//!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
-//!    the pending Services are swept again so the oldest one still gets it this pass;
+//! 5. allocates, in (created, namespace, name) order, each Service from the one pool chosen
+//!    for it and only from a pool its namespace may draw from ([`allocation`], the rule of
+//!    [`Tenancy`]); Services already holding what they asked for, unchanged since, are
+//!    skipped; if an address was freed mid-sweep, the pending Services are swept again so
+//!    the oldest one still gets it this pass;
 //! 6. places every IP group on a node, break-before-make ([`placement`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
@@ -35,7 +37,10 @@
 //! (over its own views, updated by `changes.services`) on the first pass and whenever
 //! something global differs from the last pass: the pool config, [`Inputs::lingering`],
 //! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the fences (the Node
-//! addresses, or the set of LAN conflicts the agents report). Otherwise a narrowed pass:
+//! addresses, or the set of LAN conflicts the agents report). Not the namespace labels
+//! ([`Inputs::namespaces`]): they decide which pools a namespace may draw *new* addresses
+//! from, what a relabelled namespace holds stays its own ([`Tenancy::keeps`]), and the
+//! Services waiting for an address are swept on every pass. Otherwise a narrowed pass:
 //! 1. releases the Services gone (or re-created under a new uid);
 //! 2. sweeps, in (created, namespace, name) order, the changed Services and every one whose
 //!    allocation is not as asked (an address freed goes to the oldest pending one): the
@@ -160,7 +165,7 @@ use litemap::LiteMap;
 
 use crate::election::NodeState;
 use crate::ledger::Ledger;
-use crate::pool::{Pool, PoolConfig, PoolKey};
+use crate::pool::{Labels, PoolConfig, PoolKey, Tenancy};
 use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
@@ -265,6 +270,16 @@ pub mod reason {
     /// Warning Event: an assignment was dropped (outside the pool, collision, pool edit,
     /// a Node's address).
     pub const CLEAR_ASSIGNMENT: &str = "ClearAssignment";
+    /// The Service names (`aliaslb.io/pool`) a pool its namespace may not draw from: the
+    /// tenant fence.
+    pub const POOL_NOT_ALLOWED: &str = "PoolNotAllowed";
+    /// The Service names (`aliaslb.io/pool`) no pool of the ConfigMap.
+    pub const UNKNOWN_POOL: &str = "UnknownPool";
+    /// The address would come from a draining pool or entry: none is handed out anew.
+    pub const POOL_DRAINING: &str = "PoolDraining";
+    /// The namespace has pools, but none assigns addresses unasked (each is `autoAssign:
+    /// false` or draining): the Service must name one or request an address.
+    pub const NO_DEFAULT_POOL: &str = "NoDefaultPool";
 }
 
 /// Identifies a Service. Displays as `namespace/name`.
@@ -334,6 +349,9 @@ pub struct ServiceView {
     pub requested: Result<Vec<IpAddr>, String>,
     /// `aliaslb.io/sharing-key`.
     pub sharing_key: Option<String>,
+    /// `aliaslb.io/pool` as written: the pool the Service draws from (see
+    /// [`crate::pool::Tenancy`]); `None`: its namespace's default.
+    pub pool: Option<String>,
     /// Ports, for sharing clash checks.
     pub ports: Vec<PortKey>,
     /// `externalTrafficPolicy: Local`.
@@ -349,6 +367,11 @@ pub struct ServiceView {
 pub struct Inputs<'a> {
     /// The last valid pool config.
     pub config: &'a PoolConfig,
+    /// The labels of every namespace, by name, for the pools that grant by
+    /// `namespaceSelector` ([`PoolConfig::tenancy`]); a namespace missing has none. Read
+    /// for the Services a pass decides on (a change of them calls for no more: see
+    /// "Narrowed passes" in the module docs).
+    pub namespaces: &'a BTreeMap<String, Labels>,
     /// Every LoadBalancer Service that is ours (one entry per key). Not read by
     /// [`Planner::plan_changes`] unless [`Changes::everything`] is set.
     pub services: &'a [Arc<ServiceView>],
@@ -512,10 +535,13 @@ pub struct PoolUsage {
     /// The family.
     pub family: Family,
     /// Addresses of the family in the pool (saturating), less those a Node has (never
-    /// allocated).
+    /// allocated); a draining address counts only while it is in use
+    /// ([`crate::ledger::Usage`]).
     pub total: u128,
     /// Addresses handed out (or quarantined).
     pub in_use: u128,
+    /// Of those, addresses of draining entries (or of a draining pool): left to move.
+    pub draining: u128,
 }
 
 /// A [`LiteMap`] of exactly `pairs`. `collect` and a first `insert` give a map room for
@@ -704,8 +730,9 @@ struct Entry {
     /// The AddressConflict message last reported.
     conflict: Option<Box<str>>,
     /// What the Service asked for (families, requested IPs) when it last got all of it.
-    /// While the Service, its ports and the config stay the same, nothing can change its
-    /// allocation, and the pass skips it.
+    /// While the Service, its ports and the config stay the same, and the pool it names
+    /// (if any) is the one its addresses are in, nothing can change its allocation, and the
+    /// pass skips it.
     settled: Option<(FamilyPolicy, Vec<IpAddr>)>,
 }
 
@@ -714,6 +741,8 @@ struct Entry {
 struct Failure {
     reason: &'static str,
     message: String,
+    /// The pool the Service waits on (it was to draw from it), if it came that far.
+    pool: Option<PoolKey>,
 }
 
 impl Failure {
@@ -721,42 +750,56 @@ impl Failure {
         Failure {
             reason,
             message: message.into(),
+            pool: None,
         }
+    }
+
+    /// The failure, waiting on `pool` (unless it names one already).
+    fn on(mut self, pool: &PoolKey) -> Self {
+        self.pool.get_or_insert_with(|| pool.clone());
+        self
     }
 }
 
-/// What one pass reads, with the pool of each namespace looked up once.
+/// What one pass reads, with the pools of each namespace looked up once.
 struct Pass<'a> {
     inputs: &'a Inputs<'a>,
-    pools: HashMap<&'a str, Option<(&'a PoolKey, &'a Pool)>>,
+    tenancies: HashMap<&'a str, Tenancy<'a>>,
 }
 
 impl<'a> Pass<'a> {
     fn new(inputs: &'a Inputs<'a>) -> Self {
-        let mut pools = HashMap::new();
+        let mut tenancies = HashMap::new();
         for view in inputs.services {
-            pools
-                .entry(&*view.key.namespace)
-                .or_insert_with(|| inputs.config.pool_for_namespace(&view.key.namespace));
+            let ns = &*view.key.namespace;
+            tenancies.entry(ns).or_insert_with(|| tenancy(inputs, ns));
         }
-        Pass { inputs, pools }
+        Pass { inputs, tenancies }
     }
 
-    /// A pass that looks each pool up when asked (a narrowed pass, whose Services are few).
+    /// A pass that looks each namespace's pools up when asked (a narrowed pass, whose
+    /// Services are few).
     fn lazy(inputs: &'a Inputs<'a>) -> Self {
         Pass {
             inputs,
-            pools: HashMap::new(),
+            tenancies: HashMap::new(),
         }
     }
 
-    /// The pool `namespace` draws from ([`PoolConfig::pool_for_namespace`]).
-    fn pool(&self, namespace: &str) -> Option<(&'a PoolKey, &'a Pool)> {
-        match self.pools.get(namespace) {
-            Some(found) => *found,
-            None => self.inputs.config.pool_for_namespace(namespace),
+    /// The pools `namespace` may draw from ([`PoolConfig::tenancy`]).
+    fn tenancy(&self, namespace: &str) -> std::borrow::Cow<'_, Tenancy<'a>> {
+        match self.tenancies.get(namespace) {
+            Some(found) => std::borrow::Cow::Borrowed(found),
+            None => std::borrow::Cow::Owned(tenancy(self.inputs, namespace)),
         }
     }
+}
+
+/// The pools `namespace` may draw from, with its labels as `inputs` shows them.
+fn tenancy<'a>(inputs: &Inputs<'a>, namespace: &str) -> Tenancy<'a> {
+    inputs
+        .config
+        .tenancy(namespace, inputs.namespaces.get(namespace))
 }
 
 /// Events and releases collected during a pass.
@@ -945,11 +988,11 @@ impl Planner {
         self.end_reservations_due(inputs.now);
         self.see_everything(inputs);
         self.release_gone(inputs, &mut sink);
-        self.apply_config(inputs.config, &mut sink);
+        self.apply_config(inputs, &mut sink);
         self.fence(inputs, &mut sink);
         self.lift_quarantine();
         if !self.imported {
-            self.import(&order, inputs.config, &mut sink);
+            self.import(&order, &pass, &mut sink);
             self.imported = true;
         }
         self.sweep(order.clone(), &pass, &mut sink);
@@ -1024,18 +1067,52 @@ impl Planner {
         for (pool, ledger) in &self.ledgers {
             for family in [Family::V4, Family::V6] {
                 let usage = ledger.usage(family);
-                if usage.total > 0 {
-                    let fenced = self.fenced(pool, family).count() as u128;
+                if usage.total > 0 || ledger.contains_family(family) {
+                    let (mut fenced, mut fenced_closed) = (0u128, 0u128);
+                    for (ip, _) in self.fenced(pool, family) {
+                        fenced += 1;
+                        fenced_closed += u128::from(ledger.is_closed(*ip));
+                    }
                     out.push(PoolUsage {
                         pool: pool.clone(),
                         family,
                         total: usage.total.saturating_sub(fenced),
                         in_use: usage.in_use.saturating_sub(fenced),
+                        draining: ledger.draining(family).saturating_sub(fenced_closed),
                     });
                 }
             }
         }
         out
+    }
+
+    /// The Services whose allocation is not as asked and that wait on a pool (it is
+    /// exhausted, draining, not theirs to draw from, ...), by pool, each list sorted; as
+    /// of the last pass.
+    /// O(pending).
+    pub fn pending_on(&self) -> BTreeMap<PoolKey, Vec<ServiceKey>> {
+        let mut out: BTreeMap<PoolKey, Vec<ServiceKey>> = BTreeMap::new();
+        // `unsettled` is exactly the Services with a failure, kept by every pass.
+        for key in &self.unsettled {
+            let failure = self.entries.get(key).and_then(|e| e.failure.as_ref());
+            if let Some(pool) = failure.and_then(|f| f.pool.as_ref()) {
+                out.entry(pool.clone()).or_default().push(key.clone());
+            }
+        }
+        for keys in out.values_mut() {
+            keys.sort();
+        }
+        out
+    }
+
+    /// The pool of `key`'s addresses, else the one it waits on, as of the last pass.
+    pub fn pool_of_service(&self, key: &ServiceKey) -> Option<&PoolKey> {
+        let entry = self.entries.get(key)?;
+        entry
+            .ips
+            .values()
+            .find_map(|ip| self.ips.get(ip).map(|used| &used.pool))
+            .or_else(|| entry.failure.as_ref().and_then(|f| f.pool.as_ref()))
     }
 
     /// IPs taken from a Service while the API still shows them on it, kept out of every
@@ -1166,16 +1243,24 @@ impl Planner {
         }
     }
 
-    /// On a new config: rebuild the ledgers from the table; IPs outside their namespace's
-    /// pool now are cleared (and re-allocated by the allocation step).
-    fn apply_config(&mut self, config: &PoolConfig, sink: &mut Sink) {
+    /// On a new config: rebuild the ledgers from the table; IPs no longer in a pool their
+    /// namespace keeps ([`Tenancy::keeps`]) are cleared (and re-allocated by the
+    /// allocation step). (Namespace labels never clear an IP: a relabelled namespace keeps
+    /// what a selector pool gave it.)
+    fn apply_config(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
+        let config = inputs.config;
         self.config_changed = self.config.as_ref() != Some(config);
         if !self.config_changed {
             return;
         }
         self.ledgers = config
             .pools()
-            .map(|(key, pool)| (key.clone(), Ledger::new(&pool.ranges)))
+            .map(|(key, pool)| {
+                (
+                    key.clone(),
+                    Ledger::with_closed(&pool.ranges, pool.closed()),
+                )
+            })
             .collect();
         for ip in self.quarantined.clone() {
             self.reserve(ip);
@@ -1185,11 +1270,17 @@ impl Planner {
         }
         let mut in_use: Vec<IpAddr> = self.ips.keys().copied().collect();
         in_use.sort();
+        let mut tenancies: HashMap<String, Tenancy<'_>> = HashMap::new();
         for ip in in_use {
-            let namespace = self.ips[&ip].group.namespace().to_owned();
+            let used = &self.ips[&ip];
+            let namespace = used.group.namespace().to_owned();
+            let classic = !matches!(used.pool, PoolKey::Named(_));
+            let tenancy = tenancies
+                .entry(namespace.clone())
+                .or_insert_with(|| tenancy(inputs, &namespace));
             let kept = config
-                .pool_for_namespace(&namespace)
-                .filter(|(_, pool)| pool.contains(ip))
+                .pool_of(ip)
+                .filter(|(key, pool)| tenancy.keeps(key, pool))
                 .map(|(key, _)| key.clone());
             if let Some(pool_key) = kept
                 && let Some(ledger) = self.ledgers.get_mut(&pool_key)
@@ -1200,7 +1291,11 @@ impl Planner {
                 }
                 continue;
             }
-            let why = format!("was removed from the pool of namespace {namespace}");
+            let why = if classic {
+                format!("was removed from the pool of namespace {namespace}")
+            } else {
+                format!("is no longer in a pool namespace {namespace} may draw from")
+            };
             self.clear_ip(ip, reason::CLEAR_ASSIGNMENT, &why, sink);
         }
         self.config = Some(config.clone());

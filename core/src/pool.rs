@@ -48,6 +48,39 @@
 //!   key never falls back, an empty key silently leaves that namespace's Services pending.
 //! - No address may appear twice, neither within one key nor across keys.
 //!
+//! # Named pools, draining and manual-only pools
+//! Beyond the classic keys, a key `pool.NAME` ([`NAMED_PREFIX`]; `.` never occurs in a
+//! namespace name, so no classic key is one) is a **named pool**: its value lists addresses
+//! as above, and its options in [`OPTIONS_KEY`] say which namespaces may draw from it
+//! (`namespaces`, a list, and/or `namespaceSelector`, labels a namespace must all carry).
+//! A Service names its pool with `aliaslb.io/pool: NAME`; without it, it gets its
+//! namespace's default ([`Tenancy`] states the rule). Every key or option this adds was an
+//! error before, so a ConfigMap in the classic format means exactly what it meant.
+//! ```yaml
+//! data:
+//!   team-a: |
+//!     10.0.1.0/28
+//!     10.0.2.0/28 draining     # no new address from this entry; those in use stay
+//!   pool.internal: |
+//!     10.0.3.0/24
+//!   pool.public: |
+//!     203.0.113.0/28
+//!   config.yaml: |
+//!     pools:
+//!       pool.internal:
+//!         namespaces: [team-a, team-b]
+//!         namespaceSelector: {tier: internal}
+//!       pool.public:
+//!         announce: bgp
+//!         namespaces: [team-a]
+//!         autoAssign: false    # only for Services that name the pool or one of its IPs
+//! ```
+//! - An entry followed by the word `draining` is draining: the addresses of it that
+//!   Services hold stay theirs, none is handed out anew. `draining: true` in the options
+//!   drains the whole pool.
+//! - `autoAssign: false`: the pool is never a namespace's default; its addresses go only
+//!   to Services that name the pool or request one of its addresses.
+//!
 //! Pools are kept as ranges only, never as lists of addresses, so a /64 costs the same as
 //! a /30; overlap detection sorts all entries once and sweeps (O(n log n)).
 //!
@@ -71,17 +104,26 @@ pub use options::{Announce, OnConflict, PoolOptions};
 pub const FALLBACK_KEY: &str = "_fallback";
 /// ConfigMap key holding per-pool options as YAML.
 pub const OPTIONS_KEY: &str = "config.yaml";
+/// Prefix of the ConfigMap key of a named pool: `pool.NAME`.
+pub const NAMED_PREFIX: &str = "pool.";
+/// The word after an entry that marks it draining.
+pub const DRAINING: &str = "draining";
 
 /// Longest namespace name (a DNS-1123 label).
 const MAX_NAMESPACE_LEN: usize = 63;
 
-/// Identifies a pool: a namespace's own pool or the cluster-wide fallback.
+/// Identifies a pool: a namespace's own pool, a named pool or the cluster-wide fallback.
 ///
-/// Orders namespaces by name, the fallback last. Displays as the ConfigMap key.
+/// Orders namespaces by name, then named pools by name, the fallback last. Displays as the
+/// ConfigMap key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKey {
     /// The pool of the namespace with this name.
     Namespace(String),
+    /// A named pool: the whole key, `pool.NAME` ([`NAMED_PREFIX`]). (A `Box<str>`: the
+    /// key then fits in the size of a `String`, and the planner keeps one per address in
+    /// use.)
+    Named(Box<str>),
     /// The cluster-wide fallback pool ([`FALLBACK_KEY`]).
     Fallback,
 }
@@ -100,6 +142,23 @@ impl PoolKey {
         if is_namespace_name(key) {
             return Ok(PoolKey::Namespace(key.to_owned()));
         }
+        if let Some(name) = key.strip_prefix(NAMED_PREFIX) {
+            if is_namespace_name(name) {
+                return Ok(PoolKey::Named(key.into()));
+            }
+            let mut message = format!(
+                "not a valid named pool key: `{NAMED_PREFIX}` is followed by the pool's name, \
+                 at most {MAX_NAMESPACE_LEN} lowercase letters, digits and '-', starting and \
+                 ending with a letter or digit"
+            );
+            if is_namespace_name(&name.to_ascii_lowercase()) {
+                message.push_str(&format!(
+                    "; did you mean `{NAMED_PREFIX}{}`?",
+                    name.to_ascii_lowercase()
+                ));
+            }
+            return Err(message);
+        }
         let mut message = format!(
             "not a valid pool key: keys are namespace names (DNS-1123 labels: at most \
              {MAX_NAMESPACE_LEN} lowercase letters, digits and '-', starting and ending with a \
@@ -114,15 +173,41 @@ impl PoolKey {
             message.push_str(&format!(" (this one is {} characters long)", key.len()));
         } else if is_namespace_name(&key.to_ascii_lowercase()) {
             message.push_str(&format!("; did you mean `{}`?", key.to_ascii_lowercase()));
+        } else if key.contains('.') {
+            message.push_str(&format!(
+                "; a named pool's key is `{NAMED_PREFIX}` and its name, e.g. `{NAMED_PREFIX}internal`"
+            ));
         }
         Err(message)
+    }
+
+    /// The pool a Service names with `aliaslb.io/pool`: a named pool by its name (`NAME`,
+    /// or its whole key `pool.NAME`) or [`FALLBACK_KEY`]; `None` for anything else (a
+    /// namespace's own key is its default, never named).
+    pub fn from_annotation(value: &str) -> Option<PoolKey> {
+        let value = value.trim();
+        if value == FALLBACK_KEY {
+            return Some(PoolKey::Fallback);
+        }
+        let name = value.strip_prefix(NAMED_PREFIX).unwrap_or(value);
+        is_namespace_name(name).then(|| PoolKey::Named(format!("{NAMED_PREFIX}{name}").into()))
     }
 
     /// The ConfigMap key of this pool.
     pub fn as_str(&self) -> &str {
         match self {
             PoolKey::Namespace(ns) => ns,
+            PoolKey::Named(key) => key,
             PoolKey::Fallback => FALLBACK_KEY,
+        }
+    }
+
+    /// How a Service names this pool in `aliaslb.io/pool` (`NAME` of a named pool,
+    /// `_fallback`), or the namespace of a namespace's own pool.
+    pub fn name(&self) -> &str {
+        match self {
+            PoolKey::Named(key) => key.strip_prefix(NAMED_PREFIX).unwrap_or(key),
+            other => other.as_str(),
         }
     }
 }
@@ -154,6 +239,8 @@ pub struct PoolEntry {
     pub text: String,
     /// The addresses the entry stands for (after the CIDR rules in the module docs).
     pub range: IpRange,
+    /// Marked `draining`: none of its addresses is handed out anew.
+    pub draining: bool,
 }
 
 /// One validated pool.
@@ -165,6 +252,9 @@ pub struct Pool {
     pub entries: Vec<PoolEntry>,
     /// Options from [`OPTIONS_KEY`], or the defaults.
     pub options: PoolOptions,
+    /// The addresses of the entries marked `draining`, sorted and merged like `ranges`
+    /// (see [`Pool::closed`] for the whole pool draining).
+    pub draining: Vec<IpRange>,
 }
 
 impl Pool {
@@ -172,11 +262,44 @@ impl Pool {
     pub fn from_entries(entries: Vec<PoolEntry>) -> Pool {
         let mut sorted: Vec<IpRange> = entries.iter().map(|e| e.range).collect();
         sorted.sort();
+        let mut draining: Vec<IpRange> = entries
+            .iter()
+            .filter(|e| e.draining)
+            .map(|e| e.range)
+            .collect();
+        draining.sort();
         Pool {
             ranges: merge_sorted(sorted),
             entries,
             options: PoolOptions::default(),
+            draining: merge_sorted(draining),
         }
+    }
+
+    /// The addresses none of which is handed out anew: every address while the pool is
+    /// draining (`draining: true`), else those of its entries marked `draining`.
+    pub fn closed(&self) -> &[IpRange] {
+        if self.options.draining {
+            &self.ranges
+        } else {
+            &self.draining
+        }
+    }
+
+    /// Whether `ip` is one of the pool's addresses none of which is handed out anew.
+    pub fn is_closed(&self, ip: IpAddr) -> bool {
+        sorted_contain(self.closed(), ip)
+    }
+
+    /// Whether some address of the pool can be handed out anew (it is not all draining).
+    pub fn is_open(&self) -> bool {
+        !self.options.draining && self.draining != self.ranges
+    }
+
+    /// Whether the pool can be a namespace's default: it assigns addresses unasked
+    /// (`autoAssign`, the default) and is not all draining.
+    pub fn assigns_unasked(&self) -> bool {
+        self.options.auto_assign && self.is_open()
     }
 
     /// Number of addresses of `family` in the pool, saturating at `u128::MAX` (reached only
@@ -190,10 +313,21 @@ impl Pool {
 
     /// Whether `ip` is one of the pool's addresses. O(log n) in ranges.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        // `IpAddr` orders IPv4 before IPv6, like `ranges`.
-        let after = self.ranges.partition_point(|r| r.first() <= ip);
-        after > 0 && self.ranges[after - 1].contains(ip)
+        sorted_contain(&self.ranges, ip)
     }
+
+    /// Whether this pool's options give namespaces access by their labels
+    /// (`namespaceSelector`).
+    pub fn selects_namespaces(&self) -> bool {
+        !self.options.namespace_selector.is_empty()
+    }
+}
+
+/// Whether one of `ranges` (sorted, disjoint) holds `ip`. O(log n).
+fn sorted_contain(ranges: &[IpRange], ip: IpAddr) -> bool {
+    // `IpAddr` orders IPv4 before IPv6, like the ranges.
+    let after = ranges.partition_point(|r| r.first() <= ip);
+    after > 0 && ranges[after - 1].contains(ip)
 }
 
 /// Merges sorted ranges that overlap or touch.
@@ -215,10 +349,84 @@ fn merge_sorted(sorted: Vec<IpRange>) -> Vec<IpRange> {
     merged
 }
 
+/// The labels of one namespace.
+pub type Labels = BTreeMap<String, String>;
+
 /// Parsed, validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     pools: BTreeMap<PoolKey, Pool>,
+    /// The named pools with options, in the order [`OPTIONS_KEY`] lists them: the order in
+    /// which a namespace's default is looked for ([`Tenancy`]).
+    named: Vec<PoolKey>,
+}
+
+/// The pools one namespace may draw from, in the order its default is chosen, and the rule
+/// for keeping an address. Built by [`PoolConfig::tenancy`].
+///
+/// The rule (the tenant fence): a namespace may draw from
+/// 1. its own key, if it has one;
+/// 2. every named pool whose `namespaces` lists it or whose `namespaceSelector` its labels
+///    match, in the order `config.yaml` lists them;
+/// 3. `_fallback`, if it has no key of its own.
+///
+/// A Service gets an address from the pool it names (`aliaslb.io/pool`), else from the pool
+/// of the address it requests, else it keeps the pool its addresses (or its sharing
+/// group's) are in, else it gets its namespace's **default: the first of those pools, in
+/// that order, that assigns addresses unasked** (not `autoAssign: false`, not all
+/// draining). Whatever the choice, an address is handed out only from a pool the namespace
+/// may draw from.
+///
+/// An address a Service holds is kept while its namespace may draw from its pool, and
+/// also, in a pool that grants by `namespaceSelector`, after the namespace stopped matching
+/// it (a relabelled namespace keeps what it has, and gets nothing new there): a label edit
+/// never renumbers a Service, an edit of the pool ConfigMap can.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenancy<'a> {
+    namespace: String,
+    pools: Vec<(&'a PoolKey, &'a Pool)>,
+}
+
+impl<'a> Tenancy<'a> {
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Every pool the namespace may draw from, in the order its default is looked for.
+    pub fn pools(&self) -> &[(&'a PoolKey, &'a Pool)] {
+        &self.pools
+    }
+
+    /// Whether the namespace may draw from no pool at all.
+    pub fn is_empty(&self) -> bool {
+        self.pools.is_empty()
+    }
+
+    /// Whether the namespace may draw new addresses from `key`.
+    pub fn may_draw(&self, key: &PoolKey) -> bool {
+        self.pools.iter().any(|(k, _)| *k == key)
+    }
+
+    /// Whether a Service of the namespace keeps an address of `key` (`pool`) it holds:
+    /// see the rule above.
+    pub fn keeps(&self, key: &PoolKey, pool: &Pool) -> bool {
+        self.may_draw(key) || (matches!(key, PoolKey::Named(_)) && pool.selects_namespaces())
+    }
+
+    /// The namespace's default pool: the first that assigns addresses unasked.
+    pub fn default_pool(&self) -> Option<(&'a PoolKey, &'a Pool)> {
+        self.pools
+            .iter()
+            .copied()
+            .find(|(_, p)| p.assigns_unasked())
+    }
+
+    /// The pools as `a, b, c` for messages.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.pools.iter().map(|(k, _)| k.as_str()).collect();
+        names.join(", ")
+    }
 }
 
 impl PoolConfig {
@@ -227,6 +435,7 @@ impl PoolConfig {
     pub fn parse(data: &BTreeMap<String, String>) -> Result<PoolConfig, Vec<PoolConfigError>> {
         let mut errors = Vec::new();
         let mut pools = BTreeMap::new();
+        let mut named = Vec::new();
         let mut all_entries = Vec::new();
         for (key, value) in data {
             if key == OPTIONS_KEY {
@@ -237,12 +446,19 @@ impl PoolConfig {
                 .ok();
             let (entries, entry_errors) = entry::parse_value(key, value);
             if entries.is_empty() && entry_errors.is_empty() {
+                let why = if matches!(pool_key, Some(PoolKey::Named(_))) {
+                    "a Service that names it would stay pending".to_owned()
+                } else {
+                    format!(
+                        "a namespace with a key of its own never draws from `{FALLBACK_KEY}`, \
+                         so an empty key leaves its Services pending"
+                    )
+                };
                 errors.push(PoolConfigError::for_key(
                     key,
                     format!(
                         "the pool is empty: list at least one address, CIDR or range, or remove \
-                         the key (a namespace with a key of its own never draws from \
-                         `{FALLBACK_KEY}`, so an empty key leaves its Services pending)"
+                         the key ({why})"
                     ),
                 ));
             }
@@ -262,6 +478,9 @@ impl PoolConfig {
                     for (key, opts) in options {
                         if let Some(pool) = pools.get_mut(&key) {
                             pool.options = opts;
+                            if matches!(key, PoolKey::Named(_)) {
+                                named.push(key);
+                            }
                         }
                     }
                 }
@@ -269,7 +488,7 @@ impl PoolConfig {
             }
         }
         if errors.is_empty() {
-            Ok(PoolConfig { pools })
+            Ok(PoolConfig { pools, named })
         } else {
             // Stable sort: errors of one line keep the order they were found in.
             errors.sort_by(|a, b| (&a.key, a.line).cmp(&(&b.key, b.line)));
@@ -277,11 +496,71 @@ impl PoolConfig {
         }
     }
 
-    /// The pool `namespace` draws from: its own key, else the fallback, else `None`.
+    /// The classic pool of `namespace`: its own key, else the fallback, else `None`. With
+    /// named pools a namespace may draw from several: see [`PoolConfig::tenancy`].
     pub fn pool_for_namespace(&self, namespace: &str) -> Option<(&PoolKey, &Pool)> {
         self.pools
             .get_key_value(&PoolKey::Namespace(namespace.to_owned()))
             .or_else(|| self.pools.get_key_value(&PoolKey::Fallback))
+    }
+
+    /// The pools `namespace`, labelled `labels` (`None`: none known), may draw from, in the
+    /// order its default is looked for ([`Tenancy`] states the rule). O(named pools).
+    pub fn tenancy(&self, namespace: &str, labels: Option<&Labels>) -> Tenancy<'_> {
+        let own = self
+            .pools
+            .get_key_value(&PoolKey::Namespace(namespace.to_owned()));
+        let mut pools: Vec<(&PoolKey, &Pool)> = own.into_iter().collect();
+        for key in &self.named {
+            if let Some((key, pool)) = self.pools.get_key_value(key)
+                && (pool.options.namespaces.iter().any(|n| n == namespace)
+                    || labels.is_some_and(|l| pool.options.selects_namespace(l)))
+            {
+                pools.push((key, pool));
+            }
+        }
+        if own.is_none()
+            && let Some(fallback) = self.pools.get_key_value(&PoolKey::Fallback)
+        {
+            pools.push(fallback);
+        }
+        Tenancy {
+            namespace: namespace.to_owned(),
+            pools,
+        }
+    }
+
+    /// The named pools a namespace labelled `labels` may draw from by its labels
+    /// (`namespaceSelector`), in [`OPTIONS_KEY`] order. O(named pools).
+    pub fn selected_by(&self, labels: &Labels) -> Vec<&PoolKey> {
+        self.named
+            .iter()
+            .filter(|key| {
+                self.pools
+                    .get(*key)
+                    .is_some_and(|p| p.options.selects_namespace(labels))
+            })
+            .collect()
+    }
+
+    /// Whether any named pool grants by `namespaceSelector`: only then do namespace labels
+    /// matter.
+    pub fn selects_namespaces(&self) -> bool {
+        self.named
+            .iter()
+            .any(|key| self.pools.get(key).is_some_and(Pool::selects_namespaces))
+    }
+
+    /// The pool holding `ip` (pools never overlap). O(pools x log ranges).
+    pub fn pool_of(&self, ip: IpAddr) -> Option<(&PoolKey, &Pool)> {
+        self.pools.iter().find(|(_, pool)| pool.contains(ip))
+    }
+
+    /// The named pools with options, in the order [`OPTIONS_KEY`] lists them.
+    pub fn named(&self) -> impl Iterator<Item = (&PoolKey, &Pool)> {
+        self.named
+            .iter()
+            .filter_map(|key| self.pools.get_key_value(key))
     }
 
     /// Every pool, namespaces by name, then the fallback.
@@ -292,6 +571,11 @@ impl PoolConfig {
     /// The pool with key `key`.
     pub fn pool(&self, key: &PoolKey) -> Option<&Pool> {
         self.pools.get(key)
+    }
+
+    /// The pool with key `key`, with the config's own copy of the key.
+    pub fn keyed(&self, key: &PoolKey) -> Option<(&PoolKey, &Pool)> {
+        self.pools.get_key_value(key)
     }
 }
 

@@ -4,8 +4,10 @@
 //! a first pass) and gets no `inputs.services` at all after its first pass.
 //!
 //! The events: Service adds (sharing keys, requests, dual-stack, `externalTrafficPolicy:
-//! Local`, re-creation under a new uid), removes, pool edits (node selectors, `announce:
-//! bgp` with and without `maxNodes`), Node addresses, Nodes going and coming back, agents
+//! Local`, re-creation under a new uid, a pool named with `aliaslb.io/pool`), removes, pool
+//! edits (node selectors, `announce: bgp` with and without `maxNodes`, named pools shared by
+//! list and by namespace selector, draining entries and pools, `autoAssign: false`),
+//! namespaces relabelled, Node addresses, Nodes going and coming back, agents
 //! ready / not ready / unconfirmed, cordons, labels, agent reports holding or dropping IPs,
 //! subnets, conflicts with and without a foreign MAC, agents converging on the plan,
 //! endpoints moving, lingering IPs, blindness, the cordon policy, time passing and
@@ -35,19 +37,63 @@ use proptest::prelude::*;
 
 const NAMESPACES: [&str; 3] = ["ns0", "ns1", "ns2"];
 const NODES: [&str; 3] = ["a", "b", "c"];
-/// The pools of the model: `10.0.{0,1,9}.0/24` (ns0, ns1, fallback).
-const POOLS: [u8; 3] = [0, 1, 9];
+/// The pools of the model: `10.0.{0,1,9,5,6}.0/24` (ns0, ns1, fallback, `pool.shared`,
+/// `pool.edge`).
+const POOLS: [u8; 5] = [0, 1, 9, 5, 6];
+/// What a Service may name in `aliaslb.io/pool` (the last is no pool).
+const POOL_NAMES: [&str; 4] = ["shared", "edge", "_fallback", "bogus"];
+
+/// A named pool of the model: `n` addresses, who may draw from it (a list of namespaces
+/// by index, and/or those labelled `tier: web`), `autoAssign: false`, draining.
+#[derive(Debug, Clone)]
+struct NamedSpec {
+    n: u8,
+    namespaces: Vec<usize>,
+    selector: bool,
+    manual: bool,
+    draining: bool,
+}
 
 /// A pool config: per namespace 0 and 1 maybe a key of `n` IPv4 addresses (and maybe
 /// IPv6), maybe a fallback; options: sharing off and `onConflict: renumber` for ns0, and
 /// for ns1 a node selector
-/// (`mode` 1), `announce: bgp` (2) or `announce: bgp` with `maxNodes: 1` (3).
+/// (`mode` 1), `announce: bgp` (2) or `announce: bgp` with `maxNodes: 1` (3); ns0's first
+/// two addresses maybe draining; maybe the named pools `pool.shared` and `pool.edge`
+/// (`announce: bgp`), in either order.
 #[derive(Debug, Clone)]
 struct ConfigSpec {
     own: [Option<(u8, bool)>; 2],
     fallback: Option<u8>,
     sharing_off: bool,
     mode: u8,
+    drain_own: bool,
+    shared: Option<NamedSpec>,
+    edge: Option<NamedSpec>,
+    edge_first: bool,
+}
+
+impl NamedSpec {
+    /// Its options under `config.yaml` (`announce: bgp` for `bgp`).
+    fn options(&self, key: &str, bgp: bool) -> String {
+        let mut yaml = format!("  {key}:\n");
+        if !self.namespaces.is_empty() {
+            let names: Vec<&str> = self.namespaces.iter().map(|i| NAMESPACES[*i]).collect();
+            yaml.push_str(&format!("    namespaces: [{}]\n", names.join(", ")));
+        }
+        if self.selector {
+            yaml.push_str("    namespaceSelector: {tier: web}\n");
+        }
+        if self.manual {
+            yaml.push_str("    autoAssign: false\n");
+        }
+        if self.draining {
+            yaml.push_str("    draining: true\n");
+        }
+        if bgp {
+            yaml.push_str("    announce: bgp\n");
+        }
+        yaml
+    }
 }
 
 impl ConfigSpec {
@@ -55,7 +101,14 @@ impl ConfigSpec {
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (i, own) in self.own.iter().enumerate() {
             if let Some((n, v6)) = own {
-                let mut value = format!("10.0.{i}.1-10.0.{i}.{n}");
+                let mut value = match (i, self.drain_own) {
+                    // The first two addresses drain, the rest (if any) stay open.
+                    (0, true) if *n > 2 => {
+                        format!("10.0.0.1-10.0.0.2 draining\n10.0.0.3-10.0.0.{n}")
+                    }
+                    (0, true) => format!("10.0.0.1-10.0.0.{n} draining"),
+                    _ => format!("10.0.{i}.1-10.0.{i}.{n}"),
+                };
                 if *v6 {
                     value.push_str(&format!("\n2001:db8:{i}::1-2001:db8:{i}::{n}"));
                 }
@@ -65,7 +118,27 @@ impl ConfigSpec {
         if let Some(n) = self.fallback {
             pairs.push(("_fallback".to_owned(), format!("10.0.9.1-10.0.9.{n}")));
         }
-        let mut yaml = String::new();
+        let mut named = Vec::new();
+        if let Some(shared) = &self.shared {
+            pairs.push((
+                "pool.shared".to_owned(),
+                format!("10.0.5.1-10.0.5.{}", shared.n),
+            ));
+            named.push(shared.options("pool.shared", false));
+        }
+        if let Some(edge) = &self.edge {
+            pairs.push((
+                "pool.edge".to_owned(),
+                format!("10.0.6.1-10.0.6.{}", edge.n),
+            ));
+            let options = edge.options("pool.edge", true);
+            if self.edge_first {
+                named.insert(0, options);
+            } else {
+                named.push(options);
+            }
+        }
+        let mut yaml = named.concat();
         if self.sharing_off && self.own[0].is_some() {
             yaml.push_str("  ns0:\n    allowSharing: false\n    onConflict: renumber\n");
         }
@@ -100,8 +173,12 @@ enum Op {
         /// 0: IPv4, 1: PreferDualStack, 2: RequireDualStack.
         dual: u8,
         local: bool,
+        /// `aliaslb.io/pool`: an index in [`POOL_NAMES`].
+        pool: Option<usize>,
     },
     Remove(usize),
+    /// Namespace `ns` is labelled `tier: web` (`true`) or not.
+    NamespaceLabel(usize, bool),
     Config(ConfigSpec),
     /// A Node gets (`true`) or loses address `10.0.{pool}.{host}`.
     NodeAddress(u8, u8, bool),
@@ -137,6 +214,23 @@ enum Op {
     Restart,
 }
 
+fn named_spec() -> impl Strategy<Value = NamedSpec> {
+    (
+        1u8..5,
+        prop::sample::subsequence(vec![0usize, 1, 2], 0..=3),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(n, namespaces, selector, manual, draining)| NamedSpec {
+            n,
+            namespaces,
+            selector,
+            manual,
+            draining,
+        })
+}
+
 fn config_spec() -> impl Strategy<Value = ConfigSpec> {
     (
         prop::option::weighted(0.8, (1u8..5, any::<bool>())),
@@ -144,13 +238,23 @@ fn config_spec() -> impl Strategy<Value = ConfigSpec> {
         prop::option::of(1u8..4),
         prop::bool::weighted(0.2),
         prop::sample::select(vec![0u8, 0, 1, 2, 3]),
+        prop::bool::weighted(0.2),
+        prop::option::weighted(0.6, named_spec()),
+        prop::option::weighted(0.4, named_spec()),
+        any::<bool>(),
     )
-        .prop_map(|(a, b, fallback, sharing_off, mode)| ConfigSpec {
-            own: [a, b],
-            fallback,
-            sharing_off,
-            mode,
-        })
+        .prop_map(
+            |(a, b, fallback, sharing_off, mode, drain_own, shared, edge, edge_first)| ConfigSpec {
+                own: [a, b],
+                fallback,
+                sharing_off,
+                mode,
+                drain_own,
+                shared,
+                edge,
+                edge_first,
+            },
+        )
 }
 
 fn pool() -> impl Strategy<Value = u8> {
@@ -168,8 +272,9 @@ fn op() -> impl Strategy<Value = Op> {
             prop::option::weighted(0.2, (pool(), 1u8..5)),
             prop::sample::select(vec![0u8, 0, 0, 1, 2]),
             prop::bool::weighted(0.3),
+            prop::option::weighted(0.3, 0usize..POOL_NAMES.len()),
         )
-            .prop_map(|(ns, name, sharing, port, request, dual, local)| Op::Add {
+            .prop_map(|(ns, name, sharing, port, request, dual, local, pool)| Op::Add {
                 ns,
                 name,
                 sharing,
@@ -177,7 +282,9 @@ fn op() -> impl Strategy<Value = Op> {
                 request,
                 dual,
                 local,
+                pool,
             }),
+        1 => (0usize..3, any::<bool>()).prop_map(|(ns, on)| Op::NamespaceLabel(ns, on)),
         3 => any::<prop::sample::Index>().prop_map(|i| Op::Remove(i.index(1000))),
         1 => config_spec().prop_map(Op::Config),
         1 => (pool(), 1u8..5, any::<bool>()).prop_map(|(p, h, on)| Op::NodeAddress(p, h, on)),
@@ -211,6 +318,7 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
         request,
         dual,
         local,
+        pool,
         ..
     } = op
     else {
@@ -228,6 +336,9 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
     }
     if *local {
         s = s.local();
+    }
+    if let Some(pool) = pool {
+        s = s.pool(POOL_NAMES[*pool]);
     }
     match dual {
         1 => s.families(&[Family::V4, Family::V6], false),
@@ -280,6 +391,18 @@ impl Model {
                 }
             }
             Op::Config(spec) => self.world.config = spec.build(),
+            Op::NamespaceLabel(ns, on) => {
+                let labels = self
+                    .world
+                    .namespaces
+                    .entry(NAMESPACES[*ns].to_owned())
+                    .or_default();
+                if *on {
+                    labels.insert("tier".to_owned(), "web".to_owned());
+                } else {
+                    labels.remove("tier");
+                }
+            }
             Op::NodeAddress(pool, host, on) => {
                 let address = format!("10.0.{pool}.{host}");
                 if *on {
@@ -473,6 +596,7 @@ impl Snapshot {
                 changes.endpoints.insert(key.clone());
             }
         }
+        // Namespace labels are no change a caller lists (see `must_plan_everything`).
         changes
     }
 }
@@ -487,6 +611,7 @@ fn plan_b(world: &World, planner: &mut Planner, changes: &Changes) -> PlanOutput
     planner.plan_changes(
         &Inputs {
             config: &world.config,
+            namespaces: &world.namespaces,
             services: &services,
             nodes: &world.nodes,
             agents: &world.agents,

@@ -13,6 +13,7 @@ pub struct LbService {
     pod_nodes: Vec<u8>,
     families: Families,
     requested: Option<String>,
+    pool: Option<String>,
 }
 
 /// The IP families of a Service (`ipFamilyPolicy` / `ipFamilies`) and so of its endpoints.
@@ -36,6 +37,7 @@ pub fn lb_service(ns: &str, name: &str) -> LbService {
         pod_nodes: vec![1, 2],
         families: Families::V4,
         requested: None,
+        pool: None,
     }
 }
 
@@ -64,6 +66,12 @@ impl LbService {
         self
     }
 
+    /// Names pool `name` (the `aliaslb.io/pool` annotation).
+    pub fn pool(mut self, name: &str) -> Self {
+        self.pool = Some(name.to_owned());
+        self
+    }
+
     /// The Service and its Endpoints as a multi-document YAML.
     pub fn to_yaml(&self) -> String {
         let LbService {
@@ -73,10 +81,18 @@ impl LbService {
             pod_nodes,
             families,
             requested,
+            pool,
         } = self;
-        let annotations = requested.as_ref().map_or_else(String::new, |ip| {
-            format!("  annotations:\n    aliaslb.io/loadBalancerIPs: \"{ip}\"\n")
-        });
+        let mut annotations = String::new();
+        if let Some(ip) = requested {
+            annotations.push_str(&format!("    aliaslb.io/loadBalancerIPs: \"{ip}\"\n"));
+        }
+        if let Some(pool) = pool {
+            annotations.push_str(&format!("    aliaslb.io/pool: \"{pool}\"\n"));
+        }
+        if !annotations.is_empty() {
+            annotations.insert_str(0, "  annotations:\n");
+        }
         let policy = if *local { "Local" } else { "Cluster" };
         let (family_spec, v4, v6) = match families {
             Families::V4 => ("", true, false),

@@ -64,6 +64,11 @@ impl LbService {
         self.annotate(keys::ANNOTATION_REQUESTED_IPS, ips)
     }
 
+    /// Naming pool `name` (`aliaslb.io/pool`).
+    pub fn pool(self, name: &str) -> Self {
+        self.annotate(keys::ANNOTATION_POOL, name)
+    }
+
     /// With sharing key `key` (`aliaslb.io/sharing-key`).
     pub fn sharing(self, key: &str) -> Self {
         self.annotate(keys::ANNOTATION_SHARING_KEY, key)

@@ -258,7 +258,7 @@ fn run_pools(args: ReadArgs) -> ExitCode {
         let config = valid_config(&snapshot)?;
         let planned = snapshot.plan(config, &args.scope.controller(), WhatIf::Nothing);
         let rows = pools::rows(&planned, config);
-        let without = pools::without_pool(&planned, config);
+        let without = pools::without_pool(&planned);
         match args.output {
             Output::Table => Ok(pools::render_table(&rows, &without)),
             Output::Json => json(&serde_json::json!({

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use aliaslb_core::election::{ElectionInput, eligible_nodes, ineligibility};
+use aliaslb_core::keys;
 use aliaslb_core::plan::{ServiceKey, reason};
 use aliaslb_core::pool::{Announce, FALLBACK_KEY, OnConflict, PoolKey};
 use k8s_openapi::api::events::v1::Event;
@@ -127,6 +128,15 @@ fn pending_hint(why: &str) -> Option<&'static str> {
             "Check its aliaslb.io/sharing-key, its ports and those of the Services it shares with."
         }
         reason::INVALID_REQUEST => "Fix the requested address annotation or spec.loadBalancerIP.",
+        reason::POOL_NOT_ALLOWED | reason::UNKNOWN_POOL => {
+            "Name a pool its namespace may draw from in aliaslb.io/pool (the message lists them), or remove the annotation."
+        }
+        reason::POOL_DRAINING => {
+            "The pool (or the entry) is draining: name another pool in aliaslb.io/pool, or request an address that is not draining."
+        }
+        reason::NO_DEFAULT_POOL => {
+            "Every pool of its namespace is `autoAssign: false` or draining: name one in aliaslb.io/pool, or request one of its addresses."
+        }
         _ => return None,
     })
 }
@@ -184,18 +194,37 @@ pub fn explain(e: &Evidence<'_>, key: &ServiceKey) -> Result<Vec<String>, String
             w.note
         ));
     }
-    let pool = config.and_then(|c| c.pool_for_namespace(&key.namespace));
+    let named = service::annotation(svc, keys::ANNOTATION_POOL).map(str::trim);
+    let pool = config.and_then(|c| {
+        let tenancy = c.tenancy(&key.namespace, e.snapshot.namespaces.get(&*key.namespace));
+        if let Some(found) = info.ips.iter().find_map(|ip| c.pool_of(*ip)) {
+            return Some((found, "it holds addresses of it"));
+        }
+        if let Some(name) = named {
+            return PoolKey::from_annotation(name)
+                .and_then(|k| c.keyed(&k))
+                .map(|found| (found, "it names it in aliaslb.io/pool"));
+        }
+        tenancy
+            .default_pool()
+            .map(|found| (found, "its namespace's default"))
+    });
     match (config, pool) {
+        (Some(_), None) if named.is_some() => out.push(format!(
+            "It names the pool `{}` in aliaslb.io/pool, which the pool ConfigMap does not define.",
+            named.unwrap_or_default()
+        )),
         (Some(_), None) => out.push(format!(
             "No pool lists namespace {} and there is no `{FALLBACK_KEY}` pool.",
             key.namespace
         )),
-        (Some(_), Some((pool_key, pool))) => {
+        (Some(_), Some(((pool_key, pool), why))) => {
             let whose = match pool_key {
                 PoolKey::Fallback => format!(
                     "the cluster-wide `{FALLBACK_KEY}` pool (its namespace has no key of its own)"
                 ),
                 PoolKey::Namespace(_) => format!("pool `{pool_key}`, its namespace's own"),
+                PoolKey::Named(_) => format!("the named pool `{pool_key}` ({why})"),
             };
             let how = match pool.options.announce {
                 Announce::L2 => "one node answers ARP/NDP for each address (L2)",
@@ -205,6 +234,7 @@ pub fn explain(e: &Evidence<'_>, key: &ServiceKey) -> Result<Vec<String>, String
         }
         (None, _) => {}
     }
+    let pool = pool.map(|(found, _)| found);
 
     // The address.
     match (&info.allocated, info.ips.is_empty()) {

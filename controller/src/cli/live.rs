@@ -21,11 +21,11 @@ use std::time::Instant;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{Inputs, PlanOutput, Planner, ServiceKey, ServiceView};
-use aliaslb_core::pool::{PoolConfig, PoolConfigError};
+use aliaslb_core::pool::{Labels, PoolConfig, PoolConfigError};
 use aliaslb_core::report::AgentReport;
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::jiff::Timestamp;
@@ -73,6 +73,9 @@ pub struct Snapshot {
     pub slices: Vec<EndpointSlice>,
     /// The Service ClusterIP ranges, where served (1.33+); empty otherwise.
     pub service_ranges: Vec<IpNet>,
+    /// The labels of every namespace, when a pool selects namespaces by label (else
+    /// empty: nothing reads them).
+    pub namespaces: BTreeMap<String, Labels>,
     /// When it was read, by this machine's clock.
     pub now: Timestamp,
 }
@@ -155,11 +158,21 @@ impl Snapshot {
             .await
             .map(|list| nodes::service_ranges(&list.items))
             .unwrap_or_default();
+        let config = PoolConfig::parse(&data);
+        let namespaces = if config.as_ref().is_ok_and(PoolConfig::selects_namespaces) {
+            let list = Api::<Namespace>::all(client.clone())
+                .list_metadata(&ListParams::default())
+                .await
+                .map_err(err("Namespaces".to_owned()))?;
+            crate::observe::namespaces::labels(list.items.iter().map(|n| &n.metadata))
+        } else {
+            BTreeMap::new()
+        };
         let now = Timestamp::now();
         Ok(Snapshot {
             configmap_name: format!("{namespace}/{configmap}"),
             configmap: cm,
-            config: PoolConfig::parse(&data),
+            config,
             services: services.items,
             nodes: node_list.items.into_iter().map(Arc::new).collect(),
             agents: leases
@@ -170,6 +183,7 @@ impl Snapshot {
             assignments: assignments.items,
             slices,
             service_ranges,
+            namespaces,
             now,
         })
     }
@@ -265,6 +279,7 @@ impl Snapshot {
         loop {
             output = planner.plan(&Inputs {
                 config,
+                namespaces: &self.namespaces,
                 services: &views,
                 nodes: &node_states,
                 agents: &reports,

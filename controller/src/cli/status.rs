@@ -544,17 +544,18 @@ pub fn render_table(report: &Report) -> String {
 }
 
 /// Left-aligned columns separated by two spaces, trailing spaces trimmed.
-pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
+pub(crate) fn columns<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let n = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let mut widths = vec![0usize; n];
     for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     for row in rows {
         let mut line = String::new();
-        for (cell, w) in row.iter().zip(widths) {
+        for (cell, w) in row.as_ref().iter().zip(widths.iter().copied()) {
             let _ = write!(line, "{cell:<w$}  ");
         }
         out.push_str(line.trim_end());

@@ -385,16 +385,44 @@ fn summary(key: &PoolKey, pool: &aliaslb_core::pool::Pool) -> String {
         s.push_str(", for namespaces without a key of their own");
     }
     let options = &pool.options;
+    if matches!(key, PoolKey::Named(_)) {
+        let mut who: Vec<String> = Vec::new();
+        if !options.namespaces.is_empty() {
+            who.push(format!("namespaces {}", options.namespaces.join(",")));
+        }
+        if !options.namespace_selector.is_empty() {
+            who.push(format!(
+                "namespaces labelled {}",
+                labels_text(&options.namespace_selector)
+            ));
+        }
+        if who.is_empty() {
+            s.push_str(
+                ", no namespace may draw from it yet (no `namespaces` nor `namespaceSelector`)",
+            );
+        } else {
+            s.push_str(&format!(", for {}", who.join(" and ")));
+        }
+        if !options.auto_assign {
+            s.push_str(", only on request (autoAssign: false)");
+        }
+    }
+    if options.draining {
+        s.push_str(", draining");
+    } else {
+        let draining = pool.entries.iter().filter(|e| e.draining).count();
+        if draining > 0 {
+            s.push_str(&format!(
+                ", {draining} entr{} draining",
+                if draining == 1 { "y" } else { "ies" }
+            ));
+        }
+    }
     if let Some(interface) = &options.interface {
         s.push_str(&format!(", interface {interface}"));
     }
     if !options.node_selector.is_empty() {
-        let labels: Vec<String> = options
-            .node_selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        s.push_str(&format!(", nodes {}", labels.join(",")));
+        s.push_str(&format!(", nodes {}", labels_text(&options.node_selector)));
     }
     if !options.allow_sharing {
         s.push_str(", no IP sharing");
@@ -406,6 +434,12 @@ fn summary(key: &PoolKey, pool: &aliaslb_core::pool::Pool) -> String {
         s.push_str(", each IP answered from its own MAC (virtualMAC)");
     }
     s
+}
+
+/// `k=v,k2=v2`.
+fn labels_text(labels: &BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
 }
 
 fn plural(n: usize) -> &'static str {

@@ -9,8 +9,10 @@
 //!   blindness rule of the [`Observer`](agents::Observer)) and reports.
 //! - [`nodes`]: Nodes -> the planner's node states and the addresses Nodes list.
 //! - [`endpoints`]: EndpointSlices / Endpoints -> the nodes with a ready endpoint.
+//! - [`namespaces`]: Namespaces -> their labels (pools that select namespaces).
 
 pub mod agents;
 pub mod endpoints;
+pub mod namespaces;
 pub mod nodes;
 pub mod service;

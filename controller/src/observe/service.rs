@@ -145,6 +145,10 @@ pub fn service_view(svc: &Service, key: &ServiceKey, uid: &Arc<str>) -> ServiceV
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .map(str::to_owned),
+        pool: annotation(svc, keys::ANNOTATION_POOL)
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned),
         ports,
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
         observed_ips: ingress_ips(svc),

@@ -70,7 +70,7 @@ use aliaslb_core::plan::{
     ServicePlan, ServiceRangeClash, ServiceView, node_address_clashes, reason,
     service_range_clashes,
 };
-use aliaslb_core::pool::{PoolConfig, PoolConfigError};
+use aliaslb_core::pool::{PoolConfig, PoolConfigError, PoolKey};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
@@ -86,6 +86,7 @@ use crate::node_assignments::{self, Identities, ShardsOf};
 use crate::observe::agents::{self, Freshness, Observer, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
+use crate::pool_status::{StatusInput, StatusWriter};
 use crate::service_writes;
 use crate::track::{Failovers, Unannounced};
 use crate::watch::{Caches, WatchError};
@@ -235,6 +236,8 @@ struct Reconciler {
     failovers: Failovers,
     /// The Services with IPs not announced, for their gauge.
     unannounced: Unannounced,
+    /// The pool status ConfigMap's writes ([`crate::pool_status`]).
+    status: StatusWriter,
 }
 
 /// What [`Reconciler::merge`] found.
@@ -290,6 +293,7 @@ impl Reconciler {
             agents_change: None,
             failovers: Failovers::default(),
             unannounced: Unannounced::default(),
+            status: StatusWriter::default(),
         }
     }
 
@@ -334,7 +338,10 @@ impl Reconciler {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn pass(&mut self) -> Option<Instant> {
         let started = Instant::now();
-        let config = self.config_step().await?;
+        let Some(config) = self.config_step().await else {
+            // Nothing is planned; the status says why.
+            return self.status_step().await;
+        };
         let mut observed = self.observe();
         self.node_address_notice(&config, &observed.node_addresses);
         self.service_range_notice(&config, &observed.service_ranges);
@@ -360,6 +367,7 @@ impl Reconciler {
         self.ctx.metrics.add_services_planned(planned.len());
         // Services left for the next pass: it follows at once.
         let deferred = (self.writes.deferred() > 0).then(Instant::now);
+        let status = self.status_step().await;
         // A reservation of a deleted Service's address ending may serve a waiting one.
         self.agents_change
             .into_iter()
@@ -367,7 +375,44 @@ impl Reconciler {
             .chain(self.index.identities.next_due(self.world.reports()))
             .chain(self.writes.next_retry())
             .chain(self.planner.next_release())
+            .chain(status)
             .min()
+    }
+
+    /// Writes the pool status ConfigMap when it is due ([`StatusWriter::due`]); returns
+    /// when a write that had to wait is due.
+    async fn status_step(&mut self) -> Option<Instant> {
+        let usage = self.planner.usage();
+        let pending = self.planner.pending_on();
+        let desired = crate::pool_status::render(&StatusInput {
+            config: &self.config,
+            usage: &usage,
+            pending: &pending,
+            namespaces: &self.world.namespaces,
+        });
+        let now = Instant::now();
+        let due = self.status.due(&desired, now)?;
+        if due > now {
+            return Some(due);
+        }
+        let config = &self.ctx.config;
+        let api = kube::Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &config.namespace);
+        let name = crate::pool_status::name(&config.pool_configmap);
+        let leader = &self.ctx.leader;
+        match self
+            .status
+            .write(&api, &name, desired, || leader.write_deadline(), now)
+            .await
+        {
+            Ok(()) => None,
+            Err(error) => {
+                self.ctx.metrics.inc_reconcile_error(error.category());
+                if error.category() != "not_leader" {
+                    tracing::warn!(object = name, error = %error, "pool status write failed; retrying");
+                }
+                Some(now + crate::pool_status::STATUS_EVERY)
+            }
+        }
     }
 
     /// The pool config in force for this pass, its notice (if any) published; `None` while
@@ -416,6 +461,13 @@ impl Reconciler {
         self.unanchored_notice(&node_objects);
         drop(node_objects);
         changed_nodes.extend(self.world.nodes_changed(&mut nodes));
+        // Labels: read for the Services this pass decides on; a change needs no more.
+        self.world.namespaces(
+            &self.caches.namespaces,
+            self.caches
+                .namespace_changes
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         let changes = Changes {
             everything: services.everything,
             // Moved: nothing reads the delta's views after the endpoints.
@@ -466,6 +518,7 @@ impl Reconciler {
         }
         let inputs = Inputs {
             config,
+            namespaces: &self.world.namespaces,
             services: &observed.views,
             nodes: &observed.nodes,
             agents: self.world.reports(),
@@ -817,6 +870,7 @@ impl Reconciler {
                     .copied()
                     .unwrap_or(0),
             );
+            metrics.set_pool_draining(&pool, usage.family, usage.draining);
             current.insert((pool, usage.family));
         }
         for (pool, family) in self.pools.difference(&current) {
@@ -873,9 +927,10 @@ impl Reconciler {
             if let Some((cause, took)) = step.done {
                 metrics.observe_failover(cause, took);
             }
-            let pool = config
-                .pool_for_namespace(&key.namespace)
-                .map_or("", |(pool, _)| pool.as_str());
+            let pool = self
+                .planner
+                .pool_of_service(key)
+                .map_or("", PoolKey::as_str);
             self.unannounced.set(key, pool, plan);
         }
         metrics.set_unannounced(self.unannounced.counts());

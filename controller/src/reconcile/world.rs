@@ -8,6 +8,9 @@
 //! - Nodes and agent reports (one per node) are compared whole on every pass: a node whose
 //!   [`NodeState`] or agent (freshness, report) differs from the last pass changed. That
 //!   also catches the changes no watch event brings: an agent going stale.
+//! - Namespace labels are read again when the Namespace cache changed since the last pass
+//!   (its change counter moved), not otherwise; they are no change the planner is told of
+//!   ([`aliaslb_core::plan::Inputs::namespaces`]).
 //!
 //! Pure bookkeeping over the caches: no API call.
 
@@ -16,6 +19,7 @@ use std::sync::Arc;
 
 use aliaslb_core::election::NodeState;
 use aliaslb_core::plan::{ServiceKey, ServiceView};
+use aliaslb_core::pool::Labels;
 use aliaslb_core::report::AgentReport;
 
 use crate::observe::agents::Freshness;
@@ -48,6 +52,10 @@ pub(super) struct World {
     reports: BTreeMap<String, AgentReport>,
     /// Whether a first pass read everything.
     seeded: bool,
+    /// Every namespace's labels, as of the last pass.
+    pub namespaces: BTreeMap<String, Labels>,
+    /// The Namespace cache's change counter when [`World::namespaces`] was read.
+    namespace_changes: Option<u64>,
 }
 
 /// What changed in the Services since the last pass.
@@ -69,6 +77,23 @@ pub(super) struct ServiceDelta {
 }
 
 impl World {
+    /// Brings the namespace labels up to date when the Namespace cache changed since the
+    /// last pass (`changes`: its counter now).
+    pub fn namespaces(
+        &mut self,
+        cache: &kube::runtime::reflector::Store<
+            kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+        >,
+        changes: u64,
+    ) {
+        if self.namespace_changes == Some(changes) {
+            return;
+        }
+        self.namespace_changes = Some(changes);
+        let objects = cache.state();
+        self.namespaces = crate::observe::namespaces::labels(objects.iter().map(|n| &n.metadata));
+    }
+
     /// Brings the Service records up to date: every record when `dirty` says a relist
     /// happened or on the first pass, else the keys `dirty` names.
     pub fn services(&mut self, cache: &Records<ServiceRecord>, dirty: &Dirty) -> ServiceDelta {

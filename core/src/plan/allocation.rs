@@ -1,9 +1,14 @@
 //! The allocation step of a pass: import of observed assignments (first pass only), then
 //! one decision per Service, oldest first. Pure.
 //!
-//! Each family is checked before anything changes ([`Step`]), so a RequireDualStack
-//! Service never ends up holding half its addresses, and a request that cannot be honoured
-//! leaves the current address in place.
+//! A decision first chooses the one pool the Service's addresses come from
+//! ([`Planner::choose_pool`], the rule of [`Tenancy`]); then each family is checked before
+//! anything changes ([`Step`]), so a RequireDualStack Service never ends up holding half its
+//! addresses, and a request that cannot be honoured leaves the current address in place.
+//! The tenant fence is checked where an address is taken: a fresh, requested or sticky
+//! address only from a pool the namespace may draw from; an address held (or shared
+//! within its sharing group) while its namespace keeps that pool. No address of a draining
+//! pool or entry is handed out anew.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -13,7 +18,7 @@ use super::{
     insert_tight, join, reason, tight_map,
 };
 use crate::ledger::{AllocError, Ledger};
-use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey};
+use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey, Tenancy};
 use crate::range::Family;
 
 /// How one family's address is obtained, decided before anything changes.
@@ -33,7 +38,7 @@ impl Planner {
     /// First pass: adopts the observed assignments, oldest Service first, so an IP claimed
     /// twice stays with the older Service. Whatever is not adopted is reported and left to
     /// the allocation step.
-    pub(super) fn import(&mut self, order: &[&ServiceView], config: &PoolConfig, sink: &mut Sink) {
+    pub(super) fn import(&mut self, order: &[&ServiceView], pass: &Pass<'_>, sink: &mut Sink) {
         for view in order.iter().filter(|v| !v.observed_ips.is_empty()) {
             self.ensure_entry(view);
             let mut seen = BTreeSet::new();
@@ -51,7 +56,7 @@ impl Planner {
                     );
                     continue;
                 }
-                if let Err(why) = self.import_one(view, ip, config) {
+                if let Err(why) = self.import_one(view, ip, pass) {
                     sink.event(
                         &view.key,
                         true,
@@ -81,7 +86,7 @@ impl Planner {
         &mut self,
         view: &ServiceView,
         ip: IpAddr,
-        config: &PoolConfig,
+        pass: &Pass<'_>,
     ) -> Result<(), String> {
         let key = &view.key;
         let ns = &key.namespace;
@@ -97,12 +102,17 @@ impl Planner {
                 "{ip} not imported: the Service does not ask for an {family} address"
             ));
         }
-        let Some((pool_key, pool)) = config.pool_for_namespace(ns) else {
-            return Err(format!("{ip} not imported: {}", no_pool(ns)));
+        let tenancy = pass.tenancy(ns);
+        let config: &PoolConfig = pass.inputs.config;
+        let Some((pool_key, _)) = config
+            .pool_of(ip)
+            .filter(|(key, pool)| tenancy.keeps(key, pool))
+        else {
+            if tenancy.is_empty() {
+                return Err(format!("{ip} not imported: {}", no_pool(ns)));
+            }
+            return Err(not_in_pool(ip, &tenancy));
         };
-        if !pool.contains(ip) {
-            return Err(not_in_pool(ip, ns, pool_key, pool));
-        }
         let group_id = GroupId::of(view);
         match self.ips.get(&ip) {
             Some(used) if used.group != group_id => {
@@ -153,7 +163,7 @@ impl Planner {
         let ports_changed = entry.ports != view.ports;
         let unchanged = entry.settled.as_ref().is_some_and(|(families, requested)| {
             *families == view.families && view.requested.as_ref() == Ok(requested)
-        });
+        }) && self.in_named_pool(entry, view);
         if unchanged && !regrouped && !ports_changed && !self.config_changed {
             return;
         }
@@ -176,6 +186,23 @@ impl Planner {
         }
     }
 
+    /// Whether the pool `view` names (if it names one) is the pool of the addresses its
+    /// `entry` holds: without a name, the pool it holds stays its pool
+    /// ([`Planner::choose_pool`]), so only a name can move it.
+    fn in_named_pool(&self, entry: &Entry, view: &ServiceView) -> bool {
+        let Some(name) = &view.pool else {
+            return true;
+        };
+        let held = entry.ips.values().find_map(|ip| self.ips.get(ip));
+        match (PoolKey::from_annotation(name), held) {
+            (Some(named), Some(used)) => used.pool == named,
+            // Nothing held: settled only without addresses to get (no wanted family), a
+            // decision that does not depend on the pool.
+            (_, None) => true,
+            (None, Some(_)) => false,
+        }
+    }
+
     /// Emits AllocationFailed when the Service's failure differs from the one last
     /// reported: once per stuck Service, again only when the reason or message changes.
     pub(super) fn report_failure(&mut self, key: &ServiceKey, sink: &mut Sink) {
@@ -193,10 +220,7 @@ impl Planner {
     fn decide(&mut self, view: &ServiceView, pass: &Pass<'_>, sink: &mut Sink) -> Option<Failure> {
         let key = &view.key;
         let ns = &key.namespace;
-        let Some((pool_key, pool)) = pass.pool(ns) else {
-            self.release_all(key, sink, "the namespace has no pool");
-            return Some(Failure::new(reason::NO_POOL, no_pool(ns)));
-        };
+        let tenancy = pass.tenancy(ns);
         let requested = match &view.requested {
             Ok(list) => list.as_slice(),
             Err(message) => return Some(Failure::new(reason::INVALID_REQUEST, message.clone())),
@@ -229,22 +253,59 @@ impl Planner {
             .entries
             .get(key)
             .map_or_else(|| GroupId::of(view), |e| e.group.clone());
+        let (pool_key, pool) = match self.choose_pool(view, &tenancy, requested, &group_id, pass) {
+            Ok(chosen) => chosen,
+            Err(failure) if failure.reason == reason::NO_POOL => {
+                self.release_all(key, sink, "the namespace has no pool");
+                return Some(failure);
+            }
+            Err(mut failure) => {
+                if let Some(held) = self.entries.get(key).filter(|e| !e.ips.is_empty()) {
+                    let ips: Vec<IpAddr> = held.ips.values().copied().collect();
+                    failure
+                        .message
+                        .push_str(&format!("; keeping {} for now", join(&ips)));
+                }
+                return Some(failure);
+            }
+        };
+        self.decide_in(
+            view,
+            sink,
+            &tenancy,
+            requested,
+            &wanted,
+            &group_id,
+            (pool_key, pool),
+        )
+        .map(|f| f.on(pool_key))
+    }
+
+    /// The allocation decision for one Service, in the pool chosen for it.
+    #[allow(clippy::too_many_arguments)]
+    fn decide_in(
+        &mut self,
+        view: &ServiceView,
+        sink: &mut Sink,
+        tenancy: &Tenancy<'_>,
+        requested: &[IpAddr],
+        wanted: &[Family],
+        group_id: &GroupId,
+        (pool_key, pool): (&PoolKey, &Pool),
+    ) -> Option<Failure> {
+        let key = &view.key;
         let prefer = wanted.len() > 1 && !view.families.require_all;
         let has = |f: Family| pool.size(f) > 0 || requested.iter().any(|ip| Family::of(*ip) == f);
         let desired: Vec<Family> = if prefer {
             wanted.iter().copied().filter(|f| has(*f)).collect()
         } else {
-            wanted.clone()
+            wanted.to_vec()
         };
         self.drop_unwanted(key, &desired, sink);
         let lacking: Vec<Family> = desired.iter().copied().filter(|f| !has(*f)).collect();
         if desired.is_empty() || !lacking.is_empty() {
             self.release_all(key, sink, "the pool lacks a family the Service needs");
-            let missing = if desired.is_empty() {
-                &wanted
-            } else {
-                &lacking
-            };
+            let missing = if desired.is_empty() { wanted } else { &lacking };
             let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
             return Some(Failure::new(
                 reason::NO_ADDRESS_OF_FAMILY,
@@ -274,9 +335,10 @@ impl Planner {
                 .find(|ip| Family::of(*ip) == family);
             let step = match (req, cur) {
                 (Some(r), Some(c)) if r == c => Ok(Step::Keep),
-                (Some(r), _) => self.check_specific(r, view, &group_id, pool_key, pool),
-                (None, Some(_)) => Ok(Step::Keep),
-                (None, None) => self.check_fresh(family, view, &group_id, pool_key, pool),
+                (Some(r), _) => self.check_specific(r, view, group_id, pool_key, pool, tenancy),
+                // Kept while in the pool chosen (the one it holds, unless it names another).
+                (None, Some(c)) if pool.contains(c) => Ok(Step::Keep),
+                (None, _) => self.check_fresh(family, view, group_id, pool_key, pool, tenancy),
             };
             match step {
                 Ok(step) => steps.push((family, step)),
@@ -301,13 +363,128 @@ impl Planner {
             return failure;
         }
         for (family, step) in steps {
-            if let Err(f) = self.commit(view, &group_id, pool_key, family, step, sink) {
+            if let Err(f) = self.commit(view, group_id, pool_key, family, step, sink) {
                 failure.get_or_insert(f);
             }
         }
         let holds = self.entries.get(key).is_some_and(|e| !e.ips.is_empty());
-        self.set_member(&group_id, key, holds);
+        self.set_member(group_id, key, holds);
         failure
+    }
+
+    /// The one pool `view`'s addresses come from (the rule of [`Tenancy`]): the pool it
+    /// names; else, for a namespace with no pool, `NoPool`; else the pool of the addresses
+    /// it requests; else the pool of the addresses it holds, or its sharing group holds,
+    /// while its namespace keeps that pool; else its namespace's default. Whether it may
+    /// draw a new address from it is checked by each step.
+    fn choose_pool<'p>(
+        &self,
+        view: &ServiceView,
+        tenancy: &Tenancy<'p>,
+        requested: &[IpAddr],
+        group_id: &GroupId,
+        pass: &Pass<'p>,
+    ) -> Result<(&'p PoolKey, &'p Pool), Failure> {
+        let config: &'p PoolConfig = pass.inputs.config;
+        let ns = tenancy.namespace();
+        if let Some(name) = &view.pool {
+            return PoolKey::from_annotation(name)
+                .and_then(|k| config.keyed(&k))
+                .ok_or_else(|| {
+                    let name = crate::text::bounded(name.clone(), 64);
+                    Failure::new(
+                        reason::UNKNOWN_POOL,
+                        format!(
+                            "aliaslb.io/pool names `{name}`, which is no pool: write the name \
+                             of a named pool (`NAME` of a key `pool.NAME`) or `{FALLBACK_KEY}`; \
+                             {}",
+                            pools_text(tenancy)
+                        ),
+                    )
+                });
+        }
+        let entry = self.entries.get(&view.key);
+        // What it holds, and its sharing group.
+        let held_pool = entry
+            .into_iter()
+            .flat_map(|e| e.ips.values())
+            .chain(
+                self.groups
+                    .get(group_id)
+                    .into_iter()
+                    .flat_map(|g| g.ips.values()),
+            )
+            .find_map(|ip| self.ips.get(ip))
+            .and_then(|used| config.keyed(&used.pool))
+            .filter(|(key, pool)| tenancy.keeps(key, pool));
+        if tenancy.is_empty() && held_pool.is_none() {
+            return Err(Failure::new(reason::NO_POOL, no_pool(ns)));
+        }
+        if !requested.is_empty() {
+            let mut chosen: Option<(&'p PoolKey, &'p Pool, IpAddr)> = None;
+            for &ip in requested {
+                let owner = tenancy
+                    .pools()
+                    .iter()
+                    .copied()
+                    .find(|(_, pool)| pool.contains(ip))
+                    // An address it holds in a pool its namespace only keeps.
+                    .or_else(|| {
+                        held_pool.filter(|(_, pool)| {
+                            pool.contains(ip)
+                                && entry.is_some_and(|e| e.ips.values().any(|h| *h == ip))
+                        })
+                    });
+                let Some((key, pool)) = owner else {
+                    return Err(Failure::new(
+                        reason::REQUESTED_IP_NOT_IN_POOL,
+                        not_in_pool(ip, tenancy),
+                    ));
+                };
+                match chosen {
+                    Some((other, _, first)) if other != key => {
+                        return Err(Failure::new(
+                            reason::INVALID_REQUEST,
+                            format!(
+                                "requests {first} of pool {other} and {ip} of pool {key}: a \
+                                 Service's addresses come from one pool"
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                    None => chosen = Some((key, pool, ip)),
+                }
+            }
+            if let Some((key, pool, _)) = chosen {
+                return Ok((key, pool));
+            }
+        }
+        if let Some(held) = held_pool {
+            return Ok(held);
+        }
+        tenancy.default_pool().ok_or_else(|| {
+            Failure::new(
+                reason::NO_DEFAULT_POOL,
+                format!(
+                    "namespace {ns} may draw from {}, but none assigns addresses unasked ({}): \
+                     name one with aliaslb.io/pool, or request an address of one",
+                    tenancy.names(),
+                    tenancy
+                        .pools()
+                        .iter()
+                        .map(|(key, pool)| format!(
+                            "{key}: {}",
+                            if pool.is_open() {
+                                "autoAssign: false"
+                            } else {
+                                "draining"
+                            }
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
     }
 
     /// Can `view` have the requested `ip`?
@@ -318,13 +495,33 @@ impl Planner {
         group_id: &GroupId,
         pool_key: &PoolKey,
         pool: &Pool,
+        tenancy: &Tenancy<'_>,
     ) -> Result<Step, Failure> {
         let ns = &view.key.namespace;
         if !pool.contains(ip) {
+            // The pool chosen holds every address requested, unless the Service names it.
             return Err(Failure::new(
                 reason::REQUESTED_IP_NOT_IN_POOL,
-                not_in_pool(ip, ns, pool_key, pool),
+                format!(
+                    "{ip} is not in pool {pool_key}, which aliaslb.io/pool names; request an \
+                     address of it, or name the pool that holds {ip}"
+                ),
             ));
+        }
+        let shared = self.ips.get(&ip).is_some_and(|used| {
+            used.group == *group_id && matches!(group_id, GroupId::Shared { .. })
+        });
+        if !shared {
+            check_draw(pool_key, pool, tenancy)?;
+            if pool.is_closed(ip) {
+                return Err(Failure::new(
+                    reason::POOL_DRAINING,
+                    format!(
+                        "{ip} is draining in pool {pool_key}: no Service gets it anew; \
+                         request another address of the pool"
+                    ),
+                ));
+            }
         }
         if let Some(cause) = self.fence_of(ip) {
             let (why, message) = cause.refused(ip);
@@ -410,19 +607,37 @@ impl Planner {
         group_id: &GroupId,
         pool_key: &PoolKey,
         pool: &Pool,
+        tenancy: &Tenancy<'_>,
     ) -> Result<Step, Failure> {
-        if matches!(group_id, GroupId::Shared { .. })
+        if let GroupId::Shared { key: sharing, .. } = group_id
             && let Some(&ip) = self.groups.get(group_id).and_then(|g| g.ips.get(&family))
         {
+            if !pool.contains(ip) {
+                let other = self
+                    .ips
+                    .get(&ip)
+                    .map(|u| u.pool.to_string())
+                    .unwrap_or_default();
+                return Err(Failure::new(
+                    reason::SHARING_KEY_CONFLICT,
+                    format!(
+                        "the Services with sharing key {sharing} share {ip} of pool {other}, \
+                         but this Service draws from pool {pool_key}; name the same pool, or \
+                         use another sharing key"
+                    ),
+                ));
+            }
             self.check_join(ip, view, pool_key, Some(pool))?;
             return Ok(Step::Share(ip));
         }
+        check_draw(pool_key, pool, tenancy)?;
         let Some(ledger) = self.ledgers.get(pool_key) else {
             return Err(Failure::new(reason::NO_POOL, no_pool(&view.key.namespace)));
         };
         let sticky = self.recent.get(&view.key).iter().copied().find(|ip| {
             Family::of(*ip) == family
                 && pool.contains(*ip)
+                && !ledger.is_closed(*ip)
                 && (!ledger.is_in_use(*ip)
                     || (self.reserved_for(*ip) == Some(&view.key)
                         && self.fence_of(*ip).is_none()
@@ -432,6 +647,17 @@ impl Planner {
             return Ok(Step::Take(ip));
         }
         let usage = ledger.usage(family);
+        // No address of the family is open: every one in use is draining.
+        let draining = ledger.draining(family);
+        if usage.free() == 0 && usage.in_use == draining {
+            return Err(Failure::new(
+                reason::POOL_DRAINING,
+                format!(
+                    "pool {pool_key} is draining: no {family} address of it is handed out anew; \
+                     name another pool with aliaslb.io/pool"
+                ),
+            ));
+        }
         if usage.free() == 0 {
             let single_family = [Family::V4, Family::V6]
                 .iter()
@@ -445,10 +671,14 @@ impl Planner {
             };
             let (why, note) = self.fenced_note(pool_key, family);
             let held = self.reserved_note(pool, family);
+            let draining = match draining {
+                0 => String::new(),
+                n => format!("; {n} of them are draining (left to move), none is handed out anew"),
+            };
             return Err(Failure::new(
                 why,
                 format!(
-                    "all {} {what}addresses of pool {pool_key} are in use{note}{held}",
+                    "all {} {what}addresses of pool {pool_key} are in use{draining}{note}{held}",
                     usage.total
                 ),
             ));
@@ -529,11 +759,17 @@ impl Planner {
             .and_then(|e| e.ips.remove(&family))
         {
             self.drop_ip(key, old);
+            let to = match step {
+                Step::Take(ip) if view.requested.as_ref().is_ok_and(|r| r.contains(&ip)) => {
+                    "the requested address".to_owned()
+                }
+                _ => format!("pool {pool_key}"),
+            };
             sink.event(
                 key,
                 false,
                 reason::RELEASED,
-                format!("released {old}: moving to the requested address"),
+                format!("released {old}: moving to {to}"),
             );
         }
         let (ip, shared) = match step {
@@ -750,8 +986,38 @@ fn no_pool(ns: &str) -> String {
     format!("namespace {ns} has no pool and no {FALLBACK_KEY} pool is configured")
 }
 
-/// Message for an IP outside the namespace's pool, listing the pool's first ranges.
-fn not_in_pool(ip: IpAddr, ns: &str, pool_key: &PoolKey, pool: &Pool) -> String {
+/// Message for an IP outside the pools of the namespace, listing each pool's first ranges
+/// (the classic message when it has one pool). Names no other namespace's pool.
+fn not_in_pool(ip: IpAddr, tenancy: &Tenancy<'_>) -> String {
+    let ns = tenancy.namespace();
+    match tenancy.pools() {
+        [] => format!("{ip} is not in a pool: {}", no_pool(ns)),
+        [(key, pool)] => {
+            let which = match key {
+                PoolKey::Fallback => format!("{FALLBACK_KEY}: "),
+                PoolKey::Named(key) => format!("{key}: "),
+                PoolKey::Namespace(_) => String::new(),
+            };
+            format!(
+                "{ip} is not in the pool of namespace {ns} ({which}{})",
+                first_ranges(pool)
+            )
+        }
+        pools => {
+            let each: Vec<String> = pools
+                .iter()
+                .map(|(key, pool)| format!("{key}: {}", first_ranges(pool)))
+                .collect();
+            format!(
+                "{ip} is not in a pool of namespace {ns} ({})",
+                each.join("; ")
+            )
+        }
+    }
+}
+
+/// A pool's first ranges, `a, b, c, ...`.
+fn first_ranges(pool: &Pool) -> String {
     const SHOWN: usize = 3;
     let mut ranges: Vec<String> = pool
         .ranges
@@ -762,14 +1028,41 @@ fn not_in_pool(ip: IpAddr, ns: &str, pool_key: &PoolKey, pool: &Pool) -> String 
     if pool.ranges.len() > SHOWN {
         ranges.push("...".to_owned());
     }
-    let which = match pool_key {
-        PoolKey::Fallback => format!("{FALLBACK_KEY}: "),
-        PoolKey::Namespace(_) => String::new(),
+    ranges.join(", ")
+}
+
+/// `namespace N may draw from a, b` (or from no pool), for messages.
+fn pools_text(tenancy: &Tenancy<'_>) -> String {
+    if tenancy.is_empty() {
+        format!("namespace {} may draw from no pool", tenancy.namespace())
+    } else {
+        format!(
+            "namespace {} may draw from {}",
+            tenancy.namespace(),
+            tenancy.names()
+        )
+    }
+}
+
+/// The tenant fence: a new address only from a pool the namespace may draw from.
+fn check_draw(pool_key: &PoolKey, pool: &Pool, tenancy: &Tenancy<'_>) -> Result<(), Failure> {
+    if tenancy.may_draw(pool_key) {
+        return Ok(());
+    }
+    let ns = tenancy.namespace();
+    let why = if tenancy.keeps(pool_key, pool) {
+        format!(
+            "namespace {ns} may not draw new addresses from pool {pool_key}: its labels do \
+             not match the pool's namespaceSelector (addresses its Services hold there stay \
+             theirs)"
+        )
+    } else {
+        format!("namespace {ns} may not draw from pool {pool_key}")
     };
-    format!(
-        "{ip} is not in the pool of namespace {ns} ({which}{})",
-        ranges.join(", ")
-    )
+    Err(Failure::new(
+        reason::POOL_NOT_ALLOWED,
+        format!("{why}; {}", pools_text(tenancy)),
+    ))
 }
 
 /// Names the Service using an address, unless it is in another namespace (tenants do not

@@ -168,6 +168,11 @@ impl Planner {
     /// Whether something changed that a caller does not list and that can affect any
     /// Service: then a pass plans everything. Cheap: O(pools + lingering + fences), plus
     /// the agents' conflicts.
+    ///
+    /// Not the namespace labels ([`Inputs::namespaces`]): they decide only which pools a
+    /// namespace may draw *new* addresses from (what a relabelled namespace holds stays
+    /// its own, [`crate::pool::Tenancy::keeps`]), and the Services that wait for one are
+    /// swept on every pass.
     pub(super) fn must_plan_everything(&self, inputs: &Inputs<'_>) -> bool {
         if !self.imported
             || self.config.as_ref() != Some(inputs.config)

@@ -207,7 +207,12 @@ impl Planner {
         }
         // Collected with room for four; the index keeps the plan.
         ips.shrink_to_fit();
-        let pool = pass.pool(&key.namespace);
+        // The pool of its addresses (one pool per Service).
+        let pool = entry
+            .ips
+            .values()
+            .find_map(|ip| self.ips.get(ip))
+            .and_then(|used| inputs.config.keyed(&used.pool));
         let allocated = match (&entry.failure, pool) {
             (Some(f), _) => condition(false, f.reason, f.message.clone()),
             (None, Some((pool_key, _))) if !ips.is_empty() => condition(

@@ -1,11 +1,12 @@
-//! One pool value: its lines, and each entry (address, CIDR, range) parsed into an
-//! [`IpRange`]. Pure, no I/O. The CIDR rules are documented in the parent module.
+//! One pool value: its lines, and each entry (address, CIDR, range, each maybe followed by
+//! `draining`) parsed into an [`IpRange`]. Pure, no I/O. The CIDR rules are documented in
+//! the parent module.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::{PoolConfigError, PoolEntry};
+use super::{DRAINING, PoolConfigError, PoolEntry};
 use crate::range::{Family, IpRange, RangeError, from_u128, to_u128};
 
 /// What a valid entry looks like, appended to "not an entry" errors.
@@ -22,16 +23,28 @@ pub(super) fn parse_value(key: &str, value: &str) -> (Vec<PoolEntry>, Vec<PoolCo
         if text.is_empty() {
             continue;
         }
+        let (text, draining) = split_draining(text);
         match parse_entry(text) {
             Ok(range) => entries.push(PoolEntry {
                 line,
                 text: text.to_owned(),
                 range,
+                draining,
             }),
             Err(message) => errors.push(PoolConfigError::for_line(key, line, text, message)),
         }
     }
     (entries, errors)
+}
+
+/// `text` without a trailing ` draining` (after spaces), and whether it had one.
+fn split_draining(text: &str) -> (&str, bool) {
+    match text.strip_suffix(DRAINING) {
+        Some(entry) if entry.ends_with(char::is_whitespace) && !entry.trim().is_empty() => {
+            (entry.trim_end(), true)
+        }
+        _ => (text, false),
+    }
 }
 
 /// Parses one entry (without comment or surrounding spaces): an address, a CIDR or an
@@ -42,6 +55,16 @@ pub fn parse_entry(text: &str) -> Result<IpRange, String> {
     } else if let Some((addr, prefix)) = text.split_once('/') {
         parse_cidr(addr, prefix)?
     } else if text.contains(|c: char| c.is_whitespace() || c == ',' || c == ';') {
+        if let Some((_, word)) = text.rsplit_once(char::is_whitespace)
+            && word.parse::<IpAddr>().is_err()
+            && word.contains(|c: char| c.is_ascii_alphabetic())
+            && !word.contains(['.', ':', '/'])
+        {
+            return Err(format!(
+                "`{word}` is not a word an entry takes: the only one is `{DRAINING}`, after \
+                 the entry (`10.0.7.0/29 {DRAINING}`)"
+            ));
+        }
         return Err("one entry per line: put each address, CIDR or range on its own line".into());
     } else {
         text.parse::<IpAddr>()

@@ -15,9 +15,16 @@
 //!     onConflict: renumber    # l2 only; `defend` (default): a LAN claim never moves an IP
 //!   pinned-clients:
 //!     virtualMAC: true        # l2 only: each IP answered from its own MAC, which moves with it
+//!   pool.internal:            # a named pool (key `pool.internal`)
+//!     namespaces: [team-a]    # named pools only: namespaces that may draw from it
+//!     namespaceSelector:      # named pools only: and those carrying all these labels
+//!       tier: internal
+//!     autoAssign: false       # never a default: only for Services that name it or its IPs
+//!     draining: true          # no address handed out anew; those in use stay
 //! ```
 //! Unknown fields are errors (a misspelt option must not be silently ignored), and so are
-//! options for a key that has no pool.
+//! options for a key that has no pool. The pools are kept in the order written: it is the
+//! order in which a namespace's default named pool is looked for.
 
 use std::collections::BTreeMap;
 
@@ -59,6 +66,18 @@ pub struct PoolOptions {
     /// so the MAC moves with the address and clients that ignore gratuitous ARP keep
     /// reaching it. Default false.
     pub virtual_mac: bool,
+    /// Named pools only: the namespaces that may draw from it (besides those
+    /// `namespace_selector` selects).
+    pub namespaces: Vec<String>,
+    /// Named pools only: labels a namespace must all carry (like `matchLabels`) to draw
+    /// from it; empty: none is selected by labels.
+    pub namespace_selector: BTreeMap<String, String>,
+    /// Whether the pool hands out addresses to Services that neither name it nor request
+    /// one of its addresses, i.e. whether it can be a namespace's default. Default true.
+    pub auto_assign: bool,
+    /// The whole pool is draining: the addresses Services hold stay theirs, none is handed
+    /// out anew. Default false.
+    pub draining: bool,
 }
 
 /// What a LAN claim by a host outside the cluster does to an address a Service holds
@@ -123,6 +142,10 @@ impl Default for PoolOptions {
             max_nodes: None,
             on_conflict: OnConflict::Defend,
             virtual_mac: false,
+            namespaces: Vec::new(),
+            namespace_selector: BTreeMap::new(),
+            auto_assign: true,
+            draining: false,
         }
     }
 }
@@ -130,10 +153,21 @@ impl Default for PoolOptions {
 impl PoolOptions {
     /// Whether a node with `labels` matches the node selector.
     pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.node_selector
-            .iter()
-            .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+        matches_labels(&self.node_selector, labels)
     }
+
+    /// Whether a namespace with `labels` matches the namespace selector (an empty one
+    /// selects no namespace: the pool then grants by its list only).
+    pub fn selects_namespace(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.namespace_selector.is_empty() && matches_labels(&self.namespace_selector, labels)
+    }
+}
+
+/// Whether `labels` carry every label of `selector` (`matchLabels`).
+fn matches_labels(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
 }
 
 // `expecting` replaces the Rust type names in serde's "invalid type" messages.
@@ -141,10 +175,11 @@ impl PoolOptions {
 #[serde(deny_unknown_fields, expecting = "a mapping with key `pools`")]
 struct OptionsDoc {
     #[serde(default)]
-    pools: Option<BTreeMap<String, Option<RawOptions>>>,
+    pools: Option<InOrder>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The options of a classic key (a namespace's own, `_fallback`).
+#[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
@@ -161,12 +196,133 @@ struct RawOptions {
     virtual_mac: Option<bool>,
 }
 
-/// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, or every problem
-/// found. `data` is the whole ConfigMap, to check that each options key has a pool.
+/// The options of a named pool: those of a classic key and who may draw from it, whether
+/// it is a default, whether it drains. (A struct of its own, not a flattened one: serde's
+/// `flatten` does not go with `deny_unknown_fields`.)
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping of `interface`, `nodeSelector`, `allowSharing`, `announce`, `maxNodes`, `onConflict`, `virtualMAC`, `namespaces`, `namespaceSelector`, `autoAssign`, `draining`"
+)]
+struct RawNamed {
+    interface: Option<String>,
+    node_selector: Option<BTreeMap<String, String>>,
+    allow_sharing: Option<bool>,
+    announce: Option<Announce>,
+    max_nodes: Option<u32>,
+    on_conflict: Option<OnConflict>,
+    #[serde(rename = "virtualMAC")]
+    virtual_mac: Option<bool>,
+    namespaces: Option<Vec<String>>,
+    namespace_selector: Option<BTreeMap<String, String>>,
+    auto_assign: Option<bool>,
+    draining: Option<bool>,
+}
+
+impl From<RawOptions> for RawNamed {
+    fn from(raw: RawOptions) -> Self {
+        let RawOptions {
+            interface,
+            node_selector,
+            allow_sharing,
+            announce,
+            max_nodes,
+            on_conflict,
+            virtual_mac,
+        } = raw;
+        RawNamed {
+            interface,
+            node_selector,
+            allow_sharing,
+            announce,
+            max_nodes,
+            on_conflict,
+            virtual_mac,
+            ..RawNamed::default()
+        }
+    }
+}
+
+/// The options under `pools:`, in the order written (a `BTreeMap` would sort them, and the
+/// order of the named pools is the order a default is looked for). A key starting with
+/// [`super::NAMED_PREFIX`] takes a named pool's options, any other a classic key's, so a
+/// classic key's errors read as they always did. A key written twice is an error, as it is
+/// for serde's maps.
+#[derive(Debug)]
+struct InOrder(Vec<(String, RawNamed)>);
+
+impl<'de> Deserialize<'de> for InOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = InOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a mapping of pool keys to their options")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut pairs: Vec<(String, RawNamed)> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if pairs.iter().any(|(k, _)| *k == key) {
+                        return Err(serde::de::Error::custom(format!(
+                            "`{key}` is listed twice: give each pool's options once"
+                        )));
+                    }
+                    let raw = if key.starts_with(super::NAMED_PREFIX) {
+                        map.next_value::<Option<RawNamed>>()?.unwrap_or_default()
+                    } else {
+                        map.next_value::<Option<RawOptions>>()?
+                            .map(RawNamed::from)
+                            .unwrap_or_default()
+                    };
+                    pairs.push((key, raw));
+                }
+                Ok(InOrder(pairs))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+/// Options only named pools take: a classic key that gives one is told so.
+const NAMED_ONLY: [&str; 4] = ["namespaces", "namespaceSelector", "autoAssign", "draining"];
+
+/// The hint after a YAML error: the options there are, and for a misplaced named-pool
+/// option where it belongs.
+fn yaml_hint(message: &str) -> String {
+    let mut hint = "expected `pools:` mapping pool keys to `interface`, `nodeSelector`, \
+                    `allowSharing`, `announce` (`l2` or `bgp`), `maxNodes`, `onConflict` \
+                    (`defend` or `renumber`) and `virtualMAC`"
+        .to_owned();
+    if message.contains(&format!("pools.{}", super::NAMED_PREFIX)) {
+        hint.push_str(
+            ", and for a named pool `namespaces`, `namespaceSelector`, `autoAssign` and `draining`",
+        );
+    } else if let Some(field) = NAMED_ONLY
+        .iter()
+        .find(|f| message.contains(&format!("unknown field `{f}`")))
+    {
+        hint.push_str(&format!(
+            "; `{field}` applies to named pools (`{}NAME`) only: a namespace's own key serves \
+             that namespace, `{}` every namespace without a key (to drain an entry, write \
+             `draining` after it)",
+            super::NAMED_PREFIX,
+            super::FALLBACK_KEY
+        ));
+    }
+    hint
+}
+
+/// The options in `text` (the value of [`OPTIONS_KEY`]) by pool key, in the order written,
+/// or every problem found. `data` is the whole ConfigMap, to check that each options key
+/// has a pool.
 pub(super) fn parse(
     text: &str,
     data: &BTreeMap<String, String>,
-) -> Result<BTreeMap<PoolKey, PoolOptions>, Vec<PoolConfigError>> {
+) -> Result<Vec<(PoolKey, PoolOptions)>, Vec<PoolConfigError>> {
     check_flow_depth(text).map_err(|e| vec![e])?;
     let doc: Option<OptionsDoc> = yaml_serde::from_str(text).map_err(|e| {
         let line = e.location().and_then(|l| line_at(text, l.index()));
@@ -177,16 +333,13 @@ pub(super) fn parse(
             key: OPTIONS_KEY.to_owned(),
             line,
             text: text.to_owned(),
-            message: format!(
-                "not valid options YAML: {e}; expected `pools:` mapping pool keys to \
-                 `interface`, `nodeSelector`, `allowSharing`, `announce` (`l2` or `bgp`), \
-                 `maxNodes`, `onConflict` (`defend` or `renumber`) and `virtualMAC`"
-            ),
+            message: format!("not valid options YAML: {e}; {}", yaml_hint(&e.to_string())),
         }]
     })?;
     let mut errors = Vec::new();
-    let mut options = BTreeMap::new();
-    for (key, raw) in doc.and_then(|d| d.pools).unwrap_or_default() {
+    let mut options = Vec::new();
+    let pools = doc.and_then(|d| d.pools).map_or_else(Vec::new, |p| p.0);
+    for (key, raw) in pools {
         let line = key_line(text, &key);
         let mut error = |message: String| {
             errors.push(PoolConfigError {
@@ -213,15 +366,7 @@ pub(super) fn parse(
                 continue;
             }
         };
-        let raw = raw.unwrap_or(RawOptions {
-            interface: None,
-            node_selector: None,
-            allow_sharing: None,
-            announce: None,
-            max_nodes: None,
-            on_conflict: None,
-            virtual_mac: None,
-        });
+        let (namespaces, namespace_selector) = check_tenants(&key, &raw, &mut error);
         let announce = raw.announce.unwrap_or_default();
         match (announce, raw.max_nodes) {
             (Announce::L2, Some(_)) => error(format!(
@@ -265,7 +410,7 @@ pub(super) fn parse(
                 ));
             }
         }
-        options.insert(
+        options.push((
             pool_key,
             PoolOptions {
                 interface: raw.interface,
@@ -275,14 +420,58 @@ pub(super) fn parse(
                 max_nodes: raw.max_nodes.map(|n| n as usize),
                 on_conflict: raw.on_conflict.unwrap_or_default(),
                 virtual_mac: raw.virtual_mac.unwrap_or(false),
+                namespaces,
+                namespace_selector,
+                auto_assign: raw.auto_assign.unwrap_or(true),
+                draining: raw.draining.unwrap_or(false),
             },
-        );
+        ));
     }
     if errors.is_empty() {
         Ok(options)
     } else {
         Err(errors)
     }
+}
+
+/// Checks who may draw from named pool `key`: each listed namespace is a namespace name,
+/// listed once, and a selector is not empty (it would select every namespace). Returns
+/// them, as far as they are valid.
+fn check_tenants(
+    key: &str,
+    raw: &RawNamed,
+    error: &mut impl FnMut(String),
+) -> (Vec<String>, BTreeMap<String, String>) {
+    let mut namespaces: Vec<String> = Vec::new();
+    for ns in raw.namespaces.iter().flatten() {
+        if !super::is_namespace_name(ns) {
+            error(format!(
+                "pool `{key}`: namespaces: `{ns}` is not a namespace name (at most 63 lowercase \
+                 letters, digits and '-', starting and ending with a letter or digit)"
+            ));
+        } else if namespaces.contains(ns) {
+            error(format!(
+                "pool `{key}`: namespaces: `{ns}` is listed twice; list each namespace once"
+            ));
+        } else {
+            namespaces.push(ns.clone());
+        }
+    }
+    let selector = raw.namespace_selector.clone().unwrap_or_default();
+    if raw.namespace_selector.is_some() && selector.is_empty() {
+        error(format!(
+            "pool `{key}`: an empty `namespaceSelector` would let every namespace draw from \
+             the pool; give labels the namespaces must carry, or list them in `namespaces`"
+        ));
+    }
+    for (label, value) in &selector {
+        if let Err(why) = check_label(label, value) {
+            error(format!(
+                "pool `{key}`: namespaceSelector `{label}: {value}`: {why}"
+            ));
+        }
+    }
+    (namespaces, selector)
 }
 
 /// Refuses `text` if `[` and `{` nest deeper than [`MAX_FLOW_DEPTH`], naming the line.

@@ -37,6 +37,7 @@ pub fn svc(ns: &str, name: &str) -> ServiceView {
         },
         requested: Ok(Vec::new()),
         sharing_key: None,
+        pool: None,
         ports: Vec::new(),
         local_traffic: false,
         observed_ips: Vec::new(),
@@ -51,6 +52,7 @@ pub trait SvcExt {
     fn requesting(self, ips: &str) -> Self;
     fn malformed(self, message: &str) -> Self;
     fn sharing(self, key: &str) -> Self;
+    fn pool(self, name: &str) -> Self;
     fn port(self, port: i32, protocol: &str) -> Self;
     fn families(self, families: &[Family], require_all: bool) -> Self;
     fn local(self) -> Self;
@@ -77,6 +79,11 @@ impl SvcExt for ServiceView {
     }
     fn sharing(mut self, key: &str) -> Self {
         self.sharing_key = Some(key.to_owned());
+        self
+    }
+    /// Names its pool (`aliaslb.io/pool`).
+    fn pool(mut self, name: &str) -> Self {
+        self.pool = Some(name.to_owned());
         self
     }
     fn port(mut self, port: i32, protocol: &str) -> Self {
@@ -127,6 +134,8 @@ pub fn config(pairs: &[(&str, &str)]) -> PoolConfig {
 #[derive(Debug, Clone)]
 pub struct World {
     pub config: PoolConfig,
+    /// Namespace labels (for pools that select namespaces).
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub services: Vec<ServiceView>,
     pub nodes: Vec<NodeState>,
     pub agents: BTreeMap<String, AgentReport>,
@@ -150,6 +159,7 @@ impl World {
     pub fn new(config: PoolConfig, services: Vec<ServiceView>) -> Self {
         World {
             config,
+            namespaces: BTreeMap::new(),
             services,
             nodes: vec![node("a"), node("b")],
             agents: BTreeMap::new(),
@@ -168,6 +178,7 @@ impl World {
         let services: Vec<Arc<ServiceView>> = self.services.iter().cloned().map(Arc::new).collect();
         planner.plan(&Inputs {
             config: &self.config,
+            namespaces: &self.namespaces,
             services: &services,
             nodes: &self.nodes,
             agents: &self.agents,
