@@ -106,6 +106,7 @@ pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, Assignment
     let key = |k: &str| object.and_then(|cm| value(cm, k)).unwrap_or("");
     let mut assignments = NodeAssignments::parse(key(keys::ASSIGNMENTS_KEY))?;
     assignments.parse_node_macs(key(keys::NODE_MACS_KEY))?;
+    assignments.parse_peers(key(keys::PEERS_KEY))?;
     Ok(set_of(assignments))
 }
 

@@ -288,11 +288,21 @@ impl Cluster {
 
     /// Writes `text` as `node`'s assignment object, as is.
     pub async fn set_assignment_text(&self, node: &str, text: &str) {
+        self.set_assignment_data(node, &[(keys::ASSIGNMENTS_KEY, text)])
+            .await;
+    }
+
+    /// Writes `data` (key, text) as `node`'s assignment object, as is.
+    pub async fn set_assignment_data(&self, node: &str, data: &[(&str, &str)]) {
         let name = keys::assignment_configmap(node);
+        let data: serde_json::Map<String, serde_json::Value> = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+            .collect();
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name},
-            "data": {keys::ASSIGNMENTS_KEY: text},
+            "data": data,
         });
         self.assignments
             .patch(
