@@ -1,7 +1,7 @@
 //! The operational plumbing both binaries (`aliaslb-controller`, `aliaslb-agent`) share:
 //! the Kubernetes API client and watch retry policy ([`api`]: dead connections noticed
 //! within seconds), the one watch loop ([`watch`]), logging setup, the `/metrics`
-//! `/healthz` `/readyz` server, flag value parsers.
+//! `/healthz` `/readyz` server, flag value parsers, what this build is ([`build`]).
 //!
 //! Does network I/O (the server in [`http`], the client in [`api`], the watches
 //! [`watch`] drives); the rest is pure. Each binary keeps only what is its own: its probe
@@ -9,6 +9,7 @@
 //! filter.
 
 pub mod api;
+pub mod build;
 pub mod flags;
 pub mod http;
 pub mod metrics;
