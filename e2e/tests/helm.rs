@@ -32,9 +32,6 @@ use aliaslb_e2e::{Error, aliases};
 use serde_json::Value;
 
 const RELEASE: &str = "aliaslb";
-/// Where the release record lives: not aliaslb-system, which the chart itself creates (see
-/// controller/tests/helm.rs).
-const RELEASE_NAMESPACE: &str = "default";
 /// The Services' namespace and its pool, then the address the upgrade adds.
 const NS: &str = "helm-e2e";
 const POOL: [&str; 3] = ["192.168.55.80", "192.168.55.81", "192.168.55.82"];
@@ -76,7 +73,7 @@ impl Helm {
             .args(args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--namespace", RELEASE_NAMESPACE]))?;
+            .args(["--namespace", SYSTEM_NAMESPACE]))?;
         println!(
             "[helm] helm {}: {:.2} s",
             args[0],
@@ -134,7 +131,14 @@ fn helm_install_upgrade_uninstall_moves_nothing() -> Result<(), Error> {
     // Install: every aliaslb object comes from the chart; the binaries run under its
     // ServiceAccounts.
     let install = values(&dir, "install.yaml", &POOL, "")?;
-    helm.run(&["install", RELEASE, &chart, "-f", &install])?;
+    helm.run(&[
+        "install",
+        RELEASE,
+        &chart,
+        "-f",
+        &install,
+        "--create-namespace",
+    ])?;
     let manifest = dir.join("installed.yaml");
     let text = helm.run(&["get", "manifest", RELEASE])?;
     std::fs::write(&manifest, &text).map_err(|source| Error::Io {
