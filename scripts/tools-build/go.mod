@@ -1,7 +1,7 @@
 // The Go tools scripts/tool builds for the release and the chart's checks: actionlint (lints
 // .github/workflows/), helm-docs (the chart README's values table), validate-krew-manifest
-// (Krew's own check of the plugin manifest). `tool` pins each command; go.sum pins every
-// module they need.
+// (Krew's own check of the plugin manifest) and krew (which installs the CLI from it). `tool`
+// pins each command; go.sum pins every module they need.
 module aliaslb.io/scripts/tools-build
 
 go 1.26.0
@@ -9,6 +9,7 @@ go 1.26.0
 tool (
 	github.com/norwoodj/helm-docs/cmd/helm-docs
 	github.com/rhysd/actionlint/cmd/actionlint
+	sigs.k8s.io/krew/cmd/krew
 	sigs.k8s.io/krew/cmd/validate-krew-manifest
 )
 
@@ -45,6 +46,7 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rhysd/actionlint v1.7.12 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/sahilm/fuzzy v0.1.0 // indirect
 	github.com/shopspring/decimal v1.3.1 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/spf13/afero v1.9.5 // indirect
