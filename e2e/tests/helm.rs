@@ -26,7 +26,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aliaslb_e2e::fixtures::{lb_service, namespace};
-use aliaslb_e2e::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, run, wait_for};
+use aliaslb_e2e::kubelets::repo_root;
+use aliaslb_e2e::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, helm_binary, run, wait_for};
 use aliaslb_e2e::lan::{LanSampler, name_macs};
 use aliaslb_e2e::{Error, aliases};
 use serde_json::Value;
@@ -38,26 +39,6 @@ const POOL: [&str; 3] = ["192.168.55.80", "192.168.55.81", "192.168.55.82"];
 const ADDED: &str = "192.168.55.83";
 const SERVICES: [&str; 3] = ["web-a", "web-b", "web-c"];
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e/ has a parent")
-        .to_owned()
-}
-
-/// The helm binary: `ALIASLB_HELM` (scripts/test exports it), else what `scripts/helm`
-/// prints (it builds helm on first use and caches it).
-fn helm_binary() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os("ALIASLB_HELM") {
-        return Ok(PathBuf::from(path));
-    }
-    let out = run(Command::new("bash").arg(repo_root().join("scripts/helm")))?;
-    out.lines()
-        .last()
-        .map(|l| PathBuf::from(l.trim()))
-        .ok_or_else(|| Error::Environment("scripts/helm printed no path".to_owned()))
-}
 
 /// Runs helm as the lab's admin on the release's namespace.
 struct Helm {
