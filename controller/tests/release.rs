@@ -7,7 +7,9 @@
 //!   refuses to release otherwise: this keeps them from drifting between releases);
 //! - `scripts/release-manifests`: `aliaslb.yaml` is `kubectl kustomize manifests/` with only
 //!   the image changed, the optional files are the kustomize component's and manifests/
-//!   optional/'s objects, the BIRD variant is the component added;
+//!   optional/'s objects, the BIRD variant is the component added, the chart package has the
+//!   release's version and renders what the chart folder renders; two runs write the same
+//!   bytes;
 //! - `scripts/krew-manifest` writes a manifest Krew's own validator accepts, and Krew
 //!   installs the plugin from it and the archive (sha256 checked) so that `kubectl-aliaslb
 //!   version` runs;
@@ -218,14 +220,71 @@ fn replace_images(
     replaced
 }
 
+/// `scripts/release-manifests 9.9.9 DIR --image IMAGE`, the commit's date fixed.
+fn release_manifests(dir: &Path, image: &str) {
+    run(Command::new("bash")
+        .arg(repo_root().join("scripts/release-manifests"))
+        .args(["9.9.9", &dir.display().to_string(), "--image", image])
+        .env("SOURCE_DATE_EPOCH", "1700000000"));
+}
+
 #[test]
 fn the_release_manifests_are_the_kustomizations_with_the_image_pinned() {
     let dir = tempfile::tempdir().unwrap();
     let image = "registry.example/aliaslb:9.9.9";
-    run(Command::new("bash")
-        .arg(repo_root().join("scripts/release-manifests"))
-        .args(["9.9.9", &dir.path().display().to_string(), "--image", image]));
+    release_manifests(dir.path(), image);
     let file = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+
+    // Reproducible: a second run writes the same bytes, the chart's archive included.
+    let again = tempfile::tempdir().unwrap();
+    release_manifests(again.path(), image);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "aliaslb-9.9.9.tgz",
+            "aliaslb-admission-policies.yaml",
+            "aliaslb-bird-sidecar.yaml",
+            "aliaslb-monitoring.yaml",
+            "aliaslb.yaml"
+        ]
+    );
+    for name in &names {
+        assert!(
+            std::fs::read(dir.path().join(name)).unwrap()
+                == std::fs::read(again.path().join(name)).unwrap(),
+            "{name} differs between two runs"
+        );
+    }
+
+    // The chart package: its version, and the chart it renders.
+    let helm = std::env::var("ALIASLB_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            let out = run(Command::new("bash").arg(repo_root().join("scripts/helm")));
+            PathBuf::from(out.lines().last().unwrap().trim())
+        });
+    let package = dir.path().join("aliaslb-9.9.9.tgz");
+    let shown = run(Command::new(&helm).arg("show").arg("chart").arg(&package));
+    assert!(
+        shown.contains("\nversion: 9.9.9") && shown.contains("appVersion: 9.9.9"),
+        "{shown}"
+    );
+    let template = |chart: &Path| {
+        objects(&run(Command::new(&helm)
+            .args(["template", "aliaslb"])
+            .arg(chart)
+            .args(["-n", "aliaslb-system", "--set", "image.tag=9.9.9"])))
+    };
+    assert_same(
+        &template(&package),
+        &template(&repo_root().join("charts/aliaslb")),
+        "the packaged chart",
+    );
 
     // aliaslb.yaml: manifests/ with the image replaced, nothing else.
     let mut want = objects(&kustomize(&repo_root().join("manifests")));
