@@ -68,7 +68,8 @@ async fn main() -> anyhow::Result<()> {
         advert_interval,
     } = settings;
     info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = aliaslb_ops::build::VERSION,
+        commit = aliaslb_ops::build::COMMIT,
         node = %node_name,
         %namespace,
         %agent_namespace,
@@ -110,9 +111,12 @@ async fn main() -> anyhow::Result<()> {
     let (stop_http, http_stopped) = watch::channel(false);
     let listener = http::bind(metrics_addr).await?;
     info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
+    // When the Lease was last renewed: the heartbeat records it, `/readyz` waits for the first.
+    let authority = Authority::new(lease_duration);
     let probes = AgentProbes {
         metrics: metrics.clone(),
         health: health.clone(),
+        lease: authority.clone(),
     };
     let server = tokio::spawn(http::serve(listener, Arc::new(probes), async move {
         let mut rx = http_stopped;
@@ -178,7 +182,6 @@ async fn main() -> anyhow::Result<()> {
     );
     let (report_tx, report_rx) = watch::channel(None);
     let api_back = Arc::new(Notify::new());
-    let authority = Authority::new(lease_duration);
     let kernel = KernelRounds::new();
     let heartbeat_task = tokio::spawn(lease::run(
         heartbeat.clone(),
