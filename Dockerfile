@@ -1,7 +1,14 @@
 # syntax=docker/dockerfile:1
 # One image for aliaslb-controller, aliaslb-agent and the aliaslb CLI (all in /usr/local/bin).
 #
-#   docker build -t ghcr.io/aliaslb/aliaslb:0.1.0 .
+#   docker build -t ghcr.io/aliaslb/aliaslb:0.1.0 --build-arg ALIASLB_COMMIT=$(git rev-parse HEAD) .
+#
+# The build argument ALIASLB_COMMIT is the commit `--version`, `aliaslb version` and the metric
+# aliaslb_build_info print (`unknown` without it) and the image's revision label. Every base
+# image is multi-arch: built on an arm64 machine (or `docker buildx build --platform
+# linux/arm64`, emulated), it is the arm64 image. `scripts/release` makes the released image
+# (with scripts/image) for the machine it runs on; the release workflow runs it on amd64 and
+# arm64 runners.
 #
 # `scripts/image` builds the same image offline, without Docker or a registry: a bookworm minbase
 # root file system with nftables and netbase made by mmdebstrap from Debian's archive, the
@@ -16,6 +23,8 @@
 # agent's DaemonSet overrides the user to root: netlink, nftables and raw sockets need it.
 
 FROM rust:1.95-bookworm AS build
+ARG ALIASLB_COMMIT=unknown
+ENV ALIASLB_COMMIT=${ALIASLB_COMMIT}
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and target dir across builds; the binaries are copied out of
@@ -27,6 +36,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/aliaslb-controller target/release/aliaslb target/release/aliaslb-agent /out/
 
 FROM debian:bookworm-slim
+ARG ALIASLB_COMMIT=unknown
+# The release is the workspace version (Cargo.toml); scripts/release checks they agree.
+LABEL org.opencontainers.image.title=aliaslb \
+      org.opencontainers.image.description="Bare-metal LoadBalancer for Kubernetes: aliaslb-controller, aliaslb-agent and the aliaslb CLI" \
+      org.opencontainers.image.version=0.1.0 \
+      org.opencontainers.image.revision=${ALIASLB_COMMIT} \
+      org.opencontainers.image.source=https://github.com/aliaslb/aliaslb \
+      org.opencontainers.image.licenses=Apache-2.0
 RUN apt-get update \
     && apt-get install -y --no-install-recommends nftables netbase \
     && rm -rf /var/lib/apt/lists/* \

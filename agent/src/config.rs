@@ -17,7 +17,7 @@ use aliaslb_ops::telemetry::LogFormat;
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
 #[command(
     name = "aliaslb-agent",
-    version,
+    version = aliaslb_ops::build::version_line(),
     about = "Puts the load-balancer IPs the controller assigned to this node on its interfaces and announces them."
 )]
 pub struct Flags {

@@ -3,8 +3,11 @@
 //!
 //! `/healthz` answers 200 while the alias loop keeps turning (it beats [`Health`] at every
 //! renewal tick), so a hung loop — whose aliases the kernel is about to expire — gets the
-//! pod restarted. `/readyz` answers 200 once the first reconcile on a complete read of its assignment
-//! is done.
+//! pod restarted. `/readyz` answers 200 once the first reconcile on a complete read of its
+//! assignment is done and the agent's Lease is written (its report is in; not since released
+//! because its kernel rounds stopped): a rolling update of the DaemonSet (`maxUnavailable:
+//! 1`) then moves to the next node only when this one's new agent carries its addresses and
+//! the controller can see it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_ops::http::Probes;
 
+use crate::heartbeat::Authority;
 use crate::metrics::Metrics;
 
 /// Liveness and readiness of the alias loop. Clones share the state.
@@ -67,6 +71,9 @@ pub struct AgentProbes {
     pub metrics: Arc<Metrics>,
     /// Behind `/healthz` and `/readyz`.
     pub health: Health,
+    /// The heartbeat's renewals: `/readyz` waits for the first (and for the next after a
+    /// release).
+    pub lease: Authority,
 }
 
 impl Probes for AgentProbes {
@@ -79,10 +86,12 @@ impl Probes for AgentProbes {
     }
 
     fn readyz(&self) -> Result<(), String> {
-        if self.health.is_ready() {
-            Ok(())
-        } else {
+        if !self.health.is_ready() {
             Err("assignment not read yet".to_owned())
+        } else if self.lease.last_renewal().is_none() {
+            Err("Lease not written yet".to_owned())
+        } else {
+            Ok(())
         }
     }
 
@@ -102,11 +111,21 @@ mod tests {
         let probes = AgentProbes {
             metrics,
             health: Health::new(Duration::from_millis(300)),
+            lease: Authority::new(Duration::from_secs(4)),
         };
 
         assert_eq!(probes.healthz(), Ok(()));
         assert_eq!(probes.readyz(), Err("assignment not read yet".to_owned()));
         probes.health.set_ready();
+        assert_eq!(probes.readyz(), Err("Lease not written yet".to_owned()));
+        probes.lease.record_renewal(tokio::time::Instant::now());
+        assert_eq!(probes.readyz(), Ok(()));
+        // Released (its kernel rounds stopped: the controller moves its IPs): not ready
+        // until it writes the Lease again. A failing renewal (an API outage) releases
+        // nothing and keeps it ready.
+        probes.lease.revoke(tokio::time::Instant::now());
+        assert_eq!(probes.readyz(), Err("Lease not written yet".to_owned()));
+        probes.lease.record_renewal(tokio::time::Instant::now());
         assert_eq!(probes.readyz(), Ok(()));
         let body = probes.metrics().unwrap();
         assert!(body.contains("aliaslb_agent_api_reachable 1"), "{body}");

@@ -85,7 +85,9 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     // The loop beats at every lifetime refresh: ten missed beats is a hung loop.
     let health = Health::new((refresh_interval * 10).max(Duration::from_secs(10)));
-    let (stop_http, server) = serve_http(metrics_addr, &metrics, &health).await?;
+    // When the Lease was last renewed: the heartbeat records it, `/readyz` waits for the first.
+    let authority = Authority::new(lease_duration);
+    let (stop_http, server) = serve_http(metrics_addr, &metrics, &health, &authority).await?;
 
     // The Kubernetes side: the assignment watch and the heartbeat.
     let (desired_tx, desired_rx) = watch::channel(None);
@@ -119,7 +121,6 @@ async fn main() -> anyhow::Result<()> {
     );
     let (report_tx, report_rx) = watch::channel(None);
     let api_back = Arc::new(Notify::new());
-    let authority = Authority::new(lease_duration);
     let kernel = KernelRounds::new();
     let heartbeat_task = tokio::spawn(heartbeat::run(
         lease.clone(),
@@ -253,7 +254,8 @@ async fn start_kernel(routed_device: &str) -> anyhow::Result<(NetlinkBackend, St
 /// Says the settings the agent starts with.
 fn log_start(s: &Settings) {
     info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = aliaslb_ops::build::VERSION,
+        commit = aliaslb_ops::build::COMMIT,
         node = %s.node_name,
         namespace = %s.namespace,
         agent_namespace = %s.agent_namespace,
@@ -295,6 +297,7 @@ async fn serve_http(
     addr: std::net::SocketAddr,
     metrics: &Arc<Metrics>,
     health: &Health,
+    lease: &Authority,
 ) -> anyhow::Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> {
     let (stop, stopped) = watch::channel(false);
     let listener = http::bind(addr).await?;
@@ -302,6 +305,7 @@ async fn serve_http(
     let probes = AgentProbes {
         metrics: metrics.clone(),
         health: health.clone(),
+        lease: lease.clone(),
     };
     let server = tokio::spawn(http::serve(listener, Arc::new(probes), async move {
         let mut rx = stopped;

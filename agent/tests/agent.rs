@@ -632,8 +632,7 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
 /// a 40 s silent cut, the assignment taken away 1 s into it; the alias goes within 5 s of
 /// the heal (14 s before, where the renewal that follows the heal waited for its tick).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_default_lease_a_change_made_during_a_silent_cut_applies_within_5s_of_the_heal()
-{
+async fn with_the_default_lease_a_change_made_during_a_silent_cut_applies_within_5s_of_the_heal() {
     if !require_root() {
         return;
     }

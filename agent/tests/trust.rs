@@ -136,12 +136,16 @@ async fn a_flood_of_signed_adverts_leaves_the_agents_memory_flat() {
             )
             .unwrap_or(0.0)
     };
-    eventually(Duration::from_secs(10), "evil's advert accepted", async || {
-        counter += 1;
-        send(&evil, "evil", vec!["10.0.0.150".parse().unwrap()], counter);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        (metric("accepted") >= 1.0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "evil's advert accepted",
+        async || {
+            counter += 1;
+            send(&evil, "evil", vec!["10.0.0.150".parse().unwrap()], counter);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            (metric("accepted") >= 1.0).then_some(())
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = rss_kib(&s.agent);
@@ -168,8 +172,14 @@ async fn a_flood_of_signed_adverts_leaves_the_agents_memory_flat() {
          dropped as unknown senders {unknown}, accepted from the named holder {accepted}",
         after as i64 - before as i64
     );
-    assert!(unknown >= 5_000.0, "most made-up senders dropped unverified: {unknown}");
-    assert!(accepted >= 5_000.0, "most of evil's adverts accepted: {accepted}");
+    assert!(
+        unknown >= 5_000.0,
+        "most made-up senders dropped unverified: {unknown}"
+    );
+    assert!(
+        accepted >= 5_000.0,
+        "most of evil's adverts accepted: {accepted}"
+    );
     assert!(
         after <= before + 2 * 1024,
         "the agent grew from {before} KiB to {after} KiB"
@@ -247,7 +257,10 @@ async fn a_standby_that_lies_in_its_lease_keeps_its_holder_down_for_a_second_onl
     let silent = Instant::now();
     let down = eventually(Duration::from_secs(5), "the step-down", async || {
         write_lease().await;
-        s.node.addr("eth1", "10.0.0.151").is_none().then(Instant::now)
+        s.node
+            .addr("eth1", "10.0.0.151")
+            .is_none()
+            .then(Instant::now)
     })
     .await;
     let back = eventually(Duration::from_secs(5), "the IP taken back", async || {

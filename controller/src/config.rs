@@ -15,7 +15,7 @@ use crate::leader::{LeaderConfig, TimingError, Timings};
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
 #[command(
     name = "aliaslb-controller",
-    version,
+    version = aliaslb_ops::build::version_line(),
     about = "Leases IPs to LoadBalancer Services from per-namespace pools and elects the node that announces them."
 )]
 pub struct Flags {

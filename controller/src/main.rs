@@ -28,7 +28,8 @@ async fn main() -> anyhow::Result<()> {
         log_format: _,
     } = flags.into_settings().context("invalid flags")?;
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = aliaslb_ops::build::VERSION,
+        commit = aliaslb_ops::build::COMMIT,
         identity = %leader_config.identity,
         namespace = %controller.namespace,
         load_balancer_class = %controller.load_balancer_class,

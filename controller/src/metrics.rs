@@ -160,6 +160,7 @@ pub struct Metrics {
     config_stale: Gauge,
     leader: Gauge,
     agents_unobservable: Gauge,
+    agents_unsupported_version: Gauge,
     address_conflicts: Gauge,
 }
 
@@ -300,6 +301,12 @@ impl Metrics {
             "1 while the leader sees no agent Lease renewed within its lease duration and takes it that it cannot see the agents, not that every node is lost: every node keeps what it carries, no node is elected; else 0",
             agents_unobservable.clone(),
         );
+        let agents_unsupported_version = Gauge::default();
+        registry.register(
+            "agents_unsupported_version",
+            "Agents whose release the leader does not support (an older release line, more than one line ahead, or no or an unreadable version on their Lease): upgrade the agents first, then the controller",
+            agents_unsupported_version.clone(),
+        );
         let address_conflicts = Gauge::default();
         registry.register(
             "controller_address_conflicts",
@@ -330,6 +337,7 @@ impl Metrics {
             config_stale,
             leader,
             agents_unobservable,
+            agents_unsupported_version,
             address_conflicts,
         }
     }
@@ -498,6 +506,12 @@ impl Metrics {
         self.agents_unobservable.set(i64::from(blind));
     }
 
+    /// Set the number of agents whose release the leader does not support.
+    pub fn set_agents_unsupported_version(&self, agents: usize) {
+        self.agents_unsupported_version
+            .set(i64::try_from(agents).unwrap_or(i64::MAX));
+    }
+
     /// Set the number of addresses fenced by a LAN conflict.
     pub fn set_address_conflicts(&self, fenced: usize) {
         self.address_conflicts
@@ -571,6 +585,7 @@ mod tests {
         m.set_config(true, false);
         m.set_leader(true);
         m.set_agents_unobservable(true);
+        m.set_agents_unsupported_version(3);
         m.set_address_conflicts(2);
         let text = m.encode().unwrap();
         for want in [
@@ -598,6 +613,7 @@ mod tests {
             "aliaslb_config_stale 0",
             "aliaslb_leader 1",
             "aliaslb_agents_unobservable 1",
+            "aliaslb_agents_unsupported_version 3",
             "aliaslb_controller_address_conflicts 2",
             "# EOF",
         ] {

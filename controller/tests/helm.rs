@@ -5,12 +5,17 @@
 //!   (`scripts/chart-files` writes them);
 //! - `helm lint` passes, with the default values and with every optional part on, and the
 //!   values schema refuses an unknown value;
-//! - `helm template` with the default values renders exactly the objects of `kubectl kustomize
-//!   manifests/` (same apiVersion, kind, namespace, name and content: the chart adds no label
-//!   of its own), and each optional value renders exactly its kustomize component added to the
-//!   kustomization as the README says (monitoring, BIRD sidecar) or its file of
-//!   `manifests/optional/` (the admission policies);
-//! - each value reaches the objects it names, and the rendered pools pass `aliaslb validate`;
+//! - `helm template -n aliaslb-system` with the default values renders exactly the objects of
+//!   `kubectl kustomize manifests/` but the Namespace aliaslb-system, which is the release's
+//!   (`--create-namespace` makes it), not the chart's (same apiVersion, kind, namespace, name
+//!   and content: the chart adds no label of its own), and each optional value renders
+//!   exactly its kustomize component added to the kustomization as the README says
+//!   (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the admission policies);
+//! - the chart installs into any namespace, the agents' Leases into any other one, and names
+//!   no other; values.schema.json describes every value of values.yaml and refuses others;
+//!   the chart's README is what helm-docs writes from values.yaml;
+//! - each value reaches the objects it names (per-alert settings included, the rules then
+//!   checked by promtool), and the rendered pools pass `aliaslb validate`;
 //! - `helm install`, `helm upgrade` and `helm uninstall` create, change and remove exactly the
 //!   rendered objects (the BIRD sidecar and the admission policies installed and removed by
 //!   upgrades), and `helm install --take-ownership` adopts what `kubectl apply -k` made. (That
@@ -18,7 +23,8 @@
 //!   e2e/tests/helm.rs.)
 //!
 //! Needs `helm` (`ALIASLB_HELM`, else `scripts/helm` builds it from its Go module, about a
-//! minute and a half the first time), `kubectl` on PATH and the testenv binaries.
+//! minute and a half the first time), helm-docs (`scripts/tool` builds it, seconds),
+//! `kubectl` and `promtool` on PATH and the testenv binaries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -95,10 +101,16 @@ fn helm_ok(args: &[&str]) -> String {
     helm(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `helm template` of the chart with `--set` values `sets`, as a user renders it.
+/// `helm template` of the chart with `--set` values `sets`, as a user renders it into
+/// [`NAMESPACE`].
 fn render(sets: &[&str]) -> String {
+    render_into(NAMESPACE, sets)
+}
+
+/// `helm template` of the chart into namespace `ns`, with `--set` values `sets`.
+fn render_into(ns: &str, sets: &[&str]) -> String {
     let chart = chart();
-    let mut args = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
+    let mut args = vec!["template", RELEASE, &chart, "--namespace", ns];
     for set in sets {
         // A flag (`--kube-version=...`) as it is, anything else a value.
         if !set.starts_with("--") {
@@ -252,6 +264,24 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// What the chart renders of `kubectl kustomize`'s objects ([`kustomize`]): all but the
+/// Namespace [`NAMESPACE`], which is the release's (helm's `--create-namespace`, or the
+/// operator, makes it) rather than the chart's.
+fn kustomize_for_chart(components: &[&str], files: &[&str]) -> Objects {
+    let mut all = kustomize(components, files);
+    let release_namespace = (
+        "v1".to_owned(),
+        "Namespace".to_owned(),
+        String::new(),
+        NAMESPACE.to_owned(),
+    );
+    assert!(
+        all.remove(&release_namespace).is_some(),
+        "manifests/ creates the Namespace {NAMESPACE}"
+    );
+    all
+}
+
 /// What `kubectl kustomize` renders for manifests/ with `components` added to its
 /// kustomization.yaml (as the README tells users to), plus the objects of `files` (paths
 /// in the repository, applied with `kubectl apply -f`).
@@ -388,6 +418,14 @@ fn the_values_schema_refuses_unknown_and_mistyped_values() {
         "image.pullPolicy=Sometimes",
         "admissionPolicies.agentLeases.enabled=true",
         "controller.resources.limit.memory=1Gi",
+        "agentLeases.namespace=Not_A_Name",
+        "controller.podDisruptionBudget.minAvailable=half",
+        "agent.extraArgs[0]=interface=eth1",
+        "imagePullSecrets[0].secret=x",
+        "monitoring.alerts.AliaslbNoSuchAlert.enabled=false",
+        "monitoring.alerts.AliaslbNoLeader.threshold=1",
+        "monitoring.alerts.AliaslbPoolExhausted.for=5 minutes",
+        "controller.podLabels.team=null",
     ] {
         let refused = helm(&["template", RELEASE, &chart, "--set", set]);
         let why = refused.expect_err(&format!("--set {set} is refused"));
@@ -398,11 +436,162 @@ fn the_values_schema_refuses_unknown_and_mistyped_values() {
     }
 }
 
+/// The definitions of values.schema.json that describe a value as a whole, though they list
+/// its keys: resource quantities (any of cpu, memory, ephemeral-storage may be given).
+const WHOLE: [&str; 1] = ["#/definitions/quantities"];
+
+/// `node`, its `$ref`s followed into the schema's `definitions`.
+fn resolve<'a>(mut node: &'a Value, root: &'a Value) -> &'a Value {
+    while let Some(reference) = node["$ref"].as_str() {
+        node = &root["definitions"][reference.trim_start_matches("#/definitions/")];
+    }
+    node
+}
+
+/// The paths of every value of values.yaml, each with the schema node that describes it:
+/// the walk goes down the schema's `properties` (through `$ref`s into `definitions`) and
+/// stops at a value the schema types as a whole (a free-form map, a list, a scalar, one of
+/// [`WHOLE`]). A value without a schema node, or one whose node has no `type`, is a problem.
+fn schema_coverage(
+    path: &str,
+    value: &yaml_serde::Value,
+    node: &Value,
+    root: &Value,
+    covered: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) {
+    if node["$ref"].as_str().is_some_and(|r| WHOLE.contains(&r)) {
+        covered.push(path.to_owned());
+        return;
+    }
+    let node = resolve(node, root);
+    if node.is_null() {
+        problems.push(format!("{path}: no schema"));
+        return;
+    }
+    let has_type = !node["type"].is_null() || !node["oneOf"].is_null();
+    if !has_type {
+        problems.push(format!("{path}: its schema has no type: {node}"));
+    }
+    match value {
+        yaml_serde::Value::Mapping(map) if node["properties"].is_object() => {
+            if node["additionalProperties"] != Value::Bool(false) {
+                problems.push(format!("{path}: its schema allows unknown keys"));
+            }
+            for (key, child) in map {
+                let key = key.as_str().unwrap_or_default();
+                let child_path = if path.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{path}.{key}")
+                };
+                schema_coverage(
+                    &child_path,
+                    child,
+                    &node["properties"][key],
+                    root,
+                    covered,
+                    problems,
+                );
+            }
+        }
+        _ => covered.push(path.to_owned()),
+    }
+}
+
+/// values.schema.json describes every value of values.yaml, with a type, and refuses keys it
+/// does not describe; and every value the schema describes is in values.yaml (so helm-docs
+/// lists it).
+#[test]
+fn the_values_schema_covers_every_value() {
+    let root_dir = repo_root().join("charts/aliaslb");
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(root_dir.join("values.yaml")).unwrap())
+            .unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(root_dir.join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let mut covered = Vec::new();
+    let mut problems = Vec::new();
+    schema_coverage("", &values, &schema, &schema, &mut covered, &mut problems);
+    // The other way: each property the schema lists (outside `definitions`) has a value.
+    fn listed(path: &str, node: &Value, root: &Value, out: &mut Vec<String>) {
+        if node["$ref"].as_str().is_some_and(|r| WHOLE.contains(&r)) {
+            out.push(path.to_owned());
+            return;
+        }
+        let node = resolve(node, root);
+        if let Some(props) = node["properties"].as_object() {
+            for (key, child) in props {
+                let p = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                listed(&p, child, root, out);
+            }
+        } else {
+            out.push(path.to_owned());
+        }
+    }
+    let mut described = Vec::new();
+    listed("", &schema, &schema, &mut described);
+    for path in &described {
+        if !covered.contains(path) {
+            problems.push(format!("{path}: in the schema, not in values.yaml"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "values.schema.json and values.yaml:\n  {}",
+        problems.join("\n  ")
+    );
+    assert!(covered.len() > 90, "{} values: {covered:?}", covered.len());
+}
+
+/// charts/aliaslb/README.md is what helm-docs writes (`scripts/chart-docs`) from the
+/// current values.yaml and README.md.gotmpl: the values table cannot go stale.
+#[test]
+fn the_chart_readme_is_generated_from_the_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("aliaslb");
+    copy_dir(&repo_root().join("charts/aliaslb"), &copy);
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/chart-docs"))
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/chart-docs failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(copy.join("README.md")).unwrap();
+    let committed =
+        std::fs::read_to_string(repo_root().join("charts/aliaslb/README.md")).unwrap_or_default();
+    assert!(
+        written == committed,
+        "charts/aliaslb/README.md is stale: run scripts/chart-docs"
+    );
+    for value in [
+        "agentLeases.namespace",
+        "monitoring.alerts.AliaslbNoLeader.for",
+    ] {
+        assert!(written.contains(&format!("| {value} |")), "{value}");
+    }
+}
+
 #[test]
 fn default_values_render_the_kustomization() {
-    let want = kustomize(&[], &[]);
+    let want = kustomize_for_chart(&[], &[]);
     let got = objects(&render(&[]), "helm template");
-    assert_eq!(want.len(), 17, "the manifests' objects: {:?}", want.keys());
+    assert_eq!(
+        want.len(),
+        17,
+        "the manifests' objects but the Namespace {NAMESPACE}: {:?}",
+        want.keys()
+    );
     assert_same_objects(&want, &got, "default values");
 }
 
@@ -463,10 +652,10 @@ fn each_option_renders_its_kustomize_component() {
             &policies,
         ),
     ];
-    let base = kustomize(&[], &[]).len();
+    let base = kustomize_for_chart(&[], &[]).len();
     let mut failed = Vec::new();
     for (what, sets, components, files) in cases {
-        let want = kustomize(components, files);
+        let want = kustomize_for_chart(components, files);
         assert!(want.len() > base, "{what}: the component adds objects");
         let got = objects(&render(sets), what);
         let problems = differences(&want, &got);
@@ -478,6 +667,254 @@ fn each_option_renders_its_kustomize_component() {
         failed.is_empty(),
         "the chart and kustomize differ:\n{}",
         failed.join("\n")
+    );
+}
+
+/// Every string in `value` below `path`, with its path.
+fn strings<'a>(path: String, value: &'a Value, out: &mut Vec<(String, &'a str)>) {
+    match value {
+        Value::String(text) => out.push((path, text)),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                strings(format!("{path}[{i}]"), item, out);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                strings(format!("{path}.{key}"), item, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `helm install -n my-lb --create-namespace` puts everything into my-lb and the agents'
+/// Leases into agentLeases.namespace: every object, binding subject, flag and admission
+/// policy names those two, never the defaults (the one `aliaslb-agents` left is the name of
+/// a group of alert rules). The Leases' namespace cannot be the release's.
+#[test]
+fn the_chart_installs_into_any_namespace() {
+    let mut sets = vec!["agentLeases.namespace=my-lb-agents"];
+    sets.extend(ALL_OPTIONS);
+    let all = objects(&render_into("my-lb", &sets), "helm template -n my-lb");
+    let mut problems = Vec::new();
+    for ((_, kind, ns, name), object) in &all {
+        let want_ns = match (kind.as_str(), name.as_str()) {
+            ("Namespace", _) => "",
+            ("ClusterRole" | "ClusterRoleBinding", _) => "",
+            ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding", _) => "",
+            ("Role" | "RoleBinding", "aliaslb-agent" | "aliaslb-controller")
+                if object["metadata"]["namespace"] == "my-lb-agents" =>
+            {
+                "my-lb-agents"
+            }
+            _ => "my-lb",
+        };
+        if ns != want_ns {
+            problems.push(format!("{kind} {name} in {ns:?}, want {want_ns:?}"));
+        }
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            if subject["namespace"] != "my-lb" {
+                problems.push(format!("{kind} {name}: subject {subject}"));
+            }
+        }
+        let mut texts = Vec::new();
+        strings(String::new(), object, &mut texts);
+        for (path, text) in texts {
+            let group_name = kind == "PrometheusRule" && path.ends_with(".name");
+            if text.contains("aliaslb-system") || (text.contains("aliaslb-agents") && !group_name) {
+                problems.push(format!("{kind} {name}{path}: {text:?}"));
+            }
+        }
+    }
+    let names: BTreeSet<(&str, &str)> = all
+        .keys()
+        .map(|(_, kind, ns, name)| {
+            (
+                kind.as_str(),
+                if ns.is_empty() {
+                    name.as_str()
+                } else {
+                    ns.as_str()
+                },
+            )
+        })
+        .collect();
+    assert!(names.contains(&("Namespace", "my-lb-agents")), "{names:?}");
+    for kind in ["Role", "RoleBinding"] {
+        assert!(names.contains(&(kind, "my-lb-agents")), "{kind}: {names:?}");
+    }
+    assert!(
+        !names.contains(&("Namespace", "my-lb")),
+        "the release's namespace is helm's, not the chart's"
+    );
+    for (workload, container) in [
+        ("aliaslb-controller", "controller"),
+        ("aliaslb-agent", "agent"),
+    ] {
+        let args = &containers(&all)[&(workload.to_owned(), container.to_owned())]["args"];
+        assert!(
+            args.as_array()
+                .unwrap()
+                .contains(&Value::from("--agent-namespace=my-lb-agents")),
+            "{workload}: {args}"
+        );
+    }
+    let policy = object(
+        &all,
+        "ValidatingAdmissionPolicy",
+        "",
+        "aliaslb-agent-own-lease",
+    );
+    let text = policy.to_string();
+    assert!(
+        text.contains("system:serviceaccount:my-lb:aliaslb-agent")
+            && text.contains(r#""kubernetes.io/metadata.name":"my-lb-agents""#),
+        "{text}"
+    );
+    assert!(
+        problems.is_empty(),
+        "objects naming another namespace:\n  {}",
+        problems.join("\n  ")
+    );
+
+    // Without the Namespace: it must exist.
+    let kept = objects(
+        &render_into("my-lb", &["agentLeases.createNamespace=false"]),
+        "no Lease namespace",
+    );
+    assert!(!kept.keys().any(|(_, kind, _, _)| kind == "Namespace"));
+
+    // The Leases' namespace is never the release's.
+    let chart = chart();
+    let refused = helm(&[
+        "template",
+        RELEASE,
+        &chart,
+        "-n",
+        "my-lb",
+        "--set",
+        "agentLeases.namespace=my-lb",
+    ])
+    .expect_err("the agents' Leases in the release's namespace are refused");
+    assert!(
+        refused.contains("agentLeases.namespace is \"my-lb\", the release's own namespace"),
+        "{refused}"
+    );
+}
+
+/// The alerts of values.yaml are the rules file's, and an alert has a `threshold` value
+/// exactly when its expression compares with one number: what the chart's `threshold`
+/// replaces ([`default_values_render_the_kustomization`] checks that the defaults are the
+/// file's numbers).
+#[test]
+fn every_alert_has_its_values() {
+    let rules: yaml_serde::Value = yaml_serde::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/aliaslb/files/aliaslb.rules.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let values: yaml_serde::Value = yaml_serde::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/aliaslb/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let alerts = values["monitoring"]["alerts"].as_mapping().unwrap();
+    let mut in_rules = BTreeSet::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().unwrap();
+            in_rules.insert(name.to_owned());
+            let expr = rule["expr"].as_str().unwrap();
+            // A comparison with a number: `> 0`, `>= 0.75` (not `== 1`, not `>= metric`).
+            let numbers = expr
+                .match_indices(['<', '>'])
+                .filter(|(i, _)| {
+                    let rest = expr[i + 1..].trim_start_matches('=');
+                    rest.strip_prefix(' ')
+                        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+                })
+                .count();
+            let entry = &alerts[name];
+            assert!(entry.is_mapping(), "monitoring.alerts.{name} is missing");
+            assert_eq!(
+                entry.get("threshold").is_some(),
+                numbers == 1,
+                "{name}: {numbers} comparison(s) with a number in {expr:?}"
+            );
+            assert_eq!(entry["for"], rule["for"], "{name}: for");
+            assert_eq!(entry["severity"], rule["labels"]["severity"], "{name}");
+        }
+    }
+    let in_values: BTreeSet<String> = alerts
+        .keys()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        in_values, in_rules,
+        "monitoring.alerts and the rules' alerts"
+    );
+}
+
+/// monitoring.alerts reaches the PrometheusRule: a disabled alert is gone, `for`,
+/// `severity` and `threshold` replace the rule's, the other rules are the file's, and
+/// promtool accepts the result.
+#[test]
+fn alert_values_reach_the_rules() {
+    let sets = [
+        "monitoring.enabled=true",
+        "monitoring.alerts.AliaslbNoLeader.enabled=false",
+        "monitoring.alerts.AliaslbPoolUsage85Percent.threshold=0.9",
+        "monitoring.alerts.AliaslbPoolUsage85Percent.for=15m",
+        "monitoring.alerts.AliaslbAgentNotRenewing.threshold=120",
+        "monitoring.alerts.AliaslbAgentNotRenewing.severity=critical",
+    ];
+    let all = objects(&render(&sets), "alerts");
+    let rule = object(&all, "PrometheusRule", NAMESPACE, "aliaslb");
+    let defaults = objects(&render(&["monitoring.enabled=true"]), "default alerts");
+    let default_rule = object(&defaults, "PrometheusRule", NAMESPACE, "aliaslb");
+    let by_name = |rule: &Value| -> BTreeMap<String, Value> {
+        rule["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap().clone())
+            .map(|r| (r["alert"].as_str().unwrap().to_owned(), r))
+            .collect()
+    };
+    let (got, want) = (by_name(rule), by_name(default_rule));
+    assert!(!got.contains_key("AliaslbNoLeader"), "disabled");
+    assert_eq!(got.len(), want.len() - 1);
+    let usage = &got["AliaslbPoolUsage85Percent"];
+    assert_eq!(usage["for"], "15m");
+    assert!(
+        usage["expr"].as_str().unwrap().contains(">= 0.9\n")
+            && !usage["expr"].as_str().unwrap().contains("0.85"),
+        "{usage}"
+    );
+    let renewing = &got["AliaslbAgentNotRenewing"];
+    assert!(
+        renewing["expr"].as_str().unwrap().contains("> 120"),
+        "{renewing}"
+    );
+    assert_eq!(renewing["labels"]["severity"], "critical");
+    for (name, r) in &got {
+        if !["AliaslbPoolUsage85Percent", "AliaslbAgentNotRenewing"].contains(&name.as_str()) {
+            assert_eq!(r, &want[name], "{name} is the file's");
+        }
+    }
+    // promtool reads the PrometheusRule's groups as a rules file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "rules", &file.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("running promtool ({e}): Debian's `prometheus` package"));
+    assert!(
+        out.status.success(),
+        "promtool check rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -664,17 +1101,59 @@ pools:
     10.0.7.0/29
   _fallback: |
     10.0.8.20-10.0.8.40
+imagePullSecrets:
+  - name: my-registry
 controller:
   replicas: 3
+  image:
+    tag: "1.2.2"
+  logLevel: debug
+  extraArgs: [--hold-released=5m]
   resources:
     requests:
       memory: 256Mi
     limits:
       memory: 512Mi
+  nodeSelector:
+    example.com/role: infra
+  tolerations:
+    - key: example.com/infra
+      operator: Exists
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - {key: example.com/role, operator: In, values: [infra]}
+  priorityClassName: infra-critical
+  podAnnotations:
+    example.com/scrape: "yes"
+  podLabels:
+    team: network
+  podDisruptionBudget:
+    minAvailable: 2
 agent:
+  image:
+    repository: registry.example/aliaslb-next
+  logLevel: info,aliaslb_agent=debug
+  extraArgs: [--interface=eth1]
+  resources:
+    limits:
+      memory: 256Mi
   tolerations: []
   nodeSelector:
     example.com/lan: edge
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - {key: example.com/lan, operator: Exists}
+  priorityClassName: ""
+  podAnnotations:
+    example.com/agent: "yes"
+  podLabels:
+    team: network
 monitoring:
   enabled: true
   labels:
@@ -701,18 +1180,106 @@ birdSidecar:
         .map(|(k, c)| (k, (c["image"].clone(), c["imagePullPolicy"].clone())))
         .collect();
     let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
-    let ours = (
-        Value::from("registry.example/aliaslb:1.2.3"),
-        Value::from("Always"),
+    // The components' own image values win over `image` (a staged upgrade).
+    assert_eq!(
+        images[&pair("aliaslb-controller", "controller")],
+        (
+            Value::from("registry.example/aliaslb:1.2.2"),
+            Value::from("Always")
+        )
     );
-    assert_eq!(images[&pair("aliaslb-controller", "controller")], ours);
-    assert_eq!(images[&pair("aliaslb-agent", "agent")], ours);
+    assert_eq!(
+        images[&pair("aliaslb-agent", "agent")],
+        (
+            Value::from("registry.example/aliaslb-next:1.2.3"),
+            Value::from("Always")
+        )
+    );
     assert_eq!(
         images[&pair("aliaslb-agent", "bird")],
         (Value::from("registry.example/bird:2.0.12-1"), Value::Null)
     );
     let deploy = object(&all, "Deployment", NAMESPACE, "aliaslb-controller");
     assert_eq!(deploy["spec"]["replicas"], 3);
+    // Placement, pull secrets, log level, flags, pod metadata: on both pods.
+    let ds = object(&all, "DaemonSet", NAMESPACE, "aliaslb-agent");
+    for (workload, container, template, log, arg, selector, annotation) in [
+        (
+            "aliaslb-controller",
+            "controller",
+            &deploy["spec"]["template"],
+            "debug",
+            "--hold-released=5m",
+            ("example.com/role", "infra"),
+            "example.com/scrape",
+        ),
+        (
+            "aliaslb-agent",
+            "agent",
+            &ds["spec"]["template"],
+            "info,aliaslb_agent=debug",
+            "--interface=eth1",
+            ("example.com/lan", "edge"),
+            "example.com/agent",
+        ),
+    ] {
+        let pod = &template["spec"];
+        assert_eq!(
+            pod["imagePullSecrets"],
+            json!([{"name": "my-registry"}]),
+            "{workload}"
+        );
+        assert_eq!(pod["nodeSelector"][selector.0], selector.1, "{workload}");
+        assert!(pod["affinity"]["nodeAffinity"].is_object(), "{workload}");
+        assert!(
+            pod["affinity"]["podAntiAffinity"].is_null(),
+            "{workload}: a given affinity replaces the default"
+        );
+        assert_eq!(template["metadata"]["labels"]["team"], "network");
+        assert_eq!(
+            template["metadata"]["labels"]["app.kubernetes.io/name"],
+            workload
+        );
+        assert_eq!(template["metadata"]["annotations"][annotation], "yes");
+        let c = &containers(&all)[&pair(workload, container)];
+        let env = c["env"].as_array().unwrap();
+        assert!(
+            env.contains(&json!({"name": "RUST_LOG", "value": log})),
+            "{workload}: {env:?}"
+        );
+        assert!(
+            c["args"].as_array().unwrap().contains(&Value::from(arg)),
+            "{workload}"
+        );
+    }
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["priorityClassName"],
+        "infra-critical"
+    );
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["priorityClassName"],
+        Value::Null,
+        "agent.priorityClassName: \"\" drops the default"
+    );
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["tolerations"][0]["key"],
+        "example.com/infra"
+    );
+    assert_eq!(
+        containers(&all)[&pair("aliaslb-agent", "agent")]["resources"],
+        json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}})
+    );
+    let pdb = object(&all, "PodDisruptionBudget", NAMESPACE, "aliaslb-controller");
+    assert_eq!(pdb["spec"]["minAvailable"], 2);
+    let no_pdb = objects(
+        &render(&["controller.podDisruptionBudget.enabled=false"]),
+        "no PDB",
+    );
+    assert!(
+        !no_pdb
+            .keys()
+            .any(|(_, kind, _, _)| kind == "PodDisruptionBudget")
+    );
     let resources = &containers(&all)[&pair("aliaslb-controller", "controller")]["resources"];
     assert_eq!(
         resources,
@@ -772,7 +1339,6 @@ birdSidecar:
         .unwrap();
     let name = bird[0]["metadata"]["name"].as_str().unwrap();
     assert_ne!(name, example_name, "a changed bird.conf gets a new name");
-    let ds = object(&all, "DaemonSet", NAMESPACE, "aliaslb-agent");
     let volumes = ds["spec"]["template"]["spec"]["volumes"]
         .as_array()
         .unwrap();
@@ -847,12 +1413,7 @@ impl Helm<'_> {
         let t0 = Instant::now();
         let mut all = vec![verb];
         all.extend_from_slice(args);
-        all.extend([
-            "--kubeconfig",
-            &self.kubeconfig,
-            "--namespace",
-            RELEASE_NAMESPACE,
-        ]);
+        all.extend(["--kubeconfig", &self.kubeconfig, "--namespace", NAMESPACE]);
         let out = helm_ok(&all);
         println!("helm {verb}: {:.2} s", t0.elapsed().as_secs_f64());
         out
@@ -876,7 +1437,6 @@ impl Helm<'_> {
             "the release's objects exist"
         );
         for (kind, ns, name) in [
-            ("namespace", "", NAMESPACE),
             ("namespace", "", "aliaslb-agents"),
             ("clusterrole", "", "aliaslb-controller"),
             ("configmap", NAMESPACE, "aliaslb-pools"),
@@ -896,7 +1456,7 @@ impl Helm<'_> {
                 "{kind} {name}"
             );
             assert_eq!(
-                meta["annotations"]["meta.helm.sh/release-namespace"], RELEASE_NAMESPACE,
+                meta["annotations"]["meta.helm.sh/release-namespace"], NAMESPACE,
                 "{kind} {name}"
             );
             assert_eq!(
@@ -904,9 +1464,9 @@ impl Helm<'_> {
                 "{kind} {name}: the chart's own labels"
             );
         }
-        let ns = json_of(self.env, &["namespace", NAMESPACE]);
+        let ns = json_of(self.env, &["namespace", "aliaslb-agents"]);
         assert_eq!(
-            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "privileged",
+            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted",
             "the chart's Pod Security label"
         );
     }
@@ -931,12 +1491,6 @@ impl Helm<'_> {
     }
 }
 
-/// The namespace of the release record (a Secret): not aliaslb-system, which the chart itself
-/// creates (with its Pod Security label) and so cannot exist before `helm install` stores the
-/// record there. `--create-namespace` does not help: the chart's Namespace object then
-/// collides with the namespace helm made.
-const RELEASE_NAMESPACE: &str = "default";
-
 /// A fresh install, upgrades (image, pools, the BIRD sidecar on, then back to the defaults)
 /// and the uninstall; then the migration from `kubectl apply -k manifests/`: `helm install
 /// --take-ownership` adopts the objects kustomize made, and the uninstall removes them. The
@@ -954,8 +1508,8 @@ async fn install_upgrade_uninstall() {
     };
     let chart = releases.chart.clone();
 
-    // A fresh install.
-    releases.run("install", &[RELEASE, &chart]);
+    // A fresh install, into a namespace helm makes (as the README says).
+    releases.run("install", &[RELEASE, &chart, "--create-namespace"]);
     let (installed_file, installed) = releases.manifest("installed.yaml");
     assert_same_objects(
         &objects(&render(&[]), "helm template"),
@@ -1063,7 +1617,7 @@ async fn install_upgrade_uninstall() {
         "--kubeconfig",
         &releases.kubeconfig,
         "--namespace",
-        RELEASE_NAMESPACE,
+        NAMESPACE,
     ])
     .expect_err("without --take-ownership, helm refuses objects it does not own");
     assert!(

@@ -21,6 +21,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -135,6 +136,7 @@ async fn every_manifest_is_created() {
         "deployment.apps/aliaslb-controller",
         "namespace/aliaslb-agents",
         "namespace/aliaslb-system",
+        "poddisruptionbudget.policy/aliaslb-controller",
         "role.rbac.authorization.k8s.io/aliaslb-agent",
         "role.rbac.authorization.k8s.io/aliaslb-agent-assignments",
         "role.rbac.authorization.k8s.io/aliaslb-controller",
@@ -232,6 +234,23 @@ async fn controller_deployment_flags_parse_and_match_its_ports() {
     assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
     let limits = c.resources.unwrap().limits.unwrap();
     assert!(limits.contains_key("memory"), "memory limit");
+
+    // The PodDisruptionBudget keeps a replica through voluntary disruptions, and lets one go.
+    let pdb = Api::<PodDisruptionBudget>::namespaced(installed().client().await, NAMESPACE)
+        .get("aliaslb-controller")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        pdb.selector.and_then(|s| s.match_labels),
+        spec.selector.match_labels,
+        "the PDB selects the controller's pods"
+    );
+    assert_eq!(
+        pdb.min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
 }
 
 #[tokio::test]
@@ -319,6 +338,13 @@ async fn agent_daemonset_matches_the_agent_defaults() {
     assert_eq!(port.map(|p| p.container_port), Some(metrics_port));
     let probe = c.liveness_probe.unwrap().http_get.unwrap();
     assert_eq!(probe.path.as_deref(), Some("/healthz"));
+    // Ready once synced and reported: what paces the DaemonSet's rolling update.
+    let ready = c.readiness_probe.unwrap().http_get.unwrap();
+    assert_eq!(ready.path.as_deref(), Some("/readyz"));
+    assert_eq!(
+        ready.port,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into())
+    );
 
     let shutdown =
         humantime::parse_duration(&default_of("ALIASLB_AGENT_SHUTDOWN_TIMEOUT")).unwrap();

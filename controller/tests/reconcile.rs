@@ -1,10 +1,11 @@
 //! The reconcile loop against the real kube-apiserver (1.37; 1.30 too): allocation, exhaustion and
-//! hand-over, requests, sharing, restarts, bad config edits, agent loss, Node addresses, and
-//! no patch loop.
+//! hand-over, requests, sharing, restarts, bad config edits, agent loss, agents of an
+//! unsupported release, Node addresses, and no patch loop.
 //! Agents are faked by renewing their Leases from the test.
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use aliaslb_controller::config::ControllerConfig;
@@ -672,6 +673,91 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
         let (_, reason, message) = c.condition(name, keys::CONDITION_ANNOUNCED).await.unwrap();
         assert_eq!(reason, "Announced", "{name}: {message}");
     }
+    c.cleanup().await;
+}
+
+/// An agent of a release the controller does not support (issue 46): one Warning Event
+/// `UnsupportedAgentVersion` on its Lease saying what to upgrade, the gauge
+/// `aliaslb_agents_unsupported_version`, and nothing else changes (its node still serves).
+/// Once the agent runs a supported release, the gauge falls back to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_of_an_unsupported_release_is_warned_about() {
+    let _serial = serial().await;
+    let c = Cluster::new("version").await;
+    c.set_pool(&[(c.ns.as_str(), "10.68.0.1-10.68.0.2")]).await;
+    let current = c.node("current").await;
+    let old = c.node("old").await;
+    let _current_agent = c.fake_agent(&current);
+    let old_agent = c.agent_of_version(&old, Some("0.0.9"));
+    let (_controller, metrics) = c.start_controller();
+    let gauge = "aliaslb_agents_unsupported_version ";
+
+    let lease = keys::agent_lease_name(&old);
+    let warned = async || {
+        c.events(&c.system, &lease)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("UnsupportedAgentVersion"))
+            .collect::<Vec<_>>()
+    };
+    eventually(SETTLE, "an UnsupportedAgentVersion Event", async || {
+        !warned().await.is_empty()
+    })
+    .await;
+    let events = warned().await;
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let note = events[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains(&format!("agent on {old}"))
+            && note.contains("0.0.9")
+            && note.contains("upgrade the agents"),
+        "{note}"
+    );
+    assert_eq!(metric(&metrics, gauge).as_deref(), Some("1"));
+    // The current agent is not warned about, and the old one's node still serves.
+    assert!(
+        c.events(&c.system, &keys::agent_lease_name(&current))
+            .await
+            .iter()
+            .all(|e| e.reason.as_deref() != Some("UnsupportedAgentVersion"))
+    );
+    c.create(lb_service("a")).await;
+    c.create(lb_service("b")).await;
+    c.wait_ips("a", &["10.68.0.1"], SETTLE).await;
+    c.wait_ips("b", &["10.68.0.2"], SETTLE).await;
+    eventually(SETTLE, "both nodes serve", async || {
+        let mut nodes = BTreeSet::new();
+        for name in ["a", "b"] {
+            if let Some(n) = support::annotation(&c.get(name).await, keys::ANNOTATION_NODE) {
+                nodes.insert(n.to_owned());
+            }
+        }
+        nodes.len() == 2
+    })
+    .await;
+    // Renewals of the same release: still one Event.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(warned().await.len(), 1);
+
+    // Upgraded: supported, the gauge at 0. Without a label (older than version reporting):
+    // warned about again.
+    drop(old_agent);
+    let upgraded = c.fake_agent(&old);
+    eventually(SETTLE, "the gauge at 0", async || {
+        metric(&metrics, gauge).as_deref() == Some("0")
+    })
+    .await;
+    drop(upgraded);
+    let _unlabelled = c.agent_of_version(&old, None);
+    eventually(SETTLE, "a second Event, for no version", async || {
+        warned().await.iter().any(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("reports no version"))
+        })
+    })
+    .await;
+    assert_eq!(metric(&metrics, gauge).as_deref(), Some("1"));
     c.cleanup().await;
 }
 

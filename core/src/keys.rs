@@ -25,6 +25,12 @@ pub const LABEL_EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-externa
 /// Agent Lease annotation: the agent's [`crate::report::AgentReport`] as JSON.
 pub const ANNOTATION_AGENT_REPORT: &str = "aliaslb.io/report";
 
+/// Agent Lease label: the agent's release ([`crate::version::label_value`] of its
+/// version), which the controller checks against the releases it supports
+/// ([`crate::version::agent_support`]); `kubectl get leases -L aliaslb.io/agent-version`
+/// lists them. Agents older than version reporting write none.
+pub const LABEL_AGENT_VERSION: &str = "aliaslb.io/agent-version";
+
 /// Service condition: an IP was allocated.
 pub const CONDITION_IP_ALLOCATED: &str = "aliaslb.io/IPAllocated";
 /// Service condition: the elected node's agent reports holding every IP.

@@ -16,3 +16,4 @@ pub mod pool;
 pub mod range;
 pub mod report;
 pub mod text;
+pub mod version;

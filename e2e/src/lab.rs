@@ -1132,6 +1132,22 @@ fn delete_nft_table(n: u8, table: &str) -> Result<(), Error> {
     .map(drop)
 }
 
+/// The helm binary: `ALIASLB_HELM` (scripts/test exports it), else what `scripts/helm`
+/// prints (it builds helm on first use and caches it).
+pub fn helm_binary() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("ALIASLB_HELM") {
+        return Ok(PathBuf::from(path));
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or_else(|| Error::Environment("e2e/ has no parent".to_owned()))?;
+    let out = run(Command::new("bash").arg(repo.join("scripts/helm")))?;
+    out.lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+        .ok_or_else(|| Error::Environment("scripts/helm printed no path".to_owned()))
+}
+
 /// Where `aliaslb-controller` and `aliaslb-agent` are: `ALIASLB_E2E_BIN_DIR`, else the
 /// profile directory of this test or example executable (`target/debug/deps/..` or
 /// `target/debug/examples/..` — `CARGO_TARGET_DIR` is honoured by construction).

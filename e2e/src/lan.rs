@@ -178,7 +178,81 @@ pub fn name_macs(macs: &BTreeSet<Mac>, names: &BTreeMap<Mac, String>) -> String 
     named.join(", ")
 }
 
+/// How long an IP went unanswered on the LAN within a window of rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Silence {
+    /// Rounds in the window that asked for the IP.
+    pub rounds: usize,
+    /// Of those, the rounds nobody answered.
+    pub silent: usize,
+    /// The longest stretch without an answer: from the last round answered before a run of
+    /// silent rounds to the first answered after it (to the window's last round if none is),
+    /// a run at the window's start counted from its first round; zero without silent rounds.
+    pub longest: Duration,
+    /// When that stretch began.
+    pub longest_at: Option<Instant>,
+    /// The longest such stretch as the sampler saw it: each time between two of its rounds
+    /// counted for at most [`YIELD_BOUND`], so that the sampler's own stalls on a loaded
+    /// machine (when it asked nobody) do not count as silence; at most [`Silence::longest`].
+    pub longest_sampled: Duration,
+}
+
 impl LanRecord {
+    /// The [`Silence`] of `ip` over the rounds in `[from, to)`.
+    pub fn silence(&self, ip: Ipv4Addr, from: Instant, to: Instant) -> Silence {
+        let rounds: Vec<(Instant, bool)> = self
+            .samples
+            .iter()
+            .filter(|s| s.at >= from && s.at < to)
+            .filter_map(|s| Some((s.at, !s.answers.get(&ip)?.is_empty())))
+            .collect();
+        let mut out = Silence {
+            rounds: rounds.len(),
+            silent: 0,
+            longest: Duration::ZERO,
+            longest_at: None,
+            longest_sampled: Duration::ZERO,
+        };
+        let Some((first, _)) = rounds.first() else {
+            return out;
+        };
+        let mut last_answer = *first;
+        let mut previous = *first;
+        let mut in_run = false;
+        // The run's length with each step between rounds capped at YIELD_BOUND.
+        let mut sampled = Duration::ZERO;
+        let close = |out: &mut Silence, from: Instant, to: Instant, sampled: Duration| {
+            let gap = to.saturating_duration_since(from);
+            if gap > out.longest {
+                out.longest = gap;
+                out.longest_at = Some(from);
+            }
+            out.longest_sampled = out.longest_sampled.max(sampled);
+        };
+        for (at, answered) in &rounds {
+            let step = at.saturating_duration_since(previous).min(YIELD_BOUND);
+            previous = *at;
+            if *answered {
+                if in_run {
+                    close(&mut out, last_answer, *at, sampled + step);
+                }
+                in_run = false;
+                last_answer = *at;
+            } else {
+                if !in_run {
+                    sampled = Duration::ZERO;
+                }
+                sampled += step;
+                out.silent += 1;
+                in_run = true;
+            }
+        }
+        if in_run && let Some((last, _)) = rounds.last() {
+            close(&mut out, last_answer, *last, sampled);
+        }
+        out
+    }
+
     /// The rounds at or after `t`, and the announcements then.
     pub fn since(&self, t: Instant) -> LanRecord {
         LanRecord {
@@ -650,6 +724,49 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    /// A stall of the sampler inside a silent run counts for at most YIELD_BOUND in
+    /// `longest_sampled`, in full in `longest`; rounds that keep coming unanswered count in
+    /// full in both.
+    #[test]
+    fn the_samplers_own_stalls_are_not_silence_as_sampled() {
+        let t0 = Instant::now();
+        let round = |at: u64, answered: bool| LanSample {
+            at: t0 + ms(at),
+            answers: [(
+                IP,
+                if answered {
+                    [A].into()
+                } else {
+                    BTreeSet::new()
+                },
+            )]
+            .into(),
+        };
+        // Answered at 0, silent at 20 and at 920 (a 900 ms stall between), answered at 940.
+        let stalled = LanRecord {
+            samples: vec![
+                round(0, true),
+                round(20, false),
+                round(920, false),
+                round(940, true),
+            ],
+            announcements: Vec::new(),
+        };
+        let s = stalled.silence(IP, t0, t0 + ms(1000));
+        assert_eq!(s.longest, ms(940));
+        assert_eq!(s.longest_sampled, ms(20) + YIELD_BOUND + ms(20));
+        // Fifty silent rounds 20 ms apart: a second in both.
+        let mut samples = vec![round(0, true)];
+        samples.extend((1..=50).map(|i| round(20 * i, false)));
+        samples.push(round(20 * 51, true));
+        let silent = LanRecord {
+            samples,
+            announcements: Vec::new(),
+        };
+        let s = silent.silence(IP, t0, t0 + ms(2000));
+        assert_eq!((s.longest, s.longest_sampled), (ms(1020), ms(1020)));
     }
 
     /// Rounds 20 ms apart; `answers[i]` answered for [`IP`] in round `i`.

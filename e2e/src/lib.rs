@@ -4,13 +4,15 @@
 //! every node, and a LAN-side sampler of who answers ARP for each IP ([`lan`]). Everything
 //! here does I/O (processes, network namespaces, `kubectl`), except the verdicts. [`bgp`]
 //! adds the BGP part of the lab (an upstream router doing ECMP over the nodes) for L3 mode;
-//! [`prometheus`] a real Prometheus server scraping the lab, with its rules loaded.
+//! [`prometheus`] a real Prometheus server scraping the lab, with its rules loaded;
+//! [`kubelets`] the lab with real kubelets running aliaslb's image.
 
 pub mod bgp;
 pub mod chaos;
 pub mod client;
 mod error;
 pub mod fixtures;
+pub mod kubelets;
 pub mod lab;
 pub mod lan;
 pub mod prometheus;

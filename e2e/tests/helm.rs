@@ -26,41 +26,19 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aliaslb_e2e::fixtures::{lb_service, namespace};
-use aliaslb_e2e::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, run, wait_for};
+use aliaslb_e2e::kubelets::repo_root;
+use aliaslb_e2e::lab::{LEASE_DURATION, Lab, NODES, SYSTEM_NAMESPACE, helm_binary, run, wait_for};
 use aliaslb_e2e::lan::{LanSampler, name_macs};
 use aliaslb_e2e::{Error, aliases};
 use serde_json::Value;
 
 const RELEASE: &str = "aliaslb";
-/// Where the release record lives: not aliaslb-system, which the chart itself creates (see
-/// controller/tests/helm.rs).
-const RELEASE_NAMESPACE: &str = "default";
 /// The Services' namespace and its pool, then the address the upgrade adds.
 const NS: &str = "helm-e2e";
 const POOL: [&str; 3] = ["192.168.55.80", "192.168.55.81", "192.168.55.82"];
 const ADDED: &str = "192.168.55.83";
 const SERVICES: [&str; 3] = ["web-a", "web-b", "web-c"];
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e/ has a parent")
-        .to_owned()
-}
-
-/// The helm binary: `ALIASLB_HELM` (scripts/test exports it), else what `scripts/helm`
-/// prints (it builds helm on first use and caches it).
-fn helm_binary() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os("ALIASLB_HELM") {
-        return Ok(PathBuf::from(path));
-    }
-    let out = run(Command::new("bash").arg(repo_root().join("scripts/helm")))?;
-    out.lines()
-        .last()
-        .map(|l| PathBuf::from(l.trim()))
-        .ok_or_else(|| Error::Environment("scripts/helm printed no path".to_owned()))
-}
 
 /// Runs helm as the lab's admin on the release's namespace.
 struct Helm {
@@ -76,7 +54,7 @@ impl Helm {
             .args(args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--namespace", RELEASE_NAMESPACE]))?;
+            .args(["--namespace", SYSTEM_NAMESPACE]))?;
         println!(
             "[helm] helm {}: {:.2} s",
             args[0],
@@ -134,7 +112,14 @@ fn helm_install_upgrade_uninstall_moves_nothing() -> Result<(), Error> {
     // Install: every aliaslb object comes from the chart; the binaries run under its
     // ServiceAccounts.
     let install = values(&dir, "install.yaml", &POOL, "")?;
-    helm.run(&["install", RELEASE, &chart, "-f", &install])?;
+    helm.run(&[
+        "install",
+        RELEASE,
+        &chart,
+        "-f",
+        &install,
+        "--create-namespace",
+    ])?;
     let manifest = dir.join("installed.yaml");
     let text = helm.run(&["get", "manifest", RELEASE])?;
     std::fs::write(&manifest, &text).map_err(|source| Error::Io {

@@ -33,8 +33,7 @@
 //! ```
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Component, Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,12 +43,11 @@ use std::collections::BTreeSet;
 use aliaslb_e2e::bgp::{BgpLab, NodeDaemon, routed_pool};
 use aliaslb_e2e::client::{self, RecoveryProbe};
 use aliaslb_e2e::fixtures::lb_service;
+use aliaslb_e2e::kubelets::{Cluster, name_and_tag, relative, repo_root};
 use aliaslb_e2e::lab::{
-    AGENT_NAMESPACE, CLIENT_NS, Lab, NODES, SYSTEM_NAMESPACE, binary_dir, node_name, node_number,
-    run, wait_for,
+    AGENT_NAMESPACE, CLIENT_NS, NODES, SYSTEM_NAMESPACE, node_name, node_number, wait_for,
 };
 use aliaslb_e2e::{Error, aliases};
-use serde_json::Value;
 
 /// The Service's namespace: the pool key `default` of manifests/pools.yaml.
 const NS: &str = "default";
@@ -105,266 +103,57 @@ const BGP_NS: &str = "bgp-e2e";
 const BGP_VIP: &str = "10.200.0.10";
 /// A move the test causes (a deleted agent pod, a cordon) must be over by then.
 const MOVE_TIMEOUT: Duration = Duration::from_secs(15);
-/// Pods starting from a local image, probes passing.
-const POD_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e/ has a parent")
-        .to_owned()
-}
-
-/// `to` relative to the folder `from` (both absolute): kustomize refuses absolute resources.
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let depth = from
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count();
-    let mut out: PathBuf = std::iter::repeat_n("..", depth).collect();
-    out.push(to.strip_prefix("/").unwrap_or(to));
-    out
-}
-
-/// The lab with kubelets (see the module docs). Dropping it stops the kubelets and their
-/// pods, then the lab (`scripts/lab down` runs `scripts/kubelets down` first).
-struct Cluster {
-    lab: Lab,
-    image: String,
-    /// The BIRD sidecar's image (manifests/optional/bird-sidecar).
-    bird_image: String,
-    overlay: PathBuf,
-}
-
-impl Cluster {
-    fn up() -> Result<Option<Cluster>, Error> {
-        let Some(lab) = Lab::up_bare()? else {
-            return Ok(None);
-        };
-        let repo = repo_root();
-        let t0 = Instant::now();
-        let bins = binary_dir()?;
-        let out = run(Command::new("bash")
-            .arg(repo.join("scripts/image"))
-            .arg("--bins")
-            .arg(&bins))?;
-        let images = PathBuf::from(out.lines().last().unwrap_or_default().trim());
-        let image = read_trimmed(&images.join("aliaslb.ref"))?;
-        let bird_image = read_trimmed(&images.join("bird.ref"))?;
-        println!(
-            "[install] image {image} in {:.1} s ({})",
-            t0.elapsed().as_secs_f64(),
-            images.display()
-        );
-        let t0 = Instant::now();
-        let cluster = Cluster {
-            overlay: lab.state_dir().join("install"),
-            lab,
-            image,
-            bird_image,
-        };
-        run(Command::new("bash")
-            .arg(repo.join("scripts/kubelets"))
-            .arg("up")
-            .arg(&images)
-            .env("ALIASLB_LAB_DIR", cluster.lab.state_dir()))?;
-        println!(
-            "[install] 3 kubelets Ready in {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
-        cluster.write_overlay(&repo)?;
-        Ok(Some(cluster))
-    }
-
-    /// The user's overlay: manifests/ unchanged, the image set to ours.
-    fn write_overlay(&self, repo: &Path) -> Result<(), Error> {
-        let (name, tag) = self
-            .image
-            .rsplit_once(':')
-            .ok_or_else(|| Error::Environment(format!("image {} has no tag", self.image)))?;
-        let manifests = relative(&self.overlay, &repo.join("manifests"));
-        let yaml = format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             resources:\n  - {}\nimages:\n  - name: ghcr.io/aliaslb/aliaslb\n    \
-             newName: {name}\n    newTag: {tag}\n",
-            manifests.display()
-        );
-        std::fs::create_dir_all(&self.overlay)
-            .and_then(|()| std::fs::write(self.overlay.join("kustomization.yaml"), yaml))
-            .map_err(|source| Error::Io {
-                what: format!("writing the overlay in {}", self.overlay.display()),
-                source,
-            })
-    }
-
-    /// The overlay of a user of the BIRD sidecar: manifests/ plus the component
-    /// optional/bird-sidecar, both images set to ours, and the component's bird.conf edited
-    /// for the lab's router (its comments say to). Returns its folder.
-    fn write_bird_overlay(&self, repo: &Path) -> Result<PathBuf, Error> {
-        let dir = self.lab.state_dir().join("install-bird");
-        let image = |i: &str| {
-            i.rsplit_once(':')
-                .map(|(n, t)| (n.to_owned(), t.to_owned()))
-                .ok_or_else(|| Error::Environment(format!("image {i} has no tag")))
-        };
-        let (name, tag) = image(&self.image)?;
-        let (bird_name, bird_tag) = image(&self.bird_image)?;
-        let patch = serde_json::json!([
-            {"op": "replace", "path": "/data/bird.conf", "value": LAB_BIRD_CONF}
-        ])
-        .to_string();
-        let yaml = format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             resources:\n  - {}\ncomponents:\n  - {}\nimages:\n\
-             \x20 - name: ghcr.io/aliaslb/aliaslb\n    newName: {name}\n    newTag: {tag}\n\
-             \x20 - name: ghcr.io/aliaslb/bird\n    newName: {bird_name}\n    newTag: {bird_tag}\n\
-             patches:\n  - target:\n      kind: ConfigMap\n      name: aliaslb-bird\n    \
-             patch: {}\n",
-            relative(&dir, &repo.join("manifests")).display(),
-            relative(&dir, &repo.join("manifests/optional/bird-sidecar")).display(),
-            serde_json::to_string(&patch).unwrap_or_default(),
-        );
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join("kustomization.yaml"), yaml))
-            .map_err(|source| Error::Io {
-                what: format!("writing the overlay in {}", dir.display()),
-                source,
-            })?;
-        Ok(dir)
-    }
-
-    fn overlay_arg(&self) -> String {
-        self.overlay.to_string_lossy().into_owned()
-    }
-
-    /// The pods of `app` (`aliaslb-agent`, `aliaslb-controller`), not being deleted.
-    fn pods(&self, app: &str) -> Result<Vec<Value>, Error> {
-        let selector = format!("app.kubernetes.io/name={app}");
-        let list = self
-            .lab
-            .get_json(&["pods", "-n", SYSTEM_NAMESPACE, "-l", &selector])?;
-        Ok(list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-            .cloned()
-            .collect())
-    }
-
-    /// Waits until the DaemonSet has one up-to-date Ready pod per node and the Deployment
-    /// two up-to-date Ready replicas, nothing else (no old pod left).
-    fn wait_rolled_out(&self) -> Result<(), Error> {
-        wait_for(
-            "3 agent pods and 2 controller pods Ready",
-            POD_TIMEOUT,
-            || {
-                let ds =
-                    self.lab
-                        .get_json(&["daemonset", "-n", SYSTEM_NAMESPACE, "aliaslb-agent"])?;
-                let dep = self.lab.get_json(&[
-                    "deployment",
-                    "-n",
-                    SYSTEM_NAMESPACE,
-                    "aliaslb-controller",
-                ])?;
-                let (s, d) = (&ds["status"], &dep["status"]);
-                let agents = self.pods("aliaslb-agent")?;
-                let controllers = self.pods("aliaslb-controller")?;
-                let ok = s["desiredNumberScheduled"] == 3
-                    && s["numberReady"] == 3
-                    && s["updatedNumberScheduled"] == 3
-                    && s["observedGeneration"] == ds["metadata"]["generation"]
-                    && d["readyReplicas"] == 2
-                    && d["updatedReplicas"] == 2
-                    && d["replicas"] == 2
-                    && d["observedGeneration"] == dep["metadata"]["generation"]
-                    && agents.len() == 3
-                    && controllers.len() == 2
-                    && agents.iter().chain(&controllers).all(ready);
-                Ok(if ok {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "agents {} (ready {}), controllers {} (ready {}); DaemonSet {s}; Deployment {d}",
-                        agents.len(),
-                        agents.iter().filter(|p| ready(p)).count(),
-                        controllers.len(),
-                        controllers.iter().filter(|p| ready(p)).count(),
-                    ))
-                })
-            },
-        )
-    }
-
-    /// The agent pod on node `n`.
-    fn agent_pod(&self, n: u8) -> Result<String, Error> {
-        self.pods("aliaslb-agent")?
-            .iter()
-            .find(|p| p["spec"]["nodeName"] == node_name(n).as_str())
-            .and_then(|p| p["metadata"]["name"].as_str().map(str::to_owned))
-            .ok_or_else(|| Error::Environment(format!("no agent pod on {}", node_name(n))))
-    }
-
-    /// Waits for a leader other than `not` among the controller pods; its name.
-    fn wait_new_leader(&self, not: Option<&str>, timeout: Duration) -> Result<String, Error> {
-        wait_for("a controller pod to lead", timeout, || {
-            let leader = self.lab.leader()?;
-            let names: Vec<String> = self
-                .pods("aliaslb-controller")?
-                .iter()
-                .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
-                .collect();
-            Ok(match leader {
-                Some(l) if Some(l.as_str()) != not && names.contains(&l) => Ok(l),
-                other => Err(format!("leader {other:?}, controller pods {names:?}")),
-            })
-        })
-    }
-
-    /// The pods' phases and the last lines of every aliaslb container's log (on failure).
-    fn diagnostics(&self) -> String {
-        let mut out = self
-            .lab
-            .kubectl(&["get", "pods", "-A", "-o", "wide"])
-            .unwrap_or_else(|e| format!("{e}"));
-        for n in NODES {
-            let logs = run(Command::new("bash")
-                .arg(repo_root().join("scripts/kubelets"))
-                .args(["logs", &n.to_string(), "aliaslb-"])
-                .env("ALIASLB_LAB_DIR", self.lab.state_dir()))
-            .unwrap_or_else(|e| format!("{e}"));
-            let tail: Vec<&str> = logs.lines().rev().take(30).collect();
-            out.push_str(&format!("\n---- {} ----\n", node_name(n)));
-            out.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-        }
-        out
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("---- the cluster ----\n{}", self.diagnostics());
-        }
-    }
-}
-
-fn read_trimmed(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
+/// The user's overlay: manifests/ unchanged, the image set to ours. Returns its folder.
+fn write_overlay(c: &Cluster) -> Result<PathBuf, Error> {
+    let dir = c.lab.state_dir().join("install");
+    let (name, tag) = name_and_tag(&c.image)?;
+    let manifests = relative(&dir, &repo_root().join("manifests"));
+    let yaml = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - {}\nimages:\n  - name: ghcr.io/aliaslb/aliaslb\n    \
+         newName: {name}\n    newTag: {tag}\n",
+        manifests.display()
+    );
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("kustomization.yaml"), yaml))
         .map_err(|source| Error::Io {
-            what: format!("reading {}", path.display()),
+            what: format!("writing the overlay in {}", dir.display()),
             source,
-        })
+        })?;
+    Ok(dir)
 }
 
-/// The pod is Running and every container Ready.
-fn ready(pod: &Value) -> bool {
-    pod["status"]["phase"] == "Running"
-        && pod["status"]["containerStatuses"]
-            .as_array()
-            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c["ready"] == true))
+/// The overlay of a user of the BIRD sidecar: manifests/ plus the component
+/// optional/bird-sidecar, both images set to ours, and the component's bird.conf edited
+/// for the lab's router (its comments say to). Returns its folder.
+fn write_bird_overlay(c: &Cluster) -> Result<PathBuf, Error> {
+    let repo = repo_root();
+    let dir = c.lab.state_dir().join("install-bird");
+    let (name, tag) = name_and_tag(&c.image)?;
+    let (bird_name, bird_tag) = name_and_tag(&c.bird_image)?;
+    let patch = serde_json::json!([
+        {"op": "replace", "path": "/data/bird.conf", "value": LAB_BIRD_CONF}
+    ])
+    .to_string();
+    let yaml = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - {}\ncomponents:\n  - {}\nimages:\n\
+         \x20 - name: ghcr.io/aliaslb/aliaslb\n    newName: {name}\n    newTag: {tag}\n\
+         \x20 - name: ghcr.io/aliaslb/bird\n    newName: {bird_name}\n    newTag: {bird_tag}\n\
+         patches:\n  - target:\n      kind: ConfigMap\n      name: aliaslb-bird\n    \
+         patch: {}\n",
+        relative(&dir, &repo.join("manifests")).display(),
+        relative(&dir, &repo.join("manifests/optional/bird-sidecar")).display(),
+        serde_json::to_string(&patch).unwrap_or_default(),
+    );
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("kustomization.yaml"), yaml))
+        .map_err(|source| Error::Io {
+            what: format!("writing the overlay in {}", dir.display()),
+            source,
+        })?;
+    Ok(dir)
 }
 
 /// Requests from the LAN client every 50 ms until stopped; the longest stretch without an
@@ -431,7 +220,7 @@ fn move_away(
 
 #[test]
 fn kubectl_apply_k_runs_aliaslb_as_pods_of_our_image() -> Result<(), Error> {
-    let Some(c) = Cluster::up()? else {
+    let Some(c) = Cluster::up("install")? else {
         return Ok(());
     };
     if let Err(e) = phases(&c) {
@@ -443,7 +232,8 @@ fn kubectl_apply_k_runs_aliaslb_as_pods_of_our_image() -> Result<(), Error> {
 
 fn phases(c: &Cluster) -> Result<(), Error> {
     let lab = &c.lab;
-    let overlay = c.overlay_arg();
+    let overlay = write_overlay(c)?;
+    let overlay = overlay.to_string_lossy();
 
     // 1. The install.
     let t0 = Instant::now();
@@ -694,7 +484,7 @@ fn phases(c: &Cluster) -> Result<(), Error> {
             })
         },
     )?;
-    let bird_overlay = c.write_bird_overlay(&repo_root())?;
+    let bird_overlay = write_bird_overlay(c)?;
     let bird_overlay = bird_overlay.to_string_lossy();
     let t0 = Instant::now();
     lab.kubectl(&["apply", "-k", &bird_overlay])?;

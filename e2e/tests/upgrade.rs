@@ -721,65 +721,6 @@ fn restart_agent(lab: &Lab, n: u8, ips: &BTreeSet<Ipv4Addr>) -> Result<String, E
     ))
 }
 
-/// How long an IP went unanswered on the LAN within a window of rounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Silence {
-    /// Rounds in the window that asked for the IP.
-    rounds: usize,
-    /// Of those, the rounds nobody answered.
-    silent: usize,
-    /// The longest stretch without an answer: from the last round answered before a run of
-    /// silent rounds to the first answered after it (to the window's last round if none is),
-    /// a run at the window's start counted from its first round; zero without silent rounds.
-    longest: Duration,
-    /// When that stretch began.
-    longest_at: Option<Instant>,
-}
-
-/// The [`Silence`] of `ip` over the rounds of `record` in `[from, to)`.
-fn silence(record: &LanRecord, ip: Ipv4Addr, from: Instant, to: Instant) -> Silence {
-    let rounds: Vec<(Instant, bool)> = record
-        .samples
-        .iter()
-        .filter(|s| s.at >= from && s.at < to)
-        .filter_map(|s| Some((s.at, !s.answers.get(&ip)?.is_empty())))
-        .collect();
-    let mut out = Silence {
-        rounds: rounds.len(),
-        silent: 0,
-        longest: Duration::ZERO,
-        longest_at: None,
-    };
-    let Some((first, _)) = rounds.first() else {
-        return out;
-    };
-    let mut last_answer = *first;
-    let mut in_run = false;
-    let close = |out: &mut Silence, from: Instant, to: Instant| {
-        let gap = to.saturating_duration_since(from);
-        if gap > out.longest {
-            out.longest = gap;
-            out.longest_at = Some(from);
-        }
-    };
-    for (at, answered) in &rounds {
-        if *answered {
-            if in_run {
-                close(&mut out, last_answer, *at);
-            }
-            in_run = false;
-            last_answer = *at;
-        } else {
-            out.silent += 1;
-            in_run = true;
-        }
-    }
-    if in_run && let Some((last, _)) = rounds.last() {
-        close(&mut out, last_answer, *last);
-    }
-    out
-}
-
 /// Figures to print and problems found.
 type Verdict = (Vec<String>, Vec<String>);
 
@@ -806,7 +747,7 @@ fn lan_verdicts(
                 .filter(|a| a.at < *to)
                 .collect(),
         };
-        let s = silence(&window, *ip, *from, *to);
+        let s = window.silence(*ip, *from, *to);
         let doubles = window.doubles(*ip);
         let seen = window.macs_for(*ip);
         worst = worst.max(s.longest);
@@ -944,7 +885,7 @@ mod verdicts {
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs(10);
         // A lost frame: one silent round.
-        let s = silence(&record(t0, &[true, true, false, true, true]), IP, t0, end);
+        let s = record(t0, &[true, true, false, true, true]).silence(IP, t0, end);
         assert_eq!((s.rounds, s.silent), (5, 1));
         assert_eq!(s.longest, LAN_PERIOD * 2);
         assert!(s.longest <= MAX_UNANSWERED);
@@ -952,18 +893,18 @@ mod verdicts {
         let mut rounds = vec![true; 5];
         rounds.extend([false; 25]);
         rounds.extend([true; 5]);
-        let s = silence(&record(t0, &rounds), IP, t0, end);
+        let s = record(t0, &rounds).silence(IP, t0, end);
         assert_eq!(s.longest, LAN_PERIOD * 26);
         assert_eq!(s.longest_at, Some(t0 + LAN_PERIOD * 4));
         assert!(s.longest > MAX_UNANSWERED);
         // One that drops it for good: the stretch runs to the window's last round.
-        let s = silence(&record(t0, &[true, true, false, false, false]), IP, t0, end);
+        let s = record(t0, &[true, true, false, false, false]).silence(IP, t0, end);
         assert_eq!(s.longest, LAN_PERIOD * 3);
         // Unanswered from the window's start.
-        let s = silence(&record(t0, &[false, false, false, true]), IP, t0, end);
+        let s = record(t0, &[false, false, false, true]).silence(IP, t0, end);
         assert_eq!(s.longest, LAN_PERIOD * 3);
         // The window's bounds hold.
-        let s = silence(&record(t0, &rounds), IP, t0 + LAN_PERIOD * 30, end);
+        let s = record(t0, &rounds).silence(IP, t0 + LAN_PERIOD * 30, end);
         assert_eq!((s.rounds, s.silent), (5, 0));
     }
 

@@ -2,7 +2,7 @@
 //! the Kubernetes API client and watch retry policy ([`api`]: dead connections noticed
 //! within seconds), the one watch loop ([`watch`]), the jitter of every retry and
 //! periodic re-read a crowd would otherwise take in step ([`backoff`]), logging setup, the `/metrics`
-//! `/healthz` `/readyz` server, flag value parsers.
+//! `/healthz` `/readyz` server, flag value parsers, what this build is ([`build`]).
 //!
 //! Does network I/O (the server in [`http`], the client in [`api`], the watches
 //! [`watch`] drives); the rest is pure. Each binary keeps only what is its own: its probe
@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod build;
 pub mod flags;
 pub mod http;
 pub mod metrics;

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use aliaslb_core::keys;
 use aliaslb_core::report::AgentReport;
+use aliaslb_core::version;
 use aliaslb_ops::backoff::Backoff;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -96,7 +97,7 @@ pub enum LeaseError {
 }
 
 /// The Lease object the agent applies: holder = node, duration, `renewTime` = `now`,
-/// `acquireTime` = `acquired`, and the report annotation.
+/// `acquireTime` = `acquired`, the report annotation and the agent's version label.
 pub fn lease_for(
     config: &LeaseConfig,
     report: &AgentReport,
@@ -107,6 +108,14 @@ pub fn lease_for(
         metadata: ObjectMeta {
             name: Some(keys::agent_lease_name(&config.node_name)),
             namespace: Some(config.namespace.clone()),
+            // The controller checks it against the releases it supports.
+            labels: Some(
+                [(
+                    keys::LABEL_AGENT_VERSION.to_owned(),
+                    version::label_value(aliaslb_ops::build::VERSION),
+                )]
+                .into(),
+            ),
             annotations: Some(
                 [(keys::ANNOTATION_AGENT_REPORT.to_owned(), report.to_json())].into(),
             ),
@@ -675,6 +684,11 @@ mod tests {
         let lease = lease_for(&config, &report, acquired, now);
         assert_eq!(lease.metadata.name.as_deref(), Some("aliaslb-agent-node-a"));
         assert_eq!(lease.metadata.namespace.as_deref(), Some("aliaslb-system"));
+        assert_eq!(
+            lease.metadata.labels.as_ref().unwrap()[keys::LABEL_AGENT_VERSION],
+            env!("CARGO_PKG_VERSION"),
+            "the agent's release, for the controller's version check"
+        );
         let json = &lease.metadata.annotations.as_ref().unwrap()[keys::ANNOTATION_AGENT_REPORT];
         assert_eq!(AgentReport::from_json(json).unwrap(), report);
         let spec = lease.spec.unwrap();

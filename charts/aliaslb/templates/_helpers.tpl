@@ -7,11 +7,94 @@ app.kubernetes.io/part-of: aliaslb
 {{- end }}
 
 {{/*
-The image of both binaries (and of the aliaslb CLI): image.repository:image.tag, the tag
-defaulting to the chart's appVersion (the kustomization's `images:` newTag).
+The image of a component (`dict "root" . "component" .Values.controller`): the component's
+image.repository and image.tag where set (a staged upgrade), else image.repository and
+image.tag, the tag defaulting to the chart's appVersion (the kustomization's `images:` newTag).
 */}}
 {{- define "aliaslb.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $root := .root -}}
+{{- $own := .component.image | default dict -}}
+{{- $repository := $own.repository | default $root.Values.image.repository -}}
+{{- $tag := $own.tag | default $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{ $repository }}:{{ $tag }}
+{{- end }}
+
+{{/*
+The namespace of the agents' Leases (agentLeases.namespace): never the release's own, where
+agents must have no write right.
+*/}}
+{{- define "aliaslb.agentNamespace" -}}
+{{- $ns := required "agentLeases.namespace must name a namespace" .Values.agentLeases.namespace -}}
+{{- if eq $ns .Release.Namespace -}}
+{{- fail (printf "agentLeases.namespace is %q, the release's own namespace: the agents may write Leases in their namespace, so it must be another one (the controller keeps its leader Lease, the pools and the assignments in %q)" $ns .Release.Namespace) -}}
+{{- end -}}
+{{- $ns -}}
+{{- end }}
+
+{{/*
+What a pod template of a component adds from its values (`dict "root" . "component"
+.Values.agent`): the pod's imagePullSecrets, nodeSelector, tolerations, priorityClassName,
+each only when set; indented for the pod spec.
+*/}}
+{{- define "aliaslb.podPlacement" -}}
+{{- with .root.Values.imagePullSecrets -}}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .component.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .component.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .component.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The RUST_LOG variable of a component's container when its logLevel is set (`dict "component"
+.Values.agent`), indented for the container's env list.
+*/}}
+{{- define "aliaslb.logLevel" -}}
+{{- with .component.logLevel }}
+- name: RUST_LOG
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The alert rules: files/aliaslb.rules.yaml (a copy of
+manifests/optional/monitoring/aliaslb.rules.yaml) with monitoring.alerts applied: an alert
+with `enabled: false` is left out, `for` and `severity` replace the rule's, and `threshold`
+replaces the number the rule's expression compares with (its one `>`, `>=`, `<` or `<=`
+followed by a number). With the default values the rules are the file's
+(controller/tests/helm.rs checks both).
+*/}}
+{{- define "aliaslb.rules" -}}
+{{- $alerts := .Values.monitoring.alerts | default dict -}}
+{{- $groups := list -}}
+{{- range $group := (.Files.Get "files/aliaslb.rules.yaml" | fromYaml).groups -}}
+{{- $rules := list -}}
+{{- range $rule := $group.rules -}}
+{{- $cfg := get $alerts $rule.alert | default dict -}}
+{{- if not (and (hasKey $cfg "enabled") (not $cfg.enabled)) -}}
+{{- $r := deepCopy $rule -}}
+{{- with $cfg.for }}{{ $_ := set $r "for" . }}{{ end -}}
+{{- with $cfg.severity }}{{ $_ := set $r.labels "severity" . }}{{ end -}}
+{{- if hasKey $cfg "threshold" -}}
+{{- $_ := set $r "expr" (regexReplaceAll "([<>]=?) [0-9][0-9.e+]*" $r.expr (printf "${1} %v" $cfg.threshold)) -}}
+{{- end -}}
+{{- $rules = append $rules $r -}}
+{{- end -}}
+{{- end -}}
+{{- if $rules -}}
+{{- $groups = append $groups (dict "name" $group.name "rules" $rules) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
 {{- end }}
 
 {{/*

@@ -18,7 +18,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// aliaslb: bare-metal LoadBalancer for Kubernetes.
 #[derive(Debug, Parser)]
-#[command(name = "aliaslb", version, about)]
+#[command(name = "aliaslb", version = aliaslb_ops::build::version_line(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,6 +42,8 @@ enum Command {
     /// Show which addresses would move where if a node changed, computed by the
     /// controller's planner on the live state. Changes nothing.
     Simulate(SimulateArgs),
+    /// Print this binary's release and the commit it was built from (also `--version`).
+    Version,
     /// Print a shell completion script for aliaslb (bash, zsh, fish, elvish,
     /// powershell). For `kubectl aliaslb`, link the binary as `kubectl_complete-aliaslb`
     /// on PATH instead: kubectl asks it.
@@ -437,6 +439,11 @@ fn main() -> ExitCode {
         Command::Pools(args) => run_pools(args),
         Command::Explain(args) => run_explain(args),
         Command::Simulate(args) => run_simulate(args),
+        Command::Version => {
+            println!("aliaslb {}", aliaslb_ops::build::VERSION);
+            println!("commit {}", aliaslb_ops::build::COMMIT);
+            ExitCode::SUCCESS
+        }
         Command::Completion { shell } => {
             let mut out = std::io::stdout().lock();
             clap_complete::generate(shell, &mut Cli::command(), "aliaslb", &mut out);

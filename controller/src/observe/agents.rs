@@ -64,6 +64,17 @@ pub fn agent_report(lease: &Lease) -> Result<AgentReport, ReportError> {
     }
 }
 
+/// The release the agent reports on its Lease (the label
+/// [`keys::LABEL_AGENT_VERSION`]); `None` for an agent older than version reporting.
+pub fn agent_version(lease: &Lease) -> Option<&str> {
+    lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LABEL_AGENT_VERSION))
+        .map(String::as_str)
+}
+
 /// A 64-bit digest of the report annotation of an agent Lease (absent and present differ):
 /// a renewal that leaves the report as it was keeps it, so the report is not read again.
 pub fn report_digest(lease: &Lease) -> u64 {

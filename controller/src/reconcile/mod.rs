@@ -74,6 +74,7 @@ use aliaslb_core::pool::{PoolConfig, PoolConfigError, PoolKey};
 use aliaslb_core::range::Family;
 use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
+use aliaslb_core::version;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
@@ -100,6 +101,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(20);
 pub const MAX_IN_FLIGHT: usize = 16;
 /// Reason of the Warning Event on an agent Lease whose report was rejected.
 pub const INVALID_AGENT_REPORT: &str = "InvalidAgentReport";
+/// Reason of the Warning Event on an agent Lease whose release this controller does not
+/// support ([`aliaslb_core::version`]: upgrade the agents first, then the controller).
+pub const UNSUPPORTED_AGENT_VERSION: &str = "UnsupportedAgentVersion";
 /// Reason of the Warning Event on a Node whose agent reports a wide subnet that holds none
 /// of the Node's own addresses: not used for election ([`AgentReport::elected_subnets`]).
 ///
@@ -220,6 +224,11 @@ struct Reconciler {
     /// ([`agents::report_digest`]): a report is parsed again only when it changed, not on
     /// every renewal.
     report_digests: HashMap<String, u64>,
+    /// The release each agent Lease reports (its label), as last checked, by Lease name.
+    agent_versions: HashMap<String, Option<String>>,
+    /// The agent Leases whose release this controller does not support, as last warned
+    /// about ([`aliaslb_core::version`]).
+    unsupported_agents: BTreeSet<String>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -285,6 +294,8 @@ impl Reconciler {
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
             report_digests: HashMap::new(),
+            agent_versions: HashMap::new(),
+            unsupported_agents: BTreeSet::new(),
             imported: false,
             node_clashes: Vec::new(),
             service_clashes: Vec::new(),
@@ -735,6 +746,38 @@ impl Reconciler {
         (looked_at, writes)
     }
 
+    /// Checks the release an agent Lease reports against the releases this controller
+    /// supports ([`aliaslb_core::version`]) when it changed: warns once when it becomes
+    /// unsupported (log, Warning Event [`UNSUPPORTED_AGENT_VERSION`] on the Lease, gauge
+    /// `aliaslb_agents_unsupported_version`), logs when it is supported again. Nothing
+    /// else changes: the agent's report counts as before.
+    fn check_agent_version(&mut self, lease: &Lease, name: &str, node: &str) {
+        let reported = agents::agent_version(lease);
+        if self
+            .agent_versions
+            .get(name)
+            .is_some_and(|v| v.as_deref() == reported)
+        {
+            return;
+        }
+        self.agent_versions
+            .insert(name.to_owned(), reported.map(str::to_owned));
+        let support = version::agent_support(aliaslb_ops::build::VERSION, reported);
+        if support.is_supported() {
+            if self.unsupported_agents.remove(name) {
+                tracing::info!(
+                    lease = name,
+                    node,
+                    agent_version = reported,
+                    "agent release supported again"
+                );
+            }
+        } else {
+            self.unsupported_agents.insert(name.to_owned());
+            self.unsupported_version_notice(lease, node, &support);
+        }
+    }
+
     /// Agent readiness and reports by node.
     ///
     /// A report that cannot be read (not JSON, or outside the bounds of
@@ -789,6 +832,7 @@ impl Reconciler {
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
+            self.check_agent_version(lease, name, node);
             let version = agents::report_digest(lease);
             let report = if self.report_digests.get(name) != Some(&version) {
                 self.report_digests.insert(name.to_owned(), version);
@@ -841,6 +885,13 @@ impl Reconciler {
         if !self.bad_reports.is_empty() {
             self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
         }
+        self.agent_versions
+            .retain(|n, _| lease_seen.contains(n.as_str()));
+        self.unsupported_agents
+            .retain(|n| lease_seen.contains(n.as_str()));
+        self.ctx
+            .metrics
+            .set_agents_unsupported_version(self.unsupported_agents.len());
         (changed, judgement.sight)
     }
 

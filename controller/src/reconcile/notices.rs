@@ -1,7 +1,8 @@
 //! What the loop tells people, apart from the pass: the logs, Warning Events and gauges
-//! for the controller going blind, a rejected agent report, the pool ConfigMap's changes,
-//! pool addresses a Node has or in a Service ClusterIP range, and reported subnets that do
-//! not count. Each says a thing once, on its edge, never once per pass.
+//! for the controller going blind, a rejected agent report, an agent release it does not
+//! support, the pool ConfigMap's changes, pool addresses a Node has or in a Service
+//! ClusterIP range, and reported subnets that do not count. Each says a thing once, on its
+//! edge, never once per pass.
 
 use super::*;
 
@@ -56,6 +57,32 @@ impl Reconciler {
                  nothing until it writes a valid one: {error}"
             )
             .into(),
+        });
+    }
+
+    /// The warning for an agent whose release this controller does not support: log and
+    /// a Warning Event on its Lease, saying what to upgrade.
+    pub(super) fn unsupported_version_notice(
+        &self,
+        lease: &Lease,
+        node: &str,
+        support: &version::AgentSupport,
+    ) {
+        let controller = aliaslb_ops::build::VERSION;
+        let advice = support.advice(controller);
+        tracing::warn!(
+            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            node,
+            agent_version = agents::agent_version(lease),
+            controller_version = controller,
+            reason = support.category(),
+            "agent release not supported: {advice}"
+        );
+        self.events.enqueue(Notice {
+            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            warning: true,
+            reason: UNSUPPORTED_AGENT_VERSION,
+            note: text::bounded(format!("agent on {node}: {advice}"), MAX_NOTE).into(),
         });
     }
 

@@ -181,16 +181,23 @@ impl Cluster {
     /// holding every IP of its node's assignment object (what a real agent acts on).
     /// Dropping it stops renewing (hard loss).
     pub fn fake_agent(&self, node: &str) -> Task {
+        self.agent_of_version(node, Some(env!("CARGO_PKG_VERSION")))
+    }
+
+    /// Starts a fake agent for `node` like [`Cluster::fake_agent`], its Lease labelled with
+    /// the agent release `version` (`None`: no label). Each call is a new agent: stop the
+    /// previous one of the node first.
+    #[allow(dead_code)]
+    pub fn agent_of_version(&self, node: &str, version: Option<&str>) -> Task {
         let assignments = Api::<ConfigMap>::namespaced(self.client.clone(), &self.system);
         let assignment = node.to_owned();
-        self.agent_writing(node, move || {
+        self.agent_writing_as(node, version, move || {
             let assignments = assignments.clone();
             let assignment = assignment.clone();
             async move {
-                let held = assigned_ips(&assignments, &assignment).await;
                 AgentReport {
                     version: REPORT_VERSION,
-                    held,
+                    held: assigned_ips(&assignments, &assignment).await,
                     ..AgentReport::default()
                 }
                 .to_json()
@@ -276,8 +283,23 @@ impl Cluster {
         node: &str,
         report: impl Fn() -> F + Send + 'static,
     ) -> Task {
+        self.agent_writing_as(node, Some(env!("CARGO_PKG_VERSION")), report)
+    }
+
+    /// Like [`Cluster::agent_writing`], the Lease labelled with the agent release `version`
+    /// (`None`: no label, as agents older than version reporting write it).
+    fn agent_writing_as<F: Future<Output = String> + Send>(
+        &self,
+        node: &str,
+        version: Option<&str>,
+        report: impl Fn() -> F + Send + 'static,
+    ) -> Task {
         let leases = Api::<Lease>::namespaced(self.client.clone(), &self.system);
         let node = node.to_owned();
+        let labels = match version {
+            Some(v) => json!({keys::LABEL_AGENT_VERSION: v}),
+            None => json!({}),
+        };
         Task(tokio::spawn(async move {
             let name = keys::agent_lease_name(&node);
             loop {
@@ -285,6 +307,7 @@ impl Cluster {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {
                         "name": name,
+                        "labels": labels,
                         "annotations": {keys::ANNOTATION_AGENT_REPORT: report().await},
                     },
                     "spec": {
