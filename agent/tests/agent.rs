@@ -641,9 +641,10 @@ async fn with_the_default_lease_a_change_made_during_a_silent_cut_applies_within
         args.renew = "10s";
     })
     .await;
+    // The sharded format, as the controller writes it (two watches to heal: the index by
+    // name, its shards by label).
     let c = s.cluster.clone();
-    c.create("web").await;
-    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.112"])
+    c.set_sharded(&s.name, "10.0.0.112 - tcp:80 default/web\n", "")
         .await;
     let node = &s.node;
     eventually(Duration::from_secs(15), "the alias", async || {
@@ -652,7 +653,7 @@ async fn with_the_default_lease_a_change_made_during_a_silent_cut_applies_within
     .await;
     s.relay.cut_silently();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    c.assign("web", Some("node-b"), None, &["10.0.0.112"]).await;
+    c.set_sharded(&s.name, "", "").await;
     tokio::time::sleep(Duration::from_secs(39)).await;
     s.relay.heal();
     let healed = Instant::now();

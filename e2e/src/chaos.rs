@@ -2135,6 +2135,7 @@ mod tests {
                 })
                 .collect(),
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         let journal = Journal {
             orphans: vec![("alb-node-2".to_owned(), secs(10))],
@@ -2178,6 +2179,7 @@ mod tests {
                 })
                 .collect(),
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         let journal = Journal {
             foreign: [rogue].into(),
@@ -2217,6 +2219,7 @@ mod tests {
         let record = LanRecord {
             samples,
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         let offences = lan_offences(&record, t0, &BTreeMap::new(), &Journal::default());
         let report = Report {

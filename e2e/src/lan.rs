@@ -90,6 +90,18 @@ pub struct Announcement {
     pub mac: Mac,
 }
 
+/// An ARP request by another host seen on the LAN (a probe, sender IP 0.0.0.0, or a
+/// resolution): the LAN's own ARP traffic, which a storm of checks would swell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// When it arrived.
+    pub at: Instant,
+    /// Who asked.
+    pub mac: Mac,
+    /// The IP asked about.
+    pub target: Ipv4Addr,
+}
+
 /// What a [`LanSampler`] recorded.
 #[derive(Debug, Clone, Default)]
 pub struct LanRecord {
@@ -97,6 +109,8 @@ pub struct LanRecord {
     pub samples: Vec<LanSample>,
     /// Every gratuitous ARP, in order of arrival.
     pub announcements: Vec<Announcement>,
+    /// Every ARP request of another host, in order of arrival.
+    pub requests: Vec<Request>,
 }
 
 /// A breach of the one-holder invariant on the LAN.
@@ -263,7 +277,23 @@ impl LanRecord {
                 .filter(|a| a.at >= t)
                 .copied()
                 .collect(),
+            requests: self
+                .requests
+                .iter()
+                .filter(|r| r.at >= t)
+                .copied()
+                .collect(),
         }
+    }
+
+    /// How many ARP requests `macs` sent from `from` to `to`, per second.
+    pub fn request_rate(&self, macs: &BTreeSet<Mac>, from: Instant, to: Instant) -> f64 {
+        let n = self
+            .requests
+            .iter()
+            .filter(|r| r.at >= from && r.at < to && macs.contains(&r.mac))
+            .count();
+        n as f64 / to.saturating_duration_since(from).as_secs_f64().max(0.001)
     }
 
     /// Every MAC that ever answered for `ip` or announced it.
@@ -649,6 +679,14 @@ fn sample_loop(
                 });
                 continue;
             }
+            if arp.op == 1 {
+                record.requests.push(Request {
+                    at: Instant::now(),
+                    mac: arp.sha,
+                    target: arp.tpa,
+                });
+                continue;
+            }
             if arp.op != 2 {
                 continue;
             }
@@ -753,6 +791,7 @@ mod tests {
                 round(940, true),
             ],
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         let s = stalled.silence(IP, t0, t0 + ms(1000));
         assert_eq!(s.longest, ms(940));
@@ -764,6 +803,7 @@ mod tests {
         let silent = LanRecord {
             samples,
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         let s = silent.silence(IP, t0, t0 + ms(2000));
         assert_eq!((s.longest, s.longest_sampled), (ms(1020), ms(1020)));
@@ -788,6 +828,7 @@ mod tests {
                     mac: *mac,
                 })
                 .collect(),
+            requests: Vec::new(),
         }
     }
 

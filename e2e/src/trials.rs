@@ -1931,18 +1931,21 @@ mod tests {
                 ip: IP,
                 mac: new,
             }],
+            requests: Vec::new(),
         };
         assert_eq!(lan_yield(&record, IP, old), Some(ms(70)));
         // Never yielded.
         let stuck = LanRecord {
             samples: rounds(&[&[old], &[old, new], &[old, new]]),
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         assert_eq!(lan_yield(&stuck, IP, old), None);
         // Nobody else showed.
         let alone = LanRecord {
             samples: rounds(&[&[old], &[old], &[]]),
             announcements: Vec::new(),
+            requests: Vec::new(),
         };
         assert_eq!(lan_yield(&alone, IP, old), None);
     }
@@ -2017,6 +2020,7 @@ mod tests {
                 })
                 .collect(),
             announcements: Vec::new(),
+            requests: Vec::new(),
         }
     }
 

@@ -746,6 +746,7 @@ fn lan_verdicts(
                 .into_iter()
                 .filter(|a| a.at < *to)
                 .collect(),
+            requests: Vec::new(),
         };
         let s = window.silence(*ip, *from, *to);
         let doubles = window.doubles(*ip);
@@ -877,6 +878,7 @@ mod verdicts {
                 })
                 .collect(),
             announcements: Vec::new(),
+            requests: Vec::new(),
         }
     }
 

@@ -292,6 +292,51 @@ impl Cluster {
             .await;
     }
 
+    /// Writes `text` (IP lines) and `peers` as `node`'s objects in the sharded format the
+    /// controller writes: the shards (labelled for the node), then the index counting them.
+    pub async fn set_sharded(&self, node: &str, text: &str, peers: &str) {
+        use aliaslb_core::assignment::shards::{LEGACY_MARKER, Sharded};
+        let sharded = Sharded::split(&NodeAssignments::parse(text).unwrap(), 1);
+        let labels = json!({
+            keys::LABEL_ASSIGNMENTS: "true",
+            keys::LABEL_ASSIGNMENT_NODE: keys::assignment_node_label(node),
+        });
+        for (k, shard) in sharded.texts.iter().enumerate() {
+            let name = keys::assignment_shard_configmap(node, k as u32);
+            let cm = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": labels},
+                "data": {keys::ASSIGNMENTS_KEY: shard},
+            });
+            self.assignments
+                .patch(
+                    &name,
+                    &PatchParams::apply("test-controller").force(),
+                    &Patch::Apply(&cm),
+                )
+                .await
+                .unwrap();
+        }
+        let name = keys::assignment_configmap(node);
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels},
+            "data": {
+                keys::ASSIGNMENTS_KEY: LEGACY_MARKER,
+                keys::SHARDS_KEY: sharded.count().to_string(),
+                keys::PEERS_KEY: peers,
+            },
+        });
+        self.assignments
+            .patch(
+                &name,
+                &PatchParams::apply("test-controller").force(),
+                &Patch::Apply(&cm),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Writes `data` (key, text) as `node`'s assignment object, as is.
     pub async fn set_assignment_data(&self, node: &str, data: &[(&str, &str)]) {
         let name = keys::assignment_configmap(node);
