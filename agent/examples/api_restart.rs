@@ -21,7 +21,7 @@
 //! 3. the restart: the apiserver stopped (SIGTERM) for `--down` seconds and started again
 //!    (same port, same etcd); from its `/readyz` on, its requests per second over
 //!    `--after` seconds: LIST and WATCH of ConfigMaps (the assignment watches' relists),
-//!    Lease writes, GET of the advert-key Secret, and the 429s (APF); peak and spread;
+//!    Lease writes, GET of Secrets (none since per-node keys), and the 429s (APF); peak and spread;
 //! 4. the checks: every agent fresh again (its Lease renewed and both its assignment
 //!    watches listed afresh after the restart), and when; no agent dropping an IP it held
 //!    before the outage (its desired set, at every publication during and after the
