@@ -13,6 +13,7 @@ pub struct LbService {
     pod_nodes: Vec<u8>,
     families: Families,
     requested: Option<String>,
+    annotations: Vec<(String, String)>,
 }
 
 /// The IP families of a Service (`ipFamilyPolicy` / `ipFamilies`) and so of its endpoints.
@@ -36,6 +37,7 @@ pub fn lb_service(ns: &str, name: &str) -> LbService {
         pod_nodes: vec![1, 2],
         families: Families::V4,
         requested: None,
+        annotations: Vec::new(),
     }
 }
 
@@ -64,6 +66,12 @@ impl LbService {
         self
     }
 
+    /// With the annotation `key: value` (e.g. another load balancer's pool choice).
+    pub fn annotated(mut self, key: &str, value: &str) -> Self {
+        self.annotations.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// The Service and its Endpoints as a multi-document YAML.
     pub fn to_yaml(&self) -> String {
         let LbService {
@@ -73,10 +81,19 @@ impl LbService {
             pod_nodes,
             families,
             requested,
+            annotations,
         } = self;
-        let annotations = requested.as_ref().map_or_else(String::new, |ip| {
-            format!("  annotations:\n    aliaslb.io/loadBalancerIPs: \"{ip}\"\n")
-        });
+        let lines: String = requested
+            .iter()
+            .map(|ip| ("aliaslb.io/loadBalancerIPs", ip.as_str()))
+            .chain(annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+            .collect();
+        let annotations = if lines.is_empty() {
+            String::new()
+        } else {
+            format!("  annotations:\n{lines}")
+        };
         let policy = if *local { "Local" } else { "Cluster" };
         let (family_spec, v4, v6) = match families {
             Families::V4 => ("", true, false),
@@ -145,6 +162,19 @@ pub fn pool_patch(ns: &str, ips: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn annotations_are_written_together() {
+        let yaml = lb_service("ns", "web")
+            .requesting("10.0.0.1")
+            .annotated("metallb.universe.tf/address-pool", "many")
+            .to_yaml();
+        assert!(
+            yaml.contains("  annotations:\n    aliaslb.io/loadBalancerIPs: \"10.0.0.1\"\n    metallb.universe.tf/address-pool: \"many\"\n"),
+            "{yaml}"
+        );
+        assert!(!lb_service("ns", "web").to_yaml().contains("annotations"));
+    }
 
     #[test]
     fn local_service_names_only_the_chosen_pods() {
