@@ -2,7 +2,8 @@
 //! command line and dispatches. `connect` reaches the cluster as kubectl does
 //! (`--kubeconfig`, `--context`); `live` reads it once for the read-only commands and runs
 //! the controller's planner over it; `select` holds the filters and output formats they
-//! share; `complete` answers kubectl's completion with names from the cluster.
+//! share; `complete` answers kubectl's completion with names from the cluster; `version`
+//! reads the versions the cluster runs.
 
 pub mod bundle;
 pub mod check;
@@ -15,3 +16,4 @@ pub mod select;
 pub mod simulate;
 pub mod status;
 pub mod validate;
+pub mod version;

@@ -13,14 +13,15 @@
 //!   json|yaml|wide`, the filters `--pool`, `--node`, `--problems`; `check` says what is
 //!   wrong worst first and exits 1, then 0 once nothing is; `bundle` dumps our objects,
 //!   Events, reports and status with every Secret value redacted; kubectl completes
-//!   Service, Node, pool, namespace and context names.
+//!   Service, Node, pool, namespace and context names; `version` names each release the
+//!   cluster runs (its Pods' image tags) and says the skew.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceAccount};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -652,4 +653,88 @@ async fn kubectl_aliaslb_behaves_like_kubectl() {
         ["good", "broken"]
     );
     c.cleanup().await;
+}
+
+/// A Pod of `app` (`app.kubernetes.io/name`) on `node` whose container `container` runs
+/// `image`, as the manifests make them (no kubelet runs it: the API is all `version` reads).
+fn component_pod(name: &str, app: &str, container: &str, node: &str, image: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": app}},
+        "spec": {"nodeName": node, "containers": [{"name": container, "image": image}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_aliaslb_version_says_the_skew() {
+    let _serial = serial().await;
+    let c = Cluster::new("version").await;
+    let plugin = PluginPath::new();
+    let client = env!("CARGO_PKG_VERSION");
+    let pods = Api::<Pod>::namespaced(c.client.clone(), &c.system);
+    let image = |v: &str| format!("registry.local:5000/aliaslb/aliaslb:{v}");
+    // The ServiceAccount admission wants the Pods' account; no controller-manager makes it.
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(c.client.clone(), &c.system)
+        .create(&Default::default(), &account)
+        .await
+        .unwrap();
+    for pod in [
+        component_pod(
+            "ctl-1",
+            "aliaslb-controller",
+            "controller",
+            "n1",
+            &image(client),
+        ),
+        component_pod("agent-1", "aliaslb-agent", "agent", "n1", &image(client)),
+        component_pod("agent-2", "aliaslb-agent", "agent", "n2", &image(client)),
+    ] {
+        pods.create(&Default::default(), &pod).await.unwrap();
+    }
+    // One release everywhere.
+    let out = plugin.aliaslb(&c, &["version"]);
+    assert_eq!(row(&out, "client"), ["client", client], "{out}");
+    assert_eq!(
+        row(&out, "agents"),
+        ["agents", client, "2", "pod(s)", "on", "n1,", "n2"],
+        "{out}"
+    );
+    assert!(out.contains("no skew"), "{out}");
+
+    // An agent left behind by an upgrade: named by its node, in the table and in JSON.
+    pods.create(
+        &Default::default(),
+        &component_pod(
+            "agent-3",
+            "aliaslb-agent",
+            "agent",
+            "n3",
+            &image("0.0.1-old"),
+        ),
+    )
+    .await
+    .unwrap();
+    let out = plugin.aliaslb(&c, &["version"]);
+    assert!(
+        out.contains(&format!(
+            "skew: agents on n3 run 0.0.1-old, the controller {client}"
+        )),
+        "{out}"
+    );
+    let json: Value = serde_json::from_str(&plugin.aliaslb(&c, &["version", "-o", "json"]))
+        .expect("version -o json");
+    assert_eq!(json["client"], client);
+    assert_eq!(json["controller"][0]["version"], client);
+    let agents = json["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 2, "{json}");
+    assert!(
+        agents
+            .iter()
+            .any(|a| a["version"] == "0.0.1-old" && a["nodes"] == json!(["n3"])),
+        "{json}"
+    );
+    assert!(!json["skew"].as_array().unwrap().is_empty(), "{json}");
 }

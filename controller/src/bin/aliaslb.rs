@@ -14,7 +14,7 @@ use aliaslb_controller::cli::connect::Connection;
 use aliaslb_controller::cli::live::{self, Snapshot, WhatIf};
 use aliaslb_controller::cli::select::{Output, Selection};
 use aliaslb_controller::cli::{
-    bundle, check, complete, explain, pools, simulate, status, validate,
+    bundle, check, complete, explain, pools, simulate, status, validate, version,
 };
 use aliaslb_controller::config::ControllerConfig;
 use aliaslb_core::keys;
@@ -54,6 +54,9 @@ enum Command {
     /// objects, Events, the agents' reports, the pods' metrics; Secrets redacted), to
     /// stdout or a directory. Read-only.
     Bundle(BundleArgs),
+    /// Show this CLI's version, the controller's and the agents' (their Pods' image tags),
+    /// and say any skew between them. Read-only.
+    Version(VersionArgs),
     /// Print a shell completion script for aliaslb (bash, zsh, fish, elvish,
     /// powershell). For `kubectl aliaslb`, link the binary as `kubectl_complete-aliaslb`
     /// on PATH instead: kubectl asks it, and it completes Service, Node, pool and
@@ -168,6 +171,16 @@ struct StatusArgs {
     /// Services, agents not renewing or whose shield is not active.
     #[arg(long)]
     problems: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// Arguments of `aliaslb version`.
+#[derive(Debug, clap::Args)]
+struct VersionArgs {
+    #[command(flatten)]
+    scope: Scope,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -632,6 +645,27 @@ fn run_bundle(args: BundleArgs) -> ExitCode {
     })
 }
 
+fn run_version(args: VersionArgs) -> ExitCode {
+    printing(&args.scope, async |client, _| {
+        let read = async |namespace: &str, app: &str, container: &str| {
+            version::read(&client, namespace, app, container)
+                .await
+                .map_err(|e| format!("listing the {app} Pods in {namespace}: {e}"))
+        };
+        let controller = read(
+            &args.scope.controller_namespace,
+            version::CONTROLLER_APP,
+            "controller",
+        )
+        .await?;
+        let agents = read(&args.scope.agent_namespace, version::AGENT_APP, "agent").await?;
+        let report = version::report(env!("CARGO_PKG_VERSION"), &controller, &agents);
+        args.output
+            .encode(&report)
+            .unwrap_or_else(|| Ok(version::render(&report)))
+    })
+}
+
 /// The names of kind `want` for completion, read from the cluster with the connection
 /// flags among `words` (or the kubeconfig's contexts); none when it cannot be read in a
 /// few seconds (completion must not hang a shell).
@@ -780,6 +814,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => run_simulate(args),
         Command::Check(args) => run_check(args),
         Command::Bundle(args) => run_bundle(args),
+        Command::Version(args) => run_version(args),
         Command::Completion { shell } => {
             let mut out = std::io::stdout().lock();
             clap_complete::generate(shell, &mut Cli::command(), "aliaslb", &mut out);
