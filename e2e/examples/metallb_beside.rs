@@ -4,10 +4,8 @@
 //! repository). kube-vip is not measured: its Go module is not served by the module proxy
 //! this machine reaches.
 //!
-//! **Status: not yet run to the end.** It builds, `scripts/metallb` builds MetalLB v0.13.5,
-//! and its binaries run (`--help`); the lab was held by other trials until the deadline of
-//! the commit that added it, so no run has printed its table and BENCHMARKS.md has no
-//! figures of it yet. Expect to fix details (e.g. the speakers' flags) on its first run.
+//! First run (2026-12-07): one trial per fault, 300 Services, figures in BENCHMARKS.md
+//! ("MetalLB beside aliaslb"); more trials and 1,000 Services are still to be run.
 //!
 //! For each system, on a fresh lab (`scripts/lab up`: three nodes, kube-proxy, the two pods,
 //! the client on the LAN):
