@@ -987,7 +987,15 @@ pools:
     .unwrap();
     let path = values.path().display().to_string();
     let chart = chart();
-    let rendered = helm_ok(&["template", RELEASE, &chart, "-f", &path]);
+    let rendered = helm_ok(&[
+        "template",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        &path,
+    ]);
     let all = objects(&rendered, "named pools");
     let cm = object(&all, "ConfigMap", NAMESPACE, "aliaslb-pools");
     let data: BTreeMap<String, String> = serde_json::from_value(cm["data"].clone()).unwrap();

@@ -386,7 +386,7 @@ fn krew_installs_the_cli_from_the_plugin_manifest() {
         .arg("--archive")
         .arg(&archive)
         .env("KREW_ROOT", &root));
-    let version = run(Command::new(root.join("bin/kubectl-aliaslb")).arg("version"));
+    let version = run(Command::new(root.join("bin/kubectl-aliaslb")).args(["version", "--client"]));
     assert!(
         version.starts_with(&format!("aliaslb {}\n", env!("CARGO_PKG_VERSION"))),
         "{version}"

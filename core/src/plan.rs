@@ -1187,6 +1187,14 @@ impl Planner {
         out
     }
 
+    /// The Services [`pending`](Self::pending) counts, each with the reason of its failure,
+    /// as of the last pass (in no particular order).
+    pub fn pending_services(&self) -> impl Iterator<Item = (&ServiceKey, &'static str)> {
+        self.entries
+            .iter()
+            .filter_map(|(key, e)| Some((key, e.failure.as_deref()?.reason)))
+    }
+
     /// Drops Services gone from the inputs (or re-created under a new uid) and frees their
     /// IPs at once.
     fn release_gone(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {

@@ -54,6 +54,10 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
         planner.pending_by_reason(),
         BTreeMap::from([(reason::POOL_EXHAUSTED, 1)])
     );
+    assert_eq!(
+        planner.pending_services().collect::<Vec<_>>(),
+        [(&key("default", "d"), reason::POOL_EXHAUSTED)]
+    );
 
     // Level-triggered: the same inputs again produce no Events at all.
     let again = world.plan(&mut planner);
@@ -91,6 +95,7 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
     assert_eq!(planner.next_release(), None);
     assert_eq!(planner.pending(), 0);
     assert!(planner.pending_by_reason().is_empty());
+    assert_eq!(planner.pending_services().count(), 0);
     assert!(!out.services.contains_key(&key("default", "b")));
     let usage = planner.usage();
     assert_eq!(usage.len(), 1);

@@ -89,7 +89,7 @@ use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
 use crate::pool_status::{StatusInput, StatusWriter};
 use crate::service_writes;
-use crate::track::{Failovers, Unannounced};
+use crate::track::{Failovers, Waiting, unannounced_reason};
 use crate::watch::{Caches, WatchError};
 
 /// The shortest time from the end of one pass to the start of the next (unless a burst's
@@ -244,7 +244,9 @@ struct Reconciler {
     /// The failovers in flight, for their metrics.
     failovers: Failovers,
     /// The Services with IPs not announced, for their gauge.
-    unannounced: Unannounced,
+    unannounced: Waiting,
+    /// The Services without (every) IP, and since when.
+    pending: Waiting,
     /// The pool status ConfigMap's writes ([`crate::pool_status`]).
     status: StatusWriter,
 }
@@ -303,7 +305,8 @@ impl Reconciler {
             observer: Observer::new(Instant::now()),
             agents_change: None,
             failovers: Failovers::default(),
-            unannounced: Unannounced::default(),
+            unannounced: Waiting::default(),
+            pending: Waiting::default(),
             status: StatusWriter::default(),
         }
     }
@@ -376,6 +379,11 @@ impl Reconciler {
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
         self.ctx.metrics.add_services_planned(planned.len());
+        // After this pass's writes settled: a retry that succeeded clears it now.
+        let (failing, failing_assignments) = self.writes.failing();
+        self.ctx
+            .metrics
+            .set_writes_failing(failing, failing_assignments);
         // Services left for the next pass: it follows at once.
         let deferred = (self.writes.deferred() > 0).then(Instant::now);
         let status = self.status_step().await;
@@ -930,6 +938,24 @@ impl Reconciler {
         self.pools = current;
         metrics.set_pending(self.planner.pending());
         metrics.set_pending_by_reason(&self.planner.pending_by_reason());
+        let pool_of = |ns: &str| {
+            config
+                .pool_for_namespace(ns)
+                .map_or(String::new(), |(pool, _)| pool.as_str().to_owned())
+        };
+        let pending: Vec<(&ServiceKey, String, &'static str)> = self
+            .planner
+            .pending_services()
+            .map(|(key, why)| (key, pool_of(&key.namespace), why))
+            .collect();
+        self.pending.replace(
+            pending
+                .iter()
+                .map(|(key, pool, why)| (*key, pool.as_str(), *why)),
+            observed.now,
+        );
+        metrics.set_pending_since(self.pending.oldest());
+        metrics.set_agents_ready(observed.nodes.iter().filter(|n| n.agent_ready).count());
         metrics.set_address_conflicts(self.planner.lan_conflicts().count());
 
         // Failovers and unannounced Services: Services gone are forgotten, every plan of
@@ -949,7 +975,7 @@ impl Reconciler {
         if observed.changes.everything {
             self.failovers
                 .retain(|key| output.services.contains_key(key));
-            self.unannounced.clear();
+            self.unannounced.begin_full();
         }
         // A node left in order: its agent is ready, or released its Lease (SIGTERM).
         let mut orderly: HashSet<String> = observed
@@ -982,9 +1008,12 @@ impl Reconciler {
                 .planner
                 .pool_of_service(key)
                 .map_or("", PoolKey::as_str);
-            self.unannounced.set(key, pool, plan);
+            self.unannounced
+                .set(key, pool, unannounced_reason(plan), observed.now);
         }
+        self.unannounced.end_full();
         metrics.set_unannounced(self.unannounced.counts());
+        metrics.set_unannounced_since(self.unannounced.oldest());
 
         // Create -> IP: once per Service that had no IP (a dual-stack one gets an Event
         // per family), from its creationTimestamp on the wall clock.

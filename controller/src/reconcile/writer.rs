@@ -260,14 +260,27 @@ impl Writes {
         self.deferred.len()
     }
 
-    /// Forgets the memos of Services not in `present` (deleted).
+    /// Forgets the memos and refusals of Services not in `present` (deleted). (A retry
+    /// forgets itself: a deleted Service's write is skipped.)
     pub(super) fn forget_gone<V>(&mut self, present: &HashMap<ServiceKey, V>) {
         self.memos.retain(|k, _| present.contains_key(k));
+        self.refused.retain(|k, _| present.contains_key(k));
     }
 
     /// Forgets what was remembered of the Service `key` (deleted, or no longer ours).
     pub(super) fn forget(&mut self, key: &ServiceKey) {
         self.memos.remove(key);
+        self.refused.remove(key);
+    }
+
+    /// The writes that failed and have not succeeded since: Services (waiting for a retry,
+    /// or refused until they change) and node assignments (nodes waiting for a retry, and
+    /// objects refused until their data changes). For `aliaslb_writes_failing`.
+    pub(super) fn failing(&self) -> (usize, usize) {
+        (
+            self.backoff.due.len() + self.refused.len(),
+            self.assign_retry.due.len() + self.assign_refused.len(),
+        )
     }
 
     /// The Services whose failed write is due for a retry at `now`.
