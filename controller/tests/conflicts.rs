@@ -16,8 +16,8 @@
 //!   Service keeps its IP and node, Announced True `AddressDefended` and one Warning Event
 //!   `AddressDefended`, both naming the MAC; with the pool option `onConflict: renumber` the
 //!   same report moves it to another IP (Warning `AddressConflict`);
-//! - the network and broadcast addresses of a subnet an agent reports are never handed out
-//!   (issue 20 item 9): the lowest free address skips them, a request for one waits with
+//! - the network and broadcast addresses of a subnet two fresh agents report are never
+//!   handed out (issue 20 item 9, issue 42): the lowest free address skips them, a request for one waits with
 //!   `SubnetAddress`, an exhausted pool's message names them, and `aliaslb status` shows
 //!   them as `subnet-address`.
 
@@ -342,7 +342,12 @@ async fn a_node_subnets_network_and_broadcast_addresses_are_never_handed_out() {
         "interfaces": [{"name": "eth1", "subnets": ["10.89.0.0/30"]}],
     })
     .to_string();
-    let _agent = c.agent_reporting(&n1, report);
+    // Two fresh agents report the subnet (one node's report alone counts only around its
+    // own Node address, issue 42).
+    let n2 = c.node("n2").await;
+    let _agent = c.agent_reporting(&n1, report.clone());
+    let _agent2 = c.agent_reporting(&n2, report);
+    c.wait_agent_leases(&[&n1, &n2]).await;
     let (_controller, _metrics) = c.start_controller();
     c.create(lb_service("a")).await;
     c.wait_ips("a", &["10.89.0.1"], SETTLE).await;

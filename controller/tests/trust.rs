@@ -1271,3 +1271,127 @@ async fn a_service_with_too_many_ports_waits_and_stops_no_other() {
     assert!(c.ips("huge").await.is_empty());
     c.cleanup().await;
 }
+
+/// A node's word never renumbers a Service (issue 42 item 1), against the real API server:
+/// node n2's kubelet writes the address a Service holds into its Node's status, and its
+/// agent reports an interface on the /30 around it (anchored by that very address), whose
+/// network and broadcast addresses two more Services hold. All three keep their addresses
+/// (sampled throughout), each with a Warning `NodeClaim` naming n2 and what it claimed and
+/// IPAllocated True `NodeClaim`; a new Service gets none of them, and an address let go
+/// while n2 claims it is not handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_word_never_renumbers_a_service() {
+    use aliaslb_core::report::{AgentReport, InterfaceReport, REPORT_VERSION};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial().await;
+    let c = Cluster::new("node-word").await;
+    // a .4 (the /30's network address), b .5 (n2's new ExternalIP), x .6, d .7 (broadcast).
+    c.set_pool(&[(c.ns.as_str(), "10.86.0.4-10.86.0.9")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    let claims = Arc::new(AtomicBool::new(false));
+    let agent = |node: &str, subnet: &'static str, claims: Option<Arc<AtomicBool>>| {
+        let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+        let node_name = node.to_owned();
+        c.agent_with(node, move || {
+            let assignments = assignments.clone();
+            let node = node_name.clone();
+            let claims = claims.clone();
+            async move {
+                let held = support::assigned_ips(&assignments, &node).await;
+                let mut subnets = vec![subnet.parse().unwrap()];
+                if claims.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                    subnets.push("10.86.0.4/30".parse().unwrap());
+                }
+                AgentReport {
+                    version: REPORT_VERSION,
+                    held,
+                    interfaces: vec![InterfaceReport {
+                        name: "eth1".into(),
+                        subnets,
+                        mac: None,
+                        addresses: Vec::new(),
+                    }],
+                    ..AgentReport::default()
+                }
+                .to_json()
+            }
+        })
+    };
+    // Both nodes on the /24 around the pool (whose edges the pool does not list).
+    let _a1 = agent(&n1, "10.86.0.0/24", None);
+    let _a2 = agent(&n2, "10.86.0.0/24", Some(claims.clone()));
+    c.wait_agent_leases(&[&n1, &n2]).await;
+    let config = aliaslb_controller::config::ControllerConfig {
+        hold_released: Duration::ZERO,
+        ..c.config()
+    };
+    let (_controller, _metrics) = c.start_controller_with(config);
+    for (name, ip) in [
+        ("a", "10.86.0.4"),
+        ("b", "10.86.0.5"),
+        ("x", "10.86.0.6"),
+        ("d", "10.86.0.7"),
+    ] {
+        c.create(lb_service(name)).await;
+        c.wait_ips(name, &[ip], SETTLE).await;
+    }
+
+    // n2 claims: its kubelet writes .5, its agent reports the /30 (anchored by .5).
+    c.set_node_addresses(&n2, &[("InternalIP", "10.86.0.5")])
+        .await;
+    claims.store(true, Ordering::SeqCst);
+    let held = [("a", "10.86.0.4"), ("b", "10.86.0.5"), ("d", "10.86.0.7")];
+    let until = Instant::now() + 3 * support::AGENT_LEASE;
+    while Instant::now() < until {
+        for (name, ip) in held {
+            assert_eq!(
+                c.ips(name).await,
+                [ip],
+                "{name} was renumbered by node {n2}'s word"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (name, ip, what) in [
+        ("a", "10.86.0.4", "network address of subnet 10.86.0.4/30"),
+        ("b", "10.86.0.5", "InternalIP"),
+        ("d", "10.86.0.7", "broadcast address of subnet 10.86.0.4/30"),
+    ] {
+        let message = c
+            .wait_condition_where(name, keys::CONDITION_IP_ALLOCATED, "NodeClaim", |m| {
+                m.contains(ip) && m.contains(&n2) && m.contains(what)
+            })
+            .await;
+        eprintln!("{name}: IPAllocated NodeClaim: {message}");
+        eventually(
+            SETTLE,
+            &format!("a NodeClaim Warning on {name}"),
+            async || {
+                c.events(&c.ns, name).await.iter().any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("NodeClaim")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains(ip) && n.contains(&n2) && n.contains(what))
+                })
+            },
+        )
+        .await;
+    }
+    // A new Service gets none of the claimed addresses.
+    c.create(lb_service("e")).await;
+    c.wait_ips("e", &["10.86.0.8"], SETTLE).await;
+    // b goes: its address stays out of use while n2 lists it.
+    c.delete("b").await;
+    c.create(lb_service("f")).await;
+    c.wait_ips("f", &["10.86.0.9"], SETTLE).await;
+    c.create(lb_service("g")).await;
+    let message = c
+        .wait_condition_where("g", keys::CONDITION_IP_ALLOCATED, "PoolExhausted", |m| {
+            m.contains("10.86.0.5 is the InternalIP of node")
+        })
+        .await;
+    eprintln!("g: {message}");
+    c.cleanup().await;
+}

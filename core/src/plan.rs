@@ -14,9 +14,12 @@
 //!    for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
 //!    left their namespace's pool;
-//! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
-//!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
-//!    one, and gives back to their pool those no longer fenced;
+//! 3. fences the addresses of the Service ClusterIP ranges, those a fresh agent reports
+//!    answered on the LAN by a foreign host, those Nodes have ([`node_addresses`]) and the
+//!    edges of the subnets nodes are on ([`fence`]), clearing an assignment that holds one
+//!    of the first two (the operator's data and the LAN renumber; a node's own word only
+//!    keeps an address from being allocated), and gives back to their pool those no longer
+//!    fenced;
 //! 4. on the first pass, imports observed assignments;
 //! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
 //!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
@@ -84,19 +87,30 @@
 //! node elected for the Service would answer ARP or neighbour discovery for another node's
 //! own address. It comes in as [`Inputs::node_addresses`] and is kept in use in its pool's
 //! ledger for as long as a Node lists it, so neither the lowest free address nor a sticky
-//! one can be it, and a request for it fails with `NodeAddress`. A Service that holds one
-//! anyway (imported on the first pass, or the Node got the address later) loses it the way
-//! it loses an address removed from its pool: a `ClearAssignment` Warning naming the node,
-//! then the allocation step gives it another free address of its pool, or leaves it pending
-//! with `PoolExhausted`, the message naming the Node addresses the pool lists. Pool usage
-//! counts such an address neither in the pool nor in use. [`node_address_clashes`] lists
-//! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
+//! one can be it, and a request for it fails with `NodeAddress`. Pool usage counts such an
+//! address neither in the pool nor in use. [`node_address_clashes`] lists the pool entries
+//! concerned, by key and line, for the Warning on the pool ConfigMap.
+//!
+//! **A node's word never renumbers.** A Node's addresses are written by its own kubelet
+//! (NodeRestriction lets a node write its own Node), so they are that node's word, as are
+//! the subnets its agent reports: evidence about that node, never a reason to take an
+//! address from a Service another node holds (only the LAN or the operator renumber). A
+//! Service that holds an address a node claims (imported on a leader's first pass, or the
+//! node claimed it later) keeps it: a Warning `NodeClaim` names the address, the node and
+//! what it claimed (once per claim, and again on a new leader's first pass), its condition
+//! IPAllocated says True `NodeClaim` with the same, and once the Service lets go of the
+//! address it is not handed out while the claim lasts. A compromised node can so keep
+//! addresses from being allocated (the Warning on the pool ConfigMap names them), never
+//! move one.
 //!
 //! **Subnet edges.** The network and broadcast address of an IPv4 subnet a node is on (up to
-//! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the agents
-//! report their subnets ([`subnet_edges`]), are fenced like a Node's address: a pool range
-//! may list them (a pool CIDR skips its own), but a node holding one would answer for the
-//! subnet's broadcast or anycast traffic. A request for one fails with `SubnetAddress`.
+//! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the *fresh*
+//! agents report their subnets, are fenced like a Node's address where the subnet holds one
+//! of that node's own Node addresses, or at least two fresh agents report it
+//! ([`subnet_edges`]): one node's report alone could otherwise fence any /30 of any pool. A
+//! pool range may list them (a pool CIDR skips its own), but a node holding one would answer
+//! for the subnet's broadcast or anycast traffic. A request for one fails with
+//! `SubnetAddress`. While the agents are unobservable the edges of the last pass stay.
 //!
 //! **Service ClusterIP ranges.** A pool address in a Service ClusterIP range (a
 //! `ServiceCIDR`, [`Inputs::service_ranges`]) is fenced the same way, at most
@@ -212,6 +226,11 @@ pub mod reason {
     pub const REQUESTED_IP_RESERVED: &str = "RequestedIPReserved";
     /// The requested IP is the network or broadcast address of a subnet a node is on.
     pub const SUBNET_ADDRESS: &str = "SubnetAddress";
+    /// IPAllocated True (and Warning Event): a node claims an address the Service holds
+    /// (its Node lists it, or it is an edge of a subnet the node reports); a node's word
+    /// never takes an address from a Service, so the Service keeps it (see
+    /// [`FenceCause::renumbers`](crate::plan::FenceCause::renumbers)).
+    pub const NODE_CLAIM: &str = "NodeClaim";
     /// The requested IP is in a Service ClusterIP range (a `ServiceCIDR`); also the
     /// Warning Event on the pool ConfigMap listing the pool entries that overlap one.
     pub const SERVICE_RANGE: &str = "ServiceRange";
@@ -597,8 +616,9 @@ pub struct Planner {
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
-    /// The fenced addresses (a Node's, or answered on the LAN by a foreign host), as of
-    /// this pass: kept in use in the ledger of the pool that lists them, for no Service
+    /// The fenced addresses (in a Service ClusterIP range, answered on the LAN by a foreign
+    /// host, a Node's, or a subnet's edge), as of this pass: kept in use in the ledger of
+    /// the pool that lists them, for no Service unless one keeps an address a node claims
     /// ([`fence`]).
     fences: BTreeMap<IpAddr, FenceCause>,
 }
@@ -1388,6 +1408,7 @@ impl Planner {
             if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
             } else if !self.reserved.contains_key(&ip)
+                && !self.fences.contains_key(&ip)
                 && let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
             {

@@ -160,28 +160,26 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
     }
 }
 
-/// The addresses that may not be planned: a Node's, or reported in a LAN conflict by a
-/// fresh agent (no agent holds anything in this model, and no MAC is a node's).
-fn fences(world: &World) -> BTreeSet<IpAddr> {
-    let lan = world
+/// The addresses fenced by a LAN conflict a fresh agent reports (no agent holds anything in
+/// this model, and no MAC is a node's): never planned. A LAN conflict outranks a Node's
+/// address (the LAN renumbers, a node's word does not).
+fn lan_fences(world: &World) -> BTreeSet<IpAddr> {
+    world
         .nodes
         .iter()
         .filter(|n| n.agent_ready)
         .filter_map(|n| world.agents.get(&*n.name))
-        .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip));
-    world.node_addresses.keys().copied().chain(lan).collect()
-}
-
-/// The addresses fenced by a LAN conflict only.
-fn lan_fences(world: &World) -> BTreeSet<IpAddr> {
-    fences(world)
-        .into_iter()
-        .filter(|ip| !world.node_addresses.contains_key(ip))
+        .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip))
         .collect()
 }
 
-fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestCaseError> {
-    let fenced_ips = fences(world);
+/// The invariants of one pass's `out`, `last` being the pass before's.
+fn check(
+    world: &World,
+    planner: &Planner,
+    out: &PlanOutput,
+    last: &PlanOutput,
+) -> Result<(), TestCaseError> {
     let lan = lan_fences(world);
     let views: BTreeMap<&ServiceKey, &ServiceView> =
         world.services.iter().map(|s| (&s.key, s)).collect();
@@ -199,8 +197,17 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 k
             );
             prop_assert!(
-                !fenced_ips.contains(ip),
-                "{} is fenced (a Node's address or a LAN conflict) and planned for {}",
+                !lan.contains(ip),
+                "{} is answered on the LAN by a foreign host and planned for {}",
+                ip,
+                k
+            );
+            // A node's word keeps an address from being allocated, never takes it: a
+            // Service on a Node's address had it before.
+            prop_assert!(
+                !world.node_addresses.contains_key(ip)
+                    || last.services.get(k).is_some_and(|p| p.ips.contains(ip)),
+                "{} is a Node's address and newly allocated to {}",
                 ip,
                 k
             );
@@ -296,7 +303,15 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
         );
     }
     // Usage matches the distinct IPs planned plus those quarantined or held for a released
-    // Service, per pool; a Node's address counts neither in the pool nor in use.
+    // Service, per pool; a fenced address (a Node's, or answered on the LAN) counts neither
+    // in the pool nor in use, unless a Service keeps it (a Node's address it had before).
+    let fenced_ips: BTreeSet<IpAddr> = world
+        .node_addresses
+        .keys()
+        .chain(&lan)
+        .filter(|ip| !users.contains_key(ip))
+        .copied()
+        .collect();
     let fenced = |ip: &&IpAddr| fenced_ips.contains(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
@@ -398,7 +413,7 @@ proptest! {
                 Op::Restart => planner = Planner::new(),
             }
             let out = world.plan(&mut planner);
-            check(&world, &planner, &out)?;
+            check(&world, &planner, &out, &last)?;
             // The controller's writes land: the API now shows what was planned.
             for s in &mut world.services {
                 let p = &out.services[&s.key];

@@ -41,17 +41,40 @@ impl Planner {
                 if !seen.insert(ip) {
                     continue;
                 }
-                if let Some(cause) = self.fence_of(ip) {
-                    let (why, text) = cause.cleared();
-                    sink.event(
-                        &view.key,
-                        true,
-                        why,
-                        format!("{ip} {text}; assigning a new address"),
-                    );
-                    continue;
+                let claim = match self.fence_of(ip) {
+                    Some(cause) if cause.renumbers() => {
+                        let (why, text) = cause.cleared();
+                        sink.event(
+                            &view.key,
+                            true,
+                            why,
+                            format!("{ip} {text}; assigning a new address"),
+                        );
+                        continue;
+                    }
+                    // A node's word: the Service keeps it (see `fence`). Fenced for no
+                    // Service until now (unless an older one imported it already): free
+                    // in its ledger for the import to take.
+                    Some(cause) => {
+                        let cause = cause.clone();
+                        if !self.ips.contains_key(&ip)
+                            && let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+                        {
+                            ledger.release(ip);
+                        }
+                        Some(cause)
+                    }
+                    None => None,
+                };
+                let imported = self.import_one(view, ip, config);
+                if let Some(cause) = &claim {
+                    if imported.is_ok() {
+                        sink.event(&view.key, true, reason::NODE_CLAIM, cause.kept(ip));
+                    } else {
+                        self.reserve(ip);
+                    }
                 }
-                if let Err(why) = self.import_one(view, ip, config) {
+                if let Err(why) = imported {
                     sink.event(
                         &view.key,
                         true,

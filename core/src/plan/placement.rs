@@ -208,13 +208,26 @@ impl Planner {
         // Collected with room for four; the index keeps the plan.
         ips.shrink_to_fit();
         let pool = pass.pool(&key.namespace);
+        // A node claims one of its addresses: kept, and said (see `fence`).
+        let claim = ips.iter().find_map(|ip| Some((*ip, self.claim_on(*ip)?)));
         let allocated = match (&entry.failure, pool) {
             (Some(f), _) => condition(false, f.reason, f.message.clone()),
-            (None, Some((pool_key, _))) if !ips.is_empty() => condition(
-                true,
-                reason::ALLOCATED,
-                format!("assigned {} from pool {pool_key}", join(&ips)),
-            ),
+            (None, Some((pool_key, _))) if !ips.is_empty() => match claim {
+                Some((ip, cause)) => condition(
+                    true,
+                    reason::NODE_CLAIM,
+                    format!(
+                        "assigned {} from pool {pool_key}; {}",
+                        join(&ips),
+                        cause.kept(ip)
+                    ),
+                ),
+                None => condition(
+                    true,
+                    reason::ALLOCATED,
+                    format!("assigned {} from pool {pool_key}", join(&ips)),
+                ),
+            },
             (None, _) => condition(
                 false,
                 reason::NOT_ALLOCATED,
