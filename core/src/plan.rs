@@ -139,7 +139,12 @@
 //! holds (two nodes claim it) or with a node's MAC is not a fence: the assignment is kept,
 //! Announced False `AddressConflict`, and the agent not assigned the address drops it; a
 //! conflict without a MAC (the address is configured on the node by another owner) is not
-//! one either. Pool usage counts a fenced address neither in the pool nor in use.
+//! one either. Pool usage counts a fenced address neither in the pool nor in use. A host
+//! (one MAC) answering for [`LAN_HOST_BOUND`] addresses or more (proxy ARP, forged answers)
+//! renumbers nothing ([`lan_fences`]): its addresses stay fenced from allocation, but a
+//! Service holding one keeps it, Announced False `AddressConflict` saying why, so one host
+//! pushes an allocation at most `LAN_HOST_BOUND - 1` addresses instead of through the pool.
+//! The rule reads nothing but the current conflicts: a new leader decides as the last one.
 //!
 //! **First claims.** An IP placed on a node while no agent reports holding it, in a group
 //! no node carried before (a new allocation, or a group that was pending), is a first claim
@@ -180,8 +185,9 @@ use crate::report::AgentReport;
 use crate::text;
 
 pub use fence::{
-    FenceCause, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange, ServiceRangeClash, SubnetEdge,
-    lan_conflicts, service_range_clashes, service_range_fences, subnet_edges,
+    EDGE_REPORTERS, FenceCause, LAN_HOST_BOUND, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange,
+    ServiceRangeClash, SubnetEdge, lan_conflicts, lan_fences, service_range_clashes,
+    service_range_fences, subnet_edges,
 };
 pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
@@ -621,6 +627,9 @@ pub struct Planner {
     /// the pool that lists them, for no Service unless one keeps an address a node claims
     /// ([`fence`]).
     fences: BTreeMap<IpAddr, FenceCause>,
+    /// The LAN hosts that answer for [`LAN_HOST_BOUND`] addresses or more, with those
+    /// addresses, as of the last change of [`Planner::fences`].
+    lan_hosts: BTreeMap<crate::mac::Mac, Vec<IpAddr>>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over

@@ -52,7 +52,8 @@ impl Planner {
                         );
                         continue;
                     }
-                    // A node's word: the Service keeps it (see `fence`). Fenced for no
+                    // A node's word, or a LAN host answering for everything: the Service
+                    // keeps it (see `fence`). Fenced for no
                     // Service until now (unless an older one imported it already): free
                     // in its ledger for the import to take.
                     Some(cause) => {
@@ -68,10 +69,10 @@ impl Planner {
                 };
                 let imported = self.import_one(view, ip, config);
                 if let Some(cause) = &claim {
-                    if imported.is_ok() {
-                        sink.event(&view.key, true, reason::NODE_CLAIM, cause.kept(ip));
-                    } else {
+                    if imported.is_err() {
                         self.reserve(ip);
+                    } else if cause.node().is_some() {
+                        sink.event(&view.key, true, reason::NODE_CLAIM, cause.kept(ip));
                     }
                 }
                 if let Err(why) = imported {

@@ -287,6 +287,10 @@ pub enum FenceCause {
     /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
     /// reports the conflict.
     Lan(LanConflict),
+    /// A foreign host answers for it on the LAN, a host that answers for
+    /// [`LAN_HOST_BOUND`] addresses or more ([`lan_fences`]): fenced like
+    /// [`FenceCause::Lan`], but it renumbers no Service.
+    LanHost(LanConflict),
     /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
     Node(NodeAddress),
     /// It is the network or broadcast address of a subnet a node is on: fenced for as
@@ -302,16 +306,21 @@ impl FenceCause {
     pub fn renumbers(&self) -> bool {
         match self {
             FenceCause::Service(_) | FenceCause::Lan(_) => true,
-            FenceCause::Node(_) | FenceCause::Subnet(_) => false,
+            FenceCause::LanHost(_) | FenceCause::Node(_) | FenceCause::Subnet(_) => false,
         }
     }
 
-    /// The node whose word it is, for a cause that does not renumber.
+    /// Whether the LAN is the cause ([`FenceCause::Lan`], [`FenceCause::LanHost`]).
+    pub fn is_lan(&self) -> bool {
+        matches!(self, FenceCause::Lan(_) | FenceCause::LanHost(_))
+    }
+
+    /// The node whose word it is, for a node's word (a Node address, a subnet edge).
     pub fn node(&self) -> Option<&str> {
         match self {
             FenceCause::Node(address) => Some(&address.node),
             FenceCause::Subnet(edge) => Some(&edge.node),
-            FenceCause::Service(_) | FenceCause::Lan(_) => None,
+            FenceCause::Service(_) | FenceCause::Lan(_) | FenceCause::LanHost(_) => None,
         }
     }
 
@@ -321,14 +330,14 @@ impl FenceCause {
             FenceCause::Node(address) => format!("is {address}"),
             FenceCause::Subnet(edge) => format!("is {edge}"),
             FenceCause::Service(range) => format!("is {range}"),
-            FenceCause::Lan(lan) => format!("is {lan}"),
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => format!("is {lan}"),
         }
     }
 
     /// Reason and text (after the IP) of the Warning to a Service that held the address.
     pub(super) fn cleared(&self) -> (&'static str, String) {
         match self {
-            FenceCause::Lan(lan) => (
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("is {lan}, not a node of this cluster: released"),
             ),
@@ -366,7 +375,7 @@ impl FenceCause {
                 reason::SERVICE_RANGE,
                 format!("{ip} is {range}: never allocated"),
             ),
-            FenceCause::Lan(lan) => (
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("{ip} is {lan}, not a node of this cluster"),
             ),
@@ -443,6 +452,49 @@ pub fn lan_conflicts(
     out
 }
 
+/// Fewest addresses one LAN host (one MAC) answers for that make it a host answering for
+/// everything ([`lan_fences`]): its answers still keep addresses from being allocated, but
+/// renumber no Service. A host that answers every first claim's probe (proxy ARP, a router
+/// answering for the whole subnet, a forged answer) would otherwise push each new Service
+/// through the pool one address per probe; this way one host pushes an allocation at most
+/// `LAN_HOST_BOUND - 1` addresses, and each later Service keeps the first address it gets
+/// (not announced while the host answers for it: its agent does not take it).
+pub const LAN_HOST_BOUND: usize = 4;
+
+/// The fences of the LAN conflicts `conflicts` ([`lan_conflicts`]): [`FenceCause::Lan`],
+/// or [`FenceCause::LanHost`] (renumbers nothing) for every address of a MAC that answers
+/// for [`LAN_HOST_BOUND`] of them or more. Depends on nothing but the conflicts, so a new
+/// leader decides as the last one did. O(conflicts x log n).
+pub fn lan_fences(conflicts: BTreeMap<IpAddr, LanConflict>) -> BTreeMap<IpAddr, FenceCause> {
+    let mut per_mac: BTreeMap<Mac, usize> = BTreeMap::new();
+    for conflict in conflicts.values() {
+        *per_mac.entry(conflict.mac).or_default() += 1;
+    }
+    conflicts
+        .into_iter()
+        .map(|(ip, conflict)| {
+            let cause = if per_mac[&conflict.mac] >= LAN_HOST_BOUND {
+                FenceCause::LanHost(conflict)
+            } else {
+                FenceCause::Lan(conflict)
+            };
+            (ip, cause)
+        })
+        .collect()
+}
+
+/// The LAN hosts (MACs) in `fences` that answer for [`LAN_HOST_BOUND`] addresses or more,
+/// each with those addresses. O(fences).
+fn hosts_at_bound(fences: &BTreeMap<IpAddr, FenceCause>) -> BTreeMap<Mac, Vec<IpAddr>> {
+    let mut per_mac: BTreeMap<Mac, Vec<IpAddr>> = BTreeMap::new();
+    for (ip, cause) in fences {
+        if let FenceCause::LanHost(lan) = cause {
+            per_mac.entry(lan.mac).or_default().push(*ip);
+        }
+    }
+    per_mac
+}
+
 /// Whether a LAN claim against the holder of `ip` renumbers it: its pool (the first
 /// listing it) says `onConflict: renumber`. O(pools x ranges).
 fn renumbers(config: &PoolConfig, ip: IpAddr) -> bool {
@@ -467,13 +519,14 @@ fn in_pool<'m>(
 
 impl Planner {
     /// Fences the addresses of the Service ClusterIP ranges, those fresh agents report
-    /// answered on the LAN by a foreign host ([`lan_conflicts`]), those Nodes have and the
-    /// edges of the subnets nodes are on ([`subnet_edges`]); while the agents are
-    /// unobservable, the LAN and subnet fences of the last pass stay (blindness is no
-    /// news). Each is kept in use in the ledger of the pool listing it. A Service holding
-    /// one loses it when the cause [renumbers](FenceCause::renumbers) (a Warning naming the
-    /// cause, the path of an address removed from the pool); otherwise (a node's word) it
-    /// keeps it, told once with a Warning `NodeClaim`. Addresses no longer fenced go back to
+    /// answered on the LAN by a foreign host ([`lan_conflicts`], [`lan_fences`]), those
+    /// Nodes have and the edges of the subnets nodes are on ([`subnet_edges`]); while the
+    /// agents are unobservable, the LAN and subnet fences of the last pass stay (blindness
+    /// is no news). Each is kept in use in the ledger of the pool listing it. A Service
+    /// holding one loses it when the cause [renumbers](FenceCause::renumbers) (a Warning
+    /// naming the cause, the path of an address removed from the pool); otherwise it keeps
+    /// it: told once with a Warning `NodeClaim` for a node's word, by its Announced
+    /// condition for a LAN host answering for everything. Addresses no longer fenced go back to
     /// their pool. Runs after [`Planner::apply_config`]: a new config rebuilt the ledgers,
     /// so then every address is fenced again.
     pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
@@ -491,8 +544,8 @@ impl Planner {
             .into_iter()
             .map(|(ip, range)| (ip, FenceCause::Service(range)))
             .collect();
-        for (ip, conflict) in lan {
-            current.entry(ip).or_insert(FenceCause::Lan(conflict));
+        for (ip, cause) in lan {
+            current.entry(ip).or_insert(cause);
         }
         for (ip, address) in nodes {
             current
@@ -530,13 +583,14 @@ impl Planner {
                 if cause.renumbers() {
                     let (why, text) = cause.cleared();
                     self.clear_ip(*ip, why, &text, sink);
-                } else if before != Some(cause) {
+                } else if cause.node().is_some() && before != Some(cause) {
                     self.claimed(*ip, cause, sink);
                 }
             }
             self.reserve(*ip);
         }
         self.fences = current;
+        self.lan_hosts = hosts_at_bound(&self.fences);
     }
 
     /// Tells every Service using `ip` that a node claims it and that it keeps it (a
@@ -552,9 +606,9 @@ impl Planner {
     }
 
     /// The node's word on `ip`, if a node claims it while a Service keeps it: the cause of
-    /// its fence, when that cause does not renumber.
+    /// its fence, when that cause is a node's word (a Node address, a subnet edge).
     pub(super) fn claim_on(&self, ip: IpAddr) -> Option<&FenceCause> {
-        self.fences.get(&ip).filter(|c| !c.renumbers())
+        self.fences.get(&ip).filter(|c| c.node().is_some())
     }
 
     /// The fences of a pass by source: the Service ClusterIP ranges
@@ -567,11 +621,13 @@ impl Planner {
         FenceSources {
             services: service_range_fences(inputs.config, inputs.service_ranges),
             lan: if blind {
-                self.lan_conflicts()
-                    .map(|(ip, c)| (ip, c.clone()))
+                self.fences
+                    .iter()
+                    .filter(|(_, cause)| cause.is_lan())
+                    .map(|(ip, cause)| (*ip, cause.clone()))
                     .collect()
             } else {
-                lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
+                lan_fences(lan_conflicts(inputs.nodes, inputs.agents, inputs.config))
             },
             nodes: inputs.node_addresses,
             subnets: if blind {
@@ -601,10 +657,16 @@ impl Planner {
         self.fences.get(&ip)
     }
 
+    /// The LAN hosts (MACs) that answer for [`LAN_HOST_BOUND`] addresses or more as of the
+    /// last pass, each with those addresses: their answers renumber nothing.
+    pub(super) fn lan_hosts_at_bound(&self) -> &BTreeMap<Mac, Vec<IpAddr>> {
+        &self.lan_hosts
+    }
+
     /// The addresses answered on the LAN by a foreign host, fenced as of the last pass.
     pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
         self.fences.iter().filter_map(|(ip, cause)| match cause {
-            FenceCause::Lan(lan) => Some((*ip, lan)),
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => Some((*ip, lan)),
             FenceCause::Node(_) | FenceCause::Subnet(_) | FenceCause::Service(_) => None,
         })
     }
@@ -635,7 +697,9 @@ impl Planner {
                 FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
                 FenceCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
                 FenceCause::Service(range) => services.push(format!("{ip} is {range}")),
-                FenceCause::Lan(conflict) => lan.push(format!("{ip} is {conflict}")),
+                FenceCause::Lan(conflict) | FenceCause::LanHost(conflict) => {
+                    lan.push(format!("{ip} is {conflict}"));
+                }
             }
         }
         let mut note = String::new();
@@ -680,7 +744,7 @@ impl Planner {
 #[derive(Debug)]
 pub(super) struct FenceSources<'i> {
     services: BTreeMap<IpAddr, ServiceRange>,
-    lan: BTreeMap<IpAddr, LanConflict>,
+    lan: BTreeMap<IpAddr, FenceCause>,
     nodes: &'i BTreeMap<IpAddr, NodeAddress>,
     subnets: BTreeMap<IpAddr, SubnetEdge>,
 }
@@ -716,8 +780,8 @@ impl FenceSources<'_> {
         if let Some(range) = self.services.get(&ip) {
             return matches!(cause, FenceCause::Service(r) if r == range);
         }
-        if let Some(conflict) = self.lan.get(&ip) {
-            return matches!(cause, FenceCause::Lan(c) if c == conflict);
+        if let Some(lan) = self.lan.get(&ip) {
+            return lan == cause;
         }
         if let Some(address) = self.nodes.get(&ip) {
             return matches!(cause, FenceCause::Node(a) if a == address);
