@@ -1395,3 +1395,142 @@ async fn a_nodes_word_never_renumbers_a_service() {
     eprintln!("g: {message}");
     c.cleanup().await;
 }
+
+/// What a [`keeping_agent`] reported: the IPs it holds now, and when each was last let go.
+#[derive(Debug, Default)]
+struct Kept {
+    held: std::collections::BTreeSet<IpAddr>,
+    released_at: BTreeMap<IpAddr, Instant>,
+}
+
+/// A fake agent for `node` that acts as a real one on a missing assignment object: it holds
+/// what its objects list, and keeps the last set read while they are missing (its Lease
+/// fresh). Records when it lets go of each IP (just before the Lease write that says so).
+fn keeping_agent(c: &Cluster, node: &str) -> (Task, Arc<Mutex<Kept>>) {
+    use aliaslb_core::report::{AgentReport, REPORT_VERSION};
+    let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    let kept: Arc<Mutex<Kept>> = Arc::default();
+    let (state, name) = (kept.clone(), node.to_owned());
+    let task = c.agent_with(node, move || {
+        let (api, state, name) = (api.clone(), state.clone(), name.clone());
+        async move {
+            let read = support::read_assignment(&api, &name).await;
+            let mut s = state.lock().unwrap();
+            if let Some(assignments) = read {
+                let now: std::collections::BTreeSet<IpAddr> = assignments.held_ips().collect();
+                for ip in s.held.difference(&now).copied().collect::<Vec<_>>() {
+                    s.released_at.insert(ip, Instant::now());
+                }
+                s.held = now;
+            }
+            AgentReport {
+                version: REPORT_VERSION,
+                held: s.held.clone(),
+                ..AgentReport::default()
+            }
+            .to_json()
+        }
+    });
+    (task, kept)
+}
+
+/// No double holder across a leader change with an assignment object missing (issue 42
+/// item 5): node n1 holds four Services' IPs, n2 carries nothing; n1's objects are deleted
+/// while no controller runs, and its agent keeps holding them (its Lease is fresh). The next
+/// leader has no trusted node for them, and two equally loaded nodes: it must not give any
+/// of them to n2 before n1's agent lets go. Every version of every assignment object is
+/// recorded (`Trusted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_double_holder_across_a_leader_change_with_an_assignment_object_missing() {
+    let _serial = serial().await;
+    let c = Cluster::new("object-missing").await;
+    c.set_pool(&[(c.ns.as_str(), "10.84.0.1-10.84.0.8")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    // Only n1's agent runs at first: it gets every Service.
+    let (_k1, kept) = keeping_agent(&c, &n1);
+    c.wait_agent_leases(&[&n1]).await;
+    let trusted = Trusted::start(&c).await;
+    let (controller, _metrics) = c.start_controller();
+    let names = ["s1", "s2", "s3", "s4"];
+    for name in names {
+        c.create(lb_service(name)).await;
+    }
+    for name in names {
+        announced(&c, name, "Announced").await;
+    }
+    let mut ips = Vec::new();
+    for name in names {
+        ips.push(ip_of(&c, name).await);
+    }
+    let (holder, other) = (n1.clone(), n2.clone());
+    // n2's agent starts: as eligible as n1, and carrying nothing.
+    let (_k2, _) = keeping_agent(&c, &n2);
+    c.wait_agent_leases(&[&n2]).await;
+
+    // No controller; the holder's objects are deleted (by hand, a prune); its agent keeps.
+    drop(controller);
+    let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    let label = format!(
+        "{}={}",
+        keys::LABEL_ASSIGNMENT_NODE,
+        keys::assignment_node_label(&holder)
+    );
+    api.delete_collection(&Default::default(), &ListParams::default().labels(&label))
+        .await
+        .unwrap();
+    tokio::time::sleep(2 * support::AGENT_RENEW).await;
+    assert!(
+        ips.iter().all(|ip| kept.lock().unwrap().held.contains(ip)),
+        "the holder's agent keeps its set"
+    );
+    let mark = trusted.mark().await;
+
+    // The next leader.
+    let (_controller, _metrics) = c.start_controller();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let mut states = Vec::new();
+        for name in names {
+            states.push((name, c.condition(name, keys::CONDITION_ANNOUNCED).await));
+        }
+        if states
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|(_, r, _)| r == "Announced"))
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let n1_lines = c.assignment_data(&n1).await;
+            let n2_lines = c.assignment_data(&n2).await;
+            panic!(
+                "not announced again: {states:?}\nn1 {n1_lines:?}\nn2 {n2_lines:?}\nkept {:?}",
+                kept.lock().unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(support::AGENT_LEASE).await;
+    let mut wrong = Vec::new();
+    for v in trusted.since(mark).iter().filter(|v| v.node == other) {
+        for ip in &ips {
+            if !v
+                .assignments
+                .as_ref()
+                .is_some_and(|a| a.ips.contains_key(ip))
+            {
+                continue;
+            }
+            let released = kept.lock().unwrap().released_at.get(ip).copied();
+            if released.is_none_or(|at| at > v.received) {
+                wrong.push(format!(
+                    "{ip} assigned to {other} at {:?} while {holder}'s agent held it (let go {:?})",
+                    v.received.duration_since(mark),
+                    released.map(|at| at.duration_since(mark)),
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "double holder:\n{}", wrong.join("\n"));
+    c.cleanup().await;
+}

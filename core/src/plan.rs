@@ -20,7 +20,9 @@
 //!    of the first two (the operator's data and the LAN renumber; a node's own word only
 //!    keeps an address from being allocated), and gives back to their pool those no longer
 //!    fenced;
-//! 4. on the first pass, imports observed assignments;
+//! 4. on the first pass, imports observed assignments; an address no assignment object of
+//!    ours gives a node while an agent reports holding it waits for that agent to let go
+//!    before a node is elected (a graceful move off it: no double holder);
 //! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
 //!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
 //!    the pending Services are swept again so the oldest one still gets it this pass;
@@ -978,7 +980,7 @@ impl Planner {
         self.fence(inputs, &mut sink);
         self.lift_quarantine();
         if !self.imported {
-            self.import(&order, inputs.config, &mut sink);
+            self.import(&order, inputs, &mut sink);
             self.imported = true;
         }
         self.sweep(order.clone(), &pass, &mut sink);

@@ -248,3 +248,59 @@ fn subnet_edges_count_only_when_anchored_and_fresh() {
         assert_eq!(got, want, "{what}");
     }
 }
+
+/// Issue 42 item 5: a leader's first pass with no trusted node for a Service (its node's
+/// assignment object is missing or unreadable, so the import has no `observed_node`) while
+/// an agent reports holding its address: that agent's word is evidence about itself (it
+/// holds the address), not a title to it. No other node is given the address while it
+/// still holds it (no double holder); once it lets go, a node is elected.
+#[test]
+fn an_untrusted_holder_at_import_lets_go_before_another_node_takes_it() {
+    let services: Vec<_> = (1..=4)
+        .map(|i| {
+            svc("default", &format!("s{i}"))
+                .created(i)
+                .observed(&format!("10.0.0.{i}"), None)
+        })
+        .collect();
+    let mut world = World::new(config(&[("default", "10.0.0.1-10.0.0.8")]), services);
+    world.nodes = vec![node("n1"), node("n2")];
+    // n1 held them all under the last leader; at a new leader's start it is unconfirmed.
+    for n in &mut world.nodes {
+        n.agent_ready = false;
+        n.agent_unconfirmed = true;
+    }
+    world.holds("n1", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4");
+    world.holds("n2", "");
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    // Both seen renewing: n2 is as eligible as n1, and the election spreads the load.
+    for n in &mut world.nodes {
+        n.agent_ready = true;
+        n.agent_unconfirmed = false;
+    }
+    let mut outs = vec![out, world.plan(&mut planner)];
+    for out in &outs {
+        for i in 1..=4 {
+            let plan = plan_of(out, "default", &format!("s{i}"));
+            assert_eq!(
+                ips(out, "default", &format!("s{i}")),
+                [format!("10.0.0.{i}")]
+            );
+            assert!(
+                plan.node.as_deref() != Some("n2"),
+                "s{i} given to n2 while n1 still holds 10.0.0.{i}: {:?}",
+                out.events
+            );
+        }
+    }
+    // n1 lets go (its assignment, written again, no longer lists them): elected anew.
+    world.holds("n1", "");
+    outs.push(world.plan(&mut planner));
+    let last = outs.last().unwrap();
+    let placed: Vec<Option<&str>> = (1..=4)
+        .map(|i| plan_of(last, "default", &format!("s{i}")).node.as_deref())
+        .collect();
+    assert!(placed.iter().all(Option::is_some), "{placed:?}");
+    assert!(placed.contains(&Some("n2")), "spread again: {placed:?}");
+}

@@ -542,6 +542,18 @@ impl Reconciler {
                 .filter_map(|n| node_of(n)),
         );
         whole.extend(self.writes.assignment_retries(observed.now));
+        // A node whose agent holds addresses but that has no object of ours (deleted while
+        // no controller ran): its agent keeps what it last read until we write one, so it
+        // gets one, if only to say "nothing assigned" (a group imported as moving off it
+        // waits for that, see `Planner::import`).
+        let owed: BTreeSet<String> = self
+            .world
+            .reports()
+            .iter()
+            .filter(|(node, r)| !r.held.is_empty() && !with_objects.contains(node.as_str()))
+            .map(|(node, _)| node.clone())
+            .collect();
+        whole.extend(owed.iter().cloned());
         if every {
             whole.extend(with_objects.iter().map(|n| (*n).to_owned()));
             whole.extend(self.index.on_node.keys().map(|n| n.to_string()));
@@ -595,7 +607,7 @@ impl Reconciler {
         self.writes
             .write_assignments(
                 object_versions,
-                &touched,
+                (&touched, &owed),
                 &lines,
                 desired,
                 observed_assignments,
