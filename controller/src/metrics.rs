@@ -160,6 +160,7 @@ pub struct Metrics {
     leader: Gauge,
     agents_unobservable: Gauge,
     address_conflicts: Gauge,
+    agent_leases_ignored: Gauge,
 }
 
 impl Default for Metrics {
@@ -293,6 +294,12 @@ impl Metrics {
             "1 while the leader sees no agent Lease renewed within its lease duration and takes it that it cannot see the agents, not that every node is lost: every node keeps what it carries, no node is elected; else 0",
             agents_unobservable.clone(),
         );
+        let agent_leases_ignored = Gauge::default();
+        registry.register(
+            "agent_leases_ignored",
+            "Agent Leases (aliaslb-agent-<node>) whose Node does not exist: ignored, only nodes are agents (not read; a compromised node may write them where the admission policy aliaslb-agent-own-lease is off)",
+            agent_leases_ignored.clone(),
+        );
         let address_conflicts = Gauge::default();
         registry.register(
             "controller_address_conflicts",
@@ -323,6 +330,7 @@ impl Metrics {
             leader,
             agents_unobservable,
             address_conflicts,
+            agent_leases_ignored,
         }
     }
 
@@ -475,6 +483,12 @@ impl Metrics {
         self.agents_unobservable.set(i64::from(blind));
     }
 
+    /// Set the number of agent Leases whose Node does not exist (ignored).
+    pub fn set_agent_leases_ignored(&self, ghosts: usize) {
+        self.agent_leases_ignored
+            .set(i64::try_from(ghosts).unwrap_or(i64::MAX));
+    }
+
     /// Set the number of addresses fenced by a LAN conflict.
     pub fn set_address_conflicts(&self, fenced: usize) {
         self.address_conflicts
@@ -535,6 +549,7 @@ mod tests {
         m.set_leader(true);
         m.set_agents_unobservable(true);
         m.set_address_conflicts(2);
+        m.set_agent_leases_ignored(3);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
@@ -562,6 +577,7 @@ mod tests {
             "aliaslb_leader 1",
             "aliaslb_agents_unobservable 1",
             "aliaslb_controller_address_conflicts 2",
+            "aliaslb_agent_leases_ignored 3",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -41,7 +41,6 @@ use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::{Mac, virtual_mac};
 use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
-use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -213,7 +212,7 @@ pub fn render_shards(
 
 /// The MAC of every interface of every agent report, fresh or stale, with its node. A MAC
 /// two nodes report (which should not happen) is given to the first by name.
-pub fn node_macs(reports: &BTreeMap<String, AgentReport>) -> BTreeMap<Mac, String> {
+pub fn node_macs(reports: &aliaslb_core::plan::Reports) -> BTreeMap<Mac, String> {
     let mut out = BTreeMap::new();
     for (node, report) in reports {
         for mac in report.macs() {
@@ -492,6 +491,7 @@ pub async fn apply(
 mod tests {
     use super::*;
     use aliaslb_core::plan::{ConditionPlan, PlanOutput, PortKey};
+    use aliaslb_core::report::AgentReport;
     use std::sync::Arc;
 
     fn ip(s: &str) -> IpAddr {
@@ -759,8 +759,8 @@ mod tests {
             ],
             ..AgentReport::default()
         };
-        reports.insert("n1".to_owned(), n1);
-        reports.insert("n3".to_owned(), n3);
+        reports.insert("n1".to_owned(), Arc::new(n1));
+        reports.insert("n3".to_owned(), Arc::new(n3));
         let macs = node_macs(&reports);
         let views = HashMap::new();
         let d = desired_all(&output, &views, &macs);

@@ -7,9 +7,10 @@
 //!   values schema refuses an unknown value;
 //! - `helm template` with the default values renders exactly the objects of `kubectl kustomize
 //!   manifests/` (same apiVersion, kind, namespace, name and content: the chart adds no label
-//!   of its own), and each optional value renders exactly its kustomize component added to the
-//!   kustomization as the README says (monitoring, BIRD sidecar) or its file of
-//!   `manifests/optional/` (the admission policies);
+//!   of its own), the agent Lease policy and the Lease quota included (on by default), each
+//!   of which one value turns off, and each optional value renders exactly its kustomize
+//!   component added to the kustomization as the README says (monitoring, BIRD sidecar) or
+//!   its file of `manifests/optional/` (the Service annotation policy);
 //! - each value reaches the objects it names, and the rendered pools pass `aliaslb validate`;
 //! - `helm install`, `helm upgrade` and `helm uninstall` create, change and remove exactly the
 //!   rendered objects (the BIRD sidecar and the admission policies installed and removed by
@@ -106,10 +107,9 @@ fn render(sets: &[&str]) -> String {
 }
 
 /// The optional values, all on.
-const ALL_OPTIONS: [&str; 4] = [
+const ALL_OPTIONS: [&str; 3] = [
     "monitoring.enabled=true",
     "birdSidecar.enabled=true",
-    "admissionPolicies.agentLease.enabled=true",
     "admissionPolicies.serviceAnnotations.enabled=true",
 ];
 
@@ -304,7 +304,7 @@ const CHART_FILES: [(&str, &str); 5] = [
     ("bird.conf", "manifests/optional/bird-sidecar/bird.conf"),
     (
         "agent-lease-policy.yaml",
-        "manifests/optional/agent-lease-policy.yaml",
+        "manifests/agent-lease-policy.yaml",
     ),
     (
         "service-annotation-policy.yaml",
@@ -389,19 +389,41 @@ fn the_values_schema_refuses_unknown_and_mistyped_values() {
 fn default_values_render_the_kustomization() {
     let want = kustomize(&[], &[]);
     let got = objects(&render(&[]), "helm template");
-    assert_eq!(want.len(), 17, "the manifests' objects: {:?}", want.keys());
+    assert_eq!(want.len(), 20, "the manifests' objects: {:?}", want.keys());
     assert_same_objects(&want, &got, "default values");
+}
+
+/// What is on by default can be turned off: the agent Lease policy (a server whose tokens
+/// lack the node-name extra) and the Lease quota; each value removes its objects, nothing
+/// else.
+#[test]
+fn the_defaults_that_guard_the_agent_namespace_can_be_turned_off() {
+    let all = kustomize(&[], &[]);
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "admissionPolicies.agentLease.enabled=false",
+            &[
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            ],
+        ),
+        ("agent.leaseQuota=0", &["ResourceQuota"]),
+    ];
+    for (set, kinds) in cases {
+        let mut want = all.clone();
+        want.retain(|(_, kind, _, _), _| !kinds.contains(&kind.as_str()));
+        assert_eq!(want.len() + kinds.len(), all.len(), "{set}: {kinds:?}");
+        let got = objects(&render(&[set]), set);
+        assert_same_objects(&want, &got, set);
+    }
 }
 
 #[test]
 fn each_option_renders_its_kustomize_component() {
-    let policies = [
-        "manifests/optional/agent-lease-policy.yaml",
-        "manifests/optional/service-annotation-policy.yaml",
-    ];
+    let policies = ["manifests/optional/service-annotation-policy.yaml"];
     // What, the values set, the components added to the kustomization, the files applied.
     type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 4] = [
         (
             "monitoring",
             &["monitoring.enabled=true"],
@@ -415,16 +437,10 @@ fn each_option_renders_its_kustomize_component() {
             &[],
         ),
         (
-            "agent Lease policy",
-            &["admissionPolicies.agentLease.enabled=true"],
-            &[],
-            &policies[..1],
-        ),
-        (
             "Service annotation policy",
             &["admissionPolicies.serviceAnnotations.enabled=true"],
             &[],
-            &policies[1..],
+            &policies,
         ),
         (
             "everything",
@@ -817,18 +833,42 @@ async fn install_upgrade_uninstall() {
     };
     let chart = releases.chart.clone();
 
-    // A fresh install.
-    releases.run("install", &[RELEASE, &chart]);
+    // A fresh install as earlier releases made it: no agent Lease policy, no Lease quota.
+    let earlier = [
+        "admissionPolicies.agentLease.enabled=false",
+        "agent.leaseQuota=0",
+    ];
+    let mut args = vec![RELEASE, chart.as_str()];
+    for set in &earlier {
+        args.extend(["--set", set]);
+    }
+    releases.run("install", &args);
+    let (earlier_file, earlier_objects) = releases.manifest("earlier.yaml");
+    assert_same_objects(
+        &objects(&render(&earlier), "helm template"),
+        &earlier_objects,
+        "helm get manifest after install",
+    );
+    releases.assert_owned(&earlier_file, &earlier_objects);
+    // Upgraded to this release's defaults: the policy and the quota are installed.
+    releases.run("upgrade", &[RELEASE, &chart, "--reset-values"]);
     let (installed_file, installed) = releases.manifest("installed.yaml");
     assert_same_objects(
         &objects(&render(&[]), "helm template"),
         &installed,
-        "helm get manifest after install",
+        "helm get manifest after the upgrade to the defaults",
     );
+    assert_eq!(live(env, &installed_file), names(&installed), "installed");
+    for object in [
+        "validatingadmissionpolicy.admissionregistration.k8s.io/aliaslb-agent-own-lease",
+        "resourcequota/aliaslb-agent-leases",
+    ] {
+        assert!(names(&installed).contains(object), "{object} installed");
+    }
     releases.assert_owned(&installed_file, &installed);
 
-    // Upgrade: a new image tag, one more pool address, the BIRD sidecar and the admission
-    // policies on (the apiserver compiles their CEL).
+    // Upgrade: a new image tag, one more pool address, the BIRD sidecar and the optional
+    // admission policy on (the apiserver compiles their CEL).
     let upgrade = releases.dir.path().join("upgrade.yaml");
     std::fs::write(
         &upgrade,
@@ -912,7 +952,7 @@ async fn install_upgrade_uninstall() {
 
     let history: Value =
         serde_json::from_str(&releases.run("history", &[RELEASE, "-o", "json"])).unwrap();
-    assert_eq!(history.as_array().map(Vec::len), Some(4), "{history}");
+    assert_eq!(history.as_array().map(Vec::len), Some(5), "{history}");
 
     releases.uninstall(&installed_file);
 

@@ -697,9 +697,21 @@ async fn a_tenant_cannot_steer_a_service_without_eligible_node() {
     // A node that never had an agent.
     let n2 = c.node("n2").await;
     let agent = c.fake_agent(&n1);
-    // An agent on no Node keeps the controller seeing: without it, the only agent
-    // stopping would be blindness (every assignment kept), not the loss of n1.
-    let _witness = c.fake_agent(&format!("{}-witness", c.ns));
+    // Another agent keeps the controller seeing: without it, the only agent stopping would
+    // be blindness (every assignment kept), not the loss of n1. Its Node exists (only
+    // nodes are agents) and is excluded from load balancing, so it carries nothing.
+    let witness = c.node("witness").await;
+    Api::<Node>::all(c.client.clone())
+        .patch(
+            &witness,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                keys::LABEL_EXCLUDE_FROM_LB: "true"
+            }}})),
+        )
+        .await
+        .unwrap();
+    let _witness = c.fake_agent(&witness);
     let trusted = Trusted::start(&c).await;
     let (_controller, _metrics) = c.start_controller();
     create_as(&tenant, lb_service("web")).await;
@@ -1532,5 +1544,76 @@ async fn no_double_holder_across_a_leader_change_with_an_assignment_object_missi
         }
     }
     assert!(wrong.is_empty(), "double holder:\n{}", wrong.join("\n"));
+    c.cleanup().await;
+}
+
+/// Only nodes are agents (issue 42 item 2): a Lease `aliaslb-agent-<x>` whose Node `<x>`
+/// does not exist (written by a compromised node where the admission policy is off) is
+/// ignored: its MAC reaches no node's assignment object, it is counted in
+/// `aliaslb_agent_leases_ignored`; once a Node of that name exists, its renewals make it an
+/// agent like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_a_node_that_does_not_exist_is_ignored() {
+    let _serial = serial().await;
+    let c = Cluster::new("ghost").await;
+    c.set_pool(&[(c.ns.as_str(), "10.83.0.1-10.83.0.4")]).await;
+    let n1 = c.node("n1").await;
+    let _a1 = c.fake_agent(&n1);
+    // The ghost: a copy of a real report with a MAC of its own, holding a pool address.
+    let ghost = format!("{}-ghost", c.ns);
+    const GHOST_MAC: &str = "02:00:00:00:0e:0e";
+    let report = serde_json::json!({
+        "version": 1,
+        "interfaces": [{"name": "eth1", "subnets": ["10.83.0.0/24"], "mac": GHOST_MAC}],
+        "held": ["10.83.0.1"],
+        "macs": [GHOST_MAC],
+    })
+    .to_string();
+    let _ghost_agent = c.agent_reporting(&ghost, report);
+    c.wait_agent_leases(&[&n1, &ghost]).await;
+    let (_controller, metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    announced(&c, "web", "Announced").await;
+    eventually(SETTLE, "the ghost counted", async || {
+        support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("1")
+    })
+    .await;
+    let macs = c
+        .assignment_data(&n1)
+        .await
+        .get(keys::NODE_MACS_KEY)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !macs.contains(GHOST_MAC),
+        "a ghost's MAC in {n1}'s index: {macs:?}"
+    );
+    // A ghost's held address is nothing: the pool's first address went to web.
+    assert_eq!(c.ips("web").await, ["10.83.0.1"]);
+
+    // A Node of that name appears: its Lease, renewed, is an agent's.
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": ghost},
+    }))
+    .unwrap();
+    Api::<Node>::all(c.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    eventually(SETTLE, "no ghost left", async || {
+        support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("0")
+    })
+    .await;
+    eventually(SETTLE, "its MAC listed once it is a node", async || {
+        c.assignment_data(&n1)
+            .await
+            .get(keys::NODE_MACS_KEY)
+            .is_some_and(|m| m.contains(GHOST_MAC))
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .delete(&ghost, &Default::default())
+        .await
+        .unwrap();
     c.cleanup().await;
 }

@@ -294,6 +294,9 @@ pub mod reason {
     pub const CLEAR_ASSIGNMENT: &str = "ClearAssignment";
 }
 
+/// Every agent's report, by node name, each shared ([`Inputs::agents`]).
+pub type Reports = BTreeMap<String, Arc<AgentReport>>;
+
 /// Identifies a Service. Displays as `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 ///
@@ -382,8 +385,9 @@ pub struct Inputs<'a> {
     /// Every node (one entry per name); `agent_ready` already judged on the controller's
     /// monotonic clock.
     pub nodes: &'a [NodeState],
-    /// Node name -> its agent's latest report.
-    pub agents: &'a BTreeMap<String, AgentReport>,
+    /// Node name -> its agent's latest report (shared: the controller keeps one copy of
+    /// each report, and a planner remembers the last ones it saw without copying them).
+    pub agents: &'a Reports,
     /// IPs the API still shows on Services that are no longer ours (type or class
     /// changed): quarantined, not free.
     pub lingering: &'a BTreeSet<IpAddr>,

@@ -257,7 +257,7 @@ impl Model {
     }
 
     fn report(&mut self, i: usize) -> &mut AgentReport {
-        self.world.agents.entry(NODES[i].to_owned()).or_default()
+        self.world.report_mut(NODES[i])
     }
 
     /// Copies the present nodes into the world.
@@ -434,7 +434,7 @@ impl Model {
 struct Snapshot {
     services: BTreeMap<ServiceKey, ServiceView>,
     nodes: BTreeMap<String, NodeState>,
-    agents: BTreeMap<String, AgentReport>,
+    agents: aliaslb_core::plan::Reports,
     local: BTreeMap<ServiceKey, BTreeSet<String>>,
 }
 
@@ -681,12 +681,7 @@ fn one_more_held_ip_replans_only_its_service() {
     let (mut world, mut planner, out) = settled(20);
     let plan = plan_of(&out, "shop", "s3").clone();
     let node = plan.node.clone().expect("s3 is placed");
-    world
-        .agents
-        .get_mut(&*node)
-        .expect("report")
-        .held
-        .remove(&plan.ips[0]);
+    world.report_mut(&node).held.remove(&plan.ips[0]);
     let changes = Changes {
         nodes: BTreeSet::from([node.to_string()]),
         ..Changes::default()
@@ -695,12 +690,7 @@ fn one_more_held_ip_replans_only_its_service() {
     let planned: Vec<String> = out.services.keys().map(ToString::to_string).collect();
     assert_eq!(planned, ["shop/s3"]);
     assert!(!plan_of(&out, "shop", "s3").announced.status);
-    world
-        .agents
-        .get_mut(&*node)
-        .expect("report")
-        .held
-        .insert(plan.ips[0]);
+    world.report_mut(&node).held.insert(plan.ips[0]);
     let out = plan_b(&world, &mut planner, &changes);
     assert_eq!(out.services.len(), 1);
     assert!(plan_of(&out, "shop", "s3").announced.status);

@@ -416,7 +416,7 @@ proptest! {
                 }
                 Op::LanConflict(pool, host, on) => {
                     let address = format!("10.0.{pool}.{host}");
-                    let report = world.agents.entry("a".to_owned()).or_default();
+                    let report = world.report_mut("a");
                     report.conflicts.retain(|c| c.ip != ip(&address));
                     if *on {
                         world.lan_conflict("a", &address, "46:b0:48:e8:2d:96", "eth1");

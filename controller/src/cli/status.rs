@@ -265,9 +265,9 @@ fn conflicts(
             ..NodeState::default()
         })
         .collect();
-    let reports: BTreeMap<String, AgentReport> = agents
+    let reports: aliaslb_core::plan::Reports = agents
         .iter()
-        .map(|(node, a)| (node.clone(), a.report.clone()))
+        .map(|(node, a)| (node.clone(), std::sync::Arc::new(a.report.clone())))
         .collect();
     lan_conflicts(&nodes, &reports, config)
 }

@@ -54,7 +54,7 @@
 //!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
 //!   mark first claims `probe` and list every agent's MACs under `node-macs`
 //!   ([`crate::node_assignments`]).
-//! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
+//! - Agent reports are read within bounds ([`AgentReport::from_json`](aliaslb_core::report::AgentReport::from_json)); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
 
@@ -73,10 +73,8 @@ use aliaslb_core::plan::{
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
 use aliaslb_core::range::Family;
-use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
@@ -84,7 +82,7 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Context;
 use crate::http::Readiness;
 use crate::node_assignments::{self, ShardsOf};
-use crate::observe::agents::{self, Freshness, Observer, Sight};
+use crate::observe::agents::{Freshness, LeaseKind, LeaseRecord, Observer, RejectedReport, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
 use crate::service_writes;
@@ -216,10 +214,8 @@ struct Reconciler {
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
     /// once, on the edge.
     bad_reports: HashSet<String>,
-    /// The digest of each agent Lease's report as last read, by Lease name
-    /// ([`agents::report_digest`]): a report is parsed again only when it changed, not on
-    /// every renewal.
-    report_digests: HashMap<String, u64>,
+    /// The agent Leases whose Node does not exist, as last said (once each, in the log).
+    ghosts: HashSet<String>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -282,7 +278,7 @@ impl Reconciler {
             index: Index::default(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
-            report_digests: HashMap::new(),
+            ghosts: HashSet::new(),
             imported: false,
             node_clashes: Vec::new(),
             service_clashes: Vec::new(),
@@ -691,11 +687,15 @@ impl Reconciler {
     /// Agent readiness and reports by node.
     ///
     /// A report that cannot be read (not JSON, or outside the bounds of
-    /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
+    /// [`AgentReport::from_json`](aliaslb_core::report::AgentReport::from_json)) counts for nothing: the agent is taken as not ready, so
     /// its node is not eligible, and as holding nothing. That is warned about once when it
     /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
     /// `aliaslb_agent_reports_rejected_total`), not on every pass. A report is read again
-    /// only when it changed.
+    /// only when it changed (the Lease cache keeps it, [`LeaseRecord`]).
+    ///
+    /// **Only nodes are agents.** An agent Lease whose Node does not exist is ignored: not
+    /// read, counted in `aliaslb_agent_leases_ignored`, said once in the log
+    /// ([`Reconciler::ghost_notice`]).
     ///
     /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
@@ -728,49 +728,41 @@ impl Reconciler {
         }
         let mut changed = BTreeSet::new();
         let mut seen = HashSet::new();
-        let leases = self.caches.leases.state();
+        let mut ghosts = BTreeSet::new();
+        let leases = self.caches.leases.snapshot();
         for lease in &leases {
-            let Some(name) = lease.metadata.name.as_deref() else {
-                continue;
-            };
-            let Some(node) = keys::agent_lease_node(name) else {
-                continue;
-            };
-            seen.insert(node);
+            let name = lease.name.as_str();
             let freshness = judgement
                 .agents
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
-            let version = agents::report_digest(lease);
-            let report = if self.report_digests.get(name) != Some(&version) {
-                self.report_digests.insert(name.to_owned(), version);
-                match agents::agent_report(lease) {
-                    Ok(report) => {
-                        if self.bad_reports.remove(name) {
-                            tracing::info!(lease = name, "agent report readable again");
-                        }
-                        Some(report)
-                    }
-                    Err(error) => {
-                        if self.bad_reports.insert(name.to_owned()) {
-                            self.reject_report(lease, node, &error);
-                        }
-                        Some(AgentReport::default())
-                    }
+            let Some((node, (freshness, report), error)) = lease.agent_view(freshness) else {
+                if let LeaseKind::Ghost { node } = &lease.kind {
+                    ghosts.insert((name, node.as_str()));
                 }
-            } else {
-                None
+                continue;
             };
-            let freshness = if self.bad_reports.contains(name) {
-                Freshness::Lost
-            } else {
-                freshness
-            };
-            if self.world.set_agent(node, freshness, report) {
+            // A Node deleted since the record was made: a ghost too.
+            if self.caches.nodes.get(&ObjectRef::new(node)).is_none() {
+                ghosts.insert((name, node));
+                continue;
+            }
+            seen.insert(node);
+            match error {
+                Some(error) if self.bad_reports.insert(name.to_owned()) => {
+                    self.reject_report(lease, node, error);
+                }
+                None if self.bad_reports.remove(name) => {
+                    tracing::info!(lease = name, "agent report readable again");
+                }
+                _ => {}
+            }
+            if self.world.set_agent(node, freshness, Some(report)) {
                 changed.insert(node.to_owned());
             }
         }
+        self.ghost_notice(&ghosts);
         // Deleted Leases not yet judged lost: the agent as last seen, its report kept.
         for name in &gone {
             let (Some(node), Some(freshness)) =
@@ -778,6 +770,9 @@ impl Reconciler {
             else {
                 continue;
             };
+            if self.caches.nodes.get(&ObjectRef::new(node)).is_none() {
+                continue;
+            }
             seen.insert(node);
             if self.world.set_agent(node, *freshness, None) {
                 changed.insert(node.to_owned());
@@ -785,13 +780,8 @@ impl Reconciler {
         }
         changed.extend(self.world.forget_agents_but(&seen));
         // Forget deleted Leases: a new one with a bad report is warned about again.
-        let lease_seen: HashSet<&str> = leases
-            .iter()
-            .filter_map(|l| l.metadata.name.as_deref())
-            .collect();
-        self.report_digests
-            .retain(|n, _| lease_seen.contains(n.as_str()));
         if !self.bad_reports.is_empty() {
+            let lease_seen: HashSet<&str> = leases.iter().map(|l| l.name.as_str()).collect();
             self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
         }
         (changed, judgement.sight)

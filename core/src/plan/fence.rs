@@ -28,7 +28,6 @@ use crate::election::NodeState;
 use crate::mac::Mac;
 use crate::pool::{OnConflict, Pool, PoolConfig, PoolKey};
 use crate::range::{Family, IpRange, from_u128, to_u128};
-use crate::report::AgentReport;
 
 /// Fenced addresses named at most in one message; more are counted.
 const NAMED: usize = 3;
@@ -401,7 +400,7 @@ impl FenceCause {
 /// [`Conflict::while_held`]: crate::report::Conflict::while_held
 pub fn lan_conflicts(
     nodes: &[NodeState],
-    agents: &BTreeMap<String, AgentReport>,
+    agents: &super::Reports,
     config: &PoolConfig,
 ) -> BTreeMap<IpAddr, LanConflict> {
     let mut out = BTreeMap::new();
@@ -424,7 +423,7 @@ pub fn lan_conflicts(
         .filter(|(node, _)| fresh.contains(node.as_str()))
         .flat_map(|(_, r)| r.held.iter().copied())
         .collect();
-    let node_macs: BTreeSet<Mac> = agents.values().flat_map(AgentReport::macs).collect();
+    let node_macs: BTreeSet<Mac> = agents.values().flat_map(|r| r.macs()).collect();
     for (node, report) in agents {
         if !fresh.contains(node.as_str()) {
             continue;

@@ -374,7 +374,7 @@ fn step_holder(
     }
     if let Some(cur) = group.node.as_deref() {
         let ready = world.ready(cur);
-        if ready && conflict_on(world.inputs.agents.get(cur), input.ips).is_some() {
+        if ready && conflict_on(world.inputs.agents.get(cur).map(|r| &**r), input.ips).is_some() {
             return notes;
         }
         let with_current = ElectionInput {
@@ -601,7 +601,7 @@ fn update_claims(group: &mut Group, ips: &[IpAddr], world: &NodeStep<'_>) {
             group.claims.push((*ip, !world.held_anywhere(*ip)));
         }
     }
-    let report = world.inputs.agents.get(&**node);
+    let report = world.inputs.agents.get(&**node).map(|r| &**r);
     for (ip, probe) in &mut group.claims {
         if *probe && report.is_some_and(|r| r.held.contains(ip)) {
             *probe = false;
@@ -689,7 +689,7 @@ fn announced(
     let Some(node) = &group.node else {
         return (unplaced(group, inputs, "no node elected yet"), None);
     };
-    let report = inputs.agents.get(&**node);
+    let report = inputs.agents.get(&**node).map(|r| &**r);
     let holds_all = report.is_some_and(|r| ips.iter().all(|ip| r.held.contains(ip)));
     let on = |r: &AgentReport| {
         interface
