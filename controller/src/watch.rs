@@ -397,7 +397,8 @@ pub fn service_ranges(store: Option<&Store<ServiceCIDR>>) -> Vec<ipnet::IpNet> {
 /// never the Lease objects themselves, and only the name of an agent Lease whose Node does
 /// not exist. Each change goes to the agent clock too ([`record_lease`]). The list is read
 /// in pages of [`LEASE_PAGE`]: at 256 KiB a report, kube's default page of 500 Leases was
-/// 125 MiB of JSON at once.
+/// 125 MiB of JSON at once (10: the controller's peak with 600 Leases at the bound is 24.5
+/// MiB, 66.6 MiB with pages of 50; BENCHMARKS, "Agent reports at their bounds").
 fn spawn_leases(
     tasks: &mut Vec<JoinHandle<()>>,
     api: Api<Lease>,
@@ -434,7 +435,7 @@ fn spawn_leases(
 }
 
 /// Leases per page of the Lease list (see [`spawn_leases`]).
-const LEASE_PAGE: u32 = 50;
+const LEASE_PAGE: u32 = 10;
 
 /// The cache key of a Lease: namespace and name.
 fn lease_key(lease: &Lease) -> Option<ServiceKey> {
