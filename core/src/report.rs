@@ -564,6 +564,28 @@ mod tests {
         assert_eq!(AgentReport::from_json(&future).unwrap(), unknown);
     }
 
+    /// The packed read of `held` and `exported` reads what one insert at a time read:
+    /// unsorted lists sorted, duplicates collapsed, an absent field empty, a bad address
+    /// an error saying so (serde's, with its place in the text).
+    #[test]
+    fn held_and_exported_read_as_sets() {
+        let json = r#"{"version":1,"held":["10.0.0.9","10.0.0.1","fd00::1","10.0.0.9"],
+            "routing":{"daemon":"bird","sessions":1,"established":1,
+            "exported":["10.0.0.9","10.0.0.9"]}}"#
+            .replace(r#""version":1"#, &format!(r#""version":{REPORT_VERSION}"#));
+        let report = AgentReport::from_json(&json).unwrap();
+        let ips = |list: &[&str]| -> BTreeSet<IpAddr> {
+            list.iter().map(|ip| ip.parse().unwrap()).collect()
+        };
+        assert_eq!(report.held, ips(&["10.0.0.1", "10.0.0.9", "fd00::1"]));
+        assert_eq!(report.routing.unwrap().exported, ips(&["10.0.0.9"]));
+        let bare = format!(r#"{{"version":{REPORT_VERSION}}}"#);
+        assert!(AgentReport::from_json(&bare).unwrap().held.is_empty());
+        let bad = json.replace("10.0.0.1", "10.0.0.300");
+        let e = AgentReport::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("invalid IP address"), "{e}");
+    }
+
     #[test]
     fn shield_state_names_match_the_json() {
         for state in [
