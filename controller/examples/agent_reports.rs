@@ -13,7 +13,8 @@
 //! 1. the floor: the controller with one small agent (the holder) and one Service, its RSS
 //!    once it has planned;
 //! 2. `--agents N` Nodes, each with its agent Lease at the bound; the controller started
-//!    again, its RSS (`VmRSS`, and the peak `VmHWM`) once its pass has read every report:
+//!    again, its RSS (`VmRSS`, and the peak `VmHWM`) once its pass has read every report
+//!    and written (the holder's index lists every agent's MACs), plus `--settle` seconds:
 //!    the difference with the floor, per agent;
 //! 3. with `--ghosts M`: M Leases `aliaslb-agent-<x>` whose Node `<x>` does not exist, each
 //!    at the bound with a MAC of its own: counted by `aliaslb_agent_leases_ignored`, none of
@@ -193,14 +194,30 @@ fn agents_seen(addr: std::net::SocketAddr) -> usize {
     })
 }
 
+/// How many MACs the index of `node` lists (0 while it has none).
+async fn macs_listed(configmaps: &Api<ConfigMap>, node: &str) -> usize {
+    let Ok(Some(cm)) = configmaps.get_opt(&keys::assignment_configmap(node)).await else {
+        return 0;
+    };
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(keys::NODE_MACS_KEY))
+        .map_or(0, |text| {
+            text.lines().filter(|l| !l.trim().is_empty()).count()
+        })
+}
+
 /// Starts the controller (`which` names its log), waits until its pass saw `agents` agents
-/// and `ghosts` ignored Leases, lets it settle; its RSS now and at its peak, in MiB, and how
-/// long it took to be ready and to have read them all.
+/// and `ghosts` ignored Leases and its index of `holder` lists `macs` MACs (the pass that
+/// read them has planned and written: the memory of a pass included, not only of the
+/// reports), lets it settle; its RSS now and at its peak, in MiB, and how long it took to
+/// be ready and to have read them all, and to have written.
 async fn measure(
     env: &TestEnv,
     system: &str,
     which: &str,
     (agents, ghosts): (usize, usize),
+    (holder, macs): (&str, usize),
     settle: Duration,
 ) -> (f64, f64, Duration, Duration, support::Started) {
     let started = start_controller(
@@ -227,6 +244,24 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let read = started.started.elapsed();
+    let configmaps = Api::<ConfigMap>::namespaced(env.client().await, system);
+    loop {
+        let listed = macs_listed(&configmaps, holder).await;
+        if listed >= macs {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{which}: the index of {holder} lists {listed} MACs of {macs}: see {}",
+            started.log.display()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "  {which}: every report read in {:.1} s, every MAC in the index of {holder} in {:.1} s",
+        read.as_secs_f64(),
+        started.started.elapsed().as_secs_f64()
+    );
     tokio::time::sleep(settle).await;
     let pid = started.controller.id();
     let mib = |field| proc_kib(pid, field).unwrap_or(0) as f64 / 1024.0;
@@ -330,7 +365,8 @@ async fn main() {
         .create(&PostParams::default(), &web)
         .await
         .unwrap();
-    let (floor, floor_peak, _, _, first) = measure(env, &system, "floor", (1, 0), settle).await;
+    let (floor, floor_peak, _, _, first) =
+        measure(env, &system, "floor", (1, 0), (&holder, 1), settle).await;
     first.controller.kill();
     println!("floor (1 small agent, 1 Service): RSS {floor:.1} MiB, peak {floor_peak:.1} MiB");
 
@@ -403,6 +439,8 @@ async fn main() {
         &system,
         "agents",
         (opts.agents + 1, opts.ghosts),
+        // Each agent's 4 links and its own MAC, and the holder's.
+        (&holder, 5 * opts.agents + 1),
         settle,
     )
     .await;
