@@ -237,6 +237,7 @@ pub struct Metrics {
     agents_ready: Gauge,
     writes_failing: Family<ObjectLabels, Gauge>,
     address_conflicts: Gauge,
+    agent_leases_ignored: Gauge,
 }
 
 impl Default for Metrics {
@@ -406,6 +407,12 @@ impl Metrics {
             "Objects whose last write failed and has not succeeded since (retried with backoff, or refused until it changes), by object: service (status, annotations), node_assignment (the ConfigMaps agents act on)",
             writes_failing.clone(),
         );
+        let agent_leases_ignored = Gauge::default();
+        registry.register(
+            "agent_leases_ignored",
+            "Agent Leases (aliaslb-agent-<node>) whose Node does not exist: ignored, only nodes are agents (not read; a compromised node may write them where the admission policy aliaslb-agent-own-lease is off)",
+            agent_leases_ignored.clone(),
+        );
         let address_conflicts = Gauge::default();
         registry.register(
             "controller_address_conflicts",
@@ -442,6 +449,7 @@ impl Metrics {
             agents_ready,
             writes_failing,
             address_conflicts,
+            agent_leases_ignored,
         }
     }
 
@@ -642,6 +650,12 @@ impl Metrics {
         }
     }
 
+    /// Set the number of agent Leases whose Node does not exist (ignored).
+    pub fn set_agent_leases_ignored(&self, ghosts: usize) {
+        self.agent_leases_ignored
+            .set(i64::try_from(ghosts).unwrap_or(i64::MAX));
+    }
+
     /// Set the number of addresses fenced by a LAN conflict.
     pub fn set_address_conflicts(&self, fenced: usize) {
         self.address_conflicts
@@ -721,6 +735,7 @@ mod tests {
         m.set_agents_ready(3);
         m.set_writes_failing(1, 0);
         m.set_address_conflicts(2);
+        m.set_agent_leases_ignored(3);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
@@ -752,6 +767,7 @@ mod tests {
             r#"aliaslb_writes_failing{object="service"} 1"#,
             r#"aliaslb_writes_failing{object="node_assignment"} 0"#,
             "aliaslb_controller_address_conflicts 2",
+            "aliaslb_agent_leases_ignored 3",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -267,17 +267,17 @@ fn conflicts(
             ..NodeState::default()
         })
         .collect();
-    let reports: BTreeMap<String, AgentReport> = agents
+    let reports: aliaslb_core::plan::Reports = agents
         .iter()
-        .map(|(node, a)| (node.clone(), a.report.clone()))
+        .map(|(node, a)| (node.clone(), std::sync::Arc::new(a.report.clone())))
         .collect();
     lan_conflicts(&nodes, &reports, config)
 }
 
-/// The network and broadcast addresses of the subnets the agents report that count for
-/// election (as the controller reads them: [`AgentReport::elected_subnets`] with the
+/// The network and broadcast addresses of the subnets the fresh agents report that count
+/// for election (as the controller reads them: [`AgentReport::elected_subnets`] with the
 /// addresses each Node lists), by the rule the controller fences them with
-/// ([`subnet_edges`]).
+/// ([`subnet_edges`]: anchored on the node's own Node address, or reported by two).
 fn edges(
     config: &PoolConfig,
     agents: &BTreeMap<String, AgentInfo>,
@@ -293,12 +293,13 @@ fn edges(
                 .collect();
             NodeState {
                 name: node.as_str().into(),
+                agent_ready: a.fresh,
                 subnets: a.report.elected_subnets(&own).copied().collect(),
                 ..NodeState::default()
             }
         })
         .collect();
-    subnet_edges(&nodes, config)
+    subnet_edges(&nodes, node_addresses, config)
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its

@@ -308,15 +308,16 @@ impl Writes {
     /// are done, so its agent never reads a count whose shards are not written yet. A node
     /// with nothing assigned gets empty lists and the node MACs.
     ///
-    /// `nodes` are the nodes to look at, `desired` gives one node's assignment (with the
+    /// `nodes.0` are the nodes to look at, `desired` gives one node's assignment (with the
     /// node MACs), built one node at a time so a pass holds one node's lines, not every
     /// node's (a first pass at 10,000 Services held 8 MiB of them). A node that carries
-    /// nothing and has no objects is left alone. `versions` is the resourceVersion of each
-    /// assignment object in the cache, by name.
+    /// nothing and has no objects is left alone, unless it is one of `nodes.1`, owed an
+    /// object (its agent holds addresses we did not give it). `versions` is the
+    /// resourceVersion of each assignment object in the cache, by name.
     pub(super) async fn write_assignments(
         &mut self,
         versions: HashMap<String, Option<String>>,
-        nodes: &BTreeSet<String>,
+        (nodes, owed): (&BTreeSet<String>, &BTreeSet<String>),
         lines: &BTreeMap<String, BTreeSet<IpAddr>>,
         mut desired: impl FnMut(&str, Option<&ShardsOf>) -> NodeAssignments,
         observed: BTreeMap<String, NodeObjects>,
@@ -356,7 +357,11 @@ impl Writes {
                 None => {
                     let want = desired(node, None);
                     // A relay has no line but its peers to list.
-                    if want.is_empty() && want.peers.is_empty() && seen.is_none() {
+                    if want.is_empty()
+                        && want.peers.is_empty()
+                        && seen.is_none()
+                        && !owed.contains(node)
+                    {
                         continue;
                     }
                     let seen = seen.unwrap_or(&no_objects);
