@@ -1,5 +1,6 @@
 //! Planned moves keep established connections (issue 45), the data path in the lab: the
-//! real controller and agents, real kube-proxy (iptables mode), the pods' real DNAT. The
+//! real controller and agents, real kube-proxy (iptables and nftables modes), the pods' real
+//! DNAT. The
 //! client holds idle TCP connections to an `externalTrafficPolicy: Cluster` Service through
 //! its holder; the holder is cordoned (the controller moves the IP, the old agent removes
 //! its alias, the new one announces it); then every connection sends one request.
@@ -31,7 +32,9 @@ use aliaslb_core::assignment::{Handover, Peer};
 use aliaslb_e2e::Error;
 use aliaslb_e2e::client::{self, parse_answer};
 use aliaslb_e2e::fixtures::lb_service;
-use aliaslb_e2e::lab::{CLIENT_NS, Lab, NODES, node_ip, node_name, run_with_input, wait_for};
+use aliaslb_e2e::lab::{
+    CLIENT_NS, Lab, NODES, ProxyMode, node_ip, node_name, run_with_input, wait_for,
+};
 
 const NS: &str = "default";
 const NAME: &str = "svc-1";
@@ -40,16 +43,32 @@ const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_cordon_keeps_established_connections_with_the_handover_tables() -> Result<(), Error> {
-    let Some(lab) = Lab::up()? else {
+    cordon_both_ways(ProxyMode::Iptables)
+}
+
+#[test]
+fn a_cordon_keeps_established_connections_with_nftables_kube_proxy() -> Result<(), Error> {
+    cordon_both_ways(ProxyMode::Nftables)
+}
+
+/// The cordon without the tables, then with them, kube-proxy in `mode`.
+fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
+    let Some(lab) = Lab::up_with(mode)? else {
         return Ok(());
     };
+    let started = Instant::now();
     lab.apply(&lb_service(NS, NAME).to_yaml())?;
     let off = cordon_holding(&lab, false)?;
     let on = cordon_holding(&lab, true)?;
     println!(
-        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy iptables): without handover {} broke; with the handover tables {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} after the cordon",
-        off.broken, on.broken, on.via_old, on.first_new
+        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): without handover {} broke; with the handover tables {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} after the cordon",
+        mode.as_str(),
+        off.broken,
+        on.broken,
+        on.via_old,
+        on.first_new
     );
+    println!("[e2e] both cordons in {:?}", started.elapsed());
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
     assert_eq!(on.broken, 0, "{on:?}");
     assert_eq!(on.via_old, CONNECTIONS, "{on:?}");
