@@ -24,6 +24,15 @@
 //!   address of the node for the window, silenced (no ARP reply for it, no IPv6 neighbour
 //!   advertisement: the `arp`/`ip6` tables' `quiet` chains), so the flows its conntrack
 //!   carries and the sockets bound to it keep working while the LAN reaches the new holder.
+//!   Service traffic does not need it: kube-proxy's DNAT of an established flow lives in
+//!   the flow's conntrack entry, so the old holder carries it without the alias (measured
+//!   in the lab, `e2e/tests/handover.rs`: the agent removed the alias as today and all 40
+//!   connections were answered through it, kube-proxy in iptables and nftables modes).
+//!   The silenced alias is for flows that end in a socket on the node itself.
+//!
+//! The new holder must know the old one's link-layer address before the IP reaches it: in
+//! the kernel test the IPv6 copies waiting on neighbour discovery stalled some flows 1-2 s
+//! (none broke; TCP retransmitted), none once the neighbour was known.
 //!
 //! UDP is not forwarded: nothing tells an old UDP flow from a new one, so a UDP flow goes
 //! to the new holder as today. Pure but for [`apply`], which runs the script through a
