@@ -55,6 +55,12 @@ use crate::desired::DesiredSet;
 /// IPs answer on the LAN.
 pub const MAX_RECHECK: Duration = Duration::from_secs(2);
 
+/// How long after a silent holder's aliases must have lapsed its IPs are still re-checked
+/// every advert interval: the kernel drops an expired address up to about a second late
+/// (its lifetimes are whole seconds, checked by a periodic worker), and a frozen holder's
+/// failover waits for that.
+pub const LAPSE_LATE: Duration = Duration::from_millis(1_000);
+
 /// What an advert did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heard {
@@ -291,10 +297,14 @@ impl Standby {
             if h.recheck.is_none() {
                 out.answering.push(holder);
             }
-            // A frozen or dead holder's aliases lapse by then: looked at again at once.
+            // A frozen or dead holder's aliases lapse by then: looked at again at once, and
+            // every interval for a while after (the kernel drops an expired address up to
+            // about a second late), then backing off again. A few probes per silent holder,
+            // once: its last advert does not move while it is silent.
             let lapsed = h.last.map(|last| last + lapse + interval / 2);
             let next = match lapsed {
                 Some(at) if at > now => (now + backoff).min(at),
+                Some(at) if now < at + LAPSE_LATE => now + interval,
                 _ => now + backoff,
             };
             h.recheck = Some(Recheck { backoff, next });
@@ -605,8 +615,20 @@ mod tests {
         }
         // 350 ms after the last advert, then 100, 200, 400, 800 ms; the next would be
         // 1,600 ms later, but the holder's aliases lapse 3,050 ms after its last advert (a
-        // frozen holder is taken over then); then 2 s apart.
-        assert_eq!(gaps, vec![100, 200, 400, 800, 1_200, 2_000, 2_000, 2_000]);
+        // frozen holder is taken over then); then every interval for [`LAPSE_LATE`] (the
+        // kernel drops an expired alias late), then 2 s apart.
+        assert_eq!(gaps, vec![100, 200, 400, 800, 1_200, 100, 100, 100]);
+        for _ in 0..7 {
+            at = f.next_due(&desired).unwrap();
+            let due: Vec<IpAddr> = f.due(&desired, at).into_iter().map(|(i, _)| i).collect();
+            check(&mut f, &desired, &due, false, at);
+        }
+        let next = f.next_due(&desired).unwrap();
+        assert_eq!(
+            (next - at).as_millis(),
+            2_000,
+            "backing off again after the lapse"
+        );
         // The holder is gone: the re-check finds its IP free, takes it, and the others
         // are due at once.
         at = f.next_due(&desired).unwrap();
