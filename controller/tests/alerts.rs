@@ -2,8 +2,8 @@
 //! test rules` pass; every alert has a unit test where it fires and one where it does not;
 //! the PrometheusRule holds exactly the plain rules file; every metric the rules use that
 //! is not an agent's (`aliaslb_agent_*`, checked by the agent's own test) is registered in
-//! the controller's registry, as served on /metrics; every alert has a runbook line in the
-//! README.
+//! the controller's registry, as served on /metrics; every alert has a runbook line in
+//! docs/operations.md, "Alerts".
 //!
 //! Needs `promtool` on PATH (Debian package `prometheus`; scripts/test installs it). No
 //! API server.
@@ -240,18 +240,18 @@ fn the_name_check_sees_a_rename() {
 }
 
 #[test]
-fn every_alert_has_a_runbook_line_in_the_readme() {
-    let readme = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
-    let section = readme
-        .split_once("\n## Troubleshooting\n")
+fn every_alert_has_a_runbook_line_in_the_operations_docs() {
+    let operations = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"));
+    let section = operations
+        .split_once("\n## Alerts\n")
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
-        .expect("README has a Troubleshooting section");
+        .expect("docs/operations.md has an Alerts section");
     let missing: Vec<String> = alert_names()
         .into_iter()
         .filter(|a| !section.lines().any(|l| l.contains(&format!("`{a}`"))))
         .collect();
     assert!(
         missing.is_empty(),
-        "no runbook line in README's Troubleshooting for {missing:?}"
+        "no runbook line in docs/operations.md's Alerts for {missing:?}"
     );
 }

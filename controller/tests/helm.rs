@@ -9,7 +9,7 @@
 //!   `kubectl kustomize manifests/` but the Namespace aliaslb-system, which is the release's
 //!   (`--create-namespace` makes it), not the chart's (same apiVersion, kind, namespace, name
 //!   and content: the chart adds no label of its own), and each optional value renders
-//!   exactly its kustomize component added to the kustomization as the README says
+//!   exactly its kustomize component added to the kustomization as docs/l3-mode.md and docs/operations.md say
 //!   (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the admission policies);
 //! - the chart installs into any namespace, the agents' Leases into any other one, and names
 //!   no other; values.schema.json describes every value of values.yaml and refuses others;
@@ -283,7 +283,7 @@ fn kustomize_for_chart(components: &[&str], files: &[&str]) -> Objects {
 }
 
 /// What `kubectl kustomize` renders for manifests/ with `components` added to its
-/// kustomization.yaml (as the README tells users to), plus the objects of `files` (paths
+/// kustomization.yaml (as docs/operations.md tells users to), plus the objects of `files` (paths
 /// in the repository, applied with `kubectl apply -f`).
 fn kustomize(components: &[&str], files: &[&str]) -> Objects {
     let dir = tempfile::tempdir().unwrap();
@@ -1508,7 +1508,7 @@ async fn install_upgrade_uninstall() {
     };
     let chart = releases.chart.clone();
 
-    // A fresh install, into a namespace helm makes (as the README says).
+    // A fresh install, into a namespace helm makes (as docs/operations.md says).
     releases.run("install", &[RELEASE, &chart, "--create-namespace"]);
     let (installed_file, installed) = releases.manifest("installed.yaml");
     assert_same_objects(
