@@ -21,7 +21,8 @@
 //! a bug or an edit by hand); so does a missing one (deleted by hand, by `kubectl delete
 //! -k` or a GitOps prune: the controller says "nothing assigned" with empty objects,
 //! never with an absence), or a shard the index counts and that is missing. The kept set is
-//! marked ([`DesiredSet::object_missing`]) and
+//! marked ([`DesiredSet::object_missing`], for an unreadable object as for a missing one)
+//! and
 //! [`InForce`] lets the node act on it only while this agent's own authority may keep it
 //! ([`crate::heartbeat::Authority::may_keep`]: its Lease renewed within the lease duration, or
 //! its first renewal under way less than a lease duration after the start): once it goes
@@ -246,28 +247,15 @@ impl Assignment {
         }
     }
 
-    /// Reads the current objects: whether the desired set changed, `None` when they cannot
-    /// be read (the last good set stays). A missing object keeps the last good set too,
-    /// marked as such (nothing read yet: nothing assigned).
+    /// Reads the current objects: whether the desired set changed, `None` while the two
+    /// watches disagree. A missing or unreadable object keeps the last good set, marked as
+    /// kept ([`DesiredSet::object_missing`]: [`InForce`] lets it go once this agent's
+    /// Lease is stale); nothing read yet: nothing assigned.
     fn read(&mut self) -> Option<bool> {
         let set = match self.reading() {
             Reading::Set(set) => Arc::new(*set),
-            Reading::Missing => {
-                let mut kept = self.good.clone().unwrap_or_default();
-                if !kept.object_missing() && !kept.is_empty() {
-                    warn!(
-                        kept = kept.len(),
-                        "an assignment object of this node is missing: keeping the last set read \
-                         while this agent's Lease stays fresh, until the controller writes it again"
-                    );
-                }
-                Arc::make_mut(&mut kept).mark_object_missing();
-                kept
-            }
-            Reading::Unreadable(error) => {
-                warn!(%error, "the assignment of this node cannot be read: keeping the last one read");
-                return None;
-            }
+            Reading::Missing => self.kept("is missing", None),
+            Reading::Unreadable(error) => self.kept("cannot be read", Some(error)),
             Reading::Between => return None,
         };
         if self.good.as_ref().is_some_and(|g| g.object_missing()) && !set.object_missing() {
@@ -279,6 +267,22 @@ impl Assignment {
         let changed = self.good.as_ref() != Some(&set);
         self.good = Some(set);
         Some(changed)
+    }
+
+    /// The last good set, marked as kept for an object that `is` missing or unreadable
+    /// (`error`), said once when it starts.
+    fn kept(&self, is: &str, error: Option<String>) -> Arc<DesiredSet> {
+        let mut kept = self.good.clone().unwrap_or_default();
+        if !kept.object_missing() && !kept.is_empty() {
+            warn!(
+                kept = kept.len(),
+                error = error.as_deref().unwrap_or_default(),
+                "an assignment object of this node {is}: keeping the last set read while this \
+                 agent's Lease stays fresh, until the controller writes it again"
+            );
+        }
+        Arc::make_mut(&mut kept).mark_object_missing();
+        kept
     }
 
     /// The desired set, once both watches listed completely and it was read (`None` before).
@@ -591,13 +595,18 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_object_keeps_the_last_good_set() {
+    fn an_unreadable_object_keeps_the_last_good_set_as_a_missing_one() {
         let mut a = listed_with("10.0.0.1 - - a/b");
-        assert!(!a.apply(
+        assert!(a.apply(
             Source::Index,
             watcher::Event::Apply(object("10.0.0.1 eth0"))
         ));
-        assert_eq!(a.desired().as_deref(), Some(&set(&[("10.0.0.1", None)])));
+        // Kept, and marked: in force only while the authority is fresh (`InForce`).
+        assert_eq!(a.desired().as_deref(), Some(&kept(&[("10.0.0.1", None)])));
+        assert!(!a.apply(
+            Source::Index,
+            watcher::Event::Apply(object("10.0.0.1 eth1"))
+        ));
         assert!(a.apply(
             Source::Index,
             watcher::Event::Apply(object("10.0.0.2 - - a/b"))

@@ -29,6 +29,9 @@
 //!   nftables table as data, its updates, and the [`shield::ShieldBackend`] seam (pure but
 //!   for [`shield::Shield`], which drives the backend); `nft`, the only module running
 //!   `nft`: the real shield backend.
+//! - `handover/`: planned moves keep established connections (issue 45): the nftables
+//!   tables that forward a moved IP's unknown TCP flows to the node it came from and keep
+//!   a draining IP silent. Not wired into the run loop yet (off).
 //! - `run/`: the run loop ([`run::Agent`]) wiring all of the above, generic over the
 //!   backends; `report` gathers the report the Lease carries.
 //!
@@ -44,6 +47,7 @@ pub mod aliases;
 pub mod assignments;
 pub mod config;
 pub mod desired;
+pub mod handover;
 pub mod heartbeat;
 pub mod host;
 pub mod http;

@@ -184,6 +184,8 @@ mod tests {
         let m = Metrics::new();
         m.routing.set_routing("bird", true, 1, 1);
         m.shield.set(ShieldState::Active, 0, 0, 0);
+        m.failover
+            .set_standby(crate::l2::failover::standby::Coverage::default());
         let text = m.encode().unwrap();
         let typed = |name: &str, kind: &str| text.contains(&format!("# TYPE {name} {kind}\n"));
         for name in names {

@@ -735,12 +735,20 @@ async fn a_deleted_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale
     delete().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(alias(node, "10.0.0.120").is_some());
+    let_go_once_stale_until_written_again(&mut s, "10.0.0.120").await;
+}
+
+/// The API is lost: once the agent's Lease is stale (2 s), the alias of `ip` kept for an
+/// object missing or unreadable is let go (the controller may have moved the IP), and it is
+/// not taken back when the API returns, only once the controller writes the object again.
+async fn let_go_once_stale_until_written_again(s: &mut Setup, ip: &str) {
+    let c = s.cluster.clone();
     s.relay.stop();
     let cut = Instant::now();
     eventually(
         Duration::from_secs(6),
         "the kept alias let go with stale authority",
-        async || alias(node, "10.0.0.120").is_none().then_some(()),
+        async || alias(&s.node, ip).is_none().then_some(()),
     )
     .await;
     let let_go = cut.elapsed();
@@ -759,15 +767,46 @@ async fn a_deleted_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(alias(node, "10.0.0.120").is_none(), "taken back unasked");
-    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.120"])
-        .await;
+    assert!(alias(&s.node, ip).is_none(), "taken back unasked");
+    c.assign("web", Some(s.name.as_str()), None, &[ip]).await;
     eventually(
         Duration::from_secs(5),
         "the alias assigned again",
-        async || alias(node, "10.0.0.120"),
+        async || alias(&s.node, ip),
     )
     .await;
+}
+
+/// Issue 42 item 5: an assignment object that cannot be read (an edit by hand, a bug) is
+/// treated like a missing one: the last set read is kept while the agent's Lease stays
+/// fresh, let go once it goes stale (the controller may have moved the IP meanwhile), and
+/// not taken back before the controller writes a readable object again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_assignment_keeps_the_aliases_until_the_agent_lease_goes_stale() {
+    if !require_root() {
+        return;
+    }
+    let mut s = setup("garbled", |_| {}).await;
+    let c = s.cluster.clone();
+    c.create("web").await;
+    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.130"])
+        .await;
+    let node = &s.node;
+    eventually(Duration::from_secs(5), "the alias", async || {
+        alias(node, "10.0.0.130")
+    })
+    .await;
+
+    // Garbled: kept while the Lease is fresh (three lease durations).
+    c.set_assignment_text(&s.name, "10.0.0.130 - - not a line\n")
+        .await;
+    let garbled = Instant::now();
+    while garbled.elapsed() < Duration::from_secs(6) {
+        assert!(alias(node, "10.0.0.130").is_some(), "dropped while fresh");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The API is lost: once the Lease is stale, the kept set is let go.
+    let_go_once_stale_until_written_again(&mut s, "10.0.0.130").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

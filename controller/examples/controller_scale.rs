@@ -66,12 +66,13 @@
 //! `ALIASLB_CONTROLLER_BIN` overrides the binary (default `target/release/aliaslb-controller`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{controller_binary, get, malloc_arenas, proc_kib, rss_split, start_controller};
 
 use aliaslb_controller::node_assignments;
 use aliaslb_controller::observe::service::{self, OurCondition};
@@ -698,150 +699,6 @@ fn print_requests(
     total
 }
 
-/// The value of `field` (e.g. `VmHWM`) in `/proc/PID/status`, in KiB.
-fn proc_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// The current RSS of `pid` and its two parts: the heap, stacks and other private memory
-/// (`RssAnon`), and the pages of files mapped (`RssFile`: mostly the binary's own code,
-/// clean and shared with the page cache, which a smaller binary shrinks and no data
-/// structure does).
-fn rss_split(pid: u32) -> String {
-    let mib = |field| proc_kib(pid, field).unwrap_or(0) as f64 / 1024.0;
-    format!(
-        "RSS {:.1} MiB = anonymous {:.1} + files {:.1}",
-        mib("VmRSS"),
-        mib("RssAnon"),
-        mib("RssFile") + mib("RssShmem")
-    )
-}
-
-/// GET `path` over plain HTTP/1.0: (status line, body); `None` while nothing listens.
-fn get(addr: SocketAddr, path: &str) -> Option<(String, String)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n").ok()?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    Some((head.lines().next()?.to_owned(), body.to_owned()))
-}
-
-/// glibc malloc arenas of the controller: `1`, as `manifests/controller.yaml` sets it,
-/// unless this process has `MALLOC_ARENA_MAX` (e.g. `8` to see glibc's default on 2 cores).
-fn malloc_arenas() -> String {
-    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".to_owned())
-}
-
-/// Stops the controller when the bench ends in any way: SIGTERM (so a profiler wrapping
-/// it writes its output), SIGKILL after 30 s. [`Running::kill`] stops it at once instead.
-struct Running(Option<Child>);
-
-impl Running {
-    fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-
-    /// SIGKILL and reap it: a controller that dies without stepping down (the leader
-    /// Lease still names it).
-    fn kill(mut self) {
-        if let Some(mut child) = self.0.take() {
-            if let Err(e) = child.kill() {
-                eprintln!("controller_scale: killing the controller: {e}");
-            }
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let Some(mut child) = self.0.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let end = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-/// A controller process that answered `/readyz`.
-struct Started {
-    controller: Running,
-    /// Its `/metrics`, `/healthz`, `/readyz` address.
-    addr: SocketAddr,
-    /// Just before the process was spawned.
-    started: Instant,
-    /// From spawn to the first 200 on `/readyz` (caches synced).
-    ready: Duration,
-    /// Its stderr.
-    log: PathBuf,
-}
-
-/// Spawns the controller binary with its own metrics port and log file (`which` names
-/// it), and waits for `/readyz`.
-async fn start_controller(binary: &Path, env: &TestEnv, system: &str, which: &str) -> Started {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("finding a free local port for the controller's metrics");
-    let log_path = std::env::temp_dir().join(format!(
-        "controller_scale-{}-{which}.log",
-        std::process::id()
-    ));
-    let log = std::fs::File::create(&log_path)
-        .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
-    let started = Instant::now();
-    let child = Command::new(binary)
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("POD_NAMESPACE", system)
-        // The fake agents' Leases are in the system namespace too.
-        .env("ALIASLB_AGENT_NAMESPACE", system)
-        .env("POD_NAME", IDENTITY)
-        .env("ALIASLB_METRICS_ADDR", addr.to_string())
-        .env("MALLOC_ARENA_MAX", malloc_arenas())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-    let mut controller = Running(Some(child));
-    let ready = loop {
-        if get(addr, "/readyz").is_some_and(|(status, _)| status.contains("200")) {
-            break started.elapsed();
-        }
-        if let Some(Ok(Some(status))) = controller.0.as_mut().map(Child::try_wait) {
-            panic!(
-                "the controller exited ({status}) before it was ready: see {}",
-                log_path.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    Started {
-        controller,
-        addr,
-        started,
-        ready,
-        log: log_path,
-    }
-}
-
 /// Waits until the leader Lease names [`IDENTITY`] in a version other than `not_version`
 /// (the one a killed controller left), polling every 20 ms; the moment it does. Panics
 /// after a minute (three default leader lease durations): the controller is not electing.
@@ -1126,13 +983,6 @@ fn percentiles(sorted: &[Duration]) -> String {
     )
 }
 
-fn controller_binary() -> PathBuf {
-    std::env::var_os("ALIASLB_CONTROLLER_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/aliaslb-controller"),
-        PathBuf::from,
-    )
-}
-
 fn service(name: &str) -> Service {
     fixtures::lb_service("", name)
         .meta(|m| {
@@ -1269,7 +1119,7 @@ async fn main() {
     let first_ns = Api::<Service>::namespaced(client.clone(), &namespaces[0]);
 
     // Phase 0: the floors with 0 Services: idle CPU, then latency.
-    let zero = start_controller(&binary, env, &system, "0").await;
+    let zero = start_controller(&binary, env, &system, ("controller_scale", IDENTITY, "0")).await;
     let zero_pid = zero.controller.id();
     let zero_leading = leading(&leases, None).await - zero.started;
     println!(
@@ -1435,7 +1285,7 @@ async fn main() {
         let dead_version = dead_version.clone();
         tokio::spawn(async move { leading(&leases, dead_version.as_deref()).await })
     };
-    let run = start_controller(&binary, env, &system, "n").await;
+    let run = start_controller(&binary, env, &system, ("controller_scale", IDENTITY, "n")).await;
     let (started, ready, addr) = (run.started, run.ready, run.addr);
     let pid = run.controller.id();
     let all_ip = until(&progress, &mut tick, |p| p.with_ip == n).await - started;

@@ -4,6 +4,7 @@ pub mod cli;
 pub mod config;
 pub mod context;
 pub mod fence;
+pub mod handover;
 pub mod http;
 pub mod leader;
 pub mod legacy_key;

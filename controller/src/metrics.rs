@@ -119,6 +119,77 @@ where
     }
 }
 
+/// How long the longest-waiting Service of each (pool, reason) has waited: the `since`
+/// instants are set by the pass, the ages computed at every [`Metrics::encode`] (a Service
+/// that waits causes no pass, and its age must still grow).
+#[derive(Debug)]
+struct Ages {
+    family: Replaced<AgeLabels, Gauge<f64, AtomicU64>>,
+    since: Mutex<BTreeMap<AgeLabels, Instant>>,
+}
+
+/// Labels of the waiting Services' ages.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, EncodeLabelSet)]
+struct AgeLabels {
+    /// The Services' namespace.
+    namespace: String,
+    /// Pool key in the ConfigMap (empty: none, e.g. `NoPool`).
+    pool: String,
+    /// Reason of the condition.
+    reason: &'static str,
+}
+
+impl Ages {
+    fn new() -> Self {
+        Ages {
+            family: Replaced::new(),
+            since: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn set(&self, since: BTreeMap<(String, String, &'static str), Instant>) {
+        let since = since
+            .into_iter()
+            .map(|((namespace, pool, reason), at)| {
+                (
+                    AgeLabels {
+                        namespace,
+                        pool,
+                        reason,
+                    },
+                    at,
+                )
+            })
+            .collect();
+        *self.since.lock().unwrap_or_else(|e| e.into_inner()) = since;
+    }
+
+    fn publish(&self, now: Instant) {
+        let ages: Vec<(AgeLabels, f64)> = self
+            .since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(labels, at)| {
+                (
+                    labels.clone(),
+                    now.saturating_duration_since(*at).as_secs_f64(),
+                )
+            })
+            .collect();
+        self.family.set(ages, |g, age| {
+            g.set(age);
+        });
+    }
+}
+
+/// Labels of the failing writes gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ObjectLabels {
+    /// `service` or `node_assignment`.
+    object: &'static str,
+}
+
 /// Labels of the reconcile error counter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ErrorLabels {
@@ -144,6 +215,8 @@ pub struct Metrics {
     pending: Gauge,
     pending_by_reason: Replaced<ReasonLabels, Gauge>,
     unannounced: Replaced<PoolReasonLabels, Gauge>,
+    pending_age: Ages,
+    unannounced_age: Ages,
     create_to_ip: Histogram,
     failovers: Family<CauseLabels, Counter>,
     failover_duration: Family<CauseLabels, Histogram, fn() -> Histogram>,
@@ -161,7 +234,10 @@ pub struct Metrics {
     leader: Gauge,
     agents_unobservable: Gauge,
     agents_unsupported_version: Gauge,
+    agents_ready: Gauge,
+    writes_failing: Family<ObjectLabels, Gauge>,
     address_conflicts: Gauge,
+    agent_leases_ignored: Gauge,
 }
 
 impl Default for Metrics {
@@ -215,6 +291,18 @@ impl Metrics {
             "services_unannounced",
             "Services with IPs whose aliaslb.io/Announced reason is not Announced (WaitingForAgent, Moving, NoEligibleNode, AddressConflict, AgentsUnobservable; L3 mode: PartiallyAnnounced, NotAnnounced), by pool and reason",
             unannounced.family.clone(),
+        );
+        let pending_age = Ages::new();
+        registry.register(
+            "services_pending_seconds",
+            "How long the longest-pending Service (no IP, or not every IP it asks for) of each namespace, pool and reason has been pending, in seconds, as the leader saw it (its own clock, from the first pass of its term that saw it pending)",
+            pending_age.family.family.clone(),
+        );
+        let unannounced_age = Ages::new();
+        registry.register(
+            "services_unannounced_seconds",
+            "How long the longest-unannounced Service of each namespace, pool and Announced reason (see services_unannounced) has had IPs not announced, in seconds, as the leader saw it (its own clock, from the first pass of its term that saw it so)",
+            unannounced_age.family.family.clone(),
         );
         // 250 ms .. ~17 min.
         let create_to_ip = Histogram::new(exponential_buckets(0.25, 2.0, 13));
@@ -307,6 +395,24 @@ impl Metrics {
             "Agents whose release the leader does not support (an older release line, more than one line ahead, or no or an unreadable version on their Lease): upgrade the agents first, then the controller",
             agents_unsupported_version.clone(),
         );
+        let agents_ready = Gauge::default();
+        registry.register(
+            "agents_ready",
+            "Nodes whose agent is ready as the leader sees it: its Lease renewed within its lease duration, with a valid report",
+            agents_ready.clone(),
+        );
+        let writes_failing = Family::<ObjectLabels, Gauge>::default();
+        registry.register(
+            "writes_failing",
+            "Objects whose last write failed and has not succeeded since (retried with backoff, or refused until it changes), by object: service (status, annotations), node_assignment (the ConfigMaps agents act on)",
+            writes_failing.clone(),
+        );
+        let agent_leases_ignored = Gauge::default();
+        registry.register(
+            "agent_leases_ignored",
+            "Agent Leases (aliaslb-agent-<node>) whose Node does not exist: ignored, only nodes are agents (not read; a compromised node may write them where the admission policy aliaslb-agent-own-lease is off)",
+            agent_leases_ignored.clone(),
+        );
         let address_conflicts = Gauge::default();
         registry.register(
             "controller_address_conflicts",
@@ -322,6 +428,8 @@ impl Metrics {
             pending,
             pending_by_reason,
             unannounced,
+            pending_age,
+            unannounced_age,
             create_to_ip,
             failovers,
             failover_duration,
@@ -338,7 +446,10 @@ impl Metrics {
             leader,
             agents_unobservable,
             agents_unsupported_version,
+            agents_ready,
+            writes_failing,
             address_conflicts,
+            agent_leases_ignored,
         }
     }
 
@@ -422,6 +533,18 @@ impl Metrics {
                 g.set(i64::try_from(n).unwrap_or(i64::MAX));
             },
         );
+    }
+
+    /// Since when the longest-pending Service of each (namespace, pool, reason) has been
+    /// pending; those left out disappear. Their ages are computed at every encode.
+    pub fn set_pending_since(&self, since: BTreeMap<(String, String, &'static str), Instant>) {
+        self.pending_age.set(since);
+    }
+
+    /// Since when the longest-unannounced Service of each (namespace, pool, reason) has
+    /// been unannounced; those left out disappear.
+    pub fn set_unannounced_since(&self, since: BTreeMap<(String, String, &'static str), Instant>) {
+        self.unannounced_age.set(since);
     }
 
     /// Record the time from a Service's creation to its first IP.
@@ -512,6 +635,27 @@ impl Metrics {
             .set(i64::try_from(agents).unwrap_or(i64::MAX));
     }
 
+    /// Set the number of nodes whose agent is ready.
+    pub fn set_agents_ready(&self, ready: usize) {
+        self.agents_ready
+            .set(i64::try_from(ready).unwrap_or(i64::MAX));
+    }
+
+    /// Set the number of Services and node assignments whose last write failed.
+    pub fn set_writes_failing(&self, services: usize, node_assignments: usize) {
+        for (object, n) in [("service", services), ("node_assignment", node_assignments)] {
+            self.writes_failing
+                .get_or_create(&ObjectLabels { object })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Set the number of agent Leases whose Node does not exist (ignored).
+    pub fn set_agent_leases_ignored(&self, ghosts: usize) {
+        self.agent_leases_ignored
+            .set(i64::try_from(ghosts).unwrap_or(i64::MAX));
+    }
+
     /// Set the number of addresses fenced by a LAN conflict.
     pub fn set_address_conflicts(&self, fenced: usize) {
         self.address_conflicts
@@ -520,8 +664,10 @@ impl Metrics {
 
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let now = Instant::now();
+        self.pending_age.publish(now);
+        self.unannounced_age.publish(now);
         if let Some(clock) = self.agents.get() {
-            let now = Instant::now();
             let ages: Vec<(NodeLabels, f64)> = {
                 let clock = clock.lock().unwrap_or_else(|e| e.into_inner());
                 clock
@@ -586,7 +732,10 @@ mod tests {
         m.set_leader(true);
         m.set_agents_unobservable(true);
         m.set_agents_unsupported_version(3);
+        m.set_agents_ready(3);
+        m.set_writes_failing(1, 0);
         m.set_address_conflicts(2);
+        m.set_agent_leases_ignored(3);
         let text = m.encode().unwrap();
         for want in [
             r#"aliaslb_pool_addresses{pool="team-a",family="ipv4"} 256.0"#,
@@ -614,7 +763,11 @@ mod tests {
             "aliaslb_leader 1",
             "aliaslb_agents_unobservable 1",
             "aliaslb_agents_unsupported_version 3",
+            "aliaslb_agents_ready 3",
+            r#"aliaslb_writes_failing{object="service"} 1"#,
+            r#"aliaslb_writes_failing{object="node_assignment"} 0"#,
             "aliaslb_controller_address_conflicts 2",
+            "aliaslb_agent_leases_ignored 3",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
@@ -640,6 +793,41 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#"reason="NoPool""#), "{text}");
+    }
+
+    #[test]
+    fn waiting_ages_grow_between_passes_and_go_with_their_services() {
+        let m = Metrics::new();
+        let since = Instant::now() - Duration::from_secs(90);
+        let key = |reason| ("ns-a".to_owned(), "team-a".to_owned(), reason);
+        m.set_pending_since(BTreeMap::from([(key("PoolExhausted"), since)]));
+        m.set_unannounced_since(BTreeMap::from([(key("NoEligibleNode"), since)]));
+        let age = |text: &str, series: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series))
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let pending = r#"aliaslb_services_pending_seconds{namespace="ns-a",pool="team-a",reason="PoolExhausted"}"#;
+        let dark = r#"aliaslb_services_unannounced_seconds{namespace="ns-a",pool="team-a",reason="NoEligibleNode"}"#;
+        let first = m.encode().unwrap();
+        assert!(age(&first, pending) >= 90.0, "{first}");
+        assert!(age(&first, dark) >= 90.0, "{first}");
+        std::thread::sleep(Duration::from_millis(20));
+        let later = m.encode().unwrap();
+        assert!(
+            age(&later, pending) > age(&first, pending),
+            "no pass in between, and still older:\n{first}\n{later}"
+        );
+        m.set_pending_since(BTreeMap::new());
+        let text = m.encode().unwrap();
+        assert!(
+            !text.contains("aliaslb_services_pending_seconds{"),
+            "{text}"
+        );
+        assert!(text.contains(dark), "{text}");
     }
 
     #[test]

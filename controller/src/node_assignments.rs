@@ -48,7 +48,6 @@ use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, PeerNode, Protoc
 use aliaslb_core::keys;
 use aliaslb_core::mac::{Mac, virtual_mac};
 use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
-use aliaslb_core::report::AgentReport;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -240,7 +239,7 @@ pub struct Identity {
 
 impl Identity {
     /// What `report` says of its node.
-    pub fn of(report: &AgentReport) -> Self {
+    pub fn of(report: &aliaslb_core::report::AgentReport) -> Self {
         Identity {
             key: report.key,
             macs: report.macs().collect(),
@@ -265,7 +264,7 @@ impl Identities {
     /// changed (their peers' indexes are to be written).
     pub fn update(
         &mut self,
-        reports: &BTreeMap<String, AgentReport>,
+        reports: &aliaslb_core::plan::Reports,
         now: Instant,
     ) -> BTreeSet<String> {
         let mut changed: BTreeSet<String> = self
@@ -307,7 +306,7 @@ impl Identities {
     }
 
     /// When a MAC list held back may go out (the loop must look again by then).
-    pub fn next_due(&self, reports: &BTreeMap<String, AgentReport>) -> Option<Instant> {
+    pub fn next_due(&self, reports: &aliaslb_core::plan::Reports) -> Option<Instant> {
         self.macs_changed
             .iter()
             .filter(|(node, _)| {
@@ -626,6 +625,7 @@ pub async fn apply(
 mod tests {
     use super::*;
     use aliaslb_core::plan::{ConditionPlan, PlanOutput, PortKey};
+    use aliaslb_core::report::AgentReport;
     use std::sync::Arc;
 
     fn ip(s: &str) -> IpAddr {
@@ -905,8 +905,8 @@ mod tests {
             key: Some(key),
             ..AgentReport::default()
         };
-        reports.insert("n1".to_owned(), n1);
-        reports.insert("n3".to_owned(), n3);
+        reports.insert("n1".to_owned(), Arc::new(n1));
+        reports.insert("n3".to_owned(), Arc::new(n3));
         let mut identities = Identities::default();
         let changed = identities.update(&reports, Instant::now());
         assert_eq!(changed, BTreeSet::from(["n1".to_owned(), "n3".to_owned()]));
@@ -949,10 +949,12 @@ mod tests {
     fn identities_take_a_new_key_at_once_and_a_flapping_mac_list_once_per_hold() {
         use aliaslb_core::advert::SigningKey;
         let t0 = Instant::now();
-        let report = |macs: &[&str], key| AgentReport {
-            macs: macs.iter().map(|m| m.parse().unwrap()).collect(),
-            key,
-            ..AgentReport::default()
+        let report = |macs: &[&str], key| {
+            Arc::new(AgentReport {
+                macs: macs.iter().map(|m| m.parse().unwrap()).collect(),
+                key,
+                ..AgentReport::default()
+            })
         };
         let key = Some(SigningKey::generate().unwrap().public_key());
         let mut reports = BTreeMap::from([("n1".to_owned(), report(&["02:00:00:00:00:01"], key))]);

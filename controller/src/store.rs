@@ -99,6 +99,14 @@ pub trait Record {
     fn share(&mut self, key: &ServiceKey, old: Option<&Self>) {
         let _ = (key, old);
     }
+
+    /// Whether this record says nothing `old` (the record of its key) does not: then an
+    /// update of the object changes nothing in the cache (no pass is worth it). False by
+    /// default: every update counts.
+    fn same(&self, old: &Self) -> bool {
+        let _ = old;
+        false
+    }
 }
 
 impl Record for String {}
@@ -207,6 +215,7 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
                 let record = (self.keep)(object);
                 let mut map = self.write();
                 match record {
+                    Some(record) if map.get(&key).is_some_and(|old| record.same(old)) => false,
                     Some(record) => {
                         let (key, record) = Self::file(&map, key, record);
                         map.insert(key, record);
@@ -228,6 +237,20 @@ impl<K: Resource, T: Record> RecordsWriter<K, T> {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ServiceKey, Arc<T>>> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T> Records<T> {
+    /// Replaces the record of `key` with `change(record)` when that gives one (from outside
+    /// the watch that fills the cache: another watch learned something of it). Returns
+    /// whether it did. A relist under way may bring the old record back when it ends.
+    pub fn update(&self, key: &ServiceKey, change: impl FnOnce(&T) -> Option<T>) -> bool {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let Some(new) = map.get(key).and_then(|old| change(old)) else {
+            return false;
+        };
+        map.insert(key.clone(), Arc::new(new));
+        true
     }
 }
 

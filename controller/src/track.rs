@@ -1,6 +1,6 @@
 //! What the metrics count across planner passes, from the plans the leader already has:
-//! the failovers in flight ([`Failovers`]) and the Services whose IPs are not (fully)
-//! announced ([`Unannounced`]). Pure, no I/O: the reconcile loop feeds each pass's plans
+//! the failovers in flight ([`Failovers`]), and the Services waiting: without an IP, or
+//! with IPs not (fully) announced ([`Waiting`]), and since when. Pure, no I/O: the reconcile loop feeds each pass's plans
 //! in, next to the plans of the pass before, and publishes what comes out.
 //!
 //! A **failover** is a Service's IPs leaving the node that carried them (L2 mode), by
@@ -131,41 +131,99 @@ impl Failovers {
     }
 }
 
-/// The Services with IPs whose `aliaslb.io/Announced` reason is not `Announced` (nor
-/// `TakenOver`: answered by the standby), with their
-/// pool and that reason (`WaitingForAgent`, `Moving`, `NoEligibleNode`, `AddressConflict`,
-/// `AgentsUnobservable`, L3: `PartiallyAnnounced`, `NotAnnounced`), kept from pass to pass:
-/// a narrowed pass updates the Services it re-planned, a full pass starts afresh.
+/// Why the Service of `plan` counts as not announced, if it does: the reason of its
+/// `aliaslb.io/Announced` condition when it has IPs and that reason is not `Announced`
+/// (nor `TakenOver`: answered by the standby): `WaitingForAgent`, `Moving`,
+/// `NoEligibleNode`, `AddressConflict`, `AddressDefended`, `AgentsUnobservable`, L3:
+/// `PartiallyAnnounced`, `NotAnnounced`.
+pub fn unannounced_reason(plan: &ServicePlan) -> Option<&'static str> {
+    let fine = plan.ips.is_empty()
+        || plan.announced.reason == reason::ANNOUNCED
+        || plan.announced.reason == reason::TAKEN_OVER
+        || plan.announced.reason == reason::NOT_ALLOCATED;
+    (!fine).then_some(plan.announced.reason)
+}
+
+/// One Service of [`Waiting`]: its pool, the reason, and since when it has been waiting.
+#[derive(Debug, Clone)]
+struct Wait {
+    pool: Arc<str>,
+    reason: &'static str,
+    since: Instant,
+}
+
+/// The Services in a state that must not last (without an IP; with IPs nobody announces),
+/// each with its pool, the reason and **since when**, kept from pass to pass: a narrowed
+/// pass updates the Services it re-planned ([`Waiting::set`]), a full pass replaces them
+/// all ([`Waiting::begin_full`] .. [`Waiting::end_full`]) but keeps the `since` of those
+/// still waiting, so a relist does not restart an alert's clock. A Service keeps its
+/// `since` when its reason changes (it has been waiting all along); it is counted under its
+/// latest reason. The time is the leader's own monotonic clock, from the first pass of its
+/// term that saw the Service waiting.
 #[derive(Debug, Default)]
-pub struct Unannounced {
-    /// Service -> its pool and the reason.
-    services: HashMap<ServiceKey, (Arc<str>, &'static str)>,
+pub struct Waiting {
+    services: HashMap<ServiceKey, Wait>,
+    /// During a full pass: the Services of before it, for their `since`.
+    before: Option<HashMap<ServiceKey, Wait>>,
     /// The pools' names, shared by their Services (a name per Service was a megabyte
     /// while 10,000 Services waited for their agents).
     pools: HashSet<Arc<str>>,
 }
 
-impl Unannounced {
-    /// Before a full pass: forget everything.
-    pub fn clear(&mut self) {
-        self.services.clear();
+impl Waiting {
+    /// Before a full pass: every Service is set again (or forgotten) by the pass.
+    pub fn begin_full(&mut self) {
+        let before = std::mem::take(&mut self.services);
+        self.before = Some(before);
         self.pools.clear();
     }
 
-    /// Records the new plan of the Service `key`, of pool `pool`.
-    pub fn set(&mut self, key: &ServiceKey, pool: &str, plan: &ServicePlan) {
-        // A standby's takeover is answered on the LAN: announced, not a problem to count.
-        let fine = plan.ips.is_empty()
-            || plan.announced.reason == reason::ANNOUNCED
-            || plan.announced.reason == reason::TAKEN_OVER
-            || plan.announced.reason == reason::NOT_ALLOCATED;
-        if fine {
+    /// After a full pass: what it did not set again is forgotten.
+    pub fn end_full(&mut self) {
+        self.before = None;
+    }
+
+    /// Records that the Service `key` of `pool` waits for `reason` (`None`: it does not)
+    /// as of the pass at `now`.
+    pub fn set(
+        &mut self,
+        key: &ServiceKey,
+        pool: &str,
+        reason: Option<&'static str>,
+        now: Instant,
+    ) {
+        let Some(reason) = reason else {
             self.services.remove(key);
-        } else {
-            let pool = crate::store::interned(&mut self.pools, pool);
-            self.services
-                .insert(key.clone(), (pool, plan.announced.reason));
+            return;
+        };
+        let since = self
+            .services
+            .get(key)
+            .or_else(|| self.before.as_ref()?.get(key))
+            .map_or(now, |w| w.since);
+        let pool = crate::store::interned(&mut self.pools, pool);
+        self.services.insert(
+            key.clone(),
+            Wait {
+                pool,
+                reason,
+                since,
+            },
+        );
+    }
+
+    /// Exactly `waiting` (Service, pool, reason) wait now, at `now`: a full replacement
+    /// that keeps the `since` of those that already waited.
+    pub fn replace<'a>(
+        &mut self,
+        waiting: impl IntoIterator<Item = (&'a ServiceKey, &'a str, &'static str)>,
+        now: Instant,
+    ) {
+        self.begin_full();
+        for (key, pool, reason) in waiting {
+            self.set(key, pool, Some(reason), now);
         }
+        self.end_full();
     }
 
     /// Forgets the Service `key` (deleted, or no longer ours).
@@ -176,12 +234,27 @@ impl Unannounced {
     /// The number of Services by (pool, reason).
     pub fn counts(&self) -> BTreeMap<(String, &'static str), usize> {
         let mut counts: BTreeMap<(&str, &'static str), usize> = BTreeMap::new();
-        for (pool, reason) in self.services.values() {
-            *counts.entry((pool, *reason)).or_default() += 1;
+        for w in self.services.values() {
+            *counts.entry((&w.pool, w.reason)).or_default() += 1;
         }
         counts
             .into_iter()
             .map(|((pool, reason), n)| ((pool.to_owned(), reason), n))
+            .collect()
+    }
+
+    /// Since when the longest-waiting Service of each (namespace, pool, reason) has waited.
+    pub fn oldest(&self) -> BTreeMap<(String, String, &'static str), Instant> {
+        let mut oldest: BTreeMap<(&str, &str, &'static str), Instant> = BTreeMap::new();
+        for (key, w) in &self.services {
+            oldest
+                .entry((&key.namespace, &w.pool, w.reason))
+                .and_modify(|since| *since = (*since).min(w.since))
+                .or_insert(w.since);
+        }
+        oldest
+            .into_iter()
+            .map(|((ns, pool, reason), since)| ((ns.to_owned(), pool.to_owned(), reason), since))
             .collect()
     }
 }
@@ -367,36 +440,113 @@ mod tests {
 
     #[test]
     fn unannounced_counts_by_pool_and_reason_and_forgets() {
-        let mut u = Unannounced::default();
+        let mut u = Waiting::default();
+        let now = Instant::now();
         let a = ServiceKey::new("team-a", "a");
         let b = ServiceKey::new("team-a", "b");
         let c = ServiceKey::new("team-b", "c");
-        u.set(
+        let set = |u: &mut Waiting, key: &ServiceKey, pool: &str, p: ServicePlan| {
+            u.set(key, pool, unannounced_reason(&p), now);
+        };
+        set(
+            &mut u,
             &a,
             "team-a",
-            &plan(&[IP], None, reason::PARTIALLY_ANNOUNCED),
+            plan(&[IP], None, reason::PARTIALLY_ANNOUNCED),
         );
-        u.set(
+        set(
+            &mut u,
             &b,
             "team-a",
-            &plan(&[IP], None, reason::PARTIALLY_ANNOUNCED),
+            plan(&[IP], None, reason::PARTIALLY_ANNOUNCED),
         );
-        u.set(&c, "team-b", &plan(&[IP], Some("n1"), reason::ANNOUNCED));
-        u.set(&c, "team-b", &plan(&[], None, reason::NOT_ALLOCATED));
+        set(
+            &mut u,
+            &c,
+            "team-b",
+            plan(&[IP], Some("n1"), reason::ANNOUNCED),
+        );
+        set(
+            &mut u,
+            &c,
+            "team-b",
+            plan(&[IP], Some("n2"), reason::TAKEN_OVER),
+        );
+        set(&mut u, &c, "team-b", plan(&[], None, reason::NOT_ALLOCATED));
         assert_eq!(
             u.counts(),
             BTreeMap::from([(("team-a".to_owned(), reason::PARTIALLY_ANNOUNCED), 2)])
         );
-        u.set(&a, "team-a", &plan(&[IP], None, reason::NOT_ANNOUNCED));
+        set(
+            &mut u,
+            &a,
+            "team-a",
+            plan(&[IP], None, reason::NOT_ANNOUNCED),
+        );
         u.forget(&b);
         assert_eq!(
             u.counts(),
             BTreeMap::from([(("team-a".to_owned(), reason::NOT_ANNOUNCED), 1)])
         );
-        u.set(&a, "team-a", &plan(&[IP], Some("n1"), reason::ANNOUNCED));
+        set(
+            &mut u,
+            &a,
+            "team-a",
+            plan(&[IP], Some("n1"), reason::ANNOUNCED),
+        );
         assert!(u.counts().is_empty());
-        u.set(&c, "team-b", &plan(&[IP], Some("n1"), reason::MOVING));
-        u.clear();
-        assert!(u.counts().is_empty());
+        set(
+            &mut u,
+            &c,
+            "team-b",
+            plan(&[IP], Some("n1"), reason::MOVING),
+        );
+        u.begin_full();
+        u.end_full();
+        assert!(
+            u.counts().is_empty(),
+            "a full pass that did not set it forgets it"
+        );
+    }
+
+    #[test]
+    fn waiting_keeps_since_across_reasons_and_full_passes() {
+        let mut w = Waiting::default();
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let (a, b) = (ServiceKey::new("ns", "a"), ServiceKey::new("ns", "b"));
+        w.set(&a, "pool", Some(reason::WAITING_FOR_AGENT), s(0));
+        w.set(&b, "pool", Some(reason::WAITING_FOR_AGENT), s(5));
+        w.set(&a, "pool", Some(reason::NO_ELIGIBLE_NODE), s(7));
+        let at = |reason: &'static str| ("ns".to_owned(), "pool".to_owned(), reason);
+        assert_eq!(
+            w.oldest(),
+            BTreeMap::from([
+                (at(reason::NO_ELIGIBLE_NODE), s(0)),
+                (at(reason::WAITING_FOR_AGENT), s(5)),
+            ]),
+            "a new reason keeps the Service's since"
+        );
+        // A full pass (a relist) sets a again: its clock goes on; b is gone.
+        w.begin_full();
+        w.set(&a, "pool", Some(reason::NO_ELIGIBLE_NODE), s(9));
+        w.end_full();
+        assert_eq!(
+            w.oldest(),
+            BTreeMap::from([(at(reason::NO_ELIGIBLE_NODE), s(0))])
+        );
+        // Announced, then dark again: a new clock.
+        w.set(&a, "pool", None, s(10));
+        w.set(&a, "pool", Some(reason::MOVING), s(11));
+        assert_eq!(w.oldest(), BTreeMap::from([(at(reason::MOVING), s(11))]));
+        // replace: exactly these, since kept.
+        w.replace(
+            [(&a, "pool", reason::MOVING), (&b, "pool", reason::MOVING)],
+            s(12),
+        );
+        assert_eq!(w.counts()[&("pool".to_owned(), reason::MOVING)], 2);
+        assert_eq!(w.oldest()[&at(reason::MOVING)], s(11));
+        w.replace([], s(13));
+        assert!(w.oldest().is_empty());
     }
 }

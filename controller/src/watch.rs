@@ -41,8 +41,11 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use aliaslb_core::keys;
+use kube::runtime::reflector::ObjectRef;
+
 use crate::config::ControllerConfig;
-use crate::observe::agents::AgentClock;
+use crate::observe::agents::{AgentClock, LeaseRecord};
 use crate::observe::endpoints::{self, EndpointNodes};
 use crate::observe::service::ServiceRecord;
 use crate::store::{self, Records};
@@ -63,8 +66,9 @@ pub struct Caches {
     pub services: Records<ServiceRecord>,
     /// Every Node.
     pub nodes: Store<Node>,
-    /// Leases of the agent namespace (filter with [`aliaslb_core::keys::agent_lease_node`]).
-    pub leases: Store<Lease>,
+    /// Leases of the agent namespace, as records ([`LeaseRecord`]: an agent's report read
+    /// within bounds, or nothing but the name of an agent Lease whose Node does not exist).
+    pub leases: Records<LeaseRecord>,
     /// The pool ConfigMap (zero or one object).
     pub configmap: Store<ConfigMap>,
     /// The node assignments we wrote (ConfigMaps labelled
@@ -201,23 +205,44 @@ impl Caches {
                 key: crate::observe::service::service_key,
             },
         );
+        // The Lease cache, once made: a deleted Node's agent Lease is dropped to its name.
+        let lease_cache: Arc<std::sync::OnceLock<Records<LeaseRecord>>> = Arc::default();
+        let deleted = (
+            lease_cache.clone(),
+            agents.clone(),
+            config.agent_namespace.clone(),
+        );
+        // The Node list complete (kube's `Store::wait_until_ready` wakes only one of two
+        // tasks waiting at once, and `synced` waits too).
+        let (nodes_listed, nodes_ready) = watch::channel(false);
         let nodes = spawn(
             &mut tasks,
             "Node",
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             tx.clone(),
-            |_| true,
+            move |event| {
+                if matches!(event, Event::InitDone) {
+                    nodes_listed.send_replace(true);
+                }
+                if let Event::Delete(node) = event
+                    && let (Some(cache), Some(name)) =
+                        (deleted.0.get(), node.metadata.name.as_deref())
+                {
+                    let key = ServiceKey::new(&deleted.2, &keys::agent_lease_name(name));
+                    forget_agent(cache, &deleted.1, &key);
+                }
+                true
+            },
         );
-        let clock = agents.clone();
-        let leases = spawn(
+        let leases = spawn_leases(
             &mut tasks,
-            "Lease",
             Api::<Lease>::namespaced(client.clone(), &config.agent_namespace),
-            watcher::Config::default(),
+            (nodes.clone(), nodes_ready),
+            agents.clone(),
             tx.clone(),
-            move |event| record_lease(&clock, event),
         );
+        let _ = lease_cache.set(leases.clone());
         let configmap = spawn(
             &mut tasks,
             "ConfigMap",
@@ -334,7 +359,7 @@ impl Caches {
         };
         wait_records(self.services.wait_until_ready().await, "Service")?;
         wait(self.nodes.wait_until_ready().await, "Node")?;
-        wait(self.leases.wait_until_ready().await, "Lease")?;
+        wait_records(self.leases.wait_until_ready().await, "Lease")?;
         wait(self.configmap.wait_until_ready().await, "ConfigMap")?;
         wait(
             self.assignments.wait_until_ready().await,
@@ -407,12 +432,91 @@ pub fn service_ranges(store: Option<&Store<ServiceCIDR>>) -> Vec<ipnet::IpNet> {
     crate::observe::nodes::service_ranges(cidrs.iter().map(|sc| &**sc))
 }
 
+/// Starts the watch of the agent namespace's Leases into a cache of [`LeaseRecord`]s, once
+/// the Node cache holds a complete list (`nodes`, and the flag its watch raises then: a
+/// Lease is an agent's only if its Node exists):
+/// never the Lease objects themselves, and only the name of an agent Lease whose Node does
+/// not exist. Each change goes to the agent clock too ([`record_lease`]). The list is read
+/// in pages of [`LEASE_PAGE`]: at 256 KiB a report, kube's default page of 500 Leases was
+/// 125 MiB of JSON at once (10: the controller's peak with 600 Leases at the bound is 24.5
+/// MiB, 66.6 MiB with pages of 50; BENCHMARKS, "Agent reports at their bounds").
+fn spawn_leases(
+    tasks: &mut Vec<JoinHandle<()>>,
+    api: Api<Lease>,
+    (nodes, mut nodes_ready): (Store<Node>, watch::Receiver<bool>),
+    clock: Arc<Mutex<AgentClock>>,
+    tx: Arc<watch::Sender<u64>>,
+) -> Records<LeaseRecord> {
+    let exists = {
+        let nodes = nodes.clone();
+        move |node: &str| nodes.get(&ObjectRef::new(node)).is_some()
+    };
+    // The records so far, for the keep function: an unchanged report is not read again.
+    let so_far: Arc<std::sync::OnceLock<Records<LeaseRecord>>> = Arc::default();
+    let previous = so_far.clone();
+    let keep_exists = exists.clone();
+    let (reader, mut writer) = store::records(move |lease: &Lease| {
+        let old = previous.get().and_then(|r| r.get(&lease_key(lease)?));
+        LeaseRecord::of(lease, &keep_exists, old.as_deref())
+    });
+    let _ = so_far.set(reader.clone());
+    let config = watcher::Config::default().page_size(LEASE_PAGE);
+    let make = move || watcher::watcher(api.clone(), config.clone()).modify(trim);
+    let on_event = move |event: &Event<Lease>| {
+        let changed = writer.apply(event);
+        let clock_news = record_lease(&clock, event, &exists);
+        changed || clock_news
+    };
+    let ready = async move {
+        // Without a Node list, every agent Lease would look like a ghost.
+        let _ = nodes_ready.wait_for(|listed| *listed).await;
+    };
+    spawn_driver_after(tasks, "Lease", ready, make, tx, on_event);
+    reader
+}
+
+/// Leases per page of the Lease list (see [`spawn_leases`]).
+const LEASE_PAGE: u32 = 10;
+
+/// The cache key of a Lease: namespace and name.
+fn lease_key(lease: &Lease) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        lease.metadata.namespace.as_deref().unwrap_or_default(),
+        lease.metadata.name.as_deref()?,
+    ))
+}
+
+/// A Node was deleted: its agent's Lease record keeps only its name, and the clock forgets
+/// it.
+fn forget_agent(cache: &Records<LeaseRecord>, clock: &Mutex<AgentClock>, key: &ServiceKey) {
+    if cache.update(key, LeaseRecord::ghost) {
+        clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(&key.name);
+    }
+}
+
 /// Records agent Lease changes on the local clock as they arrive; returns whether the
 /// change is worth a pass: not a renewal that changes nothing ([`AgentClock::observe`]).
-fn record_lease(clock: &Mutex<AgentClock>, event: &Event<Lease>) -> bool {
+/// The Lease of a node that does not exist (`exists`) is no agent's: the clock forgets it.
+fn record_lease(
+    clock: &Mutex<AgentClock>,
+    event: &Event<Lease>,
+    exists: impl Fn(&str) -> bool,
+) -> bool {
     let now = std::time::Instant::now();
     let mut clock = clock.lock().unwrap_or_else(|e| e.into_inner());
+    let ghost = |lease: &Lease| {
+        let name = lease.metadata.name.as_deref().unwrap_or_default();
+        keys::agent_lease_node(name)
+            .filter(|node| !exists(node))
+            .map(|_| name.to_owned())
+    };
     match event {
+        Event::Apply(lease) | Event::InitApply(lease) if let Some(name) = ghost(lease) => {
+            clock.forget(&name)
+        }
         Event::Apply(lease) => clock.observe(lease, now),
         Event::InitApply(lease) => {
             clock.observe(lease, now);
@@ -525,6 +629,21 @@ fn spawn_driver<K, S>(
     kind: &'static str,
     make: impl FnMut() -> S + Send + 'static,
     tx: Arc<watch::Sender<u64>>,
+    apply: impl FnMut(&Event<K>) -> bool + Send + 'static,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
+    spawn_driver_after(tasks, kind, std::future::ready(()), make, tx, apply);
+}
+
+/// [`spawn_driver`], the watch starting once `ready` resolves.
+fn spawn_driver_after<K, S>(
+    tasks: &mut Vec<JoinHandle<()>>,
+    kind: &'static str,
+    ready: impl std::future::Future<Output = ()> + Send + 'static,
+    make: impl FnMut() -> S + Send + 'static,
+    tx: Arc<watch::Sender<u64>>,
     mut apply: impl FnMut(&Event<K>) -> bool + Send + 'static,
 ) where
     K: Send + 'static,
@@ -534,12 +653,10 @@ fn spawn_driver<K, S>(
         let worth_a_pass = apply(&event);
         bump(&tx, &event, worth_a_pass);
     };
-    tasks.push(tokio::spawn(drive(
-        kind,
-        make,
-        AfterError::Resume,
-        on_event,
-    )));
+    tasks.push(tokio::spawn(async move {
+        ready.await;
+        drive(kind, make, AfterError::Resume, on_event).await;
+    }));
 }
 
 /// Bumps the change trigger after `event` reached its cache, when it is `worth_a_pass`

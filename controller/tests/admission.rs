@@ -1,13 +1,14 @@
-//! The optional ValidatingAdmissionPolicies of `manifests/optional/`, enforced by the real
-//! kube-apiserver of `aliaslb-testenv` (run on the newest and the oldest supported release):
-//! an agent writes only its own node's Lease, with the node taken from its real, pod-bound
-//! ServiceAccount token; a tenant cannot set the annotations only the controller writes, nor
-//! the status (RBAC); a pool ConfigMap line that is no address, CIDR or range is refused at
-//! apply time (the 1.30 variant of that policy on 1.30, the one with CEL's IP and CIDR
-//! library from 1.31 on).
+//! The ValidatingAdmissionPolicies, enforced by the real kube-apiserver of `aliaslb-testenv`
+//! (run on the newest and the oldest supported release): the agent Lease policy of
+//! `manifests/` (on by default): an agent writes only its own node's Lease, with the node
+//! taken from its real, pod-bound ServiceAccount token, also once an install made without it
+//! (as earlier releases did) is upgraded to it, its running agents' own Leases untouched; and
+//! the optional policies of `manifests/optional/`: a tenant cannot set the annotations only
+//! the controller writes, nor the status (RBAC); a pool ConfigMap line that is no address,
+//! CIDR or range is refused at apply time (the 1.30 variant of that policy on 1.30, the one
+//! with CEL's IP and CIDR library from 1.31 on).
 //!
-//! Its own test binary: the policies apply to every request of its apiserver, and the other
-//! manifest tests write agent Leases as an impersonated agent without a node.
+//! Its own test binary: the policies apply to every request of its apiserver.
 //! Needs `kubectl` on PATH and the testenv binaries.
 
 use std::path::{Path, PathBuf};
@@ -32,9 +33,25 @@ fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// The shared environment with `kubectl apply -k manifests/` and both optional policies
-/// applied, and a real kube-controller-manager running (it fills the aggregated ClusterRoles
-/// such as `edit` and gives each namespace its `default` ServiceAccount), once per test binary.
+/// The kinds of the objects an install of earlier releases did not have: the agent Lease
+/// policy and its binding, the Lease quota.
+const NEW_KINDS: [&str; 3] = [
+    "kind: ValidatingAdmissionPolicy\n",
+    "kind: ValidatingAdmissionPolicyBinding\n",
+    "kind: ResourceQuota\n",
+];
+
+/// The node whose agent runs across the upgrade, and the Lease of a node that does not
+/// exist it wrote before it (no policy stopped it then).
+const UPGRADE_NODE: &str = "adm-up";
+const FORGED_LEASE: &str = "aliaslb-agent-adm-forged";
+
+/// The shared environment, once per test binary: first `manifests/` as an earlier release
+/// installed it (without the agent Lease policy and the quota), its agent on
+/// [`UPGRADE_NODE`] writing its own Lease and a forged one; then upgraded with `kubectl apply
+/// -k manifests/`, and the optional Service annotation policy applied; a real
+/// kube-controller-manager running (it fills the aggregated ClusterRoles such as `edit`,
+/// gives each namespace its `default` ServiceAccount, and counts the Lease quota).
 async fn installed() -> &'static TestEnv {
     static CONTROLLER_MANAGER: tokio::sync::OnceCell<aliaslb_testenv::ControllerManager> =
         tokio::sync::OnceCell::const_new();
@@ -42,24 +59,53 @@ async fn installed() -> &'static TestEnv {
     CONTROLLER_MANAGER
         .get_or_init(|| async {
             let root = repo_root();
-            env.kubectl(&["apply", "-k", &root.join("manifests").display().to_string()]);
+            let manifests = root.join("manifests").display().to_string();
+            let rendered = env.kubectl(&["kustomize", &manifests]);
+            let earlier: Vec<&str> = rendered
+                .split("\n---\n")
+                .filter(|doc| !NEW_KINDS.iter().any(|kind| doc.contains(kind)))
+                .collect();
+            assert_eq!(
+                earlier.len() + NEW_KINDS.len(),
+                rendered.split("\n---\n").count(),
+                "the policy, its binding and the quota, one each"
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("earlier.yaml");
+            std::fs::write(&file, earlier.join("\n---\n")).unwrap();
+            env.kubectl(&["apply", "-f", &file.display().to_string()]);
+            let kcm = env
+                .start_controller_manager()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            // The earlier install's agent writes its own Lease, and a forged one.
             let admin = env.client().await;
+            let agent = agent_on(env, &admin, UPGRADE_NODE).await;
+            let leases = Api::<Lease>::namespaced(agent, AGENT_NAMESPACE);
+            for (name, holder) in [
+                (format!("aliaslb-agent-{UPGRADE_NODE}"), UPGRADE_NODE),
+                (FORGED_LEASE.to_owned(), "adm-forged"),
+            ] {
+                let object = lease(&name, holder);
+                settled(
+                    || leases.create(&CREATE, &object),
+                    |r| matches!(r, Err(kube::Error::Api(s)) if s.code == 403),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("before the upgrade, {name}: {e}"));
+            }
+            // The upgrade.
+            env.kubectl(&["apply", "-k", &manifests]);
             let pool_policy = if server_minor(&admin).await < 31 {
                 "pool-configmap-policy-1.30.yaml"
             } else {
                 "pool-configmap-policy.yaml"
             };
-            for policy in [
-                "agent-lease-policy.yaml",
-                "service-annotation-policy.yaml",
-                pool_policy,
-            ] {
+            for policy in ["service-annotation-policy.yaml", pool_policy] {
                 let path = root.join("manifests/optional").join(policy);
                 env.kubectl(&["apply", "-f", &path.display().to_string()]);
             }
-            env.start_controller_manager()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
+            kcm
         })
         .await;
     env
@@ -69,6 +115,39 @@ async fn installed() -> &'static TestEnv {
 async fn server_minor(client: &Client) -> u32 {
     let version = client.apiserver_version().await.unwrap();
     version.minor.trim_end_matches('+').parse().unwrap()
+}
+
+/// An install made without the agent Lease policy, upgraded (see [`installed`]): its
+/// running agent keeps renewing and releasing its own Lease, and may no longer touch the
+/// Lease of another node, which it wrote before the upgrade.
+#[tokio::test]
+async fn an_upgrade_puts_the_policy_in_force_for_running_agents() {
+    let env = installed().await;
+    let admin = env.client().await;
+    let agent = agent_on(env, &admin, UPGRADE_NODE).await;
+    let leases = Api::<Lease>::namespaced(agent, AGENT_NAMESPACE);
+    let own = format!("aliaslb-agent-{UPGRADE_NODE}");
+    let renew = Patch::Merge(json!({"spec": {"leaseDurationSeconds": 6}}));
+    let params = PatchParams::default();
+    denied_once_active(
+        LEASE_POLICY,
+        || leases.patch(FORGED_LEASE, &params, &renew),
+        || async {},
+    )
+    .await;
+    leases
+        .patch(&own, &PatchParams::default(), &renew)
+        .await
+        .expect("a running agent renews its own Lease after the upgrade");
+    denied_by(
+        LEASE_POLICY,
+        leases.delete(FORGED_LEASE, &DeleteParams::default()).await,
+    );
+    let release = Patch::Merge(json!({"spec": {"holderIdentity": null}}));
+    leases
+        .patch(&own, &PatchParams::default(), &release)
+        .await
+        .expect("and releases it");
 }
 
 /// A Node `name`, as a kubelet would register it.

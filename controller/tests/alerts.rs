@@ -2,8 +2,9 @@
 //! test rules` pass; every alert has a unit test where it fires and one where it does not;
 //! the PrometheusRule holds exactly the plain rules file; every metric the rules use that
 //! is not an agent's (`aliaslb_agent_*`, checked by the agent's own test) is registered in
-//! the controller's registry, as served on /metrics; every alert has a runbook line in
-//! docs/operations.md, "Alerts".
+//! the controller's registry, as served on /metrics; every alert has a runbook of its own
+//! (`docs/runbooks/<alert>.md`: what it means, how to confirm with `kubectl aliaslb`, how to
+//! fix), its `runbook_url` points there, and docs/operations.md's "Alerts" links each.
 //!
 //! Needs `promtool` on PATH (Debian package `prometheus`; scripts/test installs it). No
 //! API server.
@@ -79,23 +80,28 @@ fn alert_names() -> BTreeSet<String> {
         .collect()
 }
 
+/// The metric names (`aliaslb_...`) in `expr`.
+fn names_in(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("aliaslb_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
 /// The metric names (`aliaslb_...`) the rules' expressions use.
 fn metric_names() -> BTreeSet<String> {
     let file = yaml("aliaslb.rules.yaml");
-    let mut names = BTreeSet::new();
-    for rule in rules(&file) {
-        let expr = rule["expr"].as_str().expect("expr");
-        let mut rest = expr;
-        while let Some(at) = rest.find("aliaslb_") {
-            let tail = &rest[at..];
-            let end = tail
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(tail.len());
-            names.insert(tail[..end].to_owned());
-            rest = &tail[end..];
-        }
-    }
-    names
+    rules(&file)
+        .iter()
+        .flat_map(|rule| names_in(rule["expr"].as_str().expect("expr")))
+        .collect()
 }
 
 /// Whether `name` (as a query writes it) is a series of a metric in `text`, an OpenMetrics
@@ -135,6 +141,14 @@ fn served() -> String {
     m.observe_failover(Cause::Hard, Duration::from_secs(1));
     m.inc_reconcile_error("timeout");
     m.inc_agent_report_rejected("json");
+    let since = BTreeMap::from([(
+        ("default".to_owned(), "default".to_owned(), "NoEligibleNode"),
+        Instant::now(),
+    )]);
+    m.set_pending_since(since.clone());
+    m.set_unannounced_since(since);
+    m.set_agents_ready(1);
+    m.set_writes_failing(0, 0);
     let clock = Arc::new(Mutex::new(AgentClock::new(Duration::from_secs(4))));
     clock.lock().unwrap().observe(
         &Lease {
@@ -177,7 +191,7 @@ fn every_alert_is_tested_firing_and_quiet() {
         }
     }
     let alerts = alert_names();
-    assert!(alerts.len() >= 14, "{alerts:?}");
+    assert!(alerts.len() >= 20, "{alerts:?}");
     let untested =
         |seen: &BTreeSet<String>| -> Vec<String> { alerts.difference(seen).cloned().collect() };
     assert!(
@@ -239,19 +253,174 @@ fn the_name_check_sees_a_rename() {
     assert!(!exposed(&text, "aliaslb_pool_addresses_free"));
 }
 
+/// The repository's root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Where each alert's runbook is served from: its file in the repository on GitHub.
+const RUNBOOKS: &str = "https://github.com/aliaslb/aliaslb/blob/main/docs/runbooks/";
+
 #[test]
-fn every_alert_has_a_runbook_line_in_the_operations_docs() {
-    let operations = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"));
+fn every_alert_has_a_runbook_of_its_own() {
+    let file = yaml("aliaslb.rules.yaml");
+    let dir = repo().join("docs/runbooks");
+    let mut problems = Vec::new();
+    let mut urls = BTreeSet::new();
+    for rule in rules(&file) {
+        let alert = rule["alert"].as_str().expect("alert");
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_default();
+        let want = format!("{RUNBOOKS}{alert}.md");
+        if url != want {
+            problems.push(format!("{alert}: runbook_url {url:?}, not {want:?}"));
+        }
+        urls.insert(url.to_owned());
+        let path = dir.join(format!("{alert}.md"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            problems.push(format!("{alert}: no {}", path.display()));
+            continue;
+        };
+        if !text.starts_with(&format!("# {alert}\n")) {
+            problems.push(format!(
+                "{alert}: its runbook's title is not the alert's name"
+            ));
+        }
+        for section in ["## What it means", "## Confirm", "## Fix"] {
+            if !text.contains(&format!("\n{section}\n")) {
+                problems.push(format!("{alert}: no `{section}` in its runbook"));
+            }
+        }
+        if !text.contains("kubectl aliaslb ") {
+            problems.push(format!(
+                "{alert}: its runbook confirms nothing with `kubectl aliaslb`"
+            ));
+        }
+    }
+    assert_eq!(
+        urls.len(),
+        alert_names().len(),
+        "two alerts share a runbook: {urls:?}"
+    );
+    // No runbook without its alert (a renamed alert leaves none behind).
+    for entry in std::fs::read_dir(&dir).expect("docs/runbooks") {
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let alert = name.strip_suffix(".md").unwrap_or(&name);
+        if !alert_names().contains(alert) {
+            problems.push(format!("docs/runbooks/{name} has no alert"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn every_alert_is_linked_from_the_operations_docs() {
+    let operations = read(&repo().join("docs/operations.md"));
     let section = operations
         .split_once("\n## Alerts\n")
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
         .expect("docs/operations.md has an Alerts section");
     let missing: Vec<String> = alert_names()
         .into_iter()
-        .filter(|a| !section.lines().any(|l| l.contains(&format!("`{a}`"))))
+        .filter(|a| !section.contains(&format!("[`{a}`](runbooks/{a}.md)")))
         .collect();
     assert!(
         missing.is_empty(),
-        "no runbook line in docs/operations.md's Alerts for {missing:?}"
+        "docs/operations.md's Alerts does not link the runbook of {missing:?}"
+    );
+}
+
+/// Every query of the dashboard's panels (rows' panels included).
+fn dashboard_exprs(dashboard: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack: Vec<&serde_json::Value> = dashboard["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    while let Some(panel) = stack.pop() {
+        stack.extend(panel["panels"].as_array().into_iter().flatten());
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            out.extend(target["expr"].as_str().map(str::to_owned));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_alert_has_its_signal_on_the_dashboard_and_its_variables() {
+    let text = read(&monitoring().join("grafana-dashboard.json"));
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let exprs = dashboard_exprs(&dashboard);
+    let shown: BTreeSet<String> = exprs.iter().flat_map(|e| names_in(e)).collect();
+    let file = yaml("aliaslb.rules.yaml");
+    let mut missing = Vec::new();
+    for rule in rules(&file) {
+        let alert = rule["alert"].as_str().expect("alert");
+        for name in names_in(rule["expr"].as_str().expect("expr")) {
+            if name != "aliaslb_leader" && !shown.contains(&name) {
+                missing.push(format!("{alert}: {name}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "no panel shows {missing:?}");
+    // The variables, and that the panels use them.
+    let variables: BTreeSet<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for (name, used_with) in [
+        ("pool", "pool=~\"$pool\""),
+        ("namespace", "namespace=~\"$namespace\""),
+        ("node", "node=~\"$node\""),
+    ] {
+        assert!(
+            variables.contains(name),
+            "no variable {name}: {variables:?}"
+        );
+        assert!(
+            exprs.iter().any(|e| e.contains(used_with)),
+            "no panel filters by ${name}"
+        );
+    }
+    // Every agent metric a panel shows is filtered by node (the relabelled label).
+    let unfiltered: Vec<&String> = exprs
+        .iter()
+        .filter(|e| e.contains("aliaslb_agent_") && !e.contains("node=~\"$node\""))
+        .collect();
+    assert!(unfiltered.is_empty(), "{unfiltered:?}");
+}
+
+#[test]
+fn the_agent_podmonitor_labels_every_series_with_its_node() {
+    let text = read(&monitoring().join("podmonitors.yaml"));
+    let agent = text
+        .split("\n---\n")
+        .map(|doc| yaml_serde::from_str::<Value>(doc).expect("podmonitors.yaml"))
+        .find(|doc| doc["metadata"]["name"].as_str() == Some("aliaslb-agent"))
+        .expect("an aliaslb-agent PodMonitor");
+    let relabelings = &agent["spec"]["podMetricsEndpoints"][0]["relabelings"];
+    let node = relabelings
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|r| r["targetLabel"].as_str() == Some("node"))
+        .unwrap_or_else(|| panic!("no relabeling to `node`: {relabelings:?}"));
+    assert_eq!(
+        node["sourceLabels"][0].as_str(),
+        Some("__meta_kubernetes_pod_node_name")
+    );
+    // And the rules name nodes, not scrape addresses.
+    let rules = read(&monitoring().join("aliaslb.rules.yaml"));
+    assert!(
+        !rules.contains("$labels.instance"),
+        "a summary names an agent by its instance (IP:9101), not its node"
     );
 }

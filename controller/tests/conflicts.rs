@@ -16,8 +16,8 @@
 //!   Service keeps its IP and node, Announced True `AddressDefended` and one Warning Event
 //!   `AddressDefended`, both naming the MAC; with the pool option `onConflict: renumber` the
 //!   same report moves it to another IP (Warning `AddressConflict`);
-//! - the network and broadcast addresses of a subnet an agent reports are never handed out
-//!   (issue 20 item 9): the lowest free address skips them, a request for one waits with
+//! - the network and broadcast addresses of a subnet two fresh agents report are never
+//!   handed out (issue 20 item 9, issue 42): the lowest free address skips them, a request for one waits with
 //!   `SubnetAddress`, an exhausted pool's message names them, and `aliaslb status` shows
 //!   them as `subnet-address`.
 
@@ -329,7 +329,12 @@ async fn a_node_subnets_network_and_broadcast_addresses_are_never_handed_out() {
         "interfaces": [{"name": "eth1", "subnets": ["10.89.0.0/30"]}],
     })
     .to_string();
-    let _agent = c.agent_reporting(&n1, report);
+    // Two fresh agents report the subnet (one node's report alone counts only around its
+    // own Node address, issue 42).
+    let n2 = c.node("n2").await;
+    let _agent = c.agent_reporting(&n1, report.clone());
+    let _agent2 = c.agent_reporting(&n2, report);
+    c.wait_agent_leases(&[&n1, &n2]).await;
     let (_controller, _metrics) = c.start_controller();
     c.create(lb_service("a")).await;
     c.wait_ips("a", &["10.89.0.1"], SETTLE).await;
@@ -431,5 +436,65 @@ async fn pool_addresses_in_the_service_clusterip_range_are_never_handed_out() {
             "{ip} not shown as service-range:\n{table}"
         );
     }
+    c.cleanup().await;
+}
+
+/// One LAN host answering every first claim's probe (issue 42 item 4): the agent on the one
+/// node reports each address it is asked to probe as answered by the same foreign MAC (as a
+/// real agent does, and keeps reporting it while it re-probes: `LanScript::answer_probes`). The first Service is pushed
+/// at most `LAN_HOST_BOUND - 1` addresses; every later one keeps the first address it gets,
+/// not announced, with a Warning `AddressConflict` saying that the host's answers renumber
+/// nothing; every Service has an address and the pool is not walked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lan_host_answering_every_probe_pushes_allocations_a_bounded_way() {
+    use aliaslb_core::plan::LAN_HOST_BOUND;
+    let _serial = serial().await;
+    let c = Cluster::new("lan-walk").await;
+    c.set_pool(&[(c.ns.as_str(), "10.85.0.1-10.85.0.40")]).await;
+    let n1 = c.node("n1").await;
+    let (_agent, script) = c.lan_agent(&n1, MAC1);
+    {
+        let mut script = script.lock().unwrap();
+        script.hold = true;
+        script.answer_probes = Some(FOREIGN.parse().unwrap());
+    }
+    c.wait_agent_leases(&[&n1]).await;
+    let (_controller, _metrics) = c.start_controller();
+    let services = 8;
+    for i in 0..services {
+        let name = format!("s{i}");
+        c.create(lb_service(&name)).await;
+        let message = c
+            .wait_condition_where(
+                &name,
+                keys::CONDITION_ANNOUNCED,
+                reason::ADDRESS_CONFLICT,
+                |m| m.contains(FOREIGN) && m.contains("renumber no Service"),
+            )
+            .await;
+        if i == 0 {
+            eprintln!("s0: {message}");
+        }
+    }
+    let answered: Vec<IpAddr> = script.lock().unwrap().conflicts.keys().copied().collect();
+    eprintln!("answered for {} addresses: {answered:?}", answered.len());
+    assert!(
+        answered.len() < LAN_HOST_BOUND + services,
+        "the host pushed the allocations through {} addresses: {answered:?}",
+        answered.len()
+    );
+    let mut ips = std::collections::BTreeSet::new();
+    for i in 0..services {
+        let got = c.ips(&format!("s{i}")).await;
+        assert_eq!(got.len(), 1, "s{i}: {got:?}");
+        ips.insert(got[0].clone());
+        let told = warnings(&c, &format!("s{i}"), reason::ADDRESS_CONFLICT)
+            .await
+            .iter()
+            .filter(|n| n.contains("renumber no Service"))
+            .count();
+        assert_eq!(told, 1, "s{i} is told once");
+    }
+    assert_eq!(ips.len(), services, "one address each: {ips:?}");
     c.cleanup().await;
 }

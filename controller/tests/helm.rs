@@ -8,9 +8,11 @@
 //! - `helm template -n aliaslb-system` with the default values renders exactly the objects of
 //!   `kubectl kustomize manifests/` but the Namespace aliaslb-system, which is the release's
 //!   (`--create-namespace` makes it), not the chart's (same apiVersion, kind, namespace, name
-//!   and content: the chart adds no label of its own), and each optional value renders
-//!   exactly its kustomize component added to the kustomization as docs/l3-mode.md and docs/operations.md say
-//!   (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the admission policies);
+//!   and content: the chart adds no label of its own), the agent Lease policy and the Lease
+//!   quota included (on by default), each of which one value turns off, and each optional
+//!   value renders exactly its kustomize component added to the kustomization as docs/l3-mode.md
+//!   and docs/operations.md say (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the Service
+//!   annotation and pool ConfigMap policies);
 //! - the chart installs into any namespace, the agents' Leases into any other one, and names
 //!   no other; values.schema.json describes every value of values.yaml and refuses others;
 //!   the chart's README is what helm-docs writes from values.yaml;
@@ -122,10 +124,9 @@ fn render_into(ns: &str, sets: &[&str]) -> String {
 }
 
 /// The optional values, all on.
-const ALL_OPTIONS: [&str; 5] = [
+const ALL_OPTIONS: [&str; 4] = [
     "monitoring.enabled=true",
     "birdSidecar.enabled=true",
-    "admissionPolicies.agentLease.enabled=true",
     "admissionPolicies.serviceAnnotations.enabled=true",
     "admissionPolicies.poolConfigMap.enabled=true",
 ];
@@ -339,7 +340,7 @@ const CHART_FILES: [(&str, &str); 7] = [
     ("bird.conf", "manifests/optional/bird-sidecar/bird.conf"),
     (
         "agent-lease-policy.yaml",
-        "manifests/optional/agent-lease-policy.yaml",
+        "manifests/agent-lease-policy.yaml",
     ),
     (
         "pool-configmap-policy.yaml",
@@ -588,24 +589,48 @@ fn default_values_render_the_kustomization() {
     let got = objects(&render(&[]), "helm template");
     assert_eq!(
         want.len(),
-        17,
+        20,
         "the manifests' objects but the Namespace {NAMESPACE}: {:?}",
         want.keys()
     );
     assert_same_objects(&want, &got, "default values");
 }
 
+/// What is on by default can be turned off: the agent Lease policy (a server whose tokens
+/// lack the node-name extra) and the Lease quota; each value removes its objects, nothing
+/// else.
+#[test]
+fn the_defaults_that_guard_the_agent_namespace_can_be_turned_off() {
+    let all = kustomize_for_chart(&[], &[]);
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "admissionPolicies.agentLease.enabled=false",
+            &[
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            ],
+        ),
+        ("agent.leaseQuota=0", &["ResourceQuota"]),
+    ];
+    for (set, kinds) in cases {
+        let mut want = all.clone();
+        want.retain(|(_, kind, _, _), _| !kinds.contains(&kind.as_str()));
+        assert_eq!(want.len() + kinds.len(), all.len(), "{set}: {kinds:?}");
+        let got = objects(&render(&[set]), set);
+        assert_same_objects(&want, &got, set);
+    }
+}
+
 #[test]
 fn each_option_renders_its_kustomize_component() {
     let policies = [
-        "manifests/optional/agent-lease-policy.yaml",
         "manifests/optional/service-annotation-policy.yaml",
         // helm template's Kubernetes version is the newest: the 1.31+ variant.
         "manifests/optional/pool-configmap-policy.yaml",
     ];
     // What, the values set, the components added to the kustomization, the files applied.
     type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
-    let cases: [Case<'_>; 7] = [
+    let cases: [Case<'_>; 6] = [
         (
             "monitoring",
             &["monitoring.enabled=true"],
@@ -619,22 +644,16 @@ fn each_option_renders_its_kustomize_component() {
             &[],
         ),
         (
-            "agent Lease policy",
-            &["admissionPolicies.agentLease.enabled=true"],
-            &[],
-            &policies[..1],
-        ),
-        (
             "Service annotation policy",
             &["admissionPolicies.serviceAnnotations.enabled=true"],
             &[],
-            &policies[1..2],
+            &policies[..1],
         ),
         (
             "pool ConfigMap policy",
             &["admissionPolicies.poolConfigMap.enabled=true"],
             &[],
-            &policies[2..],
+            &policies[1..],
         ),
         (
             "pool ConfigMap policy on 1.30",
@@ -708,6 +727,7 @@ fn the_chart_installs_into_any_namespace() {
             {
                 "my-lb-agents"
             }
+            ("ResourceQuota", "aliaslb-agent-leases") => "my-lb-agents",
             _ => "my-lb",
         };
         if ns != want_ns {
@@ -987,7 +1007,15 @@ pools:
     .unwrap();
     let path = values.path().display().to_string();
     let chart = chart();
-    let rendered = helm_ok(&["template", RELEASE, &chart, "-f", &path]);
+    let rendered = helm_ok(&[
+        "template",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        &path,
+    ]);
     let all = objects(&rendered, "named pools");
     let cm = object(&all, "ConfigMap", NAMESPACE, "aliaslb-pools");
     let data: BTreeMap<String, String> = serde_json::from_value(cm["data"].clone()).unwrap();
@@ -1508,18 +1536,43 @@ async fn install_upgrade_uninstall() {
     };
     let chart = releases.chart.clone();
 
-    // A fresh install, into a namespace helm makes (as docs/operations.md says).
-    releases.run("install", &[RELEASE, &chart, "--create-namespace"]);
+    // A fresh install as earlier releases made it (no agent Lease policy, no Lease quota),
+    // into a namespace helm makes (as docs/operations.md says).
+    let earlier = [
+        "admissionPolicies.agentLease.enabled=false",
+        "agent.leaseQuota=0",
+    ];
+    let mut args = vec![RELEASE, chart.as_str(), "--create-namespace"];
+    for set in &earlier {
+        args.extend(["--set", set]);
+    }
+    releases.run("install", &args);
+    let (earlier_file, earlier_objects) = releases.manifest("earlier.yaml");
+    assert_same_objects(
+        &objects(&render(&earlier), "helm template"),
+        &earlier_objects,
+        "helm get manifest after install",
+    );
+    releases.assert_owned(&earlier_file, &earlier_objects);
+    // Upgraded to this release's defaults: the policy and the quota are installed.
+    releases.run("upgrade", &[RELEASE, &chart, "--reset-values"]);
     let (installed_file, installed) = releases.manifest("installed.yaml");
     assert_same_objects(
         &objects(&render(&[]), "helm template"),
         &installed,
-        "helm get manifest after install",
+        "helm get manifest after the upgrade to the defaults",
     );
+    assert_eq!(live(env, &installed_file), names(&installed), "installed");
+    for object in [
+        "validatingadmissionpolicy.admissionregistration.k8s.io/aliaslb-agent-own-lease",
+        "resourcequota/aliaslb-agent-leases",
+    ] {
+        assert!(names(&installed).contains(object), "{object} installed");
+    }
     releases.assert_owned(&installed_file, &installed);
 
-    // Upgrade: a new image tag, one more pool address, the BIRD sidecar and the admission
-    // policies on (the apiserver compiles their CEL).
+    // Upgrade: a new image tag, one more pool address, the BIRD sidecar and the optional
+    // admission policy on (the apiserver compiles their CEL).
     let upgrade = releases.dir.path().join("upgrade.yaml");
     std::fs::write(
         &upgrade,
@@ -1603,7 +1656,7 @@ async fn install_upgrade_uninstall() {
 
     let history: Value =
         serde_json::from_str(&releases.run("history", &[RELEASE, "-o", "json"])).unwrap();
-    assert_eq!(history.as_array().map(Vec::len), Some(4), "{history}");
+    assert_eq!(history.as_array().map(Vec::len), Some(5), "{history}");
 
     releases.uninstall(&installed_file);
 

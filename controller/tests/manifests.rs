@@ -6,21 +6,21 @@
 //!
 //! Needs `kubectl` on PATH (it is what users install with) and the testenv binaries.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use aliaslb_controller::config::Flags;
 use aliaslb_core::pool::PoolConfig;
-use aliaslb_testenv::{TestEnv, fixtures};
+use aliaslb_testenv::{TestEnv, TokenBinding, fixtures};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -111,6 +111,37 @@ async fn check_access(client: &Client, who: &str, cases: &[Case]) {
     assert!(wrong.is_empty(), "RBAC mismatches:\n{}", wrong.join("\n"));
 }
 
+/// A client with the ServiceAccount token of an agent pod on Node `node` (both made here; no
+/// kubelet runs the pod, only its token matters), as the DaemonSet's agent there has.
+async fn agent_pod_client(env: &TestEnv, node: &str) -> Client {
+    let admin = env.client().await;
+    let made: Node = serde_json::from_value(json!({"metadata": {"name": node}})).unwrap();
+    match Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &made)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("creating Node {node}: {e}"),
+    }
+    let name = format!("aliaslb-agent-{node}");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": AGENT_SA,
+            "containers": [{"name": "agent", "image": IMAGE}],
+        },
+    }))
+    .unwrap();
+    let pods = Api::<Pod>::namespaced(admin, NAMESPACE);
+    if pods.get_opt(&name).await.unwrap().is_none() {
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    env.token_client(NAMESPACE, AGENT_SA, Some(TokenBinding::Pod(&name)))
+        .await
+}
+
 const READ: &[&str] = &["get", "list", "watch"];
 const ALL_WRITES: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
 const SYS: Option<&str> = Some(NAMESPACE);
@@ -137,6 +168,7 @@ async fn every_manifest_is_created() {
         "namespace/aliaslb-agents",
         "namespace/aliaslb-system",
         "poddisruptionbudget.policy/aliaslb-controller",
+        "resourcequota/aliaslb-agent-leases",
         "role.rbac.authorization.k8s.io/aliaslb-agent",
         "role.rbac.authorization.k8s.io/aliaslb-agent-assignments",
         "role.rbac.authorization.k8s.io/aliaslb-controller",
@@ -147,6 +179,8 @@ async fn every_manifest_is_created() {
         "rolebinding.rbac.authorization.k8s.io/aliaslb-controller",
         "serviceaccount/aliaslb-agent",
         "serviceaccount/aliaslb-controller",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/aliaslb-agent-own-lease",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/aliaslb-agent-own-lease",
     ];
     assert_eq!(names, want);
     let client = env.client().await;
@@ -611,7 +645,11 @@ async fn controller_really_writes_status_and_reads_only_its_pools() {
 async fn agent_cannot_write_services_but_keeps_its_lease() {
     let env = installed();
     let (ns, _) = lb_service(env, "rbac-agent").await;
-    let client = env.service_account_client(NAMESPACE, AGENT_SA).await;
+    // The Lease quota of manifests/ is counted by kube-controller-manager (the apiserver
+    // refuses a Lease while the quota has no usage yet), and the agent Lease policy wants a
+    // token bound to the agent's node: as the DaemonSet's pod on node rbac-node has.
+    let _kcm = env.start_controller_manager().await.unwrap();
+    let client = agent_pod_client(env, "rbac-node").await;
     let services = Api::<Service>::namespaced(client.clone(), &ns);
 
     assert!(is_forbidden(services.get("web").await));
@@ -636,7 +674,15 @@ async fn agent_cannot_write_services_but_keeps_its_lease() {
         "spec": {"holderIdentity": "rbac-node", "leaseDurationSeconds": 4},
     }))
     .unwrap();
-    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while let Err(e) = leases.create(&PostParams::default(), &lease).await {
+        // Until the quota controller counted the namespace, and the policy is compiled.
+        assert!(
+            std::time::Instant::now() < deadline,
+            "creating its Lease: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let renew = Patch::Merge(json!({"spec": {"leaseDurationSeconds": 5}}));
     leases
         .patch(name, &PatchParams::default(), &renew)
@@ -943,4 +989,148 @@ fn dockerfile_copies_real_binaries() {
             );
         }
     }
+}
+
+/// One grant: ServiceAccount, where (`cluster` or a namespace), resource, the one name it is
+/// limited to (`resourceNames`), verb.
+type Grant = (String, String, String, Option<String>, String);
+
+/// The grants of the Roles and ClusterRoles of `manifests/`, through their bindings.
+fn manifest_grants() -> BTreeSet<Grant> {
+    let mut roles: BTreeMap<(String, String), Vec<serde_json::Value>> = BTreeMap::new();
+    let mut bindings = Vec::new();
+    for file in [
+        "manifests/controller-rbac.yaml",
+        "manifests/agent-rbac.yaml",
+    ] {
+        for doc in yaml_serde::Deserializer::from_str(&read(file)) {
+            let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+            let scope = value["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("cluster")
+                .to_owned();
+            let name = value["metadata"]["name"].as_str().unwrap().to_owned();
+            match kind.as_str() {
+                "Role" | "ClusterRole" => {
+                    let rules = value["rules"].as_array().cloned().unwrap_or_default();
+                    roles.insert((scope, name), rules);
+                }
+                "RoleBinding" | "ClusterRoleBinding" => bindings.push((scope, value)),
+                _ => {}
+            }
+        }
+    }
+    let mut grants = BTreeSet::new();
+    for (scope, binding) in bindings {
+        let role = binding["roleRef"]["name"].as_str().unwrap().to_owned();
+        let rules = &roles[&(scope.clone(), role)];
+        for subject in binding["subjects"].as_array().unwrap() {
+            let account = subject["name"].as_str().unwrap();
+            for rule in rules {
+                let list = |key: &str| -> Vec<String> {
+                    rule[key]
+                        .as_array()
+                        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+                        .unwrap_or_default()
+                };
+                let names: Vec<Option<String>> = match list("resourceNames") {
+                    names if names.is_empty() => vec![None],
+                    names => names.into_iter().map(Some).collect(),
+                };
+                for resource in list("resources") {
+                    for name in &names {
+                        for verb in list("verbs") {
+                            grants.insert((
+                                account.to_owned(),
+                                scope.clone(),
+                                resource.clone(),
+                                name.clone(),
+                                verb,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// The grants the RBAC table of docs/security.md states: rows `| ServiceAccount | where | resources:
+/// verbs |` (an empty ServiceAccount cell continues the row above), the last cell entries
+/// `resources: verbs` separated by `; `, a resource limited to one name written
+/// ``secrets `name` ``; text in parentheses is commentary.
+fn security_docs_grants() -> BTreeSet<Grant> {
+    let docs = read("docs/security.md");
+    let header = "| ServiceAccount | where | resources: verbs |";
+    let table = docs
+        .split_once(header)
+        .expect("the RBAC table of docs/security.md")
+        .1;
+    let mut grants = BTreeSet::new();
+    let mut account = String::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 3, "{row}");
+        if !cells[0].is_empty() {
+            account = cells[0].to_owned();
+        }
+        // Commentary in parentheses is left out (it never holds `;` or `:`).
+        let mut text = String::new();
+        let mut depth = 0;
+        for c in cells[2].chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                c if depth == 0 => text.push(c),
+                _ => {}
+            }
+        }
+        for entry in text.split(';') {
+            let (resources, verbs) = entry
+                .split_once(':')
+                .unwrap_or_else(|| panic!("`resources: verbs` in {entry:?} ({row})"));
+            for resource in resources.split(',') {
+                let resource = resource.trim();
+                let (resource, name) = match resource.split_once(' ') {
+                    Some((r, n)) => (r, Some(n.trim().trim_matches('`').to_owned())),
+                    None => (resource, None),
+                };
+                for verb in verbs.split(',') {
+                    grants.insert((
+                        account.clone(),
+                        cells[1].to_owned(),
+                        resource.to_owned(),
+                        name.clone(),
+                        verb.trim().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// Issue 42 item 6: every row of docs/security.md's RBAC table is true, and it leaves nothing out
+/// (the API group aside).
+#[test]
+fn the_security_docs_rbac_table_is_the_manifests_rbac() {
+    let (manifests, docs) = (manifest_grants(), security_docs_grants());
+    let text = |g: &Grant| {
+        let name =
+            g.3.as_deref()
+                .map(|n| format!(" `{n}`"))
+                .unwrap_or_default();
+        format!("{} in {}: {}{name} {}", g.0, g.1, g.2, g.4)
+    };
+    let missing: Vec<String> = manifests.difference(&docs).map(text).collect();
+    let untrue: Vec<String> = docs.difference(&manifests).map(text).collect();
+    assert!(
+        missing.is_empty() && untrue.is_empty(),
+        "docs/security.md's RBAC table leaves out:\n  {}\nand states what manifests/ do not grant:\n  {}",
+        missing.join("\n  "),
+        untrue.join("\n  ")
+    );
+    assert!(manifests.len() > 30, "{manifests:?}");
 }

@@ -331,9 +331,9 @@ fn the_release_manifests_are_the_kustomizations_with_the_image_pinned() {
     };
     assert_eq!(rule(&monitoring), rule(&component), "the same alert rules");
     let policies = objects(&file("aliaslb-admission-policies.yaml"));
-    let mut want_policies = objects(&read("manifests/optional/agent-lease-policy.yaml"));
+    let mut want_policies = objects(&read("manifests/optional/service-annotation-policy.yaml"));
     want_policies.extend(objects(&read(
-        "manifests/optional/service-annotation-policy.yaml",
+        "manifests/optional/pool-configmap-policy.yaml",
     )));
     assert_same(&policies, &want_policies, "aliaslb-admission-policies.yaml");
 }
@@ -386,7 +386,7 @@ fn krew_installs_the_cli_from_the_plugin_manifest() {
         .arg("--archive")
         .arg(&archive)
         .env("KREW_ROOT", &root));
-    let version = run(Command::new(root.join("bin/kubectl-aliaslb")).arg("version"));
+    let version = run(Command::new(root.join("bin/kubectl-aliaslb")).args(["version", "--client"]));
     assert!(
         version.starts_with(&format!("aliaslb {}\n", env!("CARGO_PKG_VERSION"))),
         "{version}"

@@ -119,12 +119,13 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
         let mut agents = BTreeMap::new();
         for (name, annotation) in names.iter().zip(pass) {
             let lease = lease(name, annotation.clone());
-            let ((ready, report), error) = agents::agent_view(&lease, Freshness::Fresh);
+            let record = agents::LeaseRecord::of(&lease, |_| true, None).unwrap();
+            let (_, (ready, report), error) = record.agent_view(Freshness::Fresh).unwrap();
             if let Some(error) = &error {
                 // Not read: counts for nothing.
                 prop_assert_eq!(ready, Freshness::Lost);
-                prop_assert_eq!(&report, &AgentReport::default());
-                prop_assert!(!error.to_string().is_empty());
+                prop_assert_eq!(&*report, &AgentReport::default());
+                prop_assert!(!error.message.is_empty());
             } else {
                 prop_assert_eq!(ready, Freshness::Fresh);
                 for c in &report.conflicts {
@@ -134,7 +135,7 @@ fn check(passes: &[Pass], requests: &[String]) -> Result<(), TestCaseError> {
             agents.insert((*name).to_owned(), (ready, report));
         }
         let node_states = nodes::node_states(&nodes, &agents);
-        let reports: BTreeMap<String, AgentReport> = agents
+        let reports: aliaslb_core::plan::Reports = agents
             .iter()
             .map(|(n, (_, r))| (n.clone(), r.clone()))
             .collect();

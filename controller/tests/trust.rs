@@ -697,9 +697,21 @@ async fn a_tenant_cannot_steer_a_service_without_eligible_node() {
     // A node that never had an agent.
     let n2 = c.node("n2").await;
     let agent = c.fake_agent(&n1);
-    // An agent on no Node keeps the controller seeing: without it, the only agent
-    // stopping would be blindness (every assignment kept), not the loss of n1.
-    let _witness = c.fake_agent(&format!("{}-witness", c.ns));
+    // Another agent keeps the controller seeing: without it, the only agent stopping would
+    // be blindness (every assignment kept), not the loss of n1. Its Node exists (only
+    // nodes are agents) and is excluded from load balancing, so it carries nothing.
+    let witness = c.node("witness").await;
+    Api::<Node>::all(c.client.clone())
+        .patch(
+            &witness,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                keys::LABEL_EXCLUDE_FROM_LB: "true"
+            }}})),
+        )
+        .await
+        .unwrap();
+    let _witness = c.fake_agent(&witness);
     let trusted = Trusted::start(&c).await;
     let (_controller, _metrics) = c.start_controller();
     create_as(&tenant, lb_service("web")).await;
@@ -1269,5 +1281,339 @@ async fn a_service_with_too_many_ports_waits_and_stops_no_other() {
     c.wait_ips("web", &["10.90.0.1"], SETTLE).await;
     announced(&c, "web", "Announced").await;
     assert!(c.ips("huge").await.is_empty());
+    c.cleanup().await;
+}
+
+/// A node's word never renumbers a Service (issue 42 item 1), against the real API server:
+/// node n2's kubelet writes the address a Service holds into its Node's status, and its
+/// agent reports an interface on the /30 around it (anchored by that very address), whose
+/// network and broadcast addresses two more Services hold. All three keep their addresses
+/// (sampled throughout), each with a Warning `NodeClaim` naming n2 and what it claimed and
+/// IPAllocated True `NodeClaim`; a new Service gets none of them, and an address let go
+/// while n2 claims it is not handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_word_never_renumbers_a_service() {
+    use aliaslb_core::report::{AgentReport, InterfaceReport, REPORT_VERSION};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial().await;
+    let c = Cluster::new("node-word").await;
+    // a .4 (the /30's network address), b .5 (n2's new ExternalIP), x .6, d .7 (broadcast).
+    c.set_pool(&[(c.ns.as_str(), "10.86.0.4-10.86.0.9")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    let claims = Arc::new(AtomicBool::new(false));
+    let agent = |node: &str, subnet: &'static str, claims: Option<Arc<AtomicBool>>| {
+        let assignments = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+        let node_name = node.to_owned();
+        c.agent_with(node, move || {
+            let assignments = assignments.clone();
+            let node = node_name.clone();
+            let claims = claims.clone();
+            async move {
+                let held = support::assigned_ips(&assignments, &node).await;
+                let mut subnets = vec![subnet.parse().unwrap()];
+                if claims.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                    subnets.push("10.86.0.4/30".parse().unwrap());
+                }
+                AgentReport {
+                    version: REPORT_VERSION,
+                    held,
+                    interfaces: vec![InterfaceReport {
+                        name: "eth1".into(),
+                        subnets,
+                        mac: None,
+                        addresses: Vec::new(),
+                    }],
+                    ..AgentReport::default()
+                }
+                .to_json()
+            }
+        })
+    };
+    // Both nodes on the /24 around the pool (whose edges the pool does not list).
+    let _a1 = agent(&n1, "10.86.0.0/24", None);
+    let _a2 = agent(&n2, "10.86.0.0/24", Some(claims.clone()));
+    c.wait_agent_leases(&[&n1, &n2]).await;
+    let config = aliaslb_controller::config::ControllerConfig {
+        hold_released: Duration::ZERO,
+        ..c.config()
+    };
+    let (_controller, _metrics) = c.start_controller_with(config);
+    for (name, ip) in [
+        ("a", "10.86.0.4"),
+        ("b", "10.86.0.5"),
+        ("x", "10.86.0.6"),
+        ("d", "10.86.0.7"),
+    ] {
+        c.create(lb_service(name)).await;
+        c.wait_ips(name, &[ip], SETTLE).await;
+    }
+
+    // n2 claims: its kubelet writes .5, its agent reports the /30 (anchored by .5).
+    c.set_node_addresses(&n2, &[("InternalIP", "10.86.0.5")])
+        .await;
+    claims.store(true, Ordering::SeqCst);
+    let held = [("a", "10.86.0.4"), ("b", "10.86.0.5"), ("d", "10.86.0.7")];
+    let until = Instant::now() + 3 * support::AGENT_LEASE;
+    while Instant::now() < until {
+        for (name, ip) in held {
+            assert_eq!(
+                c.ips(name).await,
+                [ip],
+                "{name} was renumbered by node {n2}'s word"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (name, ip, what) in [
+        ("a", "10.86.0.4", "network address of subnet 10.86.0.4/30"),
+        ("b", "10.86.0.5", "InternalIP"),
+        ("d", "10.86.0.7", "broadcast address of subnet 10.86.0.4/30"),
+    ] {
+        let message = c
+            .wait_condition_where(name, keys::CONDITION_IP_ALLOCATED, "NodeClaim", |m| {
+                m.contains(ip) && m.contains(&n2) && m.contains(what)
+            })
+            .await;
+        eprintln!("{name}: IPAllocated NodeClaim: {message}");
+        eventually(
+            SETTLE,
+            &format!("a NodeClaim Warning on {name}"),
+            async || {
+                c.events(&c.ns, name).await.iter().any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("NodeClaim")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains(ip) && n.contains(&n2) && n.contains(what))
+                })
+            },
+        )
+        .await;
+    }
+    // A new Service gets none of the claimed addresses.
+    c.create(lb_service("e")).await;
+    c.wait_ips("e", &["10.86.0.8"], SETTLE).await;
+    // b goes: its address stays out of use while n2 lists it.
+    c.delete("b").await;
+    c.create(lb_service("f")).await;
+    c.wait_ips("f", &["10.86.0.9"], SETTLE).await;
+    c.create(lb_service("g")).await;
+    let message = c
+        .wait_condition_where("g", keys::CONDITION_IP_ALLOCATED, "PoolExhausted", |m| {
+            m.contains("10.86.0.5 is the InternalIP of node")
+        })
+        .await;
+    eprintln!("g: {message}");
+    c.cleanup().await;
+}
+
+/// What a [`keeping_agent`] reported: the IPs it holds now, and when each was last let go.
+#[derive(Debug, Default)]
+struct Kept {
+    held: std::collections::BTreeSet<IpAddr>,
+    released_at: BTreeMap<IpAddr, Instant>,
+}
+
+/// A fake agent for `node` that acts as a real one on a missing assignment object: it holds
+/// what its objects list, and keeps the last set read while they are missing (its Lease
+/// fresh). Records when it lets go of each IP (just before the Lease write that says so).
+fn keeping_agent(c: &Cluster, node: &str) -> (Task, Arc<Mutex<Kept>>) {
+    use aliaslb_core::report::{AgentReport, REPORT_VERSION};
+    let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    let kept: Arc<Mutex<Kept>> = Arc::default();
+    let (state, name) = (kept.clone(), node.to_owned());
+    let task = c.agent_with(node, move || {
+        let (api, state, name) = (api.clone(), state.clone(), name.clone());
+        async move {
+            let read = support::read_assignment(&api, &name).await;
+            let mut s = state.lock().unwrap();
+            if let Some(assignments) = read {
+                let now: std::collections::BTreeSet<IpAddr> = assignments.held_ips().collect();
+                for ip in s.held.difference(&now).copied().collect::<Vec<_>>() {
+                    s.released_at.insert(ip, Instant::now());
+                }
+                s.held = now;
+            }
+            AgentReport {
+                version: REPORT_VERSION,
+                held: s.held.clone(),
+                ..AgentReport::default()
+            }
+            .to_json()
+        }
+    });
+    (task, kept)
+}
+
+/// No double holder across a leader change with an assignment object missing (issue 42
+/// item 5): node n1 holds four Services' IPs, n2 carries nothing; n1's objects are deleted
+/// while no controller runs, and its agent keeps holding them (its Lease is fresh). The next
+/// leader has no trusted node for them, and two equally loaded nodes: it must not give any
+/// of them to n2 before n1's agent lets go. Every version of every assignment object is
+/// recorded (`Trusted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_double_holder_across_a_leader_change_with_an_assignment_object_missing() {
+    let _serial = serial().await;
+    let c = Cluster::new("object-missing").await;
+    c.set_pool(&[(c.ns.as_str(), "10.84.0.1-10.84.0.8")]).await;
+    let n1 = c.node("n1").await;
+    let n2 = c.node("n2").await;
+    // Only n1's agent runs at first: it gets every Service.
+    let (_k1, kept) = keeping_agent(&c, &n1);
+    c.wait_agent_leases(&[&n1]).await;
+    let trusted = Trusted::start(&c).await;
+    let (controller, _metrics) = c.start_controller();
+    let names = ["s1", "s2", "s3", "s4"];
+    for name in names {
+        c.create(lb_service(name)).await;
+    }
+    for name in names {
+        announced(&c, name, "Announced").await;
+    }
+    let mut ips = Vec::new();
+    for name in names {
+        ips.push(ip_of(&c, name).await);
+    }
+    let (holder, other) = (n1.clone(), n2.clone());
+    // n2's agent starts: as eligible as n1, and carrying nothing.
+    let (_k2, _) = keeping_agent(&c, &n2);
+    c.wait_agent_leases(&[&n2]).await;
+
+    // No controller; the holder's objects are deleted (by hand, a prune); its agent keeps.
+    drop(controller);
+    let api = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
+    let label = format!(
+        "{}={}",
+        keys::LABEL_ASSIGNMENT_NODE,
+        keys::assignment_node_label(&holder)
+    );
+    api.delete_collection(&Default::default(), &ListParams::default().labels(&label))
+        .await
+        .unwrap();
+    tokio::time::sleep(2 * support::AGENT_RENEW).await;
+    assert!(
+        ips.iter().all(|ip| kept.lock().unwrap().held.contains(ip)),
+        "the holder's agent keeps its set"
+    );
+    let mark = trusted.mark().await;
+
+    // The next leader.
+    let (_controller, _metrics) = c.start_controller();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let mut states = Vec::new();
+        for name in names {
+            states.push((name, c.condition(name, keys::CONDITION_ANNOUNCED).await));
+        }
+        if states
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|(_, r, _)| r == "Announced"))
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let n1_lines = c.assignment_data(&n1).await;
+            let n2_lines = c.assignment_data(&n2).await;
+            panic!(
+                "not announced again: {states:?}\nn1 {n1_lines:?}\nn2 {n2_lines:?}\nkept {:?}",
+                kept.lock().unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(support::AGENT_LEASE).await;
+    let mut wrong = Vec::new();
+    for v in trusted.since(mark).iter().filter(|v| v.node == other) {
+        for ip in &ips {
+            if !v
+                .assignments
+                .as_ref()
+                .is_some_and(|a| a.ips.contains_key(ip))
+            {
+                continue;
+            }
+            let released = kept.lock().unwrap().released_at.get(ip).copied();
+            if released.is_none_or(|at| at > v.received) {
+                wrong.push(format!(
+                    "{ip} assigned to {other} at {:?} while {holder}'s agent held it (let go {:?})",
+                    v.received.duration_since(mark),
+                    released.map(|at| at.duration_since(mark)),
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "double holder:\n{}", wrong.join("\n"));
+    c.cleanup().await;
+}
+
+/// Only nodes are agents (issue 42 item 2): a Lease `aliaslb-agent-<x>` whose Node `<x>`
+/// does not exist (written by a compromised node where the admission policy is off) is
+/// ignored: its MAC reaches no node's assignment object, it is counted in
+/// `aliaslb_agent_leases_ignored`; once a Node of that name exists, its renewals make it an
+/// agent like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_a_node_that_does_not_exist_is_ignored() {
+    let _serial = serial().await;
+    let c = Cluster::new("ghost").await;
+    c.set_pool(&[(c.ns.as_str(), "10.83.0.1-10.83.0.4")]).await;
+    let n1 = c.node("n1").await;
+    let _a1 = c.fake_agent(&n1);
+    // The ghost: a copy of a real report with a MAC of its own, holding a pool address.
+    let ghost = format!("{}-ghost", c.ns);
+    const GHOST_MAC: &str = "02:00:00:00:0e:0e";
+    let report = serde_json::json!({
+        "version": 1,
+        "interfaces": [{"name": "eth1", "subnets": ["10.83.0.0/24"], "mac": GHOST_MAC}],
+        "held": ["10.83.0.1"],
+        "macs": [GHOST_MAC],
+    })
+    .to_string();
+    let _ghost_agent = c.agent_reporting(&ghost, report);
+    c.wait_agent_leases(&[&n1, &ghost]).await;
+    let (_controller, metrics) = c.start_controller();
+    c.create(lb_service("web")).await;
+    announced(&c, "web", "Announced").await;
+    eventually(SETTLE, "the ghost counted", async || {
+        support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("1")
+    })
+    .await;
+    let macs = c
+        .assignment_data(&n1)
+        .await
+        .get(keys::NODE_MACS_KEY)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !macs.contains(GHOST_MAC),
+        "a ghost's MAC in {n1}'s index: {macs:?}"
+    );
+    // A ghost's held address is nothing: the pool's first address went to web.
+    assert_eq!(c.ips("web").await, ["10.83.0.1"]);
+
+    // A Node of that name appears: its Lease, renewed, is an agent's.
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": ghost},
+    }))
+    .unwrap();
+    Api::<Node>::all(c.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    eventually(SETTLE, "no ghost left", async || {
+        support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("0")
+    })
+    .await;
+    eventually(SETTLE, "its MAC listed once it is a node", async || {
+        c.assignment_data(&n1)
+            .await
+            .get(keys::NODE_MACS_KEY)
+            .is_some_and(|m| m.contains(GHOST_MAC))
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .delete(&ghost, &Default::default())
+        .await
+        .unwrap();
     c.cleanup().await;
 }

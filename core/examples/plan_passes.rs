@@ -36,7 +36,7 @@ struct World {
     config: PoolConfig,
     services: Vec<Arc<ServiceView>>,
     nodes: Vec<NodeState>,
-    agents: BTreeMap<String, AgentReport>,
+    agents: aliaslb_core::plan::Reports,
     lingering: BTreeSet<IpAddr>,
     node_addresses: BTreeMap<IpAddr, NodeAddress>,
     local: BTreeMap<ServiceKey, BTreeSet<String>>,
@@ -152,7 +152,9 @@ fn settle(world: &mut World) -> (Planner, Option<(IpAddr, ServiceKey)>) {
         if let Some((ip, _)) = &spare {
             report.held.remove(ip);
         }
-        world.agents.insert(node.name.to_string(), report);
+        world
+            .agents
+            .insert(node.name.to_string(), std::sync::Arc::new(report));
     }
     let services = world.services.clone();
     planner.plan(&world.inputs(&services));
@@ -244,7 +246,7 @@ fn main() {
             ..Changes::default()
         };
         for _ in 0..rounds {
-            if let Some(r) = w.agents.get_mut("node-0") {
+            if let Some(r) = w.agents.get_mut("node-0").map(std::sync::Arc::make_mut) {
                 r.held.insert(ip);
             }
             let started = Instant::now();
@@ -254,7 +256,7 @@ fn main() {
                 out.services[&key].announced.status,
                 "{key} is announced now"
             );
-            if let Some(r) = w.agents.get_mut("node-0") {
+            if let Some(r) = w.agents.get_mut("node-0").map(std::sync::Arc::make_mut) {
                 r.held.remove(&ip);
             }
             planner.plan_changes(&w.inputs(&[]), &nodes);

@@ -52,7 +52,26 @@
 //! the peers' MACs. A node's key or MACs changing rewrites its peers' indexes only. (The
 //! index of earlier releases listed every node's MACs under [`crate::keys::NODE_MACS_KEY`],
 //! one `MAC NODE` line each; still read.) A line format rather than JSON: ~45 bytes an IP,
-//! so a shard of 512 lines is ~25 KB. Pure: render and parse only.
+//! so a shard of 512 lines is ~25 KB.
+//!
+//! The index's key [`crate::keys::HANDOVERS_KEY`] lists the node's **handovers**, the IPs
+//! of a planned move still in its drain window (README, "Planned moves keep established
+//! connections"), one line each:
+//!
+//! ```text
+//! 192.168.55.10 tcp:80,tcp:443 forward=alb-node-1@192.168.55.101
+//! 192.168.55.11 tcp:5432 draining
+//! ```
+//!
+//! IP, the Service TCP ports on it (`-`: none), then what this node does for it:
+//! `forward=NODE@ADDRESS`, the packets of TCP flows this node does not know, sent to one
+//! of those ports, go to that node (the one the IP came from), whose conntrack still
+//! carries them; `draining`, this node carried the IP and left it in a planned move: its
+//! established flows are being served through the new holder until the window ends (the
+//! agent counts those still open then). A node can be both (a move within the window of
+//! an earlier one). An agent older than handovers does not read the key: it neither
+//! forwards nor counts, and misreads nothing. At most [`MAX_HANDOVERS`] lines. Pure:
+//! render and parse only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
@@ -192,6 +211,8 @@ pub struct NodeAssignments {
     pub node_macs: BTreeMap<Mac, String>,
     /// The node's LAN peers, by name.
     pub peers: BTreeMap<String, PeerNode>,
+    /// The IPs of a planned move in its drain window and what this node does for them.
+    pub handovers: BTreeMap<IpAddr, Handover>,
 }
 
 /// A node this node exchanges fast-failover adverts or acks with, as its index lists it
@@ -206,6 +227,41 @@ pub struct PeerNode {
     /// On a holder's line in its relay's index: the standbys this node forwards that
     /// holder's adverts to, at these addresses.
     pub relay_to: BTreeSet<Peer>,
+}
+
+/// The most handover lines one node's index lists (~50 bytes each: about 200 KB): a planned
+/// move of more IPs onto one node within one window keeps the established connections of
+/// this many of them (the controller keeps the latest moves).
+pub const MAX_HANDOVERS: usize = 4096;
+
+/// What a node does for an IP during the drain window of a planned move (see the module
+/// docs: the index's `handovers`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handover {
+    /// The Service TCP ports on the IP: the flows handed over.
+    pub ports: BTreeSet<u16>,
+    /// Forward the packets of TCP flows unknown here to this node, at this address: the
+    /// node the IP came from.
+    pub forward: Option<Peer>,
+    /// This node left the IP in a planned move: its established flows are served through
+    /// the new holder until the window ends.
+    pub draining: bool,
+}
+
+/// The non-blank lines of the value under `key`, each trimmed, with the maker of its
+/// error (its number, the key).
+fn keyed_lines<'a>(
+    text: &'a str,
+    key: &'static str,
+) -> impl Iterator<Item = (&'a str, impl Fn(String) -> AssignmentError + 'a)> {
+    text.lines().enumerate().filter_map(move |(n, raw)| {
+        let line = raw.trim();
+        (!line.is_empty()).then_some((line, move |message: String| AssignmentError {
+            line: n + 1,
+            message: format!("{key}: {message}"),
+            text: line.chars().take(200).collect(),
+        }))
+    })
 }
 
 /// A line of an assignment that cannot be read.
@@ -301,16 +357,7 @@ impl NodeAssignments {
 
     /// Reads the [`crate::keys::PEERS_KEY`] value into [`Self::peers`].
     pub fn parse_peers(&mut self, text: &str) -> Result<(), AssignmentError> {
-        for (n, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() {
-                continue;
-            }
-            let err = |message: String| AssignmentError {
-                line: n + 1,
-                message: format!("{}: {message}", crate::keys::PEERS_KEY),
-                text: line.chars().take(200).collect(),
-            };
+        for (line, err) in keyed_lines(text, crate::keys::PEERS_KEY) {
             let fields: Vec<&str> = line.split_ascii_whitespace().collect();
             let (node, key, macs, relay) = match fields[..] {
                 [node, key, macs] => (node, key, macs, None),
@@ -354,18 +401,97 @@ impl NodeAssignments {
         Ok(())
     }
 
+    /// The [`crate::keys::HANDOVERS_KEY`] value: one line per IP, in address order.
+    pub fn render_handovers(&self) -> String {
+        let mut out = String::new();
+        for (ip, h) in &self.handovers {
+            let _ = write!(out, "{ip} ");
+            if h.ports.is_empty() {
+                out.push('-');
+            }
+            for (i, port) in h.ports.iter().enumerate() {
+                let _ = write!(out, "{}tcp:{port}", if i == 0 { "" } else { "," });
+            }
+            if h.draining {
+                out.push_str(" draining");
+            }
+            if let Some(to) = &h.forward {
+                let _ = write!(out, " forward={to}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Reads the [`crate::keys::HANDOVERS_KEY`] value into [`Self::handovers`].
+    pub fn parse_handovers(&mut self, text: &str) -> Result<(), AssignmentError> {
+        let mut handovers = BTreeMap::new();
+        for (line, err) in keyed_lines(text, crate::keys::HANDOVERS_KEY) {
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            let [ip, ports, ref roles @ ..] = fields[..] else {
+                return Err(err(
+                    "expected an IP, its TCP ports and `draining` and/or `forward=NODE@ADDRESS`"
+                        .to_owned(),
+                ));
+            };
+            let ip: IpAddr = ip
+                .parse()
+                .map_err(|_| err(format!("not an IP address: {ip}")))?;
+            let mut handover = Handover::default();
+            if ports != "-" {
+                for p in ports.split(',') {
+                    let port = parse_port(p)
+                        .filter(|p| p.protocol == Protocol::Tcp)
+                        .ok_or_else(|| err(format!("not a TCP port (`tcp:80`): {p}")))?;
+                    handover.ports.insert(port.port);
+                }
+            }
+            for role in roles {
+                let seen = match role.split_once('=') {
+                    None if *role == "draining" => std::mem::replace(&mut handover.draining, true),
+                    Some(("forward", to)) => handover
+                        .forward
+                        .replace(parse_peer(to).map_err(|m| err(format!("{role}: {m}")))?)
+                        .is_some(),
+                    _ => {
+                        return Err(err(format!(
+                            "unknown word `{role}`: the words are `draining` and \
+                             `forward=NODE@ADDRESS`"
+                        )));
+                    }
+                };
+                if seen {
+                    return Err(err(format!("`{role}` given twice")));
+                }
+            }
+            if !handover.draining && handover.forward.is_none() {
+                return Err(err(
+                    "neither `draining` nor `forward=NODE@ADDRESS`: nothing to do".to_owned(),
+                ));
+            }
+            if handover
+                .forward
+                .as_ref()
+                .is_some_and(|to| to.address.is_ipv4() != ip.is_ipv4())
+            {
+                return Err(err(format!(
+                    "the forward address is not of the family of {ip}"
+                )));
+            }
+            if handovers.insert(ip, handover).is_some() {
+                return Err(err(format!("{ip} is listed twice")));
+            }
+            if handovers.len() > MAX_HANDOVERS {
+                return Err(err(format!("more than {MAX_HANDOVERS} lines")));
+            }
+        }
+        self.handovers = handovers;
+        Ok(())
+    }
+
     /// Reads the [`crate::keys::NODE_MACS_KEY`] value into [`Self::node_macs`].
     pub fn parse_node_macs(&mut self, text: &str) -> Result<(), AssignmentError> {
-        for (n, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() {
-                continue;
-            }
-            let err = |message: String| AssignmentError {
-                line: n + 1,
-                message: format!("{}: {message}", crate::keys::NODE_MACS_KEY),
-                text: line.chars().take(200).collect(),
-            };
+        for (line, err) in keyed_lines(text, crate::keys::NODE_MACS_KEY) {
             let fields: Vec<&str> = line.split_ascii_whitespace().collect();
             let [mac, node] = fields[..] else {
                 return Err(err(format!(
@@ -782,6 +908,84 @@ mod tests {
             assert_eq!(e.line, line, "{text:?}: {e}");
             assert!(e.to_string().contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn handovers_render_and_read_back_and_bad_lines_say_why() {
+        let mut a = NodeAssignments::new();
+        a.handovers.insert(
+            ip("192.168.55.10"),
+            Handover {
+                ports: [443, 80].into(),
+                forward: Some(Peer {
+                    node: "alb-node-1".into(),
+                    address: ip("192.168.55.101"),
+                }),
+                draining: false,
+            },
+        );
+        a.handovers.insert(
+            ip("192.168.55.11"),
+            Handover {
+                ports: [5432].into(),
+                forward: None,
+                draining: true,
+            },
+        );
+        a.handovers.insert(
+            ip("fd55::10"),
+            Handover {
+                ports: BTreeSet::new(),
+                forward: Some(Peer {
+                    node: "alb-node-3".into(),
+                    address: ip("fd55::103"),
+                }),
+                draining: true,
+            },
+        );
+        let text = a.render_handovers();
+        assert_eq!(
+            text,
+            "192.168.55.10 tcp:80,tcp:443 forward=alb-node-1@192.168.55.101\n\
+             192.168.55.11 tcp:5432 draining\n\
+             fd55::10 - draining forward=alb-node-3@fd55::103\n"
+        );
+        let mut back = NodeAssignments::new();
+        back.parse_handovers(&text).unwrap();
+        assert_eq!(back, a);
+        // The words in any order.
+        let mut swapped = NodeAssignments::new();
+        swapped
+            .parse_handovers("fd55::10 - forward=alb-node-3@fd55::103 draining")
+            .unwrap();
+        assert_eq!(
+            swapped.handovers[&ip("fd55::10")],
+            a.handovers[&ip("fd55::10")]
+        );
+        for (line, why) in [
+            ("10.0.0.1", "expected an IP"),
+            ("10.0.0.300 tcp:80 draining", "not an IP address"),
+            ("10.0.0.1 udp:53 draining", "not a TCP port"),
+            ("10.0.0.1 tcp:0 draining", "not a TCP port"),
+            ("10.0.0.1 tcp:80", "nothing to do"),
+            ("10.0.0.1 tcp:80 drain", "unknown word `drain`"),
+            ("10.0.0.1 tcp:80 draining draining", "given twice"),
+            ("10.0.0.1 tcp:80 forward=n1", "expected NODE@ADDRESS"),
+            ("10.0.0.1 tcp:80 forward=n1@fd00::1", "not of the family"),
+            (
+                "10.0.0.1 tcp:80 draining\n10.0.0.1 tcp:80 draining",
+                "listed twice",
+            ),
+        ] {
+            let e = NodeAssignments::new().parse_handovers(line).unwrap_err();
+            assert!(e.to_string().contains(why), "{line:?}: {e}");
+            assert!(e.to_string().contains("handovers"), "{e}");
+        }
+        let many: String = (0..=MAX_HANDOVERS)
+            .map(|i| format!("10.1.{}.{} - draining\n", i / 250, i % 250))
+            .collect();
+        let e = NodeAssignments::new().parse_handovers(&many).unwrap_err();
+        assert!(e.to_string().contains("more than 4096"), "{e}");
     }
 
     #[test]

@@ -84,6 +84,13 @@ pub const NODE_MACS_KEY: &str = "node-macs";
 /// ([`crate::assignment::NodeAssignments::render_peers`]).
 pub const PEERS_KEY: &str = "peers";
 
+/// Data key of a node's index listing its **handovers**: the IPs it forwards the packets of
+/// unknown TCP flows for, to the node they came from, and the IPs whose established flows
+/// it still carries, during the drain window of a planned move
+/// ([`crate::assignment::NodeAssignments::render_handovers`]). Agents older than handovers
+/// do not read the key: they neither forward nor count, and misread nothing.
+pub const HANDOVERS_KEY: &str = "handovers";
+
 /// Data key of a node's index object: how many shards hold its IP lines
 /// ([`crate::assignment::shards`]). Absent: the single-object format of earlier releases,
 /// whose lines are under [`ASSIGNMENTS_KEY`].

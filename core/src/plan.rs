@@ -12,17 +12,20 @@
 //! 1. releases the Services gone from the inputs (their IPs serve waiting Services in the
 //!    same pass, unless held for the re-creation of a deleted one) and remembers their IPs
 //!    for sticky re-creation ([`sticky`]);
-//! 2. on a new pool config, rebuilds the ledgers from the table (draining entries closed)
-//!    and clears assignments no longer in a pool their namespace keeps ([`Tenancy::keeps`]);
-//! 3. fences the addresses Nodes have ([`node_addresses`]) and those a fresh agent reports
-//!    answered on the LAN by a foreign host ([`fence`]), clearing any assignment that holds
-//!    one, and gives back to their pool those no longer fenced;
-//! 4. on the first pass, imports observed assignments;
-//! 5. allocates, in (created, namespace, name) order, each Service from the one pool chosen
-//!    for it and only from a pool its namespace may draw from ([`allocation`], the rule of
-//!    [`Tenancy`]); Services already holding what they asked for, unchanged since, are
-//!    skipped; if an address was freed mid-sweep, the pending Services are swept again so
-//!    the oldest one still gets it this pass;
+//! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
+//!    left their namespace's pool;
+//! 3. fences the addresses of the Service ClusterIP ranges, those a fresh agent reports
+//!    answered on the LAN by a foreign host, those Nodes have ([`node_addresses`]) and the
+//!    edges of the subnets nodes are on ([`fence`]), clearing an assignment that holds one
+//!    of the first two (the operator's data and the LAN renumber; a node's own word only
+//!    keeps an address from being allocated), and gives back to their pool those no longer
+//!    fenced;
+//! 4. on the first pass, imports observed assignments; an address no assignment object of
+//!    ours gives a node while an agent reports holding it waits for that agent to let go
+//!    before a node is elected (a graceful move off it: no double holder);
+//! 5. allocates, in (created, namespace, name) order ([`allocation`]); Services already holding
+//!    what they asked for, unchanged since, are skipped; if an address was freed mid-sweep,
+//!    the pending Services are swept again so the oldest one still gets it this pass;
 //! 6. places every IP group on a node, break-before-make ([`placement`]), and marks the first
 //!    claims ([`PlanOutput::probe`]);
 //! 7. renders a [`ServicePlan`] per Service and the transition [`PlanEvent`]s.
@@ -89,19 +92,30 @@
 //! node elected for the Service would answer ARP or neighbour discovery for another node's
 //! own address. It comes in as [`Inputs::node_addresses`] and is kept in use in its pool's
 //! ledger for as long as a Node lists it, so neither the lowest free address nor a sticky
-//! one can be it, and a request for it fails with `NodeAddress`. A Service that holds one
-//! anyway (imported on the first pass, or the Node got the address later) loses it the way
-//! it loses an address removed from its pool: a `ClearAssignment` Warning naming the node,
-//! then the allocation step gives it another free address of its pool, or leaves it pending
-//! with `PoolExhausted`, the message naming the Node addresses the pool lists. Pool usage
-//! counts such an address neither in the pool nor in use. [`node_address_clashes`] lists
-//! the pool entries concerned, by key and line, for the Warning on the pool ConfigMap.
+//! one can be it, and a request for it fails with `NodeAddress`. Pool usage counts such an
+//! address neither in the pool nor in use. [`node_address_clashes`] lists the pool entries
+//! concerned, by key and line, for the Warning on the pool ConfigMap.
+//!
+//! **A node's word never renumbers.** A Node's addresses are written by its own kubelet
+//! (NodeRestriction lets a node write its own Node), so they are that node's word, as are
+//! the subnets its agent reports: evidence about that node, never a reason to take an
+//! address from a Service another node holds (only the LAN or the operator renumber). A
+//! Service that holds an address a node claims (imported on a leader's first pass, or the
+//! node claimed it later) keeps it: a Warning `NodeClaim` names the address, the node and
+//! what it claimed (once per claim, and again on a new leader's first pass), its condition
+//! IPAllocated says True `NodeClaim` with the same, and once the Service lets go of the
+//! address it is not handed out while the claim lasts. A compromised node can so keep
+//! addresses from being allocated (the Warning on the pool ConfigMap names them), never
+//! move one.
 //!
 //! **Subnet edges.** The network and broadcast address of an IPv4 subnet a node is on (up to
-//! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the agents
-//! report their subnets ([`subnet_edges`]), are fenced like a Node's address: a pool range
-//! may list them (a pool CIDR skips its own), but a node holding one would answer for the
-//! subnet's broadcast or anycast traffic. A request for one fails with `SubnetAddress`.
+//! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the *fresh*
+//! agents report their subnets, are fenced like a Node's address where the subnet holds one
+//! of that node's own Node addresses, or at least two fresh agents report it
+//! ([`subnet_edges`]): one node's report alone could otherwise fence any /30 of any pool. A
+//! pool range may list them (a pool CIDR skips its own), but a node holding one would answer
+//! for the subnet's broadcast or anycast traffic. A request for one fails with
+//! `SubnetAddress`. While the agents are unobservable the edges of the last pass stay.
 //!
 //! **Service ClusterIP ranges.** A pool address in a Service ClusterIP range (a
 //! `ServiceCIDR`, [`Inputs::service_ranges`]) is fenced the same way, at most
@@ -130,7 +144,12 @@
 //! holds (two nodes claim it) or with a node's MAC is not a fence: the assignment is kept,
 //! Announced False `AddressConflict`, and the agent not assigned the address drops it; a
 //! conflict without a MAC (the address is configured on the node by another owner) is not
-//! one either. Pool usage counts a fenced address neither in the pool nor in use.
+//! one either. Pool usage counts a fenced address neither in the pool nor in use. A host
+//! (one MAC) answering for [`LAN_HOST_BOUND`] addresses or more (proxy ARP, forged answers)
+//! renumbers nothing ([`lan_fences`]): its addresses stay fenced from allocation, but a
+//! Service holding one keeps it, Announced False `AddressConflict` saying why, so one host
+//! pushes an allocation at most `LAN_HOST_BOUND - 1` addresses instead of through the pool.
+//! The rule reads nothing but the current conflicts: a new leader decides as the last one.
 //!
 //! **First claims.** An IP placed on a node while no agent reports holding it, in a group
 //! no node carried before (a new allocation, or a group that was pending), is a first claim
@@ -171,8 +190,9 @@ use crate::report::AgentReport;
 use crate::text;
 
 pub use fence::{
-    FenceCause, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange, ServiceRangeClash, SubnetEdge,
-    lan_conflicts, service_range_clashes, service_range_fences, subnet_edges,
+    EDGE_REPORTERS, FenceCause, LAN_HOST_BOUND, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange,
+    ServiceRangeClash, SubnetEdge, lan_conflicts, lan_fences, service_range_clashes,
+    service_range_fences, subnet_edges,
 };
 pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
@@ -217,6 +237,11 @@ pub mod reason {
     pub const REQUESTED_IP_RESERVED: &str = "RequestedIPReserved";
     /// The requested IP is the network or broadcast address of a subnet a node is on.
     pub const SUBNET_ADDRESS: &str = "SubnetAddress";
+    /// IPAllocated True (and Warning Event): a node claims an address the Service holds
+    /// (its Node lists it, or it is an edge of a subnet the node reports); a node's word
+    /// never takes an address from a Service, so the Service keeps it (see
+    /// [`FenceCause::renumbers`](crate::plan::FenceCause::renumbers)).
+    pub const NODE_CLAIM: &str = "NodeClaim";
     /// The requested IP is in a Service ClusterIP range (a `ServiceCIDR`); also the
     /// Warning Event on the pool ConfigMap listing the pool entries that overlap one.
     pub const SERVICE_RANGE: &str = "ServiceRange";
@@ -281,6 +306,9 @@ pub mod reason {
     /// false` or draining): the Service must name one or request an address.
     pub const NO_DEFAULT_POOL: &str = "NoDefaultPool";
 }
+
+/// Every agent's report, by node name, each shared ([`Inputs::agents`]).
+pub type Reports = BTreeMap<String, Arc<AgentReport>>;
 
 /// Identifies a Service. Displays as `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -378,8 +406,9 @@ pub struct Inputs<'a> {
     /// Every node (one entry per name); `agent_ready` already judged on the controller's
     /// monotonic clock.
     pub nodes: &'a [NodeState],
-    /// Node name -> its agent's latest report.
-    pub agents: &'a BTreeMap<String, AgentReport>,
+    /// Node name -> its agent's latest report (shared: the controller keeps one copy of
+    /// each report, and a planner remembers the last ones it saw without copying them).
+    pub agents: &'a Reports,
     /// IPs the API still shows on Services that are no longer ours (type or class
     /// changed): quarantined, not free.
     pub lingering: &'a BTreeSet<IpAddr>,
@@ -623,10 +652,14 @@ pub struct Planner {
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
-    /// The fenced addresses (a Node's, or answered on the LAN by a foreign host), as of
-    /// this pass: kept in use in the ledger of the pool that lists them, for no Service
+    /// The fenced addresses (in a Service ClusterIP range, answered on the LAN by a foreign
+    /// host, a Node's, or a subnet's edge), as of this pass: kept in use in the ledger of
+    /// the pool that lists them, for no Service unless one keeps an address a node claims
     /// ([`fence`]).
     fences: BTreeMap<IpAddr, FenceCause>,
+    /// The LAN hosts that answer for [`LAN_HOST_BOUND`] addresses or more, with those
+    /// addresses, as of the last change of [`Planner::fences`].
+    lan_hosts: BTreeMap<crate::mac::Mac, Vec<IpAddr>>,
 }
 
 /// Allocation sweeps per pass at most: the first over every Service, the next ones over
@@ -1187,6 +1220,14 @@ impl Planner {
         out
     }
 
+    /// The Services [`pending`](Self::pending) counts, each with the reason of its failure,
+    /// as of the last pass (in no particular order).
+    pub fn pending_services(&self) -> impl Iterator<Item = (&ServiceKey, &'static str)> {
+        self.entries
+            .iter()
+            .filter_map(|(key, e)| Some((key, e.failure.as_deref()?.reason)))
+    }
+
     /// Drops Services gone from the inputs (or re-created under a new uid) and frees their
     /// IPs at once.
     fn release_gone(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
@@ -1483,6 +1524,7 @@ impl Planner {
             if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
             } else if !self.reserved.contains_key(&ip)
+                && !self.fences.contains_key(&ip)
                 && let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
             {

@@ -28,7 +28,7 @@ fn bgp_world(nodes: &[&str]) -> World {
 /// The agent on `node` holds `ips` and its daemon exports them to `established` peers.
 fn announcing(world: &mut World, node: &str, ips: &str, established: u32) {
     world.holds(node, ips);
-    let report = world.agents.get_mut(node).unwrap();
+    let report = world.report_mut(node);
     report.routing = Some(RoutingReport {
         daemon: "bird".into(),
         error: None,
@@ -195,22 +195,9 @@ fn announced_says_which_nodes_export_and_why_the_others_do_not() {
     );
 
     // c's daemon is stopped, b's sessions are down, a filters one address.
-    world
-        .agents
-        .get_mut("c")
-        .unwrap()
-        .routing
-        .as_mut()
-        .unwrap()
-        .error = Some("cannot reach BIRD's control socket /run/bird/bird.ctl".into());
-    world
-        .agents
-        .get_mut("b")
-        .unwrap()
-        .routing
-        .as_mut()
-        .unwrap()
-        .established = 0;
+    world.report_mut("c").routing.as_mut().unwrap().error =
+        Some("cannot reach BIRD's control socket /run/bird/bird.ctl".into());
+    world.report_mut("b").routing.as_mut().unwrap().established = 0;
     let out = world.plan(&mut planner);
     let front = &plan_of(&out, "shop", "front").announced;
     assert!(front.status, "a still carries the traffic: {front:?}");
@@ -235,9 +222,7 @@ fn announced_says_which_nodes_export_and_why_the_others_do_not() {
         front.message
     );
     world
-        .agents
-        .get_mut("a")
-        .unwrap()
+        .report_mut("a")
         .routing
         .as_mut()
         .unwrap()
@@ -256,7 +241,7 @@ fn announced_says_which_nodes_export_and_why_the_others_do_not() {
     assert_eq!(back.reason, reason::PARTIALLY_ANNOUNCED, "{back:?}");
 
     // An agent told to read no daemon cannot confirm anything.
-    world.agents.get_mut("a").unwrap().routing = None;
+    world.report_mut("a").routing = None;
     let out = world.plan(&mut planner);
     let back = &plan_of(&out, "shop", "back").announced;
     assert_eq!(back.reason, reason::NOT_ANNOUNCED);

@@ -9,7 +9,7 @@ mod plan_support;
 
 use std::collections::BTreeMap;
 
-use aliaslb_core::plan::{LanConflict, Planner, reason};
+use aliaslb_core::plan::{LAN_HOST_BOUND, LanConflict, Planner, reason};
 use aliaslb_core::pool::PoolKey;
 use aliaslb_core::range::Family;
 use plan_support::*;
@@ -541,5 +541,96 @@ fn a_first_claim_found_taken_is_skipped_whatever_the_pool_option() {
         world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
         let out = world.plan(&mut planner);
         assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "{pairs:?}");
+    }
+}
+
+/// Issue 42 item 4: one LAN host answering every first claim's probe pushes allocations
+/// through at most a few addresses of the pool, not through all of it. Each Service's first
+/// claims are probed (and answered by the same MAC) until nothing new is probed; ten
+/// Services in a row.
+#[test]
+fn one_lan_host_answering_every_probe_pushes_allocations_a_bounded_way() {
+    let mut world = World::new(config(&[("default", "10.0.0.1-10.0.0.60")]), Vec::new());
+    world.nodes = vec![node("n1")];
+    let mut planner = Planner::new();
+    let mut tried: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut out = world.plan(&mut planner);
+    for i in 0..10 {
+        let name = format!("s{i}");
+        world.services.push(svc("default", &name).created(i));
+        for _ in 0..80 {
+            out = world.plan(&mut planner);
+            for s in &mut world.services {
+                s.observed_ips = out.services[&s.key].ips.clone();
+                s.observed_node = out.services[&s.key].node.as_deref().map(str::to_owned);
+            }
+            for (key, plan) in &out.services {
+                let seen = tried.entry(key.name.to_string()).or_default();
+                for ip in &plan.ips {
+                    if !seen.contains(&ip.to_string()) {
+                        seen.push(ip.to_string());
+                    }
+                }
+            }
+            // The agent probes each first claim; the host answers every one.
+            let probed: Vec<String> = out
+                .probe
+                .iter()
+                .map(ToString::to_string)
+                .filter(|ip| {
+                    !world
+                        .agents
+                        .get("n1")
+                        .is_some_and(|r| r.conflicts.iter().any(|c| c.ip.to_string() == *ip))
+                })
+                .collect();
+            if probed.is_empty() {
+                break;
+            }
+            for ip in probed {
+                world.lan_conflict("n1", &ip, FOREIGN, "eth1");
+            }
+        }
+    }
+    let pushed: usize = tried.values().map(|t| t.len().saturating_sub(1)).sum();
+    assert!(
+        pushed < LAN_HOST_BOUND,
+        "one host pushed the allocations {pushed} addresses further: {tried:?}"
+    );
+    // Every address it answered for stays out of allocation.
+    let answered = planner.lan_conflicts().count();
+    assert_eq!(answered, pushed + 10, "{tried:?}");
+    for i in 0..10 {
+        let name = format!("s{i}");
+        let plan = plan_of(&out, "default", &name);
+        assert_eq!(plan.ips.len(), 1, "{name} has an address");
+    }
+    // The Services past the bound keep the address the host answers for, unannounced, and
+    // are told why, once.
+    let last = plan_of(&out, "default", "s9");
+    assert_eq!(last.announced.reason, reason::ADDRESS_CONFLICT);
+    assert!(
+        last.announced.message.contains(FOREIGN)
+            && last.announced.message.contains("renumber no Service"),
+        "{}",
+        last.announced.message
+    );
+    assert!(
+        events(&out, reason::NODE_CLAIM).is_empty(),
+        "a LAN host is no node: {:?}",
+        out.events
+    );
+    // A new leader decides the same: nothing moves.
+    for s in &mut world.services {
+        s.observed_ips = out.services[&s.key].ips.clone();
+    }
+    let again = world.plan(&mut Planner::new());
+    for i in 0..10 {
+        let name = format!("s{i}");
+        assert_eq!(
+            ips(&again, "default", &name),
+            ips(&out, "default", &name),
+            "{name} after a restart"
+        );
     }
 }

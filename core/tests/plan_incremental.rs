@@ -182,6 +182,10 @@ enum Op {
     Config(ConfigSpec),
     /// A Node gets (`true`) or loses address `10.0.{pool}.{host}`.
     NodeAddress(u8, u8, bool),
+    /// The Node of a model node lists (`true`) or stops listing `10.0.{pool}.{host}`: its
+    /// own address, which anchors the subnets around it that its agent reports (their
+    /// edges are fenced then, see `subnet_edges`).
+    OwnAddress(usize, u8, u8, bool),
     /// The agent on a node reports (`true`) or stops reporting `10.0.{pool}.{host}`
     /// answered on the LAN by a foreign MAC.
     LanConflict(usize, u8, u8, bool),
@@ -197,8 +201,9 @@ enum Op {
     Holds(usize, u8, u8, bool),
     /// Every agent reports holding exactly what is planned on its node.
     Converge,
-    /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it); node
-    /// `b`'s is a `/30`, whose broadcast address `.3` the pools list (a fence).
+    /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it); nodes
+    /// `b` and `c` report a `/30`, whose broadcast address `.3` the pools list: a fence
+    /// while both report it fresh, or one whose Node lists an address in it.
     Subnet(usize, u8, bool),
     /// A Service ClusterIP range `10.0.{pool}.0/30` appears (`true`) or goes.
     ServiceRange(u8, bool),
@@ -289,6 +294,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => config_spec().prop_map(Op::Config),
         1 => (pool(), 1u8..5, any::<bool>()).prop_map(|(p, h, on)| Op::NodeAddress(p, h, on)),
         1 => (n.clone(), pool(), 1u8..5, any::<bool>())
+            .prop_map(|(a, p, h, on)| Op::OwnAddress(a, p, h, on)),
+        1 => (n.clone(), pool(), 1u8..5, any::<bool>())
             .prop_map(|(a, p, h, on)| Op::LanConflict(a, p, h, on)),
         1 => (n.clone(), pool(), 1u8..5, any::<bool>())
             .prop_map(|(a, p, h, on)| Op::Conflict(a, p, h, on)),
@@ -298,7 +305,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (n.clone(), pool(), 1u8..5, any::<bool>())
             .prop_map(|(a, p, h, on)| Op::Holds(a, p, h, on)),
         4 => Just(Op::Converge),
-        1 => (n.clone(), pool(), any::<bool>()).prop_map(|(a, p, on)| Op::Subnet(a, p, on)),
+        2 => (n.clone(), pool(), any::<bool>()).prop_map(|(a, p, on)| Op::Subnet(a, p, on)),
         1 => (pool(), any::<bool>()).prop_map(|(p, on)| Op::ServiceRange(p, on)),
         2 => (any::<prop::sample::Index>(), n.clone(), any::<bool>())
             .prop_map(|(i, a, on)| Op::Endpoint(i.index(1000), a, on)),
@@ -361,7 +368,7 @@ impl Model {
     }
 
     fn report(&mut self, i: usize) -> &mut AgentReport {
-        self.world.agents.entry(NODES[i].to_owned()).or_default()
+        self.world.report_mut(NODES[i])
     }
 
     /// Copies the present nodes into the world.
@@ -408,6 +415,14 @@ impl Model {
                 if *on {
                     self.world
                         .node_has(&format!("node-{pool}-{host}"), &address);
+                } else {
+                    self.world.node_drops(&address);
+                }
+            }
+            Op::OwnAddress(a, pool, host, on) => {
+                let address = format!("10.0.{pool}.{host}");
+                if *on {
+                    self.world.node_has(NODES[*a], &address);
                 } else {
                     self.world.node_drops(&address);
                 }
@@ -472,7 +487,7 @@ impl Model {
                 }
             }
             Op::Subnet(a, pool, on) => {
-                let prefix = if *a == 1 { 30 } else { 24 };
+                let prefix = if *a == 0 { 24 } else { 30 };
                 let net: ipnet::IpNet = format!("10.0.{pool}.0/{prefix}").parse().unwrap();
                 let name = format!("net{pool}");
                 let report = self.report(*a);
@@ -542,7 +557,7 @@ impl Model {
 struct Snapshot {
     services: BTreeMap<ServiceKey, ServiceView>,
     nodes: BTreeMap<String, NodeState>,
-    agents: BTreeMap<String, AgentReport>,
+    agents: aliaslb_core::plan::Reports,
     local: BTreeMap<ServiceKey, BTreeSet<String>>,
 }
 
@@ -791,12 +806,7 @@ fn one_more_held_ip_replans_only_its_service() {
     let (mut world, mut planner, out) = settled(20);
     let plan = plan_of(&out, "shop", "s3").clone();
     let node = plan.node.clone().expect("s3 is placed");
-    world
-        .agents
-        .get_mut(&*node)
-        .expect("report")
-        .held
-        .remove(&plan.ips[0]);
+    world.report_mut(&node).held.remove(&plan.ips[0]);
     let changes = Changes {
         nodes: BTreeSet::from([node.to_string()]),
         ..Changes::default()
@@ -805,12 +815,7 @@ fn one_more_held_ip_replans_only_its_service() {
     let planned: Vec<String> = out.services.keys().map(ToString::to_string).collect();
     assert_eq!(planned, ["shop/s3"]);
     assert!(!plan_of(&out, "shop", "s3").announced.status);
-    world
-        .agents
-        .get_mut(&*node)
-        .expect("report")
-        .held
-        .insert(plan.ips[0]);
+    world.report_mut(&node).held.insert(plan.ips[0]);
     let out = plan_b(&world, &mut planner, &changes);
     assert_eq!(out.services.len(), 1);
     assert!(plan_of(&out, "shop", "s3").announced.status);
@@ -838,4 +843,98 @@ fn a_cordoned_node_replans_its_groups_and_a_config_change_everything() {
     world.config = config(&[("shop", "10.0.0.0/25")]);
     let out = plan_b(&world, &mut planner, &Changes::default());
     assert_eq!(out.services.len(), 20, "a new config plans every Service");
+}
+
+/// Issue 42, a scripted history besides the random ones (where a held subnet edge is rare):
+/// a node's word on a held address (a Node address, an anchored subnet's broadcast address,
+/// a subnet two fresh agents report) keeps it with its Service, narrowed as in full, through
+/// the agents going stale and blind and back.
+#[test]
+fn a_nodes_word_on_a_held_address_is_planned_the_same_narrowed() {
+    let mut world = World::new(config(&[("shop", "10.0.0.1-10.0.0.7")]), Vec::new());
+    world.nodes.push(node("c"));
+    for i in 0..7 {
+        world
+            .services
+            .push(svc("shop", &format!("s{i}")).created(i));
+    }
+    let (mut a, mut b) = (Planner::new(), Planner::new());
+    let out_a = world.plan(&mut a);
+    let out_b = plan_b(&world, &mut b, &Changes::everything());
+    let mut merged = BTreeMap::new();
+    compare(&world, &a, &b, &out_a, &out_b, &mut merged).unwrap();
+    let mut before = Snapshot::of(&world);
+    type Step = fn(&mut World);
+    let steps: [(&str, Step); 9] = [
+        ("b reports the /29, unanchored: no fence", |w| {
+            w.node_mut("b").subnets = vec!["10.0.0.0/29".parse().unwrap()];
+        }),
+        ("b's Node lists an address in it: .7 fenced, kept", |w| {
+            w.node_has("b", "10.0.0.9");
+            w.node_has("b", "10.0.0.6");
+        }),
+        ("c reports it too", |w| {
+            w.node_mut("c").subnets = vec!["10.0.0.0/29".parse().unwrap()];
+        }),
+        ("b's Node drops its address: still two reporters", |w| {
+            w.node_drops("10.0.0.6");
+        }),
+        ("blind: the fences stay", |w| {
+            for n in &mut w.nodes {
+                n.agent_ready = false;
+                n.agent_unconfirmed = true;
+            }
+            w.agents_unobservable = true;
+        }),
+        ("seeing again, c stale: one reporter, no fence", |w| {
+            w.agents_unobservable = false;
+            for n in &mut w.nodes {
+                n.agent_ready = &*n.name != "c";
+                n.agent_unconfirmed = false;
+            }
+        }),
+        ("s6 is deleted while another node lists its address", |w| {
+            w.node_has("x", "10.0.0.7");
+            w.remove("shop", "s6");
+        }),
+        ("a new Service waits: .7 is fenced", |w| {
+            w.advance(aliaslb_core::plan::STICKY_FOR * 2);
+            w.services.push(svc("shop", "late").created(10));
+        }),
+        ("the Node drops it: the new Service gets it", |w| {
+            w.node_drops("10.0.0.7");
+        }),
+    ];
+    let mut claims = 0;
+    for (what, step) in steps {
+        step(&mut world);
+        let now = Snapshot::of(&world);
+        let changes = before.changes(&now);
+        let out_a = world.plan(&mut a);
+        let out_b = plan_b(&world, &mut b, &changes);
+        claims += out_a
+            .events
+            .iter()
+            .filter(|e| e.reason == "NodeClaim")
+            .count();
+        compare(&world, &a, &b, &out_a, &out_b, &mut merged)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        for s in &mut world.services {
+            let p = &out_a.services[&s.key];
+            s.observed_ips = p.ips.clone();
+            s.observed_node = p.node.as_deref().map(str::to_owned);
+        }
+        before = now;
+    }
+    assert_eq!(ips_of(&merged, "shop", "late"), ["10.0.0.7"]);
+    assert!(claims >= 2, "{claims} NodeClaim Events");
+}
+
+/// The IPs of `ns/name` in merged plans.
+fn ips_of(plans: &BTreeMap<ServiceKey, Box<ServicePlan>>, ns: &str, name: &str) -> Vec<String> {
+    plans[&key(ns, name)]
+        .ips
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }

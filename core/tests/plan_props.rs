@@ -7,8 +7,11 @@
 //! - no IP is planned for two Services unless they are of one namespace, share a sharing
 //!   key and use different ports;
 //! - every IP lies inside its namespace's pool (own key, else fallback);
-//! - no IP planned is an address a Node has or one a fresh agent reports answered on the
-//!   LAN by a foreign host (fenced);
+//! - no IP planned is one a fresh agent reports answered on the LAN by a foreign host
+//!   (unless that host answers for `LAN_HOST_BOUND` addresses or more, and its Service had
+//!   it before: such a host renumbers nothing), nor an address a Node has unless its
+//!   Service had it before (a node's word keeps an address from being allocated, never
+//!   takes it);
 //! - a plain Service (single-stack IPv4, no request, no sharing key) is pending only when
 //!   its pool really has no free IPv4 address, and then says PoolExhausted, or
 //!   AddressConflict when a LAN conflict fences one of them (or NoPool / NoAddressOfFamily
@@ -22,7 +25,7 @@ mod plan_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use aliaslb_core::plan::{PlanOutput, Planner, ServiceKey, ServiceView, reason};
+use aliaslb_core::plan::{LAN_HOST_BOUND, PlanOutput, Planner, ServiceKey, ServiceView, reason};
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_core::range::Family;
 use plan_support::*;
@@ -126,7 +129,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => config_spec().prop_map(Op::Config),
         1 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, any::<bool>())
             .prop_map(|(pool, host, on)| Op::NodeAddress(pool, host, on)),
-        1 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, any::<bool>())
+        // Often enough that the one MAC answers for more than `LAN_HOST_BOUND`.
+        3 => (prop::sample::select(vec![0u8, 1, 9]), 1u8..5, prop::bool::weighted(0.7))
             .prop_map(|(pool, host, on)| Op::LanConflict(pool, host, on)),
         1 => Just(Op::Restart),
     ]
@@ -160,29 +164,39 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
     }
 }
 
-/// The addresses that may not be planned: a Node's, or reported in a LAN conflict by a
-/// fresh agent (no agent holds anything in this model, and no MAC is a node's).
-fn fences(world: &World) -> BTreeSet<IpAddr> {
-    let lan = world
+/// The addresses a fresh agent reports answered on the LAN by a foreign MAC (no agent holds
+/// anything in this model, and no MAC is a node's): the planner fences them all. A LAN conflict outranks a Node's address
+/// (the LAN renumbers, a node's word does not).
+fn answered(world: &World) -> BTreeSet<IpAddr> {
+    world
         .nodes
         .iter()
         .filter(|n| n.agent_ready)
         .filter_map(|n| world.agents.get(&*n.name))
-        .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip));
-    world.node_addresses.keys().copied().chain(lan).collect()
-}
-
-/// The addresses fenced by a LAN conflict only.
-fn lan_fences(world: &World) -> BTreeSet<IpAddr> {
-    fences(world)
-        .into_iter()
-        .filter(|ip| !world.node_addresses.contains_key(ip))
+        .flat_map(|r| r.conflicts.iter().filter(|c| c.mac.is_some()).map(|c| c.ip))
         .collect()
 }
 
-fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestCaseError> {
-    let fenced_ips = fences(world);
-    let lan = lan_fences(world);
+/// The invariants of one pass's `out`, `last` being the pass before's.
+fn check(
+    world: &World,
+    planner: &Planner,
+    out: &PlanOutput,
+    last: &PlanOutput,
+) -> Result<(), TestCaseError> {
+    let answered = answered(world);
+    let lan: BTreeSet<IpAddr> = planner.lan_conflicts().map(|(ip, _)| ip).collect();
+    prop_assert_eq!(&lan, &answered);
+    // The model's one MAC answering for `LAN_HOST_BOUND` addresses or more renumbers no
+    // Service: a Service may then keep one it had.
+    let host_at_bound = answered.len() >= LAN_HOST_BOUND;
+    // What the last pass planned: a kept address stays with its Service (and the sharing
+    // group it is in, which a new member may join).
+    let held_before: BTreeSet<IpAddr> = last
+        .services
+        .values()
+        .flat_map(|p| p.ips.iter().copied())
+        .collect();
     let views: BTreeMap<&ServiceKey, &ServiceView> =
         world.services.iter().map(|s| (&s.key, s)).collect();
     prop_assert_eq!(out.services.len(), views.len());
@@ -199,8 +213,16 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 k
             );
             prop_assert!(
-                !fenced_ips.contains(ip),
-                "{} is fenced (a Node's address or a LAN conflict) and planned for {}",
+                !lan.contains(ip) || (host_at_bound && held_before.contains(ip)),
+                "{} is answered on the LAN by a foreign host and planned for {}",
+                ip,
+                k
+            );
+            // A node's word keeps an address from being allocated, never takes it: a
+            // Service on a Node's address had it before.
+            prop_assert!(
+                !world.node_addresses.contains_key(ip) || held_before.contains(ip),
+                "{} is a Node's address and newly allocated to {}",
                 ip,
                 k
             );
@@ -215,13 +237,6 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
             ip
         );
     }
-    prop_assert_eq!(
-        planner
-            .lan_conflicts()
-            .map(|(ip, _)| ip)
-            .collect::<BTreeSet<_>>(),
-        lan.clone()
-    );
     for (ip, list) in &users {
         if list.len() < 2 {
             continue;
@@ -296,7 +311,15 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
         );
     }
     // Usage matches the distinct IPs planned plus those quarantined or held for a released
-    // Service, per pool; a Node's address counts neither in the pool nor in use.
+    // Service, per pool; a fenced address (a Node's, or answered on the LAN) counts neither
+    // in the pool nor in use, unless a Service keeps it (a Node's address it had before).
+    let fenced_ips: BTreeSet<IpAddr> = world
+        .node_addresses
+        .keys()
+        .chain(&lan)
+        .filter(|ip| !users.contains_key(ip))
+        .copied()
+        .collect();
     let fenced = |ip: &&IpAddr| fenced_ips.contains(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
@@ -328,7 +351,11 @@ fn check(world: &World, planner: &Planner, out: &PlanOutput) -> Result<(), TestC
                 prop_assert_eq!(why, reason::NO_ADDRESS_OF_FAMILY)
             }
             Some((pool_key, pool)) => {
-                let conflicted = lan.iter().any(|ip| ip.is_ipv4() && pool.contains(*ip));
+                // A LAN fence no Service keeps (a host answering for everything renumbers
+                // none).
+                let conflicted = lan
+                    .iter()
+                    .any(|ip| ip.is_ipv4() && pool.contains(*ip) && !users.contains_key(ip));
                 let expected = if conflicted {
                     reason::ADDRESS_CONFLICT
                 } else {
@@ -389,7 +416,7 @@ proptest! {
                 }
                 Op::LanConflict(pool, host, on) => {
                     let address = format!("10.0.{pool}.{host}");
-                    let report = world.agents.entry("a".to_owned()).or_default();
+                    let report = world.report_mut("a");
                     report.conflicts.retain(|c| c.ip != ip(&address));
                     if *on {
                         world.lan_conflict("a", &address, "46:b0:48:e8:2d:96", "eth1");
@@ -398,7 +425,7 @@ proptest! {
                 Op::Restart => planner = Planner::new(),
             }
             let out = world.plan(&mut planner);
-            check(&world, &planner, &out)?;
+            check(&world, &planner, &out, &last)?;
             // The controller's writes land: the API now shows what was planned.
             for s in &mut world.services {
                 let p = &out.services[&s.key];

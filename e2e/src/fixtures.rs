@@ -13,7 +13,7 @@ pub struct LbService {
     pod_nodes: Vec<u8>,
     families: Families,
     requested: Option<String>,
-    pool: Option<String>,
+    annotations: Vec<(String, String)>,
 }
 
 /// The IP families of a Service (`ipFamilyPolicy` / `ipFamilies`) and so of its endpoints.
@@ -37,7 +37,7 @@ pub fn lb_service(ns: &str, name: &str) -> LbService {
         pod_nodes: vec![1, 2],
         families: Families::V4,
         requested: None,
-        pool: None,
+        annotations: Vec::new(),
     }
 }
 
@@ -67,8 +67,13 @@ impl LbService {
     }
 
     /// Names pool `name` (the `aliaslb.io/pool` annotation).
-    pub fn pool(mut self, name: &str) -> Self {
-        self.pool = Some(name.to_owned());
+    pub fn pool(self, name: &str) -> Self {
+        self.annotated("aliaslb.io/pool", name)
+    }
+
+    /// With the annotation `key: value` (e.g. another load balancer's pool choice).
+    pub fn annotated(mut self, key: &str, value: &str) -> Self {
+        self.annotations.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -81,18 +86,19 @@ impl LbService {
             pod_nodes,
             families,
             requested,
-            pool,
+            annotations,
         } = self;
-        let mut annotations = String::new();
-        if let Some(ip) = requested {
-            annotations.push_str(&format!("    aliaslb.io/loadBalancerIPs: \"{ip}\"\n"));
-        }
-        if let Some(pool) = pool {
-            annotations.push_str(&format!("    aliaslb.io/pool: \"{pool}\"\n"));
-        }
-        if !annotations.is_empty() {
-            annotations.insert_str(0, "  annotations:\n");
-        }
+        let lines: String = requested
+            .iter()
+            .map(|ip| ("aliaslb.io/loadBalancerIPs", ip.as_str()))
+            .chain(annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+            .collect();
+        let annotations = if lines.is_empty() {
+            String::new()
+        } else {
+            format!("  annotations:\n{lines}")
+        };
         let policy = if *local { "Local" } else { "Cluster" };
         let (family_spec, v4, v6) = match families {
             Families::V4 => ("", true, false),
@@ -161,6 +167,19 @@ pub fn pool_patch(ns: &str, ips: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn annotations_are_written_together() {
+        let yaml = lb_service("ns", "web")
+            .requesting("10.0.0.1")
+            .annotated("metallb.universe.tf/address-pool", "many")
+            .to_yaml();
+        assert!(
+            yaml.contains("  annotations:\n    aliaslb.io/loadBalancerIPs: \"10.0.0.1\"\n    metallb.universe.tf/address-pool: \"many\"\n"),
+            "{yaml}"
+        );
+        assert!(!lb_service("ns", "web").to_yaml().contains("annotations"));
+    }
 
     #[test]
     fn local_service_names_only_the_chosen_pods() {

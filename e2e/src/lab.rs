@@ -391,7 +391,10 @@ pub struct Lab {
     state: PathBuf,
     admin_kubeconfig: PathBuf,
     controller_kubeconfig: PathBuf,
-    agent_kubeconfig: PathBuf,
+    /// Each node's agent kubeconfig: a token bound to its Node, which carries the node-name
+    /// claim the agent Lease admission policy checks (on by default in the chart and
+    /// `manifests/`), as a DaemonSet pod's token does.
+    agent_kubeconfigs: std::collections::BTreeMap<u8, PathBuf>,
     proxy_mode: ProxyMode,
     _lock: File,
 }
@@ -472,7 +475,7 @@ impl Lab {
         let lab = Lab {
             admin_kubeconfig: state.join("kubeconfig"),
             controller_kubeconfig: PathBuf::new(),
-            agent_kubeconfig: PathBuf::new(),
+            agent_kubeconfigs: std::collections::BTreeMap::new(),
             proxy_mode,
             repo,
             bins,
@@ -497,10 +500,11 @@ impl Lab {
             lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-controller"])?
                 .trim(),
         );
-        lab.agent_kubeconfig = PathBuf::from(
-            lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-agent"])?
-                .trim(),
-        );
+        for n in NODES {
+            let node = node_name(n);
+            let path = lab.lab(&["kubeconfig", SYSTEM_NAMESPACE, "aliaslb-agent", &node])?;
+            lab.agent_kubeconfigs.insert(n, PathBuf::from(path.trim()));
+        }
         for n in NODES {
             lab.start_agent(n)?;
         }
@@ -664,7 +668,10 @@ impl Lab {
     /// [`Lab::start_agent`] with more flags for the agent. Without a `--lease-duration`
     /// among them, the agent runs with the lab's [`LEASE_DURATION`] and [`LEASE_RENEW`].
     pub fn start_agent_with(&self, n: u8, flags: &[&str]) -> Result<(), Error> {
-        let kubeconfig = format!("KUBECONFIG={}", self.agent_kubeconfig.display());
+        let path = self.agent_kubeconfigs.get(&n).ok_or_else(|| {
+            Error::Environment(format!("no agent kubeconfig for {}", node_name(n)))
+        })?;
+        let kubeconfig = format!("KUBECONFIG={}", path.display());
         let node = format!("NODE_NAME={}", node_name(n));
         let bin = self.bins.join("aliaslb-agent");
         let bin = bin.to_string_lossy();

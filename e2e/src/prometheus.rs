@@ -6,7 +6,7 @@
 //! below it: the metric names of a rules file, the rewrite of its `for:` durations, the
 //! queries of a Grafana dashboard and the substitution of Grafana's interval variables.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,13 +21,19 @@ use crate::lab::{run, wait_for};
 /// How often the server scrapes and evaluates its rules.
 pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// One scrape job: its name (the `job` label) and its targets (`host:port`).
-#[derive(Debug, Clone)]
+/// One scrape job: its name (the `job` label), its targets (`host:port`), and what
+/// service discovery would say of each (labels, `__meta_*` ones included, dropped after
+/// relabelling) and the job's `relabel_configs`.
+#[derive(Debug, Clone, Default)]
 pub struct Job {
     /// The `job_name`.
     pub name: String,
     /// The targets, `host:port`.
     pub targets: Vec<String>,
+    /// The labels of each target (same order; missing: none).
+    pub labels: Vec<BTreeMap<String, String>>,
+    /// The job's `relabel_configs`, as Prometheus reads them.
+    pub relabel_configs: Vec<Value>,
 }
 
 /// One alert of `/api/v1/alerts`.
@@ -185,6 +191,21 @@ impl Prometheus {
             .collect())
     }
 
+    /// The values of `label` on the series of `selector` this server has (as Grafana's
+    /// `label_values(SELECTOR, LABEL)` asks).
+    pub fn label_values(&self, selector: &str, label: &str) -> Result<Vec<String>, Error> {
+        let data = self.api(
+            &format!("/api/v1/label/{label}/values"),
+            &[("match[]", selector)],
+        )?;
+        Ok(data
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_owned))
+            .collect())
+    }
+
     /// The alerts pending or firing now.
     pub fn alerts(&self) -> Result<Vec<Alert>, Error> {
         let data = self.api("/api/v1/alerts", &[])?;
@@ -307,22 +328,41 @@ fn listeners_of(ss: &str, pid: u32) -> Vec<SocketAddr> {
 }
 
 /// The server's configuration: `jobs`, `rules` as its one rules file, scrapes and rule
-/// evaluations every [`SCRAPE_INTERVAL`].
+/// evaluations every [`SCRAPE_INTERVAL`]. Written as JSON, which Prometheus reads as the
+/// YAML it is.
 pub fn config(jobs: &[Job], rules: &Path) -> String {
     let interval = format!("{}s", SCRAPE_INTERVAL.as_secs());
-    let mut text = format!(
-        "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n  - {}\nscrape_configs:\n",
-        rules.display()
-    );
-    for job in jobs {
-        let targets: Vec<String> = job.targets.iter().map(|t| format!("'{t}'")).collect();
-        text += &format!(
-            "  - job_name: {}\n    static_configs:\n      - targets: [{}]\n",
-            job.name,
-            targets.join(", ")
-        );
-    }
-    text
+    let scrape: Vec<Value> = jobs
+        .iter()
+        .map(|job| {
+            let statics: Vec<Value> = job
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    serde_json::json!({
+                        "targets": [t],
+                        "labels": job.labels.get(i).cloned().unwrap_or_default(),
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "job_name": job.name,
+                "static_configs": statics,
+                "relabel_configs": job.relabel_configs,
+            })
+        })
+        .collect();
+    let config = serde_json::json!({
+        "global": {
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "evaluation_interval": interval,
+        },
+        "rule_files": [rules.display().to_string()],
+        "scrape_configs": scrape,
+    });
+    format!("{config:#}\n")
 }
 
 /// The metric names (`aliaslb_...`) the expressions (`expr:` blocks) of a rules file use.
@@ -392,6 +432,57 @@ pub fn with_for(rules: &str, duration: &str) -> (String, usize) {
     (out, count)
 }
 
+/// The rules file with the threshold of every rule on an age (an expression whose metric
+/// is an `aliaslb_..._seconds` gauge: it ends `> N`) set to `seconds`, and how many were
+/// rewritten. Like [`with_for`], for a test that cannot wait minutes: the expressions are
+/// otherwise the shipped ones.
+pub fn with_ages(rules: &str, seconds: u64) -> (String, usize) {
+    let mut count = 0;
+    let mut out: Vec<String> = Vec::new();
+    // The current `expr: |` block: its key's indent, and where its lines start in `out`.
+    let mut block: Option<(usize, usize)> = None;
+    let finish = |out: &mut Vec<String>, from: usize, count: &mut usize| {
+        let text = out[from..].join("\n");
+        let on_age = metric_names_in(&text)
+            .iter()
+            .any(|n| n.ends_with("_seconds"));
+        if !on_age {
+            return;
+        }
+        // The last `> N` of the block is its threshold.
+        for line in out[from..].iter_mut().rev() {
+            if let Some(at) = line.rfind("> ") {
+                let tail = &line[at + 2..];
+                if !tail.is_empty() && tail.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    *line = format!("{}> {seconds}", &line[..at]);
+                    *count += 1;
+                    return;
+                }
+            }
+        }
+    };
+    for line in rules.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some((key, from)) = block
+            && !line.trim().is_empty()
+            && indent <= key
+        {
+            finish(&mut out, from, &mut count);
+            block = None;
+        }
+        out.push(line.to_owned());
+        if let Some(rest) = line.trim_start().strip_prefix("expr:")
+            && rest.trim_start().starts_with(['|', '>'])
+        {
+            block = Some((indent, out.len()));
+        }
+    }
+    if let Some((_, from)) = block {
+        finish(&mut out, from, &mut count);
+    }
+    (out.join("\n") + "\n", count)
+}
+
 /// One query of a Grafana dashboard panel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PanelQuery {
@@ -438,26 +529,79 @@ pub fn dashboard_queries(dashboard: &Value) -> (Vec<PanelQuery>, Vec<String>) {
     (queries, without)
 }
 
+/// One query variable of a dashboard (`$pool`, ...): its name, the series selector and
+/// label of its `label_values(...)` query, and the value of "All".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variable {
+    /// Its name (`$name` in queries).
+    pub name: String,
+    /// The series selector of `label_values(SELECTOR, LABEL)`.
+    pub selector: String,
+    /// The label whose values it offers.
+    pub label: String,
+    /// What "All" sends (`allValue`).
+    pub all: String,
+}
+
+/// The query variables of a dashboard (`label_values(SELECTOR, LABEL)` ones), and the
+/// names of those that are not of that form.
+pub fn dashboard_variables(dashboard: &Value) -> (Vec<Variable>, Vec<String>) {
+    let mut vars = Vec::new();
+    let mut other = Vec::new();
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if v["type"] != "query" {
+            continue;
+        }
+        let name = v["name"].as_str().unwrap_or_default().to_owned();
+        let query = v["query"]["query"]
+            .as_str()
+            .or_else(|| v["query"].as_str())
+            .unwrap_or_default();
+        let parsed = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .and_then(|q| q.rsplit_once(','));
+        match parsed {
+            Some((selector, label)) if v["includeAll"] == true => vars.push(Variable {
+                name,
+                selector: selector.trim().to_owned(),
+                label: label.trim().to_owned(),
+                all: v["allValue"].as_str().unwrap_or(".*").to_owned(),
+            }),
+            _ => other.push(name),
+        }
+    }
+    (vars, other)
+}
+
 /// `expr` as Grafana sends it: `$__interval` is `step`, `$__rate_interval` is
 /// max(`step` + `scrape`, 4 × `scrape`) (Grafana's rule, with the data source's scrape
-/// interval), `$__range` is `range`; both spellings (`$x`, `${x}`). Any other variable
-/// left is an error: the dashboard would send it to Prometheus unresolved.
+/// interval), `$__range` is `range`, each of `vars` its "All" value; both spellings (`$x`,
+/// `${x}`). Any other variable left is an error: the dashboard would send it to Prometheus
+/// unresolved.
 pub fn grafana_expr(
     expr: &str,
     step: Duration,
     scrape: Duration,
     range: Duration,
+    vars: &[Variable],
 ) -> Result<String, String> {
     let secs = |d: Duration| format!("{}ms", d.as_millis());
     let rate = (step + scrape).max(4 * scrape);
     let mut out = expr.to_owned();
     // Longest names first: `$__rate_interval` before `$__interval` is not an issue (no
     // prefix), but `$__range_ms` would be; it is not supported, hence the check below.
-    for (name, value) in [
-        ("__rate_interval", secs(rate)),
-        ("__interval", secs(step)),
-        ("__range", secs(range)),
-    ] {
+    let builtin = [
+        ("__rate_interval".to_owned(), secs(rate)),
+        ("__interval".to_owned(), secs(step)),
+        ("__range".to_owned(), secs(range)),
+    ];
+    let custom = vars.iter().map(|v| (v.name.clone(), v.all.clone()));
+    for (name, value) in builtin.into_iter().chain(custom) {
         out = out.replace(&format!("${{{name}}}"), &value);
         out = out.replace(&format!("${name}"), &value);
     }
@@ -536,15 +680,95 @@ mod tests {
                 "rate(x[$__rate_interval]) + rate(y[${__interval}]) + increase(z[$__range])",
                 s(2),
                 s(1),
-                s(300)
+                s(300),
+                &[]
             ),
             Ok("rate(x[4000ms]) + rate(y[2000ms]) + increase(z[300000ms])".to_owned())
         );
         assert_eq!(
-            grafana_expr("rate(x[$__rate_interval])", s(10), s(1), s(60)),
+            grafana_expr("rate(x[$__rate_interval])", s(10), s(1), s(60), &[]),
             Ok("rate(x[11000ms])".to_owned())
         );
-        assert!(grafana_expr("x{pool=\"$pool\"}", s(1), s(1), s(60)).is_err());
+        assert!(grafana_expr("x{pool=\"$pool\"}", s(1), s(1), s(60), &[]).is_err());
+        let pool = Variable {
+            name: "pool".into(),
+            selector: "aliaslb_pool_addresses".into(),
+            label: "pool".into(),
+            all: ".*".into(),
+        };
+        assert_eq!(
+            grafana_expr("x{pool=~\"$pool\"}", s(1), s(1), s(60), &[pool]),
+            Ok("x{pool=~\".*\"}".to_owned())
+        );
+    }
+
+    #[test]
+    fn age_thresholds_are_rewritten_and_nothing_else() {
+        let rules = "groups:
+  - name: g
+    rules:
+      - alert: Old
+        expr: |
+          max by (reason) (
+            aliaslb_services_pending_seconds
+              and on(instance) aliaslb_leader == 1
+          ) > 240
+        for: 1m
+      - alert: Count
+        expr: |
+          aliaslb_pool_addresses_in_use >= aliaslb_pool_addresses
+        for: 1m
+      - alert: Renewal
+        expr: |
+          min by (node) (aliaslb_node_agent_renewal_age_seconds) > 60
+        for: 1m
+";
+        let (text, n) = with_ages(rules, 5);
+        assert_eq!(n, 2, "{text}");
+        assert!(text.contains("          ) > 5\n"), "{text}");
+        assert!(text.contains("renewal_age_seconds) > 5\n"), "{text}");
+        assert!(!text.contains("240") && !text.contains("> 60"), "{text}");
+        assert!(text.contains(">= aliaslb_pool_addresses\n"), "{text}");
+        assert_eq!(rule_metric_names(&text), rule_metric_names(rules));
+    }
+
+    #[test]
+    fn variables_of_a_dashboard() {
+        let d = serde_json::json!({"templating": {"list": [
+            {"name": "datasource", "type": "datasource"},
+            {"name": "pool", "type": "query", "includeAll": true, "allValue": ".*",
+             "query": {"query": "label_values(aliaslb_pool_addresses, pool)"}},
+            {"name": "odd", "type": "query", "query": "query_result(up)"}
+        ]}});
+        let (vars, other) = dashboard_variables(&d);
+        assert_eq!(vars.len(), 1);
+        assert_eq!(
+            (vars[0].selector.as_str(), vars[0].label.as_str()),
+            ("aliaslb_pool_addresses", "pool")
+        );
+        assert_eq!(other, ["odd"]);
+    }
+
+    #[test]
+    fn the_config_is_json_prometheus_reads() {
+        let job = Job {
+            name: "a".into(),
+            targets: vec!["10.0.0.1:9101".into()],
+            labels: vec![BTreeMap::from([("__meta_x".to_owned(), "n1".to_owned())])],
+            relabel_configs: vec![
+                serde_json::json!({"source_labels": ["__meta_x"], "target_label": "node"}),
+            ],
+        };
+        let v: Value = serde_json::from_str(&config(&[job], Path::new("/r.yaml"))).unwrap();
+        assert_eq!(
+            v["scrape_configs"][0]["static_configs"][0]["labels"]["__meta_x"],
+            "n1"
+        );
+        assert_eq!(
+            v["scrape_configs"][0]["relabel_configs"][0]["target_label"],
+            "node"
+        );
+        assert_eq!(v["rule_files"][0], "/r.yaml");
     }
 
     #[test]

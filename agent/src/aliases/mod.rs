@@ -18,7 +18,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::desired::DesiredSet;
 use crate::host::{Alias, Held, HostState, InterfaceError, Interfaces};
-use crate::kernel::backend::{AddressBackend, BATCH, BackendError, Lifetime, Write};
+use crate::kernel::backend::{AddressBackend, BackendError, Lifetime, Write, write_each};
 use crate::l2::announce::Announcer;
 use crate::l2::vmac;
 use crate::shield::{Contents, IPVS_LINK, NoShield, Shield, ShieldBackend, ShieldError};
@@ -615,64 +615,6 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
         }
         report
     }
-}
-
-/// At the agent's start, before anything is known of the cluster: takes down every alias of
-/// ours that this node's kernel still has on a LAN (not on `routed_device`) from a run
-/// before (an agent restarted within the aliases' lifetime), so that the kernel does not
-/// answer ARP / NDP for an IP another node may have taken over meanwhile. Returns their
-/// IPs: the LAN guard asks the LAN who answers for each before it is held again
-/// ([`crate::l2::guard::LanGuard::returning`]). A returning holder asks the LAN first.
-pub async fn withdraw_lan_aliases<B: AddressBackend>(
-    backend: &B,
-    routed_device: &str,
-) -> Result<Vec<IpAddr>, BackendError> {
-    let host = backend.snapshot().await?;
-    let routed: Option<u32> = host
-        .links
-        .iter()
-        .find(|l| l.name == routed_device)
-        .map(|l| l.index);
-    let name_of = |index: u32| {
-        host.links
-            .iter()
-            .find(|l| l.index == index)
-            .map_or_else(|| format!("if{index}"), |l| l.name.clone())
-    };
-    let lan: Vec<Alias> = host
-        .addresses
-        .iter()
-        .filter(|a| a.owned && Some(a.ifindex) != routed)
-        .map(|a| Alias {
-            ip: a.ip,
-            ifindex: a.ifindex,
-            ifname: name_of(a.ifindex),
-        })
-        .collect();
-    let mut out = Vec::with_capacity(lan.len());
-    for (alias, result) in write_each(backend, Write::Delete, &lan).await {
-        result?;
-        out.push(alias.ip);
-    }
-    Ok(out)
-}
-
-/// `write` on every alias of `aliases`, [`BATCH`] per backend call, one call after the
-/// other (the kernel takes address writes one at a time anyway); each alias with its
-/// result.
-async fn write_each<'a, B: AddressBackend>(
-    backend: &B,
-    write: Write,
-    aliases: impl IntoIterator<Item = &'a Alias>,
-) -> Vec<(&'a Alias, Result<bool, BackendError>)> {
-    let aliases: Vec<&Alias> = aliases.into_iter().collect();
-    let mut results = Vec::with_capacity(aliases.len());
-    for chunk in aliases.chunks(BATCH) {
-        let answers = backend.write_all(write, chunk).await;
-        debug_assert_eq!(answers.len(), chunk.len(), "one answer per write");
-        results.extend(chunk.iter().copied().zip(answers));
-    }
-    results
 }
 
 /// The shield contents for `aliases`: each IP with the ports `desired` opens on it.

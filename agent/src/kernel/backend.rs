@@ -246,6 +246,24 @@ impl Write {
 /// the write is made again at the next reconcile).
 pub const BATCH: usize = 64;
 
+/// `write` on every alias of `aliases`, [`BATCH`] per backend call, one call after the
+/// other (the kernel takes address writes one at a time anyway); each alias with its
+/// result.
+pub async fn write_each<'a, B: AddressBackend>(
+    backend: &B,
+    write: Write,
+    aliases: impl IntoIterator<Item = &'a Alias>,
+) -> Vec<(&'a Alias, Result<bool, BackendError>)> {
+    let aliases: Vec<&Alias> = aliases.into_iter().collect();
+    let mut results = Vec::with_capacity(aliases.len());
+    for chunk in aliases.chunks(BATCH) {
+        let answers = backend.write_all(write, chunk).await;
+        debug_assert_eq!(answers.len(), chunk.len(), "one answer per write");
+        results.extend(chunk.iter().copied().zip(answers));
+    }
+    results
+}
+
 /// What the reconcile loop needs from the kernel.
 ///
 /// Writes return `Ok(true)` when they changed something and `Ok(false)` when the kernel

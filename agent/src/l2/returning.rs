@@ -19,9 +19,8 @@ use std::time::Duration;
 use aliaslb_core::mac::Mac;
 use tracing::{info, warn};
 
-use crate::aliases::withdraw_lan_aliases;
 use crate::host::Alias;
-use crate::kernel::backend::{AddressBackend, BackendError};
+use crate::kernel::backend::{AddressBackend, BackendError, Write, write_each};
 use crate::l2::lan::{LanPort, ProbeConfig, ProbeOutcome};
 use crate::shield::ShieldBackend;
 
@@ -207,6 +206,47 @@ where
             kept = out.kept.len(),
             "held before this agent started, and nobody else answers for them: kept"
         );
+    }
+    Ok(out)
+}
+
+/// At the agent's start, before anything is known of the cluster: takes down every alias of
+/// ours that this node's kernel still has on a LAN (not on `routed_device`) from a run
+/// before (an agent restarted within the aliases' lifetime), so that the kernel does not
+/// answer ARP / NDP for an IP another node may have taken over meanwhile. Returns their
+/// IPs: the LAN guard asks the LAN who answers for each before it is held again
+/// ([`crate::l2::guard::LanGuard::returning`]). Without the silence of nftables, a returning
+/// holder takes them down before it asks.
+async fn withdraw_lan_aliases<B: AddressBackend>(
+    backend: &B,
+    routed_device: &str,
+) -> Result<Vec<IpAddr>, BackendError> {
+    let host = backend.snapshot().await?;
+    let routed: Option<u32> = host
+        .links
+        .iter()
+        .find(|l| l.name == routed_device)
+        .map(|l| l.index);
+    let name_of = |index: u32| {
+        host.links
+            .iter()
+            .find(|l| l.index == index)
+            .map_or_else(|| format!("if{index}"), |l| l.name.clone())
+    };
+    let lan: Vec<Alias> = host
+        .addresses
+        .iter()
+        .filter(|a| a.owned && Some(a.ifindex) != routed)
+        .map(|a| Alias {
+            ip: a.ip,
+            ifindex: a.ifindex,
+            ifname: name_of(a.ifindex),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(lan.len());
+    for (alias, result) in write_each(backend, Write::Delete, &lan).await {
+        result?;
+        out.push(alias.ip);
     }
     Ok(out)
 }

@@ -237,7 +237,7 @@ impl Snapshot {
                 .collect(),
             _ => self.nodes.clone(),
         };
-        let agents: BTreeMap<String, (Freshness, AgentReport)> = self
+        let agents: BTreeMap<String, (Freshness, Arc<AgentReport>)> = self
             .agents
             .iter()
             .map(|(node, info)| {
@@ -247,10 +247,10 @@ impl Snapshot {
                 } else {
                     Freshness::Lost
                 };
-                (node.clone(), (freshness, info.report.clone()))
+                (node.clone(), (freshness, Arc::new(info.report.clone())))
             })
             .collect();
-        let mut reports: BTreeMap<String, AgentReport> = agents
+        let mut reports: aliaslb_core::plan::Reports = agents
             .iter()
             .map(|(node, (_, report))| (node.clone(), report.clone()))
             .collect();
@@ -310,7 +310,7 @@ impl Snapshot {
                 if let Some(report) = reports.get_mut(node)
                     && report.held != now_held
                 {
-                    report.held = now_held;
+                    Arc::make_mut(report).held = now_held;
                     changed = true;
                 }
             }

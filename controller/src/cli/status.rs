@@ -148,6 +148,8 @@ pub struct NodeRow {
     /// Whole seconds between that renewTime and the moment `aliaslb status` read it, by the
     /// agent's wall clock and ours (so clock skew shows here).
     pub renewed_seconds_ago: Option<u64>,
+    /// Renewed within its lease duration (by the same clocks).
+    pub fresh: bool,
     /// The agent's host-port shield: `active`, `off`, `failing` or `unknown` (an agent that
     /// does not report it).
     pub shield: ShieldState,
@@ -265,17 +267,17 @@ fn conflicts(
             ..NodeState::default()
         })
         .collect();
-    let reports: BTreeMap<String, AgentReport> = agents
+    let reports: aliaslb_core::plan::Reports = agents
         .iter()
-        .map(|(node, a)| (node.clone(), a.report.clone()))
+        .map(|(node, a)| (node.clone(), std::sync::Arc::new(a.report.clone())))
         .collect();
     lan_conflicts(&nodes, &reports, config)
 }
 
-/// The network and broadcast addresses of the subnets the agents report that count for
-/// election (as the controller reads them: [`AgentReport::elected_subnets`] with the
+/// The network and broadcast addresses of the subnets the fresh agents report that count
+/// for election (as the controller reads them: [`AgentReport::elected_subnets`] with the
 /// addresses each Node lists), by the rule the controller fences them with
-/// ([`subnet_edges`]).
+/// ([`subnet_edges`]: anchored on the node's own Node address, or reported by two).
 fn edges(
     config: &PoolConfig,
     agents: &BTreeMap<String, AgentInfo>,
@@ -291,12 +293,13 @@ fn edges(
                 .collect();
             NodeState {
                 name: node.as_str().into(),
+                agent_ready: a.fresh,
                 subnets: a.report.elected_subnets(&own).copied().collect(),
                 ..NodeState::default()
             }
         })
         .collect();
-    subnet_edges(&nodes, config)
+    subnet_edges(&nodes, node_addresses, config)
 }
 
 /// The route table, the pending list and the node table; `agents` maps node name -> its
@@ -449,6 +452,7 @@ pub fn compute(
             node: node.clone(),
             renew_time: agent.renew_time.clone(),
             renewed_seconds_ago: agent.renewed_ago.map(|d| d.as_secs()),
+            fresh: agent.fresh,
             shield: agent.report.shield,
         })
         .collect();
@@ -471,16 +475,27 @@ fn age(secs: u64) -> String {
 
 /// The report as aligned text columns.
 pub fn render_table(report: &Report) -> String {
+    render(report, false)
+}
+
+/// The report as aligned text columns; `wide` adds each address's pool and the MAC of a
+/// conflict or a defended claim (instead of in the state), and whether each agent is
+/// fresh.
+pub fn render(report: &Report, wide: bool) -> String {
     let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".to_owned());
-    let mut rows: Vec<[String; 7]> = vec![[
-        "IP".into(),
-        "IN USE".into(),
-        "NAMESPACE".into(),
-        "SERVICE".into(),
-        "CLUSTER IP".into(),
-        "NODE".into(),
-        "STATE".into(),
-    ]];
+    let mut head = vec![
+        "IP",
+        "IN USE",
+        "NAMESPACE",
+        "SERVICE",
+        "CLUSTER IP",
+        "NODE",
+        "STATE",
+    ];
+    if wide {
+        head.extend(["POOL", "MAC"]);
+    }
+    let mut rows: Vec<Vec<String>> = vec![head.into_iter().map(str::to_owned).collect()];
     for r in &report.routes {
         let ip = if r.first == r.last {
             r.first.to_string()
@@ -488,11 +503,11 @@ pub fn render_table(report: &Report) -> String {
             format!("{}-{}", r.first, r.last)
         };
         let state = match (&r.mac, r.addresses > 1) {
-            (Some(mac), _) => format!("{} {mac}", r.state),
-            (None, true) => format!("{} ({})", r.state, r.addresses),
-            (None, false) => r.state.clone(),
+            (Some(mac), _) if !wide => format!("{} {mac}", r.state),
+            (_, true) => format!("{} ({})", r.state, r.addresses),
+            _ => r.state.clone(),
         };
-        rows.push([
+        let mut row = vec![
             ip,
             if r.in_use { "yes" } else { "no" }.into(),
             r.namespace.clone().unwrap_or_else(|| r.pool.clone()),
@@ -500,43 +515,43 @@ pub fn render_table(report: &Report) -> String {
             dash(&r.cluster_ip),
             dash(&r.node),
             state,
-        ]);
+        ];
+        if wide {
+            row.extend([r.pool.clone(), dash(&r.mac)]);
+        }
+        rows.push(row);
     }
     let mut out = columns(&rows);
     if !report.pending.is_empty() {
         out.push('\n');
-        let mut pending: Vec<[String; 7]> = vec![[
-            "PENDING".into(),
-            "REASON".into(),
-            "MESSAGE".into(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-        ]];
+        let mut pending = vec![vec!["PENDING".into(), "REASON".into(), "MESSAGE".into()]];
         for p in &report.pending {
-            pending.push([
+            pending.push(vec![
                 format!("{}/{}", p.namespace, p.service),
                 p.reason.clone(),
                 p.message.clone(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
             ]);
         }
         out.push_str(&columns(&pending));
     }
     if !report.nodes.is_empty() {
         out.push('\n');
-        let mut nodes: Vec<[String; 3]> = vec![["NODE".into(), "RENEWED".into(), "SHIELD".into()]];
+        let mut head = vec!["NODE".to_owned(), "RENEWED".into(), "SHIELD".into()];
+        if wide {
+            head.push("FRESH".into());
+        }
+        let mut nodes = vec![head];
         for n in &report.nodes {
-            nodes.push([
+            let mut row = vec![
                 n.node.clone(),
                 n.renewed_seconds_ago
                     .map_or_else(|| "-".to_owned(), |s| format!("{} ago", age(s))),
                 n.shield.as_str().to_owned(),
-            ]);
+            ];
+            if wide {
+                row.push(if n.fresh { "yes" } else { "no" }.to_owned());
+            }
+            nodes.push(row);
         }
         out.push_str(&columns(&nodes));
     }
@@ -1112,9 +1127,9 @@ IP              IN USE  NAMESPACE  SERVICE  CLUSTER IP  NODE        STATE
             json["nodes"],
             serde_json::json!([
                 {"node": "n", "renewTime": "2025-01-01T00:00:00Z", "renewedSecondsAgo": 3,
-                 "shield": "active"},
+                 "fresh": true, "shield": "active"},
                 {"node": "old", "renewTime": null, "renewedSecondsAgo": null,
-                 "shield": "unknown"},
+                 "fresh": false, "shield": "unknown"},
             ])
         );
     }

@@ -47,11 +47,15 @@
 //! a leadership change or the end of a blindness is replaced one lease duration later.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, ReportError};
+
+use crate::store::Record;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::observe::service::digest;
 
@@ -91,17 +95,164 @@ fn lease_annotation(lease: &Lease) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// What the planner takes from an agent's Lease: how fresh the agent is (from the
-/// [`Observer`]) and its report. A report that cannot be read counts for nothing: the
-/// agent is lost (its node is not eligible) and holds nothing; the error comes back
-/// beside, for the caller to warn about.
-pub fn agent_view(
-    lease: &Lease,
-    fresh: Freshness,
-) -> ((Freshness, AgentReport), Option<ReportError>) {
-    match agent_report(lease) {
-        Ok(report) => ((fresh, report), None),
-        Err(error) => ((Freshness::Lost, AgentReport::default()), Some(error)),
+/// One Lease of the agent namespace as the controller keeps it: never the object itself
+/// (a report is up to 256 KiB of JSON), only what the controller reads of it.
+///
+/// **Only nodes are agents.** A Lease `aliaslb-agent-<x>` whose Node `<x>` does not exist
+/// is a [`LeaseKind::Ghost`]: its name, nothing of its report (it is not even parsed), and
+/// the agent clock does not see it either, so it counts neither for election, nor for the
+/// quarantine, nor for the node MACs, nor for the controller's sight. A Lease seen before
+/// its Node exists is taken up at its next renewal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRecord {
+    /// The Lease's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its uid (for the Events about it).
+    pub uid: Option<String>,
+    /// What it is.
+    pub kind: LeaseKind,
+}
+
+/// What a Lease of the agent namespace is ([`LeaseRecord`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseKind {
+    /// The agent Lease of an existing Node: its report read within bounds (shared with
+    /// every pass that reads it), or why it cannot be read.
+    Agent {
+        /// The node.
+        node: String,
+        /// The report ([`agent_report`]), or the reason it was rejected.
+        report: Result<Arc<AgentReport>, Arc<RejectedReport>>,
+        /// The digest of the report annotation ([`report_digest`]): a renewal that leaves
+        /// it as it was is not read again.
+        digest: u64,
+        /// The release its agent labels it with ([`agent_version`]), if any.
+        version: Option<String>,
+    },
+    /// An agent Lease whose Node does not exist: its name only.
+    Ghost {
+        /// The node it names.
+        node: String,
+    },
+    /// Not an agent's (the controller's own leader Lease, when both share a namespace).
+    Other,
+}
+
+/// A report that could not be read: the error's category and message (the error itself is
+/// not kept: a JSON error may hold a copy of what it quotes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedReport {
+    /// [`ReportError::category`].
+    pub category: &'static str,
+    /// The error, as text.
+    pub message: String,
+}
+
+impl LeaseRecord {
+    /// The record of `lease`; `node_exists` says whether a Node of a name exists, and
+    /// `previous` is the record of the same Lease so far (its report is shared when the
+    /// annotation did not change). A Lease without a name is none.
+    pub fn of(
+        lease: &Lease,
+        node_exists: impl Fn(&str) -> bool,
+        previous: Option<&LeaseRecord>,
+    ) -> Option<LeaseRecord> {
+        let name = lease.metadata.name.clone()?;
+        let kind = match keys::agent_lease_node(&name) {
+            None => LeaseKind::Other,
+            Some(node) if !node_exists(node) => LeaseKind::Ghost {
+                node: node.to_owned(),
+            },
+            Some(node) => {
+                let digest = report_digest(lease);
+                let report = match previous.map(|p| &p.kind) {
+                    Some(LeaseKind::Agent {
+                        report, digest: d, ..
+                    }) if *d == digest => report.clone(),
+                    _ => agent_report(lease).map(Arc::new).map_err(|e| {
+                        Arc::new(RejectedReport {
+                            category: e.category(),
+                            message: e.to_string(),
+                        })
+                    }),
+                };
+                LeaseKind::Agent {
+                    node: node.to_owned(),
+                    report,
+                    digest,
+                    version: agent_version(lease).map(str::to_owned),
+                }
+            }
+        };
+        Some(LeaseRecord {
+            name,
+            namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+            uid: lease.metadata.uid.clone(),
+            kind,
+        })
+    }
+
+    /// This record with its report dropped: its Node was deleted.
+    pub fn ghost(&self) -> Option<LeaseRecord> {
+        match &self.kind {
+            LeaseKind::Agent { node, .. } => Some(LeaseRecord {
+                kind: LeaseKind::Ghost { node: node.clone() },
+                ..self.clone()
+            }),
+            LeaseKind::Ghost { .. } | LeaseKind::Other => None,
+        }
+    }
+
+    /// A reference to the Lease, for an Event about it.
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: self.uid.clone(),
+            ..ObjectReference::default()
+        }
+    }
+}
+
+impl Record for LeaseRecord {
+    fn same(&self, old: &Self) -> bool {
+        self == old
+    }
+}
+
+/// What the planner takes from an agent's Lease: its node, how fresh the agent is (from
+/// the [`Observer`]) and its report.
+pub type AgentView<'r> = (
+    &'r str,
+    (Freshness, Arc<AgentReport>),
+    Option<&'r RejectedReport>,
+);
+
+impl LeaseRecord {
+    /// For an existing Node's agent Lease ([`LeaseKind::Agent`]): what the planner takes of
+    /// it ([`AgentView`]), given the agent's freshness `fresh`. A report that cannot be read
+    /// counts for nothing: the agent is lost (its node is not eligible) and holds nothing;
+    /// why comes back beside, for the caller to warn about. `None` for other Leases.
+    /// The release an existing Node's agent labels its Lease with, if any.
+    pub fn agent_version(&self) -> Option<&str> {
+        match &self.kind {
+            LeaseKind::Agent { version, .. } => version.as_deref(),
+            LeaseKind::Ghost { .. } | LeaseKind::Other => None,
+        }
+    }
+
+    pub fn agent_view(&self, fresh: Freshness) -> Option<AgentView<'_>> {
+        let LeaseKind::Agent { node, report, .. } = &self.kind else {
+            return None;
+        };
+        Some(match report {
+            Ok(report) => (node, (fresh, report.clone()), None),
+            Err(error) => (node, (Freshness::Lost, Arc::default()), Some(&**error)),
+        })
     }
 }
 
@@ -235,6 +386,12 @@ impl AgentClock {
                 self.seen.remove(lease_name);
             }
         }
+    }
+
+    /// Forgets `lease_name` at once, whatever it was: a Lease that names a node that does not
+    /// exist is no agent (see [`LeaseRecord`]). Returns whether it was known.
+    pub fn forget(&mut self, lease_name: &str) -> bool {
+        self.seen.remove(lease_name).is_some()
     }
 
     /// The watch starts listing every Lease anew (after a restart of the watch): the
@@ -924,26 +1081,70 @@ mod tests {
                 Some([(keys::ANNOTATION_AGENT_REPORT.to_owned(), json.to_owned())].into());
             l
         };
+        let view = |lease: &Lease| {
+            let record = LeaseRecord::of(lease, |_| true, None).unwrap();
+            let (node, agent, error) = record.agent_view(Freshness::Fresh).unwrap();
+            assert_eq!(node, "n1");
+            (agent, error.cloned())
+        };
         let valid = r#"{"version":1,"interfaces":[{"name":"eth0","subnets":["10.0.0.0/24"]}],"held":["10.0.0.5"]}"#;
-        let ((ready, report), error) = agent_view(&with_report(valid), Freshness::Fresh);
+        let ((ready, report), error) = view(&with_report(valid));
         assert!(ready == Freshness::Fresh && error.is_none());
         assert_eq!(report.held.len(), 1);
         // No annotation: an empty report from a ready agent.
-        let ((ready, report), error) = agent_view(
-            &lease("aliaslb-agent-n1", "1", Some("n1"), None),
-            Freshness::Fresh,
-        );
-        assert!(ready == Freshness::Fresh && error.is_none() && report == AgentReport::default());
+        let ((ready, report), error) = view(&lease("aliaslb-agent-n1", "1", Some("n1"), None));
+        assert!(ready == Freshness::Fresh && error.is_none() && *report == AgentReport::default());
         for bad in [
             valid.replace("eth0", "eth0/1"),
             valid.replace("eth0", "a-name-of-16-byt"),
             "{not json".to_owned(),
             format!("{{\"x\":\"{}\"}}", "y".repeat(300_000)),
         ] {
-            let ((ready, report), error) = agent_view(&with_report(&bad), Freshness::Fresh);
+            let ((ready, report), error) = view(&with_report(&bad));
             assert_eq!(ready, Freshness::Lost, "{bad:.80}");
-            assert_eq!(report, AgentReport::default());
-            assert!(error.is_some());
+            assert_eq!(*report, AgentReport::default());
+            assert!(error.is_some_and(|e| !e.message.is_empty()));
         }
+    }
+
+    /// Only nodes are agents (issue 42): the Lease of a node that does not exist keeps
+    /// nothing of its report (not even parsed), an unchanged report is not read again, and a
+    /// Node's deletion drops its agent's report.
+    #[test]
+    fn a_lease_of_a_node_that_does_not_exist_keeps_nothing_but_its_name() {
+        let report = r#"{"version":1,"held":["10.0.0.5"],"macs":["02:00:00:00:00:09"]}"#;
+        let mut l = lease("aliaslb-agent-ghost", "1", Some("ghost"), Some(4));
+        l.metadata.namespace = Some("agents".into());
+        l.metadata.annotations =
+            Some([(keys::ANNOTATION_AGENT_REPORT.to_owned(), report.to_owned())].into());
+        let ghost = LeaseRecord::of(&l, |_| false, None).unwrap();
+        assert_eq!(
+            ghost.kind,
+            LeaseKind::Ghost {
+                node: "ghost".into()
+            }
+        );
+        assert!(ghost.agent_view(Freshness::Fresh).is_none());
+        let agent = LeaseRecord::of(&l, |n| n == "ghost", None).unwrap();
+        let (_, (_, read), _) = agent.agent_view(Freshness::Fresh).unwrap();
+        assert_eq!(read.held.len(), 1);
+        // A renewal with the same report shares it; a new one is read.
+        l.metadata.resource_version = Some("2".into());
+        let again = LeaseRecord::of(&l, |_| true, Some(&agent)).unwrap();
+        let (_, (_, shared), _) = again.agent_view(Freshness::Fresh).unwrap();
+        assert!(Arc::ptr_eq(&read, &shared));
+        assert!(again.same(&agent), "a renewal changes nothing in the cache");
+        // Its Node is deleted: only the name stays.
+        assert_eq!(again.ghost().unwrap().kind, ghost.kind);
+        assert_eq!(
+            ghost.object_ref().name.as_deref(),
+            Some("aliaslb-agent-ghost")
+        );
+        let other = LeaseRecord::of(
+            &lease("aliaslb-controller", "1", None, None),
+            |_| true,
+            None,
+        );
+        assert_eq!(other.unwrap().kind, LeaseKind::Other);
     }
 }

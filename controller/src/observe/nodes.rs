@@ -19,7 +19,7 @@ use super::agents::Freshness;
 /// itself lists.
 pub fn node_states(
     nodes: &[std::sync::Arc<Node>],
-    agents: &BTreeMap<String, (Freshness, AgentReport)>,
+    agents: &BTreeMap<String, (Freshness, std::sync::Arc<AgentReport>)>,
 ) -> Vec<NodeState> {
     let mut out: Vec<NodeState> = nodes
         .iter()
@@ -65,7 +65,7 @@ pub fn node_states(
 /// any are left out.
 pub fn unanchored_subnets(
     nodes: &[std::sync::Arc<Node>],
-    agents: &BTreeMap<String, (Freshness, AgentReport)>,
+    agents: &BTreeMap<String, (Freshness, std::sync::Arc<AgentReport>)>,
 ) -> BTreeMap<String, Vec<IpNet>> {
     nodes
         .iter()
@@ -235,13 +235,16 @@ mod tests {
         let agents = BTreeMap::from([
             (
                 "n1".to_owned(),
-                (Freshness::Fresh, report(&["10.1.0.0/16", "10.2.0.0/16"])),
+                (
+                    Freshness::Fresh,
+                    std::sync::Arc::new(report(&["10.1.0.0/16", "10.2.0.0/16"])),
+                ),
             ),
             (
                 "n2".to_owned(),
                 (
                     Freshness::Fresh,
-                    report(&["10.3.0.0/16", "192.168.1.0/24", "fd00::/56"]),
+                    std::sync::Arc::new(report(&["10.3.0.0/16", "192.168.1.0/24", "fd00::/56"])),
                 ),
             ),
         ]);

@@ -54,7 +54,7 @@
 //!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
 //!   mark first claims `probe` and list every agent's MACs under `node-macs`
 //!   ([`crate::node_assignments`]).
-//! - Agent reports are read within bounds ([`AgentReport::from_json`]); a report that
+//! - Agent reports are read within bounds ([`AgentReport::from_json`](aliaslb_core::report::AgentReport::from_json)); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
 
@@ -72,11 +72,9 @@ use aliaslb_core::plan::{
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError, PoolKey};
 use aliaslb_core::range::Family;
-use aliaslb_core::report::{AgentReport, ReportError};
 use aliaslb_core::text;
 use aliaslb_core::version;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
@@ -84,12 +82,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Context;
 use crate::http::Readiness;
 use crate::node_assignments::{self, Identities, ShardsOf};
-use crate::observe::agents::{self, Freshness, Observer, Sight};
+use crate::observe::agents::{Freshness, LeaseKind, LeaseRecord, Observer, RejectedReport, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
 use crate::pool_status::{StatusInput, StatusWriter};
 use crate::service_writes;
-use crate::track::{Failovers, Unannounced};
+use crate::track::{Failovers, Waiting, unannounced_reason};
 use crate::watch::{Caches, WatchError};
 
 /// The shortest time from the end of one pass to the start of the next (unless a burst's
@@ -220,15 +218,13 @@ struct Reconciler {
     /// Agent Lease names whose report was last unreadable or out of bounds: warned about
     /// once, on the edge.
     bad_reports: HashSet<String>,
-    /// The digest of each agent Lease's report as last read, by Lease name
-    /// ([`agents::report_digest`]): a report is parsed again only when it changed, not on
-    /// every renewal.
-    report_digests: HashMap<String, u64>,
     /// The release each agent Lease reports (its label), as last checked, by Lease name.
     agent_versions: HashMap<String, Option<String>>,
     /// The agent Leases whose release this controller does not support, as last warned
     /// about ([`aliaslb_core::version`]).
     unsupported_agents: BTreeSet<String>,
+    /// The agent Leases whose Node does not exist, as last said (once each, in the log).
+    ghosts: HashSet<String>,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
     /// The pool entries covering an address a Node has, as last warned about.
@@ -244,7 +240,9 @@ struct Reconciler {
     /// The failovers in flight, for their metrics.
     failovers: Failovers,
     /// The Services with IPs not announced, for their gauge.
-    unannounced: Unannounced,
+    unannounced: Waiting,
+    /// The Services without (every) IP, and since when.
+    pending: Waiting,
     /// The pool status ConfigMap's writes ([`crate::pool_status`]).
     status: StatusWriter,
 }
@@ -293,9 +291,9 @@ impl Reconciler {
             index: Index::default(),
             pools: BTreeSet::new(),
             bad_reports: HashSet::new(),
-            report_digests: HashMap::new(),
             agent_versions: HashMap::new(),
             unsupported_agents: BTreeSet::new(),
+            ghosts: HashSet::new(),
             imported: false,
             node_clashes: Vec::new(),
             service_clashes: Vec::new(),
@@ -303,7 +301,8 @@ impl Reconciler {
             observer: Observer::new(Instant::now()),
             agents_change: None,
             failovers: Failovers::default(),
-            unannounced: Unannounced::default(),
+            unannounced: Waiting::default(),
+            pending: Waiting::default(),
             status: StatusWriter::default(),
         }
     }
@@ -376,6 +375,11 @@ impl Reconciler {
         );
         self.ctx.metrics.observe_reconcile(started.elapsed());
         self.ctx.metrics.add_services_planned(planned.len());
+        // After this pass's writes settled: a retry that succeeded clears it now.
+        let (failing, failing_assignments) = self.writes.failing();
+        self.ctx
+            .metrics
+            .set_writes_failing(failing, failing_assignments);
         // Services left for the next pass: it follows at once.
         let deferred = (self.writes.deferred() > 0).then(Instant::now);
         let status = self.status_step().await;
@@ -606,6 +610,18 @@ impl Reconciler {
                 .filter_map(|n| node_of(n)),
         );
         whole.extend(self.writes.assignment_retries(observed.now));
+        // A node whose agent holds addresses but that has no object of ours (deleted while
+        // no controller ran): its agent keeps what it last read until we write one, so it
+        // gets one, if only to say "nothing assigned" (a group imported as moving off it
+        // waits for that, see `Planner::import`).
+        let owed: BTreeSet<String> = self
+            .world
+            .reports()
+            .iter()
+            .filter(|(node, r)| !r.held.is_empty() && !with_objects.contains(node.as_str()))
+            .map(|(node, _)| node.clone())
+            .collect();
+        whole.extend(owed.iter().cloned());
         if every {
             whole.extend(with_objects.iter().map(|n| (*n).to_owned()));
             whole.extend(self.index.on_node.keys().map(|n| n.to_string()));
@@ -665,7 +681,7 @@ impl Reconciler {
         self.writes
             .write_assignments(
                 object_versions,
-                &touched,
+                (&touched, &owed),
                 &lines,
                 desired,
                 observed_assignments,
@@ -751,8 +767,9 @@ impl Reconciler {
     /// unsupported (log, Warning Event [`UNSUPPORTED_AGENT_VERSION`] on the Lease, gauge
     /// `aliaslb_agents_unsupported_version`), logs when it is supported again. Nothing
     /// else changes: the agent's report counts as before.
-    fn check_agent_version(&mut self, lease: &Lease, name: &str, node: &str) {
-        let reported = agents::agent_version(lease);
+    fn check_agent_version(&mut self, lease: &LeaseRecord, node: &str) {
+        let name = lease.name.as_str();
+        let reported = lease.agent_version();
         if self
             .agent_versions
             .get(name)
@@ -781,11 +798,15 @@ impl Reconciler {
     /// Agent readiness and reports by node.
     ///
     /// A report that cannot be read (not JSON, or outside the bounds of
-    /// [`AgentReport::from_json`]) counts for nothing: the agent is taken as not ready, so
+    /// [`AgentReport::from_json`](aliaslb_core::report::AgentReport::from_json)) counts for nothing: the agent is taken as not ready, so
     /// its node is not eligible, and as holding nothing. That is warned about once when it
     /// starts (log, Warning Event `InvalidAgentReport` on the Lease, and
     /// `aliaslb_agent_reports_rejected_total`), not on every pass. A report is read again
-    /// only when it changed.
+    /// only when it changed (the Lease cache keeps it, [`LeaseRecord`]).
+    ///
+    /// **Only nodes are agents.** An agent Lease whose Node does not exist is ignored: not
+    /// read, counted in `aliaslb_agent_leases_ignored`, said once in the log
+    /// ([`Reconciler::ghost_notice`]).
     ///
     /// Freshness is the [`Observer`]'s: when no agent is seen renewing at all, the
     /// controller is blind rather than every node dead ([`agents`] module docs); that is
@@ -818,50 +839,42 @@ impl Reconciler {
         }
         let mut changed = BTreeSet::new();
         let mut seen = HashSet::new();
-        let leases = self.caches.leases.state();
+        let mut ghosts = BTreeSet::new();
+        let leases = self.caches.leases.snapshot();
         for lease in &leases {
-            let Some(name) = lease.metadata.name.as_deref() else {
-                continue;
-            };
-            let Some(node) = keys::agent_lease_node(name) else {
-                continue;
-            };
-            seen.insert(node);
+            let name = lease.name.as_str();
             let freshness = judgement
                 .agents
                 .get(name)
                 .copied()
                 .unwrap_or(Freshness::Lost);
-            self.check_agent_version(lease, name, node);
-            let version = agents::report_digest(lease);
-            let report = if self.report_digests.get(name) != Some(&version) {
-                self.report_digests.insert(name.to_owned(), version);
-                match agents::agent_report(lease) {
-                    Ok(report) => {
-                        if self.bad_reports.remove(name) {
-                            tracing::info!(lease = name, "agent report readable again");
-                        }
-                        Some(report)
-                    }
-                    Err(error) => {
-                        if self.bad_reports.insert(name.to_owned()) {
-                            self.reject_report(lease, node, &error);
-                        }
-                        Some(AgentReport::default())
-                    }
+            let Some((node, (freshness, report), error)) = lease.agent_view(freshness) else {
+                if let LeaseKind::Ghost { node } = &lease.kind {
+                    ghosts.insert((name, node.as_str()));
                 }
-            } else {
-                None
+                continue;
             };
-            let freshness = if self.bad_reports.contains(name) {
-                Freshness::Lost
-            } else {
-                freshness
-            };
-            if self.world.set_agent(node, freshness, report) {
+            // A Node deleted since the record was made: a ghost too.
+            if self.caches.nodes.get(&ObjectRef::new(node)).is_none() {
+                ghosts.insert((name, node));
+                continue;
+            }
+            seen.insert(node);
+            self.check_agent_version(lease, node);
+            match error {
+                Some(error) if self.bad_reports.insert(name.to_owned()) => {
+                    self.reject_report(lease, node, error);
+                }
+                None if self.bad_reports.remove(name) => {
+                    tracing::info!(lease = name, "agent report readable again");
+                }
+                _ => {}
+            }
+            if self.world.set_agent(node, freshness, Some(report)) {
                 changed.insert(node.to_owned());
             }
         }
+        self.ghost_notice(&ghosts);
         // Deleted Leases not yet judged lost: the agent as last seen, its report kept.
         for name in &gone {
             let (Some(node), Some(freshness)) =
@@ -869,6 +882,9 @@ impl Reconciler {
             else {
                 continue;
             };
+            if self.caches.nodes.get(&ObjectRef::new(node)).is_none() {
+                continue;
+            }
             seen.insert(node);
             if self.world.set_agent(node, *freshness, None) {
                 changed.insert(node.to_owned());
@@ -876,12 +892,7 @@ impl Reconciler {
         }
         changed.extend(self.world.forget_agents_but(&seen));
         // Forget deleted Leases: a new one with a bad report is warned about again.
-        let lease_seen: HashSet<&str> = leases
-            .iter()
-            .filter_map(|l| l.metadata.name.as_deref())
-            .collect();
-        self.report_digests
-            .retain(|n, _| lease_seen.contains(n.as_str()));
+        let lease_seen: HashSet<&str> = leases.iter().map(|l| l.name.as_str()).collect();
         if !self.bad_reports.is_empty() {
             self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
         }
@@ -930,6 +941,24 @@ impl Reconciler {
         self.pools = current;
         metrics.set_pending(self.planner.pending());
         metrics.set_pending_by_reason(&self.planner.pending_by_reason());
+        let pool_of = |ns: &str| {
+            config
+                .pool_for_namespace(ns)
+                .map_or(String::new(), |(pool, _)| pool.as_str().to_owned())
+        };
+        let pending: Vec<(&ServiceKey, String, &'static str)> = self
+            .planner
+            .pending_services()
+            .map(|(key, why)| (key, pool_of(&key.namespace), why))
+            .collect();
+        self.pending.replace(
+            pending
+                .iter()
+                .map(|(key, pool, why)| (*key, pool.as_str(), *why)),
+            observed.now,
+        );
+        metrics.set_pending_since(self.pending.oldest());
+        metrics.set_agents_ready(observed.nodes.iter().filter(|n| n.agent_ready).count());
         metrics.set_address_conflicts(self.planner.lan_conflicts().count());
 
         // Failovers and unannounced Services: Services gone are forgotten, every plan of
@@ -949,7 +978,7 @@ impl Reconciler {
         if observed.changes.everything {
             self.failovers
                 .retain(|key| output.services.contains_key(key));
-            self.unannounced.clear();
+            self.unannounced.begin_full();
         }
         // A node left in order: its agent is ready, or released its Lease (SIGTERM).
         let mut orderly: HashSet<String> = observed
@@ -982,9 +1011,12 @@ impl Reconciler {
                 .planner
                 .pool_of_service(key)
                 .map_or("", PoolKey::as_str);
-            self.unannounced.set(key, pool, plan);
+            self.unannounced
+                .set(key, pool, unannounced_reason(plan), observed.now);
         }
+        self.unannounced.end_full();
         metrics.set_unannounced(self.unannounced.counts());
+        metrics.set_unannounced_since(self.unannounced.oldest());
 
         // Create -> IP: once per Service that had no IP (a dual-stack one gets an Event
         // per family), from its creationTimestamp on the wall clock.

@@ -35,13 +35,35 @@ impl Reconciler {
         });
     }
 
+    /// Says once, in the log, each agent Lease whose Node does not exist (`ghosts`: Lease
+    /// and node names), and counts them in `aliaslb_agent_leases_ignored`: it is ignored,
+    /// whatever it reports (only nodes are agents; a compromised node may write such Leases
+    /// where the admission policy is off).
+    pub(super) fn ghost_notice(&mut self, ghosts: &BTreeSet<(&str, &str)>) {
+        self.ctx.metrics.set_agent_leases_ignored(ghosts.len());
+        for (lease, node) in ghosts {
+            if !self.ghosts.contains(*lease) {
+                tracing::warn!(
+                    lease,
+                    node,
+                    "agent Lease of a node that does not exist: ignored (not read, not an agent) until a Node of that name exists"
+                );
+                self.ghosts.insert((*lease).to_owned());
+            }
+        }
+        if self.ghosts.len() > ghosts.len() {
+            let now: HashSet<&str> = ghosts.iter().map(|(lease, _)| *lease).collect();
+            self.ghosts.retain(|lease| now.contains(lease.as_str()));
+        }
+    }
+
     /// The warning for a report that just became unusable: log, metric, Event on the Lease.
-    pub(super) fn reject_report(&self, lease: &Lease, node: &str, error: &ReportError) {
-        let category = error.category();
+    pub(super) fn reject_report(&self, lease: &LeaseRecord, node: &str, error: &RejectedReport) {
+        let category = error.category;
         // The error may quote the report (serde quotes what it did not expect).
-        let error = text::bounded(error.to_string(), MAX_NOTE);
+        let error = text::bounded(error.message.clone(), MAX_NOTE);
         tracing::warn!(
-            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            lease = lease.name.as_str(),
             node,
             reason = category,
             error = %error,
@@ -49,7 +71,7 @@ impl Reconciler {
         );
         self.ctx.metrics.inc_agent_report_rejected(category);
         self.events.enqueue(Notice {
-            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            regarding: Regarding::Object(Box::new(lease.object_ref())),
             warning: true,
             reason: INVALID_AGENT_REPORT,
             note: format!(
@@ -64,22 +86,22 @@ impl Reconciler {
     /// a Warning Event on its Lease, saying what to upgrade.
     pub(super) fn unsupported_version_notice(
         &self,
-        lease: &Lease,
+        lease: &LeaseRecord,
         node: &str,
         support: &version::AgentSupport,
     ) {
         let controller = aliaslb_ops::build::VERSION;
         let advice = support.advice(controller);
         tracing::warn!(
-            lease = lease.metadata.name.as_deref().unwrap_or_default(),
+            lease = lease.name.as_str(),
             node,
-            agent_version = agents::agent_version(lease),
+            agent_version = lease.agent_version(),
             controller_version = controller,
             reason = support.category(),
             "agent release not supported: {advice}"
         );
         self.events.enqueue(Notice {
-            regarding: Regarding::Object(Box::new(lease.object_ref(&()))),
+            regarding: Regarding::Object(Box::new(lease.object_ref())),
             warning: true,
             reason: UNSUPPORTED_AGENT_VERSION,
             note: text::bounded(format!("agent on {node}: {advice}"), MAX_NOTE).into(),
@@ -184,9 +206,9 @@ impl Reconciler {
     ///   would flood.
     pub(super) fn leader_lease_ref(&self) -> ObjectReference {
         let namespace = &self.ctx.config.namespace;
-        let key = ObjectRef::<Lease>::new(keys::CONTROLLER_LEASE).within(namespace);
+        let key = ServiceKey::new(namespace, keys::CONTROLLER_LEASE);
         match self.caches.leases.get(&key) {
-            Some(lease) => lease.object_ref(&()),
+            Some(lease) => lease.object_ref(),
             None => ObjectReference {
                 api_version: Some("coordination.k8s.io/v1".into()),
                 kind: Some("Lease".into()),

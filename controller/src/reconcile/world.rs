@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use aliaslb_core::election::NodeState;
-use aliaslb_core::plan::{ServiceKey, ServiceView};
+use aliaslb_core::plan::{Reports, ServiceKey, ServiceView};
 use aliaslb_core::pool::Labels;
 use aliaslb_core::report::AgentReport;
 
@@ -29,7 +29,7 @@ use crate::store::Records;
 use crate::watch::Dirty;
 
 /// Node name -> (freshness, report) of its agent.
-pub(super) type AgentViews = BTreeMap<String, (Freshness, AgentReport)>;
+pub(super) type AgentViews = BTreeMap<String, (Freshness, Arc<AgentReport>)>;
 
 /// The term's copy of what the caches hold, as of the last pass.
 #[derive(Debug, Default)]
@@ -45,11 +45,11 @@ pub(super) struct World {
     pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
     /// The node states of the last pass, by name.
     nodes: BTreeMap<String, NodeState>,
-    /// Every agent, by node: its freshness and report (kept in place: a pass copies no
-    /// report).
+    /// Every agent, by node: its freshness and report (shared with [`World::reports`], the
+    /// Lease cache and the planner: one copy of each report in the controller).
     agents: AgentViews,
     /// The agents' reports, by node (what the planner reads).
-    reports: BTreeMap<String, AgentReport>,
+    reports: Reports,
     /// Whether a first pass read everything.
     seeded: bool,
     /// Every namespace's labels, as of the last pass.
@@ -274,28 +274,28 @@ impl World {
     }
 
     /// Every agent's report by node.
-    pub fn reports(&self) -> &BTreeMap<String, AgentReport> {
+    pub fn reports(&self) -> &Reports {
         &self.reports
     }
 
-    /// Sets the agent of `node`: its freshness, and its report when it was read again
-    /// (`None`: as before). Returns whether either changed.
+    /// Sets the agent of `node`: its freshness, and its report (`None`: as before).
+    /// Returns whether either changed.
     pub fn set_agent(
         &mut self,
         node: &str,
         freshness: Freshness,
-        report: Option<AgentReport>,
+        report: Option<Arc<AgentReport>>,
     ) -> bool {
         match self.agents.get_mut(node) {
             Some((fresh, old)) => {
                 let mut changed = *fresh != freshness;
                 *fresh = freshness;
                 if let Some(report) = report
-                    && *old != report
+                    && !Arc::ptr_eq(old, &report)
                 {
+                    changed |= **old != *report;
                     self.reports.insert(node.to_owned(), report.clone());
                     *old = report;
-                    changed = true;
                 }
                 changed
             }
@@ -553,9 +553,11 @@ mod tests {
             agent_ready: ready,
             ..NodeState::default()
         };
-        let report = |held: &[&str]| AgentReport {
-            held: held.iter().map(|ip| ip.parse().unwrap()).collect(),
-            ..AgentReport::default()
+        let report = |held: &[&str]| {
+            Arc::new(AgentReport {
+                held: held.iter().map(|ip| ip.parse().unwrap()).collect(),
+                ..AgentReport::default()
+            })
         };
         let mut world = World::default();
         let mut nodes = [node("n1", true), node("n2", true)];

@@ -260,14 +260,27 @@ impl Writes {
         self.deferred.len()
     }
 
-    /// Forgets the memos of Services not in `present` (deleted).
+    /// Forgets the memos and refusals of Services not in `present` (deleted). (A retry
+    /// forgets itself: a deleted Service's write is skipped.)
     pub(super) fn forget_gone<V>(&mut self, present: &HashMap<ServiceKey, V>) {
         self.memos.retain(|k, _| present.contains_key(k));
+        self.refused.retain(|k, _| present.contains_key(k));
     }
 
     /// Forgets what was remembered of the Service `key` (deleted, or no longer ours).
     pub(super) fn forget(&mut self, key: &ServiceKey) {
         self.memos.remove(key);
+        self.refused.remove(key);
+    }
+
+    /// The writes that failed and have not succeeded since: Services (waiting for a retry,
+    /// or refused until they change) and node assignments (nodes waiting for a retry, and
+    /// objects refused until their data changes). For `aliaslb_writes_failing`.
+    pub(super) fn failing(&self) -> (usize, usize) {
+        (
+            self.backoff.due.len() + self.refused.len(),
+            self.assign_retry.due.len() + self.assign_refused.len(),
+        )
     }
 
     /// The Services whose failed write is due for a retry at `now`.
@@ -295,15 +308,16 @@ impl Writes {
     /// are done, so its agent never reads a count whose shards are not written yet. A node
     /// with nothing assigned gets empty lists and the node MACs.
     ///
-    /// `nodes` are the nodes to look at, `desired` gives one node's assignment (with the
+    /// `nodes.0` are the nodes to look at, `desired` gives one node's assignment (with the
     /// node MACs), built one node at a time so a pass holds one node's lines, not every
     /// node's (a first pass at 10,000 Services held 8 MiB of them). A node that carries
-    /// nothing and has no objects is left alone. `versions` is the resourceVersion of each
-    /// assignment object in the cache, by name.
+    /// nothing and has no objects is left alone, unless it is one of `nodes.1`, owed an
+    /// object (its agent holds addresses we did not give it). `versions` is the
+    /// resourceVersion of each assignment object in the cache, by name.
     pub(super) async fn write_assignments(
         &mut self,
         versions: HashMap<String, Option<String>>,
-        nodes: &BTreeSet<String>,
+        (nodes, owed): (&BTreeSet<String>, &BTreeSet<String>),
         lines: &BTreeMap<String, BTreeSet<IpAddr>>,
         mut desired: impl FnMut(&str, Option<&ShardsOf>) -> NodeAssignments,
         observed: BTreeMap<String, NodeObjects>,
@@ -343,7 +357,11 @@ impl Writes {
                 None => {
                     let want = desired(node, None);
                     // A relay has no line but its peers to list.
-                    if want.is_empty() && want.peers.is_empty() && seen.is_none() {
+                    if want.is_empty()
+                        && want.peers.is_empty()
+                        && seen.is_none()
+                        && !owed.contains(node)
+                    {
                         continue;
                     }
                     let seen = seen.unwrap_or(&no_objects);

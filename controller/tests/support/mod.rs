@@ -600,6 +600,10 @@ pub struct LanScript {
     pub conflicts: BTreeMap<IpAddr, aliaslb_core::mac::Mac>,
     /// Held IPs it reports claimed on the LAN by a MAC, on `eth1`, and defended (kept).
     pub claims: BTreeMap<IpAddr, aliaslb_core::mac::Mac>,
+    /// A host answering every probe: each IP its assignment marks `probe` goes into
+    /// `conflicts` as answered by this MAC, before the report is written (so it is never
+    /// held first).
+    pub answer_probes: Option<aliaslb_core::mac::Mac>,
 }
 
 impl Cluster {
@@ -617,8 +621,19 @@ impl Cluster {
             let assignment = assignment.clone();
             let state = state.clone();
             async move {
-                let assigned = assigned_ips(&assignments, &assignment).await;
-                let s = state.lock().unwrap_or_else(|e| e.into_inner());
+                let lines = read_assignment(&assignments, &assignment)
+                    .await
+                    .unwrap_or_default();
+                let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(host) = s.answer_probes {
+                    let probed = lines.ips.iter().filter(|(_, line)| line.probe);
+                    let answered: Vec<IpAddr> = probed.map(|(ip, _)| *ip).collect();
+                    for ip in answered {
+                        s.conflicts.insert(ip, host);
+                    }
+                }
+                let assigned: std::collections::BTreeSet<IpAddr> =
+                    lines.ips.keys().copied().collect();
                 let held = if s.hold {
                     assigned
                         .into_iter()

@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::{
-    Entry, Failure, GroupId, IpUse, MAX_PORTS_PER_IP, Pass, Planner, ServiceKey, ServiceView, Sink,
-    insert_tight, join, reason, tight_map,
+    Entry, Failure, GroupId, Inputs, IpUse, MAX_PORTS_PER_IP, Pass, Planner, ServiceKey,
+    ServiceView, Sink, insert_tight, join, reason, tight_map,
 };
 use crate::ledger::{AllocError, Ledger};
 use crate::pool::{FALLBACK_KEY, Pool, PoolConfig, PoolKey, Tenancy};
@@ -38,7 +38,16 @@ impl Planner {
     /// First pass: adopts the observed assignments, oldest Service first, so an IP claimed
     /// twice stays with the older Service. Whatever is not adopted is reported and left to
     /// the allocation step.
+    ///
+    /// A group whose node the observed view does not give (our assignment object for that
+    /// node is missing or unreadable: the annotation alone is never trusted), while an agent
+    /// that may still be running (fresh or unconfirmed) reports holding one of its IPs, is
+    /// imported as moving off that agent's node ([`Group::moving_from`], the first such
+    /// node by name): the node step elects a node only once that agent lets go, as in a
+    /// graceful move. The agent's report is its word about itself (it holds the address),
+    /// evidence enough to wait for, never a title to the address.
     pub(super) fn import(&mut self, order: &[&ServiceView], pass: &Pass<'_>, sink: &mut Sink) {
+        let inputs = pass.inputs;
         for view in order.iter().filter(|v| !v.observed_ips.is_empty()) {
             self.ensure_entry(view);
             let mut seen = BTreeSet::new();
@@ -46,17 +55,41 @@ impl Planner {
                 if !seen.insert(ip) {
                     continue;
                 }
-                if let Some(cause) = self.fence_of(ip) {
-                    let (why, text) = cause.cleared();
-                    sink.event(
-                        &view.key,
-                        true,
-                        why,
-                        format!("{ip} {text}; assigning a new address"),
-                    );
-                    continue;
+                let claim = match self.fence_of(ip) {
+                    Some(cause) if cause.renumbers() => {
+                        let (why, text) = cause.cleared();
+                        sink.event(
+                            &view.key,
+                            true,
+                            why,
+                            format!("{ip} {text}; assigning a new address"),
+                        );
+                        continue;
+                    }
+                    // A node's word, or a LAN host answering for everything: the Service
+                    // keeps it (see `fence`). Fenced for no
+                    // Service until now (unless an older one imported it already): free
+                    // in its ledger for the import to take.
+                    Some(cause) => {
+                        let cause = cause.clone();
+                        if !self.ips.contains_key(&ip)
+                            && let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip))
+                        {
+                            ledger.release(ip);
+                        }
+                        Some(cause)
+                    }
+                    None => None,
+                };
+                let imported = self.import_one(view, ip, pass);
+                if let Some(cause) = &claim {
+                    if imported.is_err() {
+                        self.reserve(ip);
+                    } else if cause.node().is_some() {
+                        sink.event(&view.key, true, reason::NODE_CLAIM, cause.kept(ip));
+                    }
                 }
-                if let Err(why) = self.import_one(view, ip, pass) {
+                if let Err(why) = imported {
                     sink.event(
                         &view.key,
                         true,
@@ -77,6 +110,25 @@ impl Planner {
                 };
                 *self.load.entry(node.clone()).or_default() += 1;
                 group.node = Some(node);
+            }
+            if let Some(group) = self.groups.get_mut(&group_id)
+                && group.node.is_none()
+                && group.moving_from.is_none()
+                && let Some(holder) = untrusted_holder(inputs, group.ips.values())
+            {
+                let ips: Vec<IpAddr> = group.ips.values().copied().collect();
+                sink.event(
+                    &view.key,
+                    true,
+                    reason::NODE_MOVED,
+                    format!(
+                        "no assignment object of the controller names a node for {}, which \
+                         the agent on {holder} reports holding: waiting for it to let go \
+                         before a node is elected (break-before-make)",
+                        join(&ips)
+                    ),
+                );
+                group.moving_from = Some(holder);
             }
         }
     }
@@ -954,6 +1006,26 @@ impl Planner {
 }
 
 /// At most one requested IP per family, and only of families the Service asks for.
+/// The first node by name whose agent may still be running (fresh or unconfirmed) and
+/// reports holding one of `ips`, with its name shared as the nodes give it.
+fn untrusted_holder<'i>(
+    inputs: &Inputs<'_>,
+    ips: impl Iterator<Item = &'i IpAddr> + Clone,
+) -> Option<std::sync::Arc<str>> {
+    inputs
+        .nodes
+        .iter()
+        .filter(|n| n.agent_ready || n.agent_unconfirmed)
+        .filter(|n| {
+            inputs
+                .agents
+                .get(&*n.name)
+                .is_some_and(|r| ips.clone().any(|ip| r.held.contains(ip)))
+        })
+        .map(|n| n.name.clone())
+        .min()
+}
+
 fn check_request(requested: &[IpAddr], wanted: &[Family]) -> Option<Failure> {
     if wanted.is_empty() {
         return Some(Failure::new(

@@ -1,13 +1,21 @@
 //! The fence of a pass: addresses that are never handed out while their cause lasts, an
-//! address a Node has, the network or broadcast address of a node's subnet, an address in
-//! a Service ClusterIP range, or one a foreign host answers for on the LAN (see the module
-//! docs of [`crate::plan`]). Pure.
+//! address in a Service ClusterIP range, one a foreign host answers for on the LAN, an
+//! address a Node has, or the network or broadcast address of a node's subnet (see the
+//! module docs of [`crate::plan`]). Pure.
 //!
 //! The fence is kept in the ledgers: each fenced address is marked in use in the ledger of
 //! the pool listing it, for no Service, so every way of taking an address (lowest free,
 //! sticky, requested) finds it taken. Only the addresses that changed are looked at, or all
 //! of them after a new config (the ledgers were rebuilt): O(changes x log n) a pass, plus
-//! building the map of causes (O(Node addresses + reported conflicts)).
+//! building the map of causes (O(Node addresses + reported subnets + reported conflicts)).
+//!
+//! **Who may renumber.** The operator's data (a Service ClusterIP range) and the LAN (a
+//! foreign host answering a first claim's probe) take a fenced address from the Service
+//! holding it. A node's own word (its Node's `status.addresses`, which its kubelet writes;
+//! the subnets its agent reports) only keeps an address from being *allocated*: the Service
+//! that holds it keeps it, with a Warning `NodeClaim` and its IPAllocated condition naming
+//! the node and what it claimed ([`FenceCause::renumbers`]). A compromised node can then
+//! make addresses unallocatable, never move one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -20,7 +28,6 @@ use crate::election::NodeState;
 use crate::mac::Mac;
 use crate::pool::{OnConflict, Pool, PoolConfig, PoolKey};
 use crate::range::{Family, IpRange, from_u128, to_u128};
-use crate::report::AgentReport;
 
 /// Fenced addresses named at most in one message; more are counted.
 const NAMED: usize = 3;
@@ -62,30 +69,68 @@ pub struct SubnetEdge {
     pub subnet: IpNet,
     /// The IPv4 broadcast address (else the network or subnet-router anycast address).
     pub broadcast: bool,
+    /// The node whose report counts for it (see [`subnet_edges`]): the first by name whose
+    /// Node lists an address in the subnet, else the first of the nodes reporting it.
+    pub node: String,
 }
 
 impl fmt::Display for SubnetEdge {
-    /// `the broadcast address of subnet 192.168.55.0/24`.
+    /// `the broadcast address of subnet 192.168.55.0/24 of node alb-node-2`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match (self.subnet, self.broadcast) {
             (IpNet::V4(_), false) => "network address",
             (IpNet::V4(_), true) => "broadcast address",
             (IpNet::V6(_), _) => "subnet-router anycast address",
         };
-        write!(f, "the {what} of subnet {}", self.subnet)
+        write!(
+            f,
+            "the {what} of subnet {} of node {}",
+            self.subnet, self.node
+        )
     }
 }
 
-/// The network and broadcast (IPv4) or subnet-router anycast (IPv6) addresses of the
-/// subnets `nodes` are on (as their agents report them, fresh or stale) that some pool of
-/// `config` lists. O(nodes x subnets x pools).
-pub fn subnet_edges(nodes: &[NodeState], config: &PoolConfig) -> BTreeMap<IpAddr, SubnetEdge> {
-    let subnets: BTreeSet<IpNet> = nodes
-        .iter()
-        .flat_map(|n| n.subnets.iter().map(IpNet::trunc))
-        .collect();
+/// Fewest fresh agents that make a subnet's edges count without an address of their Node
+/// in it (see [`subnet_edges`]).
+pub const EDGE_REPORTERS: usize = 2;
+
+/// The network and broadcast (IPv4) or subnet-router anycast (IPv6) addresses that some
+/// pool of `config` lists, of the subnets `nodes` are on as their **fresh** agents report
+/// them, where the subnet holds one of that node's own addresses (`node_addresses`, its
+/// Node's `status.addresses`), or at least [`EDGE_REPORTERS`] fresh agents report it.
+///
+/// Why both: one node's report alone could otherwise fence any /30 of any pool (16,384 of
+/// them fit the report's bounds), while a subnet a node really is on holds the node's own
+/// address, and a LAN several nodes share is one they all report even where the Nodes list
+/// only their first NIC's address. A stale agent's subnets are as old as its Lease. An
+/// address two Nodes list counts for the first by name only (as in `node_addresses`).
+/// O(nodes x subnets x (log n + pools)).
+pub fn subnet_edges(
+    nodes: &[NodeState],
+    node_addresses: &BTreeMap<IpAddr, NodeAddress>,
+    config: &PoolConfig,
+) -> BTreeMap<IpAddr, SubnetEdge> {
+    // Each subnet: the nodes whose Node lists an address in it, and those reporting it.
+    let mut subnets: BTreeMap<IpNet, (BTreeSet<&str>, BTreeSet<&str>)> = BTreeMap::new();
+    for node in nodes.iter().filter(|n| n.agent_ready) {
+        for subnet in node.subnets.iter().map(IpNet::trunc) {
+            let (anchored, reporters) = subnets.entry(subnet).or_default();
+            reporters.insert(&node.name);
+            if node_addresses
+                .range(subnet.network()..=subnet.broadcast())
+                .any(|(_, address)| *address.node == *node.name)
+            {
+                anchored.insert(&node.name);
+            }
+        }
+    }
     let mut out = BTreeMap::new();
-    for subnet in subnets {
+    for (subnet, (anchored, reporters)) in subnets {
+        let node = match (anchored.first(), reporters.len() >= EDGE_REPORTERS) {
+            (Some(node), _) => *node,
+            (None, true) => reporters.first().copied().unwrap_or_default(),
+            (None, false) => continue,
+        };
         let edges = match subnet {
             IpNet::V4(n) if n.prefix_len() <= 30 => {
                 vec![(n.network().into(), false), (n.broadcast().into(), true)]
@@ -95,7 +140,11 @@ pub fn subnet_edges(nodes: &[NodeState], config: &PoolConfig) -> BTreeMap<IpAddr
         };
         for (ip, broadcast) in edges {
             if config.pools().any(|(_, pool)| pool.contains(ip)) {
-                out.entry(ip).or_insert(SubnetEdge { subnet, broadcast });
+                out.entry(ip).or_insert_with(|| SubnetEdge {
+                    subnet,
+                    broadcast,
+                    node: node.to_owned(),
+                });
             }
         }
     }
@@ -228,42 +277,86 @@ pub fn service_range_clashes(config: &PoolConfig, ranges: &[IpNet]) -> Vec<Servi
     out
 }
 
-/// Why an address is fenced: kept in use in its pool's ledger for no Service.
+/// Why an address is fenced: kept in use in its pool's ledger for no Service. The variants
+/// are in order of precedence: an address several causes name is fenced for the first.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FenceCause {
-    /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
-    Node(NodeAddress),
-    /// It is the network or broadcast address of a subnet a node is on: fenced for as
-    /// long as an agent reports that subnet.
-    Subnet(SubnetEdge),
     /// It lies in a Service ClusterIP range: fenced for as long as the range exists.
     Service(ServiceRange),
     /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
     /// reports the conflict.
     Lan(LanConflict),
+    /// A foreign host answers for it on the LAN, a host that answers for
+    /// [`LAN_HOST_BOUND`] addresses or more ([`lan_fences`]): fenced like
+    /// [`FenceCause::Lan`], but it renumbers no Service.
+    LanHost(LanConflict),
+    /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
+    Node(NodeAddress),
+    /// It is the network or broadcast address of a subnet a node is on: fenced for as
+    /// long as fresh agents report that subnet ([`subnet_edges`]).
+    Subnet(SubnetEdge),
 }
 
 impl FenceCause {
+    /// Whether the cause takes the address from a Service that holds it: the operator's
+    /// data (a Service ClusterIP range) and the LAN do; a node's own word (its Node's
+    /// addresses, its agent's subnets) only keeps the address from being allocated (see
+    /// the module docs).
+    pub fn renumbers(&self) -> bool {
+        match self {
+            FenceCause::Service(_) | FenceCause::Lan(_) => true,
+            FenceCause::LanHost(_) | FenceCause::Node(_) | FenceCause::Subnet(_) => false,
+        }
+    }
+
+    /// Whether the LAN is the cause ([`FenceCause::Lan`], [`FenceCause::LanHost`]).
+    pub fn is_lan(&self) -> bool {
+        matches!(self, FenceCause::Lan(_) | FenceCause::LanHost(_))
+    }
+
+    /// The node whose word it is, for a node's word (a Node address, a subnet edge).
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            FenceCause::Node(address) => Some(&address.node),
+            FenceCause::Subnet(edge) => Some(&edge.node),
+            FenceCause::Service(_) | FenceCause::Lan(_) | FenceCause::LanHost(_) => None,
+        }
+    }
+
+    /// What the cause says of `ip`, after it: `is the InternalIP of node n3`.
+    fn what(&self) -> String {
+        match self {
+            FenceCause::Node(address) => format!("is {address}"),
+            FenceCause::Subnet(edge) => format!("is {edge}"),
+            FenceCause::Service(range) => format!("is {range}"),
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => format!("is {lan}"),
+        }
+    }
+
     /// Reason and text (after the IP) of the Warning to a Service that held the address.
     pub(super) fn cleared(&self) -> (&'static str, String) {
         match self {
-            FenceCause::Node(address) => (
-                reason::CLEAR_ASSIGNMENT,
-                format!("is {address}: never allocated"),
-            ),
-            FenceCause::Subnet(edge) => (
-                reason::CLEAR_ASSIGNMENT,
-                format!("is {edge}: never allocated"),
-            ),
-            FenceCause::Service(range) => (
-                reason::CLEAR_ASSIGNMENT,
-                format!("is {range}: never allocated"),
-            ),
-            FenceCause::Lan(lan) => (
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("is {lan}, not a node of this cluster: released"),
             ),
+            other => (
+                reason::CLEAR_ASSIGNMENT,
+                format!("{}: never allocated", other.what()),
+            ),
         }
+    }
+
+    /// The text of the Warning (and the IPAllocated condition) of a Service that keeps `ip`
+    /// although a node claims it (a cause that does not [`renumber`](Self::renumbers)).
+    pub(super) fn kept(&self, ip: IpAddr) -> String {
+        let node = self.node().unwrap_or_default();
+        format!(
+            "{ip} {}: the node's own word, which never takes an address from a Service (only \
+             the LAN or a pool edit renumber), so the Service keeps it; once released it is \
+             not allocated while node {node} says so",
+            self.what()
+        )
     }
 
     /// Reason and message of the failure of a request for `ip`.
@@ -281,7 +374,7 @@ impl FenceCause {
                 reason::SERVICE_RANGE,
                 format!("{ip} is {range}: never allocated"),
             ),
-            FenceCause::Lan(lan) => (
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("{ip} is {lan}, not a node of this cluster"),
             ),
@@ -307,7 +400,7 @@ impl FenceCause {
 /// [`Conflict::while_held`]: crate::report::Conflict::while_held
 pub fn lan_conflicts(
     nodes: &[NodeState],
-    agents: &BTreeMap<String, AgentReport>,
+    agents: &super::Reports,
     config: &PoolConfig,
 ) -> BTreeMap<IpAddr, LanConflict> {
     let mut out = BTreeMap::new();
@@ -330,7 +423,7 @@ pub fn lan_conflicts(
         .filter(|(node, _)| fresh.contains(node.as_str()))
         .flat_map(|(_, r)| r.held.iter().copied())
         .collect();
-    let node_macs: BTreeSet<Mac> = agents.values().flat_map(AgentReport::macs).collect();
+    let node_macs: BTreeSet<Mac> = agents.values().flat_map(|r| r.macs()).collect();
     for (node, report) in agents {
         if !fresh.contains(node.as_str()) {
             continue;
@@ -358,6 +451,49 @@ pub fn lan_conflicts(
     out
 }
 
+/// Fewest addresses one LAN host (one MAC) answers for that make it a host answering for
+/// everything ([`lan_fences`]): its answers still keep addresses from being allocated, but
+/// renumber no Service. A host that answers every first claim's probe (proxy ARP, a router
+/// answering for the whole subnet, a forged answer) would otherwise push each new Service
+/// through the pool one address per probe; this way one host pushes an allocation at most
+/// `LAN_HOST_BOUND - 1` addresses, and each later Service keeps the first address it gets
+/// (not announced while the host answers for it: its agent does not take it).
+pub const LAN_HOST_BOUND: usize = 4;
+
+/// The fences of the LAN conflicts `conflicts` ([`lan_conflicts`]): [`FenceCause::Lan`],
+/// or [`FenceCause::LanHost`] (renumbers nothing) for every address of a MAC that answers
+/// for [`LAN_HOST_BOUND`] of them or more. Depends on nothing but the conflicts, so a new
+/// leader decides as the last one did. O(conflicts x log n).
+pub fn lan_fences(conflicts: BTreeMap<IpAddr, LanConflict>) -> BTreeMap<IpAddr, FenceCause> {
+    let mut per_mac: BTreeMap<Mac, usize> = BTreeMap::new();
+    for conflict in conflicts.values() {
+        *per_mac.entry(conflict.mac).or_default() += 1;
+    }
+    conflicts
+        .into_iter()
+        .map(|(ip, conflict)| {
+            let cause = if per_mac[&conflict.mac] >= LAN_HOST_BOUND {
+                FenceCause::LanHost(conflict)
+            } else {
+                FenceCause::Lan(conflict)
+            };
+            (ip, cause)
+        })
+        .collect()
+}
+
+/// The LAN hosts (MACs) in `fences` that answer for [`LAN_HOST_BOUND`] addresses or more,
+/// each with those addresses. O(fences).
+fn hosts_at_bound(fences: &BTreeMap<IpAddr, FenceCause>) -> BTreeMap<Mac, Vec<IpAddr>> {
+    let mut per_mac: BTreeMap<Mac, Vec<IpAddr>> = BTreeMap::new();
+    for (ip, cause) in fences {
+        if let FenceCause::LanHost(lan) = cause {
+            per_mac.entry(lan.mac).or_default().push(*ip);
+        }
+    }
+    per_mac
+}
+
 /// Whether a LAN claim against the holder of `ip` renumbers it: its pool (the first
 /// listing it) says `onConflict: renumber`. O(pools x ranges).
 fn renumbers(config: &PoolConfig, ip: IpAddr) -> bool {
@@ -381,36 +517,42 @@ fn in_pool<'m>(
 }
 
 impl Planner {
-    /// Fences the addresses Nodes have and those fresh agents report answered on the LAN
-    /// by a foreign host ([`lan_conflicts`]; while the agents are unobservable, the LAN
-    /// fences of the last pass stay: blindness is no news). Each is kept in use in the
-    /// ledger of the pool listing it and taken from the Services holding it (a Warning
-    /// naming the cause, the path of an address removed from the pool); addresses no
-    /// longer fenced go back to their pool. Runs after [`Planner::apply_config`]: a new
-    /// config rebuilt the ledgers, so then every address is fenced again.
+    /// Fences the addresses of the Service ClusterIP ranges, those fresh agents report
+    /// answered on the LAN by a foreign host ([`lan_conflicts`], [`lan_fences`]), those
+    /// Nodes have and the edges of the subnets nodes are on ([`subnet_edges`]); while the
+    /// agents are unobservable, the LAN and subnet fences of the last pass stay (blindness
+    /// is no news). Each is kept in use in the ledger of the pool listing it. A Service
+    /// holding one loses it when the cause [renumbers](FenceCause::renumbers) (a Warning
+    /// naming the cause, the path of an address removed from the pool); otherwise it keeps
+    /// it: told once with a Warning `NodeClaim` for a node's word, by its Announced
+    /// condition for a LAN host answering for everything. Addresses no longer fenced go back to
+    /// their pool. Runs after [`Planner::apply_config`]: a new config rebuilt the ledgers,
+    /// so then every address is fenced again.
     pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
         let sources = self.fence_inputs(inputs);
         if !self.config_changed && self.fences_are(&sources) {
             return;
         }
         let FenceSources {
-            nodes,
-            subnets,
             services,
             lan,
+            nodes,
+            subnets,
         } = sources;
-        let mut current: BTreeMap<IpAddr, FenceCause> = nodes
-            .iter()
-            .map(|(ip, address)| (*ip, FenceCause::Node(address.clone())))
+        let mut current: BTreeMap<IpAddr, FenceCause> = services
+            .into_iter()
+            .map(|(ip, range)| (ip, FenceCause::Service(range)))
             .collect();
+        for (ip, cause) in lan {
+            current.entry(ip).or_insert(cause);
+        }
+        for (ip, address) in nodes {
+            current
+                .entry(*ip)
+                .or_insert_with(|| FenceCause::Node(address.clone()));
+        }
         for (ip, edge) in subnets {
             current.entry(ip).or_insert(FenceCause::Subnet(edge));
-        }
-        for (ip, range) in services {
-            current.entry(ip).or_insert(FenceCause::Service(range));
-        }
-        for (ip, conflict) in lan {
-            current.entry(ip).or_insert(FenceCause::Lan(conflict));
         }
         let gone: Vec<IpAddr> = self
             .fences
@@ -432,33 +574,71 @@ impl Planner {
             }
         }
         for (ip, cause) in &current {
-            if !self.config_changed && self.fences.contains_key(ip) {
+            let before = self.fences.get(ip);
+            if !self.config_changed && before == Some(cause) {
                 continue;
             }
             if self.ips.contains_key(ip) {
-                let (why, text) = cause.cleared();
-                self.clear_ip(*ip, why, &text, sink);
+                if cause.renumbers() {
+                    let (why, text) = cause.cleared();
+                    self.clear_ip(*ip, why, &text, sink);
+                } else if cause.node().is_some() && before != Some(cause) {
+                    self.claimed(*ip, cause, sink);
+                }
             }
             self.reserve(*ip);
         }
         self.fences = current;
+        self.lan_hosts = hosts_at_bound(&self.fences);
     }
 
-    /// The fences of a pass by source: the Node addresses, the subnet edges
-    /// ([`subnet_edges`]), the Service ClusterIP ranges ([`service_range_fences`]) and the
-    /// LAN conflicts ([`lan_conflicts`]; while the agents are unobservable, those of the
-    /// last pass: blindness is no news).
+    /// Tells every Service using `ip` that a node claims it and that it keeps it (a
+    /// Warning `NodeClaim`, once per cause).
+    pub(super) fn claimed(&self, ip: IpAddr, cause: &FenceCause, sink: &mut Sink) {
+        let Some(used) = self.ips.get(&ip) else {
+            return;
+        };
+        let text = cause.kept(ip);
+        for user in used.users.keys() {
+            sink.event(user, true, reason::NODE_CLAIM, text.clone());
+        }
+    }
+
+    /// The node's word on `ip`, if a node claims it while a Service keeps it: the cause of
+    /// its fence, when that cause is a node's word (a Node address, a subnet edge).
+    pub(super) fn claim_on(&self, ip: IpAddr) -> Option<&FenceCause> {
+        self.fences.get(&ip).filter(|c| c.node().is_some())
+    }
+
+    /// The fences of a pass by source: the Service ClusterIP ranges
+    /// ([`service_range_fences`]), the LAN conflicts ([`lan_conflicts`]), the Node
+    /// addresses and the subnet edges ([`subnet_edges`]); while the agents are
+    /// unobservable, the LAN conflicts and subnet edges of the last pass (blindness is no
+    /// news: every agent looks stale then).
     pub(super) fn fence_inputs<'i>(&self, inputs: &Inputs<'i>) -> FenceSources<'i> {
+        let blind = inputs.agents_unobservable;
         FenceSources {
-            nodes: inputs.node_addresses,
-            subnets: subnet_edges(inputs.nodes, inputs.config),
             services: service_range_fences(inputs.config, inputs.service_ranges),
-            lan: if inputs.agents_unobservable {
-                self.lan_conflicts()
-                    .map(|(ip, c)| (ip, c.clone()))
+            lan: if blind {
+                self.fences
+                    .iter()
+                    .filter(|(_, cause)| cause.is_lan())
+                    .map(|(ip, cause)| (*ip, cause.clone()))
                     .collect()
             } else {
-                lan_conflicts(inputs.nodes, inputs.agents, inputs.config)
+                lan_fences(lan_conflicts(inputs.nodes, inputs.agents, inputs.config))
+            },
+            nodes: inputs.node_addresses,
+            subnets: if blind {
+                self.fences
+                    .iter()
+                    .filter_map(|(ip, cause)| match cause {
+                        FenceCause::Subnet(edge) => Some((*ip, edge.clone())),
+                        _ => None,
+                    })
+                    .collect()
+            } else {
+                subnet_edges(inputs.nodes, inputs.node_addresses, inputs.config)
             },
         }
     }
@@ -476,10 +656,16 @@ impl Planner {
         self.fences.get(&ip)
     }
 
+    /// The LAN hosts (MACs) that answer for [`LAN_HOST_BOUND`] addresses or more as of the
+    /// last pass, each with those addresses: their answers renumber nothing.
+    pub(super) fn lan_hosts_at_bound(&self) -> &BTreeMap<Mac, Vec<IpAddr>> {
+        &self.lan_hosts
+    }
+
     /// The addresses answered on the LAN by a foreign host, fenced as of the last pass.
     pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
         self.fences.iter().filter_map(|(ip, cause)| match cause {
-            FenceCause::Lan(lan) => Some((*ip, lan)),
+            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => Some((*ip, lan)),
             FenceCause::Node(_) | FenceCause::Subnet(_) | FenceCause::Service(_) => None,
         })
     }
@@ -510,7 +696,9 @@ impl Planner {
                 FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
                 FenceCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
                 FenceCause::Service(range) => services.push(format!("{ip} is {range}")),
-                FenceCause::Lan(conflict) => lan.push(format!("{ip} is {conflict}")),
+                FenceCause::Lan(conflict) | FenceCause::LanHost(conflict) => {
+                    lan.push(format!("{ip} is {conflict}"));
+                }
             }
         }
         let mut note = String::new();
@@ -550,54 +738,54 @@ impl Planner {
     }
 }
 
-/// What the fences of a pass are made of, by source, in the order of precedence: an address
-/// two sources name is fenced for the first.
+/// What the fences of a pass are made of, by source, in the order of precedence of
+/// [`FenceCause`]: an address two sources name is fenced for the first.
 #[derive(Debug)]
 pub(super) struct FenceSources<'i> {
+    services: BTreeMap<IpAddr, ServiceRange>,
+    lan: BTreeMap<IpAddr, FenceCause>,
     nodes: &'i BTreeMap<IpAddr, NodeAddress>,
     subnets: BTreeMap<IpAddr, SubnetEdge>,
-    services: BTreeMap<IpAddr, ServiceRange>,
-    lan: BTreeMap<IpAddr, LanConflict>,
 }
 
 impl FenceSources<'_> {
     /// How many addresses the sources fence together.
     fn len(&self) -> usize {
-        let nodes = self.nodes.len();
-        let subnets = self
-            .subnets
-            .keys()
-            .filter(|ip| !self.nodes.contains_key(ip))
-            .count();
-        let services = self
-            .services
-            .keys()
-            .filter(|ip| !self.nodes.contains_key(ip) && !self.subnets.contains_key(ip))
-            .count();
+        let services = self.services.len();
         let lan = self
             .lan
             .keys()
+            .filter(|ip| !self.services.contains_key(ip))
+            .count();
+        let nodes = self
+            .nodes
+            .keys()
+            .filter(|ip| !self.services.contains_key(ip) && !self.lan.contains_key(ip))
+            .count();
+        let subnets = self
+            .subnets
+            .keys()
             .filter(|ip| {
-                !self.nodes.contains_key(ip)
-                    && !self.subnets.contains_key(ip)
-                    && !self.services.contains_key(ip)
+                !self.services.contains_key(ip)
+                    && !self.lan.contains_key(ip)
+                    && !self.nodes.contains_key(ip)
             })
             .count();
-        nodes + subnets + services + lan
+        services + lan + nodes + subnets
     }
 
     /// Whether the sources fence `ip` for `cause`.
     fn is(&self, ip: IpAddr, cause: &FenceCause) -> bool {
-        if let Some(address) = self.nodes.get(&ip) {
-            return *cause == FenceCause::Node(address.clone());
-        }
-        if let Some(edge) = self.subnets.get(&ip) {
-            return matches!(cause, FenceCause::Subnet(e) if e == edge);
-        }
         if let Some(range) = self.services.get(&ip) {
             return matches!(cause, FenceCause::Service(r) if r == range);
         }
-        matches!(cause, FenceCause::Lan(c) if self.lan.get(&ip) == Some(c))
+        if let Some(lan) = self.lan.get(&ip) {
+            return lan == cause;
+        }
+        if let Some(address) = self.nodes.get(&ip) {
+            return matches!(cause, FenceCause::Node(a) if a == address);
+        }
+        matches!(cause, FenceCause::Subnet(e) if self.subnets.get(&ip) == Some(e))
     }
 }
 
@@ -623,9 +811,11 @@ mod tests {
         PoolConfig::parse(&data).unwrap()
     }
 
-    fn on(subnets: &[&str]) -> NodeState {
+    /// Node `name`, its agent fresh and reporting `subnets`.
+    fn on(name: &str, subnets: &[&str]) -> NodeState {
         NodeState {
-            name: "n1".into(),
+            name: name.into(),
+            agent_ready: true,
             subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
             ..NodeState::default()
         }
@@ -646,8 +836,8 @@ mod tests {
             (
                 &["10.0.0.0/24"],
                 &[
-                    "10.0.0.0 network address of 10.0.0.0/24",
-                    "10.0.0.255 broadcast address of 10.0.0.0/24",
+                    "10.0.0.0 network address of 10.0.0.0/24 of node n1",
+                    "10.0.0.255 broadcast address of 10.0.0.0/24 of node n1",
                 ],
             ),
             // Only what a pool lists: 10.0.1.3 is the broadcast of the /30, 10.0.1.7 of the
@@ -655,30 +845,32 @@ mod tests {
             (
                 &["10.0.1.0/30", "10.0.1.0/29"],
                 &[
-                    "10.0.1.0 network address of 10.0.1.0/29",
-                    "10.0.1.3 broadcast address of 10.0.1.0/30",
+                    "10.0.1.0 network address of 10.0.1.0/29 of node n1",
+                    "10.0.1.3 broadcast address of 10.0.1.0/30 of node n1",
                 ],
             ),
             // Reported with host bits, as a node address with its prefix.
             (
                 &["10.0.2.17/28"],
                 &[
-                    "10.0.2.16 network address of 10.0.2.16/28",
-                    "10.0.2.31 broadcast address of 10.0.2.16/28",
+                    "10.0.2.16 network address of 10.0.2.16/28 of node n1",
+                    "10.0.2.31 broadcast address of 10.0.2.16/28 of node n1",
                 ],
             ),
             // /31 and /32 have none (RFC 3021).
             (&["10.0.0.0/31", "10.0.0.4/32"], &[]),
             (
                 &["fd55::/64"],
-                &["fd55:: subnet-router anycast address of fd55::/64"],
+                &["fd55:: subnet-router anycast address of fd55::/64 of node n1"],
             ),
             (&["fd56::/127"], &[]),
             // Outside every pool.
             (&["192.168.1.0/24", "fd99::/64"], &[]),
         ];
         for (subnets, want) in table {
-            let got: Vec<String> = subnet_edges(&[on(subnets)], &config)
+            // Two fresh agents report them (see `subnet_edges`), n1 named first.
+            let nodes = [on("n2", subnets), on("n1", subnets)];
+            let got: Vec<String> = subnet_edges(&nodes, &BTreeMap::new(), &config)
                 .iter()
                 .map(|(ip, e)| {
                     format!(

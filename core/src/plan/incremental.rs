@@ -50,8 +50,8 @@ impl Changes {
 pub(super) struct Seen {
     /// Every node, by name.
     nodes: BTreeMap<Arc<str>, NodeState>,
-    /// Every agent's report, by node name.
-    reports: BTreeMap<String, AgentReport>,
+    /// Every agent's report, by node name (shared with the caller's).
+    reports: super::Reports,
     /// [`Inputs::lingering`].
     lingering: BTreeSet<IpAddr>,
     /// ([`Inputs::respect_cordon`], [`Inputs::agents_unobservable`]); `None` before the
@@ -156,7 +156,7 @@ impl Planner {
             bump(&mut self.visible, *ip, true);
         }
         for (name, node) in &self.seen.nodes {
-            let held = counted_held(Some(node), inputs.agents.get(&**name), |ip| {
+            let held = counted_held(Some(node), inputs.agents.get(&**name).map(|r| &**r), |ip| {
                 is_routed(inputs.config, ip)
             });
             for ip in held {
@@ -263,9 +263,9 @@ impl Planner {
         let routed = |ip| is_routed(inputs.config, ip);
         for name in names {
             let new_state = by_name.get(name.as_str()).copied();
-            let new_report = inputs.agents.get(name);
+            let new_report = inputs.agents.get(name).map(|r| &**r);
             let old_state = self.seen.nodes.get(name.as_str());
-            let old_report = self.seen.reports.get(name);
+            let old_report = self.seen.reports.get(name).map(|r| &**r);
             let old_held = counted_held(old_state, old_report, routed);
             let new_held = counted_held(new_state, new_report, routed);
             for ip in old_held.difference(&new_held) {
@@ -312,9 +312,10 @@ impl Planner {
                     self.seen.nodes.remove(name.as_str());
                 }
             }
-            match new_report {
-                Some(report) if old_report != Some(report) => {
-                    self.seen.reports.insert(name.clone(), report.clone());
+            match inputs.agents.get(name) {
+                // The caller's, shared: a report is not copied to be remembered.
+                Some(report) if old_report != Some(&**report) => {
+                    self.seen.reports.insert(name.clone(), Arc::clone(report));
                 }
                 Some(_) => {}
                 None => {

@@ -24,14 +24,15 @@ use std::sync::Arc;
 use litemap::LiteMap;
 
 use super::{
-    ConditionPlan, Group, GroupId, Inputs, MAX_MESSAGE, Pass, Planner, ServiceKey, ServicePlan,
-    ServiceView, Sink, Standby, join, reason,
+    ConditionPlan, Group, GroupId, Inputs, LAN_HOST_BOUND, MAX_MESSAGE, Pass, Planner, ServiceKey,
+    ServicePlan, ServiceView, Sink, Standby, join, reason,
 };
 use crate::election::{
     ElectionInput, Ineligible, NodeState, address_on_subnet, announcers, elect, ineligibility,
     standby,
 };
 use crate::keys::LABEL_EXCLUDE_FROM_LB;
+use crate::mac::Mac;
 use crate::pool::{Announce, PoolOptions};
 use crate::report::{AgentReport, Conflict};
 use crate::text;
@@ -213,13 +214,26 @@ impl Planner {
             .values()
             .find_map(|ip| self.ips.get(ip))
             .and_then(|used| inputs.config.keyed(&used.pool));
+        // A node claims one of its addresses: kept, and said (see `fence`).
+        let claim = ips.iter().find_map(|ip| Some((*ip, self.claim_on(*ip)?)));
         let allocated = match (&entry.failure, pool) {
             (Some(f), _) => condition(false, f.reason, f.message.clone()),
-            (None, Some((pool_key, _))) if !ips.is_empty() => condition(
-                true,
-                reason::ALLOCATED,
-                format!("assigned {} from pool {pool_key}", join(&ips)),
-            ),
+            (None, Some((pool_key, _))) if !ips.is_empty() => match claim {
+                Some((ip, cause)) => condition(
+                    true,
+                    reason::NODE_CLAIM,
+                    format!(
+                        "assigned {} from pool {pool_key}; {}",
+                        join(&ips),
+                        cause.kept(ip)
+                    ),
+                ),
+                None => condition(
+                    true,
+                    reason::ALLOCATED,
+                    format!("assigned {} from pool {pool_key}", join(&ips)),
+                ),
+            },
             (None, _) => condition(
                 false,
                 reason::NOT_ALLOCATED,
@@ -242,7 +256,13 @@ impl Planner {
         let (announced, conflict) = if bgp {
             (announced_bgp(&ips, group, inputs), None)
         } else {
-            announced(&ips, group, interface.as_deref(), inputs)
+            announced(
+                &ips,
+                group,
+                interface.as_deref(),
+                inputs,
+                self.lan_hosts_at_bound(),
+            )
         };
         if (conflict.is_some() || entry.conflict.is_some())
             && let Some(entry) = self.entries.get_mut(key)
@@ -359,7 +379,7 @@ fn step_holder(
     }
     if let Some(cur) = group.node.as_deref() {
         let ready = world.ready(cur);
-        if ready && conflict_on(world.inputs.agents.get(cur), input.ips).is_some() {
+        if ready && conflict_on(world.inputs.agents.get(cur).map(|r| &**r), input.ips).is_some() {
             return notes;
         }
         let with_current = ElectionInput {
@@ -586,7 +606,7 @@ fn update_claims(group: &mut Group, ips: &[IpAddr], world: &NodeStep<'_>) {
             group.claims.push((*ip, !world.held_anywhere(*ip)));
         }
     }
-    let report = world.inputs.agents.get(&**node);
+    let report = world.inputs.agents.get(&**node).map(|r| &**r);
     for (ip, probe) in &mut group.claims {
         if *probe && report.is_some_and(|r| r.held.contains(ip)) {
             *probe = false;
@@ -644,11 +664,15 @@ fn conflict_on<'r>(report: Option<&'r AgentReport>, ips: &[IpAddr]) -> Option<&'
 
 /// The Announced condition of a Service with `ips` in `group`, and the reason and message
 /// of its conflict (`AddressConflict`, or `AddressDefended` for a claim its holder defends).
+///
+/// `at_bound`: the LAN hosts that answer for [`LAN_HOST_BOUND`] addresses or more, whose
+/// answers renumber nothing: a conflict with one of them says so.
 fn announced(
     ips: &[IpAddr],
     group: Option<&Group>,
     interface: Option<&str>,
     inputs: &Inputs<'_>,
+    at_bound: &BTreeMap<Mac, Vec<IpAddr>>,
 ) -> (ConditionPlan, Option<(&'static str, String)>) {
     let Some(group) = group else {
         return (
@@ -670,7 +694,7 @@ fn announced(
     let Some(node) = &group.node else {
         return (unplaced(group, inputs, "no node elected yet"), None);
     };
-    let report = inputs.agents.get(&**node);
+    let report = inputs.agents.get(&**node).map(|r| &**r);
     let holds_all = report.is_some_and(|r| ips.iter().all(|ip| r.held.contains(ip)));
     let on = |r: &AgentReport| {
         interface
@@ -713,6 +737,35 @@ fn announced(
         return (
             condition(true, reason::ADDRESS_DEFENDED, message.clone()),
             Some((reason::ADDRESS_DEFENDED, message)),
+        );
+    }
+    if let Some(c) = conflict_on(report, ips)
+        && let Some(mac) = c.mac.filter(|m| at_bound.contains_key(m))
+    {
+        // One host answering for address after address: it renumbers nothing (see
+        // `lan_fences`). The text stays the same while the host answers for more, so the
+        // Services it keeps are not told again each time. Names the MAC itself rather than
+        // trusting the agent's text to.
+        let seen = c
+            .interface
+            .as_deref()
+            .map(|i| format!(" on {i}"))
+            .unwrap_or_default();
+        let message = text::bounded(
+            format!(
+                "{node} reports {} answered on the LAN by {mac}{seen}, a host that answers for \
+                 {LAN_HOST_BOUND} addresses of the pools or more (`aliaslb status` lists them \
+                 as conflicts): such a host's answers renumber no Service, so the Service \
+                 keeps {}, not announced while that host answers for it. A host answering \
+                 every probe is a proxy-ARP router or a misconfigured host on the LAN: fix \
+                 it, or request another address",
+                c.ip, c.ip
+            ),
+            MAX_MESSAGE,
+        );
+        return (
+            condition(false, reason::ADDRESS_CONFLICT, message.clone()),
+            Some((reason::ADDRESS_CONFLICT, message)),
         );
     }
     if let Some(c) = conflict_on(report, ips) {

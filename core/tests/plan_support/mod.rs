@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::election::NodeState;
 use aliaslb_core::plan::{
-    FamilyPolicy, Inputs, NodeAddress, PlanEvent, PlanOutput, Planner, PortKey, ServiceKey,
-    ServicePlan, ServiceView,
+    FamilyPolicy, Inputs, NodeAddress, PlanEvent, PlanOutput, Planner, PortKey, Reports,
+    ServiceKey, ServicePlan, ServiceView,
 };
 use aliaslb_core::pool::PoolConfig;
 use aliaslb_core::range::Family;
@@ -138,7 +138,7 @@ pub struct World {
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub services: Vec<ServiceView>,
     pub nodes: Vec<NodeState>,
-    pub agents: BTreeMap<String, AgentReport>,
+    pub agents: Reports,
     pub local: BTreeMap<ServiceKey, BTreeSet<String>>,
     /// IPs the API shows on Services that are no longer ours.
     pub lingering: BTreeSet<IpAddr>,
@@ -204,6 +204,11 @@ impl World {
             .unwrap()
     }
 
+    /// The report of the agent on `node`, to change (an empty one if it had none).
+    pub fn report_mut(&mut self, node: &str) -> &mut AgentReport {
+        Arc::make_mut(self.agents.entry(node.to_owned()).or_default())
+    }
+
     pub fn node_mut(&mut self, name: &str) -> &mut NodeState {
         self.nodes.iter_mut().find(|n| &*n.name == name).unwrap()
     }
@@ -219,7 +224,7 @@ impl World {
 
     /// The agent on `node` reports holding `ips` (comma separated; empty: none).
     pub fn holds(&mut self, node: &str, ips: &str) {
-        let report = self.agents.entry(node.to_owned()).or_default();
+        let report = self.report_mut(node);
         report.held = ips
             .split(',')
             .filter(|s| !s.trim().is_empty())
@@ -229,48 +234,36 @@ impl World {
 
     /// The agent on `node` reports interface `name` on `subnet`.
     pub fn interface(&mut self, node: &str, name: &str, subnet: &str) {
-        self.agents
-            .entry(node.to_owned())
-            .or_default()
-            .interfaces
-            .push(InterfaceReport {
-                addresses: Vec::new(),
-                mac: None,
-                name: name.to_owned(),
-                subnets: vec![subnet.parse().unwrap()],
-            });
+        self.report_mut(node).interfaces.push(InterfaceReport {
+            addresses: Vec::new(),
+            mac: None,
+            name: name.to_owned(),
+            subnets: vec![subnet.parse().unwrap()],
+        });
     }
 
     /// The agent on `node` reports a conflict for `ip`.
     pub fn conflict(&mut self, node: &str, ip_s: &str, reason: &str) {
-        self.agents
-            .entry(node.to_owned())
-            .or_default()
-            .conflicts
-            .push(Conflict {
-                while_held: false,
-                yielded: false,
-                mac: None,
-                interface: None,
-                ip: ip(ip_s),
-                reason: reason.to_owned(),
-            });
+        self.report_mut(node).conflicts.push(Conflict {
+            while_held: false,
+            yielded: false,
+            mac: None,
+            interface: None,
+            ip: ip(ip_s),
+            reason: reason.to_owned(),
+        });
     }
 
     /// The agent on `node` reports `ip_s` answered on the LAN by `mac` on `interface`.
     pub fn lan_conflict(&mut self, node: &str, ip_s: &str, mac: &str, interface: &str) {
-        self.agents
-            .entry(node.to_owned())
-            .or_default()
-            .conflicts
-            .push(Conflict {
-                while_held: false,
-                yielded: false,
-                mac: Some(mac.parse().unwrap()),
-                interface: Some(interface.to_owned()),
-                ip: ip(ip_s),
-                reason: format!("answered by {mac}"),
-            });
+        self.report_mut(node).conflicts.push(Conflict {
+            while_held: false,
+            yielded: false,
+            mac: Some(mac.parse().unwrap()),
+            interface: Some(interface.to_owned()),
+            ip: ip(ip_s),
+            reason: format!("answered by {mac}"),
+        });
     }
 
     /// The agent on `node` reports that `mac` claimed `ip_s` on `interface` while it held
@@ -298,23 +291,19 @@ impl World {
         reason: String,
         yielded: bool,
     ) {
-        self.agents
-            .entry(node.to_owned())
-            .or_default()
-            .conflicts
-            .push(Conflict {
-                while_held: true,
-                yielded,
-                mac: Some(mac.parse().unwrap()),
-                interface: Some(interface.to_owned()),
-                ip: ip(ip_s),
-                reason,
-            });
+        self.report_mut(node).conflicts.push(Conflict {
+            while_held: true,
+            yielded,
+            mac: Some(mac.parse().unwrap()),
+            interface: Some(interface.to_owned()),
+            ip: ip(ip_s),
+            reason,
+        });
     }
 
     /// The agent on `node` no longer reports any conflict.
     pub fn no_conflicts(&mut self, node: &str) {
-        if let Some(report) = self.agents.get_mut(node) {
+        if let Some(report) = self.agents.get_mut(node).map(Arc::make_mut) {
             report.conflicts.clear();
         }
     }
@@ -322,22 +311,18 @@ impl World {
     /// The agent on `node` lists `mac` among its links' MACs (`AgentReport::macs`), with or
     /// without an interface report of its own.
     pub fn link_mac(&mut self, node: &str, mac: &str) {
-        let report = self.agents.entry(node.to_owned()).or_default();
+        let report = self.report_mut(node);
         report.macs.push(mac.parse().unwrap());
     }
 
     /// The agent on `node` reports interface `name` with Ethernet address `mac`.
     pub fn mac(&mut self, node: &str, name: &str, mac: &str) {
-        self.agents
-            .entry(node.to_owned())
-            .or_default()
-            .interfaces
-            .push(InterfaceReport {
-                addresses: Vec::new(),
-                mac: Some(mac.parse().unwrap()),
-                name: name.to_owned(),
-                subnets: Vec::new(),
-            });
+        self.report_mut(node).interfaces.push(InterfaceReport {
+            addresses: Vec::new(),
+            mac: Some(mac.parse().unwrap()),
+            name: name.to_owned(),
+            subnets: Vec::new(),
+        });
     }
 
     /// Node `node` has `ip_s` as its InternalIP.

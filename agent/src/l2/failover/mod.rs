@@ -177,6 +177,8 @@ pub struct FastFailover<L> {
     node: String,
     trust: Option<watch::Sender<Arc<Trust>>>,
     key: Option<PublicKey>,
+    /// When the standby IPs by state were last published ([`Self::publish_coverage`]).
+    covered_at: Option<Instant>,
 }
 
 impl<L: LanPort> FastFailover<L> {
@@ -202,7 +204,25 @@ impl<L: LanPort> FastFailover<L> {
             node: setup.node,
             trust: setup.trust,
             key: setup.key,
+            covered_at: None,
         }
+    }
+
+    /// Publishes the standby IPs by state (`aliaslb_agent_standby_addresses`): after
+    /// every event but the adverts heard, and after those at most once a second (they come
+    /// ten times a second per holder, and it is a walk over every standby IP).
+    fn publish_coverage(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force
+            && self
+                .covered_at
+                .is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.covered_at = Some(now);
+        let coverage = self.standby.coverage(&self.desired, now.into_std());
+        self.metrics.set_standby(coverage);
     }
 
     /// The next thing to act on. The timers (a takeover check, a step-down) wait until the
@@ -255,7 +275,8 @@ impl<L: LanPort> FastFailover<L> {
         held: Held<'_>,
         lease_duration: Duration,
     ) -> bool {
-        match event {
+        let heard = matches!(event, FailoverEvent::Heard(_));
+        let changed = match event {
             FailoverEvent::Heard(messages) => self.on_messages(messages),
             FailoverEvent::CheckDue => {
                 self.start_checks(held);
@@ -274,7 +295,9 @@ impl<L: LanPort> FastFailover<L> {
             FailoverEvent::StandbyChecked(done) => {
                 joined(done, "a standby check").is_some_and(|done| self.on_standby_checked(done))
             }
-        }
+        };
+        self.publish_coverage(!heard);
+        changed
     }
 
     /// A new desired set in force (`in_force`, without the takeovers): takeovers whose
@@ -318,6 +341,7 @@ impl<L: LanPort> FastFailover<L> {
             info!(%ip, "step-down over: the assignment changed the IP's standby or took it from this node");
         }
         self.desired = desired.clone();
+        self.publish_coverage(true);
         desired
     }
 

@@ -86,6 +86,23 @@ pub struct Checked {
     pub answering: Vec<String>,
 }
 
+/// The standby IPs by state ([`Standby::coverage`]), for the metrics: whether fast failover
+/// covers them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Its holder's latest adverts list it: taken over within a second of their silence.
+    pub armed: usize,
+    /// No advert of its holder lists it (none heard: UDP blocked, a key this node cannot
+    /// verify, adverts off on the holder; or the holder does not hold it): if the holder
+    /// dies, the IP moves only when its Lease expires.
+    pub unheard: usize,
+    /// Its holder's adverts stopped while the IP still answers on the LAN (adverts dropped
+    /// on the way, a frozen holder): re-checked with backoff.
+    pub silent: usize,
+    /// Taken over by this node.
+    pub taken_over: usize,
+}
+
 /// A holder whose adverts are missing while its IPs answer: when to look again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Recheck {
@@ -342,6 +359,26 @@ impl Standby {
         self.listed.retain(|ip, (by, _)| same_holder(ip, by));
         self.checking.retain(|ip| desired.standby(*ip).is_some());
         ended
+    }
+
+    /// The standby IPs of `desired` by state at `now` ([`Coverage`]): can this node take
+    /// each over within a second if its holder dies?
+    pub fn coverage(&self, desired: &DesiredSet, now: Instant) -> Coverage {
+        let mut out = Coverage::default();
+        for (ip, line) in desired.standbys() {
+            if self.taken.contains(&ip) {
+                out.taken_over += 1;
+                continue;
+            }
+            match self.armed(ip, &line.holder) {
+                None => out.unheard += 1,
+                Some(last) if now.saturating_duration_since(last) >= self.config.dead => {
+                    out.silent += 1;
+                }
+                Some(_) => out.armed += 1,
+            }
+        }
+        out
     }
 
     /// How many holders and IPs the state keeps (bounded by the standby lines).
@@ -666,5 +703,56 @@ mod tests {
             one
         );
         assert!(f.settle(&moved).is_empty());
+    }
+
+    #[test]
+    fn coverage_says_which_standby_ips_fail_over_fast() {
+        let d = standby_of("a", &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        let mut f = standby(&d);
+        let t0 = Instant::now();
+        let cov = |f: &Standby, at: Instant| f.coverage(&d, at);
+        // Nothing heard yet: no IP could be taken over fast.
+        assert_eq!(
+            cov(&f, t0),
+            Coverage {
+                unheard: 3,
+                ..Coverage::default()
+            }
+        );
+        // The holder lists two of them.
+        f.heard(&advert("a", "b", 1, &["10.0.0.1", "10.0.0.2"]), &d, t0);
+        assert_eq!(
+            cov(&f, t0 + 100 * MS),
+            Coverage {
+                armed: 2,
+                unheard: 1,
+                ..Coverage::default()
+            }
+        );
+        // Its adverts stop: silent once `dead` passed; a check finds them answered.
+        let dead = FailoverConfig::default().dead;
+        assert_eq!(cov(&f, t0 + dead - MS).silent, 0);
+        let at = t0 + dead;
+        check(&mut f, &d, &[ip("10.0.0.1"), ip("10.0.0.2")], false, at);
+        assert_eq!(
+            cov(&f, at),
+            Coverage {
+                silent: 2,
+                unheard: 1,
+                ..Coverage::default()
+            }
+        );
+        // One is free at the next check: taken over.
+        let later = at + 2 * dead;
+        check(&mut f, &d, &[ip("10.0.0.1")], true, later);
+        assert_eq!(
+            cov(&f, later),
+            Coverage {
+                taken_over: 1,
+                silent: 1,
+                unheard: 1,
+                ..Coverage::default()
+            }
+        );
     }
 }
