@@ -3,7 +3,7 @@
 //! key of its own now ([`aliaslb_core::advert`]), so nothing reads it: every replica
 //! deletes it once at start, and an install never has a key every node can sign with. An
 //! agent of an earlier release still running keeps the key it read (a missing Secret was
-//! no instruction to it); the README's upgrade order (agents first) leaves none.
+//! no instruction to it); the upgrade order of docs/operations.md (agents first) leaves none.
 
 use aliaslb_core::keys;
 use k8s_openapi::api::core::v1::Secret;

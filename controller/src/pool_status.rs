@@ -240,7 +240,7 @@ impl StatusWriter {
                     "app.kubernetes.io/part-of": "aliaslb",
                 },
                 "annotations": {
-                    "aliaslb.io/description": "Pool state, written by aliaslb-controller: do not edit (see the README, \"Pool state\")",
+                    "aliaslb.io/description": "Pool state, written by aliaslb-controller: do not edit (see docs/configuration.md, \"Pool state\")",
                 },
             },
             "data": data,

@@ -4,7 +4,7 @@
 //! is not an agent's (`aliaslb_agent_*`, checked by the agent's own test) is registered in
 //! the controller's registry, as served on /metrics; every alert has a runbook of its own
 //! (`docs/runbooks/<alert>.md`: what it means, how to confirm with `kubectl aliaslb`, how to
-//! fix), its `runbook_url` points there, and the README's "Alerts" links each.
+//! fix), its `runbook_url` points there, and docs/operations.md's "Alerts" links each.
 //!
 //! Needs `promtool` on PATH (Debian package `prometheus`; scripts/test installs it). No
 //! API server.
@@ -319,19 +319,19 @@ fn every_alert_has_a_runbook_of_its_own() {
 }
 
 #[test]
-fn every_alert_is_linked_from_the_readme() {
-    let readme = read(&repo().join("README.md"));
-    let section = readme
-        .split_once("\n### Alerts\n")
+fn every_alert_is_linked_from_the_operations_docs() {
+    let operations = read(&repo().join("docs/operations.md"));
+    let section = operations
+        .split_once("\n## Alerts\n")
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
-        .expect("README has an Alerts section");
+        .expect("docs/operations.md has an Alerts section");
     let missing: Vec<String> = alert_names()
         .into_iter()
-        .filter(|a| !section.contains(&format!("[`{a}`](docs/runbooks/{a}.md)")))
+        .filter(|a| !section.contains(&format!("[`{a}`](runbooks/{a}.md)")))
         .collect();
     assert!(
         missing.is_empty(),
-        "README's Alerts does not link the runbook of {missing:?}"
+        "docs/operations.md's Alerts does not link the runbook of {missing:?}"
     );
 }
 

@@ -10,8 +10,8 @@
 //!   (`--create-namespace` makes it), not the chart's (same apiVersion, kind, namespace, name
 //!   and content: the chart adds no label of its own), the agent Lease policy and the Lease
 //!   quota included (on by default), each of which one value turns off, and each optional
-//!   value renders exactly its kustomize component added to the kustomization as the README
-//!   says (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the Service
+//!   value renders exactly its kustomize component added to the kustomization as docs/l3-mode.md
+//!   and docs/operations.md say (monitoring, BIRD sidecar) or its file of `manifests/optional/` (the Service
 //!   annotation and pool ConfigMap policies);
 //! - the chart installs into any namespace, the agents' Leases into any other one, and names
 //!   no other; values.schema.json describes every value of values.yaml and refuses others;
@@ -284,7 +284,7 @@ fn kustomize_for_chart(components: &[&str], files: &[&str]) -> Objects {
 }
 
 /// What `kubectl kustomize` renders for manifests/ with `components` added to its
-/// kustomization.yaml (as the README tells users to), plus the objects of `files` (paths
+/// kustomization.yaml (as docs/operations.md tells users to), plus the objects of `files` (paths
 /// in the repository, applied with `kubectl apply -f`).
 fn kustomize(components: &[&str], files: &[&str]) -> Objects {
     let dir = tempfile::tempdir().unwrap();
@@ -1537,7 +1537,7 @@ async fn install_upgrade_uninstall() {
     let chart = releases.chart.clone();
 
     // A fresh install as earlier releases made it (no agent Lease policy, no Lease quota),
-    // into a namespace helm makes (as the README says).
+    // into a namespace helm makes (as docs/operations.md says).
     let earlier = [
         "admissionPolicies.agentLease.enabled=false",
         "agent.leaseQuota=0",

@@ -1057,16 +1057,16 @@ fn manifest_grants() -> BTreeSet<Grant> {
     grants
 }
 
-/// The grants the README's RBAC table states: rows `| ServiceAccount | where | resources:
+/// The grants the RBAC table of docs/security.md states: rows `| ServiceAccount | where | resources:
 /// verbs |` (an empty ServiceAccount cell continues the row above), the last cell entries
 /// `resources: verbs` separated by `; `, a resource limited to one name written
 /// ``secrets `name` ``; text in parentheses is commentary.
-fn readme_grants() -> BTreeSet<Grant> {
-    let readme = read("README.md");
+fn security_docs_grants() -> BTreeSet<Grant> {
+    let docs = read("docs/security.md");
     let header = "| ServiceAccount | where | resources: verbs |";
-    let table = readme
+    let table = docs
         .split_once(header)
-        .expect("the README's RBAC table")
+        .expect("the RBAC table of docs/security.md")
         .1;
     let mut grants = BTreeSet::new();
     let mut account = String::new();
@@ -1112,11 +1112,11 @@ fn readme_grants() -> BTreeSet<Grant> {
     grants
 }
 
-/// Issue 42 item 6: every row of the README's RBAC table is true, and it leaves nothing out
+/// Issue 42 item 6: every row of docs/security.md's RBAC table is true, and it leaves nothing out
 /// (the API group aside).
 #[test]
-fn the_readme_rbac_table_is_the_manifests_rbac() {
-    let (manifests, readme) = (manifest_grants(), readme_grants());
+fn the_security_docs_rbac_table_is_the_manifests_rbac() {
+    let (manifests, docs) = (manifest_grants(), security_docs_grants());
     let text = |g: &Grant| {
         let name =
             g.3.as_deref()
@@ -1124,11 +1124,11 @@ fn the_readme_rbac_table_is_the_manifests_rbac() {
                 .unwrap_or_default();
         format!("{} in {}: {}{name} {}", g.0, g.1, g.2, g.4)
     };
-    let missing: Vec<String> = manifests.difference(&readme).map(text).collect();
-    let untrue: Vec<String> = readme.difference(&manifests).map(text).collect();
+    let missing: Vec<String> = manifests.difference(&docs).map(text).collect();
+    let untrue: Vec<String> = docs.difference(&manifests).map(text).collect();
     assert!(
         missing.is_empty() && untrue.is_empty(),
-        "the README's RBAC table leaves out:\n  {}\nand states what manifests/ do not grant:\n  {}",
+        "docs/security.md's RBAC table leaves out:\n  {}\nand states what manifests/ do not grant:\n  {}",
         missing.join("\n  "),
         untrue.join("\n  ")
     );

@@ -1,5 +1,5 @@
 //! The release tooling (issue 46), in the parts CI can run in seconds; `scripts/release`
-//! itself (a release build, the image) is measured by hand (README, "Releasing"):
+//! itself (a release build, the image) is measured by hand (docs/development.md, "Releasing"):
 //!
 //! - the release workflow passes actionlint (with shellcheck over its `run:` steps when
 //!   shellcheck is on PATH; scripts/test installs it) and its steps call the scripts;

@@ -1,8 +1,8 @@
 //! Node election: which node carries a Service's IPs. Pure: no I/O, no clock.
 //!
 //! The controller turns what it observed (Nodes, agent Leases judged on its own monotonic
-//! clock, EndpointSlices) into plain [`NodeState`]s and calls [`elect`]. The rules (the
-//! README's "How it works" states them for users):
+//! clock, EndpointSlices) into plain [`NodeState`]s and calls [`elect`]. The rules (
+//! docs/how-it-works.md states them for users):
 //!
 //! 1. a node is eligible when its agent is fresh (or, for the node currently carrying the
 //!    IPs only, unconfirmed: not seen renewing, but the controller cannot tell it is gone,

@@ -33,7 +33,7 @@
 //! [`ANCHOR_FREE_V4`] (IPv4) or [`ANCHOR_FREE_V6`] (IPv6) counts for node election only where
 //! it holds one of the addresses the node's own Node object lists ([`AgentReport::elected_subnets`]);
 //! narrower ones count as reported, so a second NIC on a /24 works without the Node
-//! listing its address (see the README's security model for what that leaves a
+//! listing its address (see docs/security.md for what that leaves a
 //! compromised node).
 //!
 //! A rejected report is worth nothing to the controller: it treats the agent as not ready

@@ -3,7 +3,7 @@
 //!
 //! # The policy
 //!
-//! An upgrade goes **agents first, then the controller** (README, "Upgrade"): while it is
+//! An upgrade goes **agents first, then the controller** (docs/operations.md, "Upgrade"): while it is
 //! under way the agents run the next release and the controller the previous one, and a
 //! new agent reads what an older controller writes. The other order is the one that breaks:
 //! an older agent may refuse what a newer controller writes (the sharded assignments, the

@@ -29,7 +29,7 @@
 //! - every metric name the rules' expressions use is in what Prometheus scraped (so a rename
 //!   breaks this test); none is exempt;
 //! - every agent series carries its node's name as `node`: the agents' scrape job is the
-//!   README's plain scrape config (its `relabel_configs`, read from the README), with the
+//!   plain scrape config of docs/operations.md (its `relabel_configs`, read from there), with the
 //!   labels Kubernetes service discovery gives an agent pod (`__meta_kubernetes_pod_*`)
 //!   set on each static target, since the lab's agents are processes, not pods; the agent
 //!   PodMonitor's relabelling is checked to be the same rule;
@@ -169,15 +169,15 @@ fn real_prometheus_alerts_metric_names_and_dashboard() -> Result<(), Error> {
     Ok(())
 }
 
-/// The agent job's `relabel_configs` of the README's plain scrape config (the YAML block
+/// The agent job's `relabel_configs` of docs/operations.md's plain scrape config (the YAML block
 /// after its `scrape-config` marker).
-fn readme_agent_relabelling() -> Result<Vec<Value>, Error> {
-    let readme = repo_file("README.md")?;
+fn docs_agent_relabelling() -> Result<Vec<Value>, Error> {
+    let docs = repo_file("docs/operations.md")?;
     let bad = |why: String| Error::Output {
-        cmd: "reading README.md's scrape config".to_owned(),
+        cmd: "reading docs/operations.md's scrape config".to_owned(),
         why,
     };
-    let block = readme
+    let block = docs
         .split_once("<!-- scrape-config:")
         .and_then(|(_, rest)| rest.split_once("```yaml\n"))
         .and_then(|(_, rest)| rest.split_once("```"))
@@ -216,13 +216,13 @@ fn readme_agent_relabelling() -> Result<Vec<Value>, Error> {
         relabel
             .iter()
             .any(|r| node_rule(&r["source_labels"], &r["target_label"])),
-        "the README's agent job does not relabel the node's name into `node`: {relabel:?}"
+        "docs/operations.md's agent job does not relabel the node's name into `node`: {relabel:?}"
     );
     Ok(relabel)
 }
 
 /// The controller (through a relay into the client's namespace) and the three agents, as
-/// the README's scrape config finds them (see the module docs).
+/// docs/operations.md's scrape config finds them (see the module docs).
 fn scrape_jobs(lab: &Lab) -> Result<Vec<Job>, Error> {
     let pid = lab.pid("controller-1")?;
     let addr = wait_for(
@@ -284,7 +284,7 @@ fn scrape_jobs(lab: &Lab) -> Result<Vec<Job>, Error> {
                 .map(|&n| format!("{}:{AGENT_METRICS_PORT}", node_ip(n)))
                 .collect(),
             labels: NODES.iter().map(|&n| pod(n)).collect(),
-            relabel_configs: readme_agent_relabelling()?,
+            relabel_configs: docs_agent_relabelling()?,
         },
     ])
 }

@@ -1,5 +1,5 @@
 //! The upgrade from the previous release to this one and back, on real kubelets (issue 46):
-//! the way the README's "Upgrade" section says, agents first, then the controller, with the
+//! the way docs/operations.md, "Upgrade", says, agents first, then the controller, with the
 //! LAN sampled all along ([`aliaslb_e2e::lan`]: who answers ARP for each load-balancer IP,
 //! every 20 ms, from the client's namespace). This is the test that keeps every later change
 //! of a format between controller and agents honest.

@@ -22,7 +22,7 @@
 //! timeout (a stuck daemon must never hang the agent's loop); a `vtysh` child is killed
 //! when the reading is abandoned.
 //!
-//! # Node configuration (what the README shows)
+//! # Node configuration (what docs/l3-mode.md shows)
 //!
 //! The pool prefixes here are `10.200.0.0/24` and `fd00:200::/64`; the peer is a ToR at
 //! `10.0.9.2` in AS 65002 (one session carrying IPv4 and IPv6), the node is AS 65001. Only addresses on `lo` or

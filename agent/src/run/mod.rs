@@ -360,8 +360,8 @@ where
                     refresh_interval_ms = interval.as_millis(),
                     "refreshing the aliases' lifetimes takes more than half the refresh \
                      interval (a third of --alias-lifetime): the agent is busy refreshing and \
-                     a late round lets aliases lapse; raise --alias-lifetime (README, \"Many \
-                     IPs on one node\")"
+                     a late round lets aliases lapse; raise --alias-lifetime \
+                     (docs/configuration.md, \"Many IPs on one node\")"
                 );
             } else if !crowded && self.refresh_crowded {
                 info!(
