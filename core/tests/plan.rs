@@ -1003,6 +1003,32 @@ fn address_conflict_keeps_the_node() {
     );
 }
 
+/// An agent knows only its LAN peers' MACs, so it may call another node's MAC a
+/// stranger's: the condition names the node the MAC belongs to.
+#[test]
+fn a_conflict_with_another_nodes_mac_names_that_node() {
+    let (mut world, mut planner, n) = placed();
+    let o = other(&n);
+    world.mac(o, "eth0", "02:00:00:00:0b:01");
+    world.lan_conflict(&n, "10.0.0.1", "02:00:00:00:0b:01", "eth0");
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web");
+    assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
+    assert!(
+        web.announced
+            .message
+            .contains(&format!("(02:00:00:00:0b:01 is node {o}'s)")),
+        "{}",
+        web.announced.message
+    );
+    // A stranger's MAC is named as nobody's.
+    let (mut world, mut planner, n) = placed();
+    world.lan_conflict(&n, "10.0.0.1", "02:aa:00:00:00:01", "eth0");
+    let out = world.plan(&mut planner);
+    let message = &plan_of(&out, "default", "web").announced.message;
+    assert!(!message.contains("is node"), "{message}");
+}
+
 #[test]
 fn quoted_text_is_bounded_in_conditions_and_events() {
     // The planner takes reports as given (the controller bounds them when it reads them):

@@ -769,12 +769,23 @@ fn announced(
         );
     }
     if let Some(c) = conflict_on(report, ips) {
-        // Quotes the agent: bounded here, so the condition and the Event say the same.
+        // Quotes the agent: bounded here, so the condition and the Event say the same. An
+        // agent knows only its LAN peers' MACs: the controller names the node of a MAC it
+        // reports as a stranger's.
+        let owner = c.mac.and_then(|mac| {
+            inputs
+                .agents
+                .iter()
+                .find(|(other, r)| other.as_str() != &**node && r.macs().any(|m| m == mac))
+                .map(|(other, _)| format!(" ({mac} is node {other}'s)"))
+        });
         let message = text::bounded(
             format!(
-                "{node} reports a conflict for {}: {}; the assignment is kept, since moving \
+                "{node} reports a conflict for {}: {}{}; the assignment is kept, since moving \
                  it would put the address on the LAN twice",
-                c.ip, c.reason
+                c.ip,
+                c.reason,
+                owner.unwrap_or_default()
             ),
             MAX_MESSAGE,
         );
