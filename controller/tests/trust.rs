@@ -1578,16 +1578,20 @@ async fn a_lease_of_a_node_that_does_not_exist_is_ignored() {
         support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("1")
     })
     .await;
-    let macs = c
-        .assignment_data(&n1)
-        .await
-        .get(keys::NODE_MACS_KEY)
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        !macs.contains(GHOST_MAC),
-        "a ghost's MAC in {n1}'s index: {macs:?}"
+    assert_eq!(
+        support::metric(&metrics, "aliaslb_agents_ready").as_deref(),
+        Some("1"),
+        "the ghost is no agent"
     );
+    // Neither as a node's MAC (older indexes) nor as a peer's (per-node keys).
+    let index = c.assignment_data(&n1).await;
+    for key in [keys::NODE_MACS_KEY, keys::PEERS_KEY] {
+        let macs = index.get(key).cloned().unwrap_or_default();
+        assert!(
+            !macs.contains(GHOST_MAC),
+            "a ghost's MAC in {n1}'s index, {key}: {macs:?}"
+        );
+    }
     // A ghost's held address is nothing: the pool's first address went to web.
     assert_eq!(c.ips("web").await, ["10.83.0.1"]);
 
@@ -1604,11 +1608,9 @@ async fn a_lease_of_a_node_that_does_not_exist_is_ignored() {
         support::metric(&metrics, "aliaslb_agent_leases_ignored").as_deref() == Some("0")
     })
     .await;
-    eventually(SETTLE, "its MAC listed once it is a node", async || {
-        c.assignment_data(&n1)
-            .await
-            .get(keys::NODE_MACS_KEY)
-            .is_some_and(|m| m.contains(GHOST_MAC))
+    // Now a node: its agent counts as one like any other.
+    eventually(SETTLE, "an agent once it is a node", async || {
+        support::metric(&metrics, "aliaslb_agents_ready").as_deref() == Some("2")
     })
     .await;
     Api::<Node>::all(c.client.clone())
