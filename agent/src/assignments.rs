@@ -94,6 +94,7 @@ fn set_of(assignments: NodeAssignments) -> DesiredSet {
         }
         set.add_peer(node, peer);
     }
+    set.set_handovers(assignments.handovers);
     set
 }
 
@@ -108,6 +109,7 @@ pub fn desired_from(object: Option<&ConfigMap>) -> Result<DesiredSet, Assignment
     let mut assignments = NodeAssignments::parse(key(keys::ASSIGNMENTS_KEY))?;
     assignments.parse_node_macs(key(keys::NODE_MACS_KEY))?;
     assignments.parse_peers(key(keys::PEERS_KEY))?;
+    assignments.parse_handovers(key(keys::HANDOVERS_KEY))?;
     Ok(set_of(assignments))
 }
 
@@ -241,7 +243,13 @@ impl Assignment {
         let macs = value(index, keys::NODE_MACS_KEY).unwrap_or("");
         let peers = value(index, keys::PEERS_KEY).unwrap_or("");
         match shards::read_index(&index_name, count, macs, peers, shard) {
-            Ok(Some(assignments)) => Reading::Set(Box::new(set_of(assignments))),
+            Ok(Some(mut assignments)) => {
+                let handovers = value(index, keys::HANDOVERS_KEY).unwrap_or("");
+                match assignments.parse_handovers(handovers) {
+                    Ok(()) => Reading::Set(Box::new(set_of(assignments))),
+                    Err(e) => Reading::Unreadable(e.to_string()),
+                }
+            }
             Ok(None) => Reading::Missing,
             Err(e) => Reading::Unreadable(e),
         }

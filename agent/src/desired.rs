@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use aliaslb_core::assignment::{OpenPort, Peer, PeerNode};
+use aliaslb_core::assignment::{Handover, OpenPort, Peer, PeerNode};
 use aliaslb_core::mac::Mac;
 
 /// The IPs this node should carry, each with the interface the assignment names, if any,
@@ -33,6 +33,9 @@ pub struct DesiredSet {
     /// Fast L2 failover: the nodes this node exchanges adverts and acks with, with their
     /// keys (the only senders it believes) and relay roles.
     peer_nodes: BTreeMap<String, PeerNode>,
+    /// Planned moves keep established connections: this node's handover lines
+    /// ([`crate::handover`]).
+    handovers: BTreeMap<IpAddr, Handover>,
     /// The assignment object is missing: this is the last set read, kept
     /// ([`crate::assignments`]).
     object_missing: bool,
@@ -133,6 +136,16 @@ impl DesiredSet {
     /// The node `mac` belongs to, if it is one of the cluster's.
     pub fn node_of_mac(&self, mac: Mac) -> Option<&str> {
         self.node_macs.get(&mac).map(String::as_str)
+    }
+
+    /// Sets this node's handover lines (planned moves keep established connections).
+    pub fn set_handovers(&mut self, handovers: BTreeMap<IpAddr, Handover>) {
+        self.handovers = handovers;
+    }
+
+    /// This node's handover lines (see [`crate::handover`]).
+    pub fn handovers(&self) -> &BTreeMap<IpAddr, Handover> {
+        &self.handovers
     }
 
     /// Records `node` as a LAN peer: its key, MACs and what this node relays for it.

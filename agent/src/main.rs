@@ -183,7 +183,8 @@ async fn main() -> anyhow::Result<()> {
             },
             metrics,
         },
-    );
+    )
+    .with_handovers(NftBackend::default());
 
     let stop = async {
         tokio::select! {
@@ -204,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
         signal,
         "shutting down: removing aliases, then releasing the Lease"
     );
+    agent.lift_handovers().await;
     let (aliases, report_tx) = agent.into_parts();
     let cleanup = async {
         // Stop the heartbeat after its write in flight, so nothing re-creates the Lease.

@@ -63,6 +63,14 @@ pub struct Flags {
     #[arg(long, env = "ALIASLB_HOLD_RELEASED", default_value = "10m", value_parser = parse_hold)]
     pub hold_released: Duration,
 
+    /// Planned moves keep established connections: how long a node that left an L2 IP
+    /// in a planned move (a cordon, a drain, an agent rollout) still carries the TCP flows
+    /// it had, the new holder forwarding their packets to it (docs/how-it-works.md, "Planned moves keep
+    /// established connections"). `0s` (the default): off, the assignment objects carry
+    /// no `handovers` key. E.g. `300s`.
+    #[arg(long, env = "ALIASLB_DRAIN_WINDOW", default_value = "0s", value_parser = aliaslb_ops::flags::parse_duration_or_zero)]
+    pub drain_window: Duration,
+
     /// Leader Lease duration: how long followers wait after the last renewal they saw
     /// before taking over. Whole seconds (the Lease stores seconds).
     #[arg(long, env = "ALIASLB_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
@@ -111,6 +119,9 @@ pub struct ControllerConfig {
     pub hold_released: Duration,
     /// Fast L2 failover: a standby per L2 IP and the advert key (`--no-fast-failover`).
     pub fast_failover: bool,
+    /// Planned moves keep established connections for this long (`--drain-window`; zero:
+    /// off, see [`crate::handover`]).
+    pub drain_window: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -126,6 +137,7 @@ impl Default for ControllerConfig {
             agent_lease_duration: Duration::from_secs(30),
             hold_released: aliaslb_core::plan::STICKY_FOR,
             fast_failover: true,
+            drain_window: Duration::ZERO,
         }
     }
 }
@@ -185,6 +197,7 @@ impl Flags {
             agent_lease_duration,
             no_fast_failover,
             hold_released,
+            drain_window,
             leader_lease_duration,
             leader_renew_deadline,
             leader_retry_period,
@@ -221,6 +234,7 @@ impl Flags {
                 agent_lease_duration,
                 hold_released,
                 fast_failover: !no_fast_failover,
+                drain_window,
             },
             metrics_addr,
             log_format,

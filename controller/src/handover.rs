@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::assignment::{Handover, MAX_HANDOVERS, Peer};
 use aliaslb_core::election::NodeState;
-use aliaslb_core::report::AgentReport;
+use aliaslb_core::plan::Reports;
 use ipnet::IpNet;
 
 /// The default drain window (`--drain-window`): the deregistration delay cloud load
@@ -122,7 +122,7 @@ pub struct World<'a> {
     /// The nodes whose agent released its Lease (it stopped in order, on SIGTERM).
     pub released: &'a BTreeSet<String>,
     /// Each node's agent's report (the IPs it holds).
-    pub reports: &'a BTreeMap<String, AgentReport>,
+    pub reports: &'a Reports,
 }
 
 impl Handovers {
@@ -396,6 +396,7 @@ impl Handovers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aliaslb_core::report::AgentReport;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -417,7 +418,7 @@ mod tests {
     struct Lab {
         nodes: Vec<NodeState>,
         released: BTreeSet<String>,
-        reports: BTreeMap<String, AgentReport>,
+        reports: Reports,
         tracker: Handovers,
         t0: Instant,
     }
@@ -564,11 +565,9 @@ mod tests {
         lab.step(&["10.0.0.10"], None, Some("a"), 0);
         // The standby b took the IP over on the LAN; a, back, yielded it; the controller
         // confirms b while both agents are fresh.
-        lab.reports
-            .entry("b".into())
-            .or_default()
-            .held
-            .insert(ip("10.0.0.10"));
+        let mut report = AgentReport::default();
+        report.held.insert(ip("10.0.0.10"));
+        lab.reports.insert("b".into(), Arc::new(report));
         lab.step(&["10.0.0.10"], Some("a"), Some("b"), 5);
         assert!(lab.of("10.0.0.10").is_empty());
     }

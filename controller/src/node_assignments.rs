@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use aliaslb_core::advert::PublicKey;
 use aliaslb_core::assignment::shards::{self, LEGACY_MARKER, Sharded};
-use aliaslb_core::assignment::{NodeAssignments, OpenPort, Peer, PeerNode, Protocol};
+use aliaslb_core::assignment::{Handover, NodeAssignments, OpenPort, Peer, PeerNode, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::{Mac, virtual_mac};
 use aliaslb_core::plan::{ServiceKey, ServicePlan, ServiceView, Standby};
@@ -71,6 +71,9 @@ pub struct ObjectData {
     pub peers: Option<String>,
     /// [`keys::SHARDS_KEY`]: the shard count (an index only).
     pub shards: Option<String>,
+    /// [`keys::HANDOVERS_KEY`]: the node's handovers (an index only, and only while it
+    /// has any: with `--drain-window` off the key is never written).
+    pub handovers: Option<String>,
 }
 
 impl ObjectData {
@@ -82,6 +85,7 @@ impl ObjectData {
             node_macs: key(keys::NODE_MACS_KEY),
             peers: key(keys::PEERS_KEY),
             shards: key(keys::SHARDS_KEY),
+            handovers: key(keys::HANDOVERS_KEY),
         }
     }
 }
@@ -122,6 +126,23 @@ pub fn read_node(node: &str, objects: &NodeObjects) -> Result<NodeAssignments, S
     };
     shards::read_index(&index_name, count, macs, peers, shard)?
         .ok_or_else(|| format!("a shard of the {count} {index_name} lists is missing"))
+}
+
+/// The handovers `node`'s index lists (a new leader takes them in: [`crate::handover`]);
+/// lines that cannot be read are said and left out (their drains end).
+pub fn handovers_of(node: &str, objects: &NodeObjects) -> BTreeMap<IpAddr, Handover> {
+    let index = objects.get(&keys::assignment_configmap(node));
+    let Some(text) = index.and_then(|i| i.handovers.as_deref()) else {
+        return BTreeMap::new();
+    };
+    let mut read = NodeAssignments::new();
+    match read.parse_handovers(text) {
+        Ok(()) => read.handovers,
+        Err(error) => {
+            tracing::warn!(node, %error, "the handovers of this node's index cannot be read: its drains end");
+            BTreeMap::new()
+        }
+    }
 }
 
 /// When an object must be written among a node's writes.
@@ -168,6 +189,7 @@ pub fn render_node(
         node_macs: None,
         peers: Some(assignments.render_peers()),
         shards: Some(count.to_string()),
+        handovers: (!assignments.handovers.is_empty()).then(|| assignments.render_handovers()),
     };
     out.push((keys::assignment_configmap(node), index, Round::Index));
     out
@@ -599,6 +621,9 @@ pub async fn apply(
     }
     if let Some(count) = &data.shards {
         values.insert(keys::SHARDS_KEY.into(), count.clone().into());
+    }
+    if let Some(handovers) = &data.handovers {
+        values.insert(keys::HANDOVERS_KEY.into(), handovers.clone().into());
     }
     let body = json!({
         "apiVersion": "v1",

@@ -55,7 +55,7 @@
 //! so a shard of 512 lines is ~25 KB.
 //!
 //! The index's key [`crate::keys::HANDOVERS_KEY`] lists the node's **handovers**, the IPs
-//! of a planned move still in its drain window (README, "Planned moves keep established
+//! of a planned move still in its drain window (docs/how-it-works.md, "Planned moves keep established
 //! connections"), one line each:
 //!
 //! ```text

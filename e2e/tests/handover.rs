@@ -1,21 +1,20 @@
 //! Planned moves keep established connections (issue 45), the data path in the lab: the
 //! real controller and agents, real kube-proxy (iptables and nftables modes), the pods' real
-//! DNAT. The
-//! client holds idle TCP connections to an `externalTrafficPolicy: Cluster` Service through
-//! its holder; the holder is cordoned (the controller moves the IP, the old agent removes
-//! its alias, the new one announces it); then every connection sends one request.
+//! DNAT. The client holds idle TCP connections to an `externalTrafficPolicy: Cluster`
+//! Service through its holder; the holder is cordoned (the controller moves the IP, the old
+//! agent removes its alias, the new one announces it); then every connection sends one
+//! request.
 //!
-//! - Today (no handover tables): every connection breaks (the new holder's kube-proxy
-//!   takes the next packet for a new flow and its pod answers with a reset).
-//! - With the agent's handover tables ([`aliaslb_agent::handover`]) on the nodes that may
-//!   get the IP, forwarding to the old holder: none breaks, each answered through the old
-//!   holder (its conntrack still DNATs the flow, without the alias), and a new connection is
-//!   answered through the new holder.
+//! - The controller's default (`--drain-window` off): no index carries `handovers`, and
+//!   every connection breaks (the new holder's kube-proxy takes the next packet for a new
+//!   flow and its pod answers with a reset).
+//! - `--drain-window=10s`: the controller writes the handover lines, the new holder's agent
+//!   its forwarding tables ([`aliaslb_agent::handover`]); none breaks, each answered
+//!   through the old holder (its conntrack still DNATs the flow, without the alias), and a
+//!   new connection is answered through the new holder. When the window ends the lines go,
+//!   and connections still open then break, as the README says.
 //!
-//! **The tables are written by the test, not by the agents**: the controller does not
-//! write handover lines nor the agents act on them yet (NOTES-45.md, "What remains"). This
-//! proves the kernel mechanism the agents will drive, with every real component around it.
-//! Needs root:
+//! The test writes no table: everything is the binaries' doing. Needs root:
 //!
 //! ```sh
 //! cargo build --workspace --bins && cargo test -p aliaslb-e2e --test handover -- --nocapture
@@ -23,26 +22,28 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::process::Command;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::handover::{self, Rules};
-use aliaslb_core::assignment::{Handover, Peer};
+use aliaslb_core::keys;
 use aliaslb_e2e::Error;
 use aliaslb_e2e::client::{self, parse_answer};
 use aliaslb_e2e::fixtures::lb_service;
 use aliaslb_e2e::lab::{
-    CLIENT_NS, Lab, NODES, ProxyMode, node_ip, node_name, run_with_input, wait_for,
+    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, wait_for,
 };
 
 const NS: &str = "default";
 const NAME: &str = "svc-1";
 const CONNECTIONS: usize = 40;
+/// Connections kept idle past the window's end.
+const LATE: usize = 10;
+/// The controller's drain window in the test (short, so its end is seen).
+const WINDOW: &str = "10s";
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[test]
-fn a_cordon_keeps_established_connections_with_the_handover_tables() -> Result<(), Error> {
+fn a_cordon_keeps_established_connections_with_a_drain_window() -> Result<(), Error> {
     cordon_both_ways(ProxyMode::Iptables)
 }
 
@@ -51,7 +52,8 @@ fn a_cordon_keeps_established_connections_with_nftables_kube_proxy() -> Result<(
     cordon_both_ways(ProxyMode::Nftables)
 }
 
-/// The cordon without the tables, then with them, kube-proxy in `mode`.
+/// The cordon with the controller's default, then with `--drain-window`, kube-proxy in
+/// `mode`.
 fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     let Some(lab) = Lab::up_with(mode)? else {
         return Ok(());
@@ -59,19 +61,45 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     let started = Instant::now();
     lab.apply(&lb_service(NS, NAME).to_yaml())?;
     let off = cordon_holding(&lab, false)?;
+    lab.stop("controller-1")?;
+    lab.start_controller_with("controller-1", &[&format!("--drain-window={WINDOW}")])?;
+    lab.wait_leader("controller-1", Duration::from_secs(30))?;
     let on = cordon_holding(&lab, true)?;
     println!(
-        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): without handover {} broke; with the handover tables {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} after the cordon",
+        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): default (no drain window) {} broke; --drain-window={WINDOW} {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} after the cordon; handover lines gone {:?} after the cordon, then {} of {LATE} connections still open broke",
         mode.as_str(),
         off.broken,
         on.broken,
         on.via_old,
-        on.first_new
+        on.first_new,
+        on.lines_gone,
+        on.late_broken,
     );
     println!("[e2e] both cordons in {:?}", started.elapsed());
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
+    assert_eq!(off.late_broken, LATE, "{off:?}");
+    assert!(
+        off.lines.is_empty(),
+        "the default writes no handover: {off:?}"
+    );
     assert_eq!(on.broken, 0, "{on:?}");
     assert_eq!(on.via_old, CONNECTIONS, "{on:?}");
+    assert!(
+        on.lines.iter().any(|l| l.contains(" forward=")),
+        "the new holder forwards: {on:?}"
+    );
+    assert!(
+        on.lines.iter().any(|l| l.ends_with(" draining")),
+        "the old holder drains: {on:?}"
+    );
+    assert!(
+        on.lines_gone >= Duration::from_secs(9),
+        "the lines last the window: {on:?}"
+    );
+    assert_eq!(
+        on.late_broken, LATE,
+        "after the window, as documented: {on:?}"
+    );
     Ok(())
 }
 
@@ -81,24 +109,26 @@ struct Outcome {
     via_old: usize,
     first_new: Duration,
     errors: BTreeMap<String, usize>,
+    /// Every index's handover lines, by `NODE: LINE`, once the connections were answered.
+    lines: Vec<String>,
+    /// When no index had a handover line any more, after the cordon.
+    lines_gone: Duration,
+    /// Of the [`LATE`] connections, those broken when used after the lines went.
+    late_broken: usize,
 }
 
-/// Holds the connections through the holder, cordons it (with `tables`: the handover tables
-/// on the other nodes first), waits for the new holder, sends one request on each; then
-/// uncordons and removes the tables.
-fn cordon_holding(lab: &Lab, tables: bool) -> Result<Outcome, Error> {
+/// Holds the connections through the holder, cordons it, waits for the new holder, sends
+/// one request on each of [`CONNECTIONS`]; reads the indexes' handover lines; waits for
+/// them to go (`window`: the controller's drain window is on), then sends one request on
+/// each of the [`LATE`] ones; then uncordons.
+fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
     let (ip, holder) = lab.wait_announced(NS, NAME, ANNOUNCE_TIMEOUT)?;
-    let streams =
-        client::in_namespace(CLIENT_NS, move || hold(ip))?.map_err(|why| Error::Output {
+    let mut streams = client::in_namespace(CLIENT_NS, move || hold(ip, CONNECTIONS + LATE))?
+        .map_err(|why| Error::Output {
             cmd: "long-lived connections from the client".to_owned(),
             why,
         })?;
-    let others: Vec<u8> = NODES.into_iter().filter(|n| *n != holder).collect();
-    if tables {
-        for n in &others {
-            nft(*n, &handover::script(&forward_rules(ip, holder)))?;
-        }
-    }
+    let late = streams.split_off(CONNECTIONS);
     let cordoned = Instant::now();
     lab.kubectl(&["cordon", &node_name(holder)])?;
     let (_, new_holder) = wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
@@ -123,11 +153,36 @@ fn cordon_holding(lab: &Lab, tables: bool) -> Result<Outcome, Error> {
     let answers = client::in_namespace(CLIENT_NS, move || {
         streams.into_iter().map(request).collect::<Vec<_>>()
     })?;
+    let lines = handover_lines(lab)?;
+    let lines_gone = if window {
+        wait_for(
+            "the handover lines to go with the window",
+            Duration::from_secs(40),
+            || {
+                let now = handover_lines(lab)?;
+                Ok(if now.is_empty() {
+                    Ok(cordoned.elapsed())
+                } else {
+                    Err(format!("{now:?}"))
+                })
+            },
+        )?
+    } else {
+        Duration::ZERO
+    };
+    // The agents' tables follow their indexes (a watch event and a reconcile away).
+    std::thread::sleep(Duration::from_secs(1));
+    let late_answers = client::in_namespace(CLIENT_NS, move || {
+        late.into_iter().map(request).collect::<Vec<_>>()
+    })?;
     let mut outcome = Outcome {
         broken: 0,
         via_old: 0,
         first_new,
         errors: BTreeMap::new(),
+        lines,
+        lines_gone,
+        late_broken: late_answers.iter().filter(|a| a.is_err()).count(),
     };
     for answer in answers {
         match answer {
@@ -139,45 +194,36 @@ fn cordon_holding(lab: &Lab, tables: bool) -> Result<Outcome, Error> {
         }
     }
     lab.kubectl(&["uncordon", &node_name(holder)])?;
-    for n in NODES {
-        nft(n, &handover::lift_script())?;
-    }
     Ok(outcome)
 }
 
-/// The handover lines of a node that got `ip` from `holder`, as its agent renders them.
-fn forward_rules(ip: Ipv4Addr, holder: u8) -> Rules {
-    let mut lines = BTreeMap::new();
-    lines.insert(
-        IpAddr::V4(ip),
-        Handover {
-            ports: [80].into(),
-            forward: Some(Peer {
-                node: node_name(holder),
-                address: IpAddr::V4(node_ip(holder)),
-            }),
-            draining: false,
-        },
-    );
-    let (rules, errors) = Rules::from_lines(&lines, |_| Some("eth0".to_owned()));
-    assert!(errors.is_empty(), "{errors:?}");
-    rules
+/// Every node index's handover lines, as `NODE: LINE` (the old holder's name checked
+/// against its address in the forward).
+fn handover_lines(lab: &Lab) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for n in NODES {
+        let name = keys::assignment_configmap(&node_name(n));
+        let cm = lab.get_json(&["configmap", "-n", SYSTEM_NAMESPACE, &name])?;
+        let text = cm["data"][keys::HANDOVERS_KEY].as_str().unwrap_or("");
+        for line in text.lines() {
+            if let Some((_, to)) = line.split_once(" forward=") {
+                let to = to.split_whitespace().next().unwrap_or("");
+                let named = NODES
+                    .into_iter()
+                    .any(|m| to == format!("{}@{}", node_name(m), node_ip(m)));
+                assert!(named, "a forward to a node at its address: {line}");
+            }
+            out.push(format!("{}: {line}", node_name(n)));
+        }
+    }
+    Ok(out)
 }
 
-/// Runs `script` through `nft -f -` on node `n`.
-fn nft(n: u8, script: &str) -> Result<(), Error> {
-    run_with_input(
-        Command::new("ip").args(["netns", "exec", &node_name(n), "nft", "-f", "-"]),
-        Some(script),
-    )
-    .map(drop)
-}
-
-/// Opens the idle connections (in the client's namespace), paced: the pods' socat forks a
-/// shell per connection behind a short accept queue.
-fn hold(ip: Ipv4Addr) -> Result<Vec<TcpStream>, String> {
+/// Opens `count` idle connections (in the client's namespace), paced: the pods' socat
+/// forks a shell per connection behind a short accept queue.
+fn hold(ip: Ipv4Addr, count: usize) -> Result<Vec<TcpStream>, String> {
     let addr = SocketAddr::from((ip, 80));
-    (0..CONNECTIONS)
+    (0..count)
         .map(|_| {
             std::thread::sleep(Duration::from_millis(25));
             let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))

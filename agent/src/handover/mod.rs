@@ -1,8 +1,9 @@
 //! Planned moves keep established connections, the agent's side (issue 45; the
 //! controller's side is `aliaslb_controller::handover`, the lines between them the index's
-//! `handovers`, [`aliaslb_core::assignment`]). **Not wired into the run loop yet: off in
-//! every agent** (see "What remains" in `NOTES-45.md`); this module is the kernel mechanism
-//! and its table, proven against the real kernel by `agent/tests/handover.rs`.
+//! `handovers`, [`aliaslb_core::assignment`]). The run loop drives it through [`Handovers`]
+//! (`part`), from the lines of the node's index: with the controller's `--drain-window`
+//! off (the default) there is none and the tables are only lifted at start. The kernel
+//! mechanism is proven by `agent/tests/handover.rs`, the whole by `e2e/tests/handover.rs`.
 //!
 //! The agent owns three nftables tables named `aliaslb-handover` (families `ip`, `ip6`
 //! and `arp`: the `dup` statement has no `inet` form), rewritten whole in one `nft`
@@ -45,6 +46,10 @@ use std::net::IpAddr;
 use aliaslb_core::assignment::Handover;
 
 use crate::shield::{ShieldBackend, ShieldError};
+
+mod part;
+
+pub use part::Handovers;
 
 /// The name of the agent's three handover tables (`ip`, `ip6`, `arp`).
 pub const TABLE: &str = "aliaslb-handover";

@@ -29,6 +29,7 @@ use tracing::{error, info, warn};
 use crate::aliases::{AliasManager, ReconcileError, ReconcileReport, refresh_crowded};
 use crate::assignments::InForce;
 use crate::desired::DesiredSet;
+use crate::handover::Handovers;
 use crate::heartbeat::{Authority, KernelRounds, LeaseError};
 use crate::host::{self, Alias, Link};
 use crate::http::Health;
@@ -151,6 +152,8 @@ pub struct Agent<B, S, L> {
     metrics: Arc<Metrics>,
     sets: Sets,
     links: Links,
+    /// Planned moves keep established connections: the handover tables.
+    handovers: Handovers<S>,
     /// The last lifetime refresh took more than half its interval (warned once per spell).
     refresh_crowded: bool,
 }
@@ -172,8 +175,20 @@ where
             metrics: parts.metrics,
             sets: Sets::default(),
             links: Links::default(),
+            handovers: Handovers::off(),
             refresh_crowded: false,
         }
+    }
+
+    /// Writes the handover tables through `nft` (without it, as in tests: none).
+    pub fn with_handovers(mut self, nft: S) -> Self {
+        self.handovers = Handovers::new(nft);
+        self
+    }
+
+    /// Removes the handover tables (at shutdown, before the aliases go).
+    pub async fn lift_handovers(&mut self) {
+        self.handovers.lift().await;
     }
 
     /// The alias manager (for the shutdown path) and the report sender (dropping it stops
@@ -430,6 +445,10 @@ where
         self.routed
             .update(&desired, stale_past_a_lease, fresh, lease);
         self.sets.effective = self.effective_of(&back);
+        // The forwards of a moved IP before its alias is announced.
+        self.handovers
+            .update(desired.handovers(), &self.links.interfaces)
+            .await;
         let start = Instant::now();
         let report = self.aliases.reconcile(&self.sets.effective).await;
         let took = start.elapsed();

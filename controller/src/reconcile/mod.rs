@@ -80,6 +80,7 @@ use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Context;
+use crate::handover::{self, Handovers};
 use crate::http::Readiness;
 use crate::node_assignments::{self, Identities, ShardsOf};
 use crate::observe::agents::{Freshness, LeaseKind, LeaseRecord, Observer, RejectedReport, Sight};
@@ -245,6 +246,9 @@ struct Reconciler {
     pending: Waiting,
     /// The pool status ConfigMap's writes ([`crate::pool_status`]).
     status: StatusWriter,
+    /// The drain windows of planned moves (`--drain-window`; `None`: off, nothing of it
+    /// runs).
+    handovers: Option<Handovers>,
 }
 
 /// What [`Reconciler::merge`] found.
@@ -278,6 +282,7 @@ impl Reconciler {
         ctx.metrics.set_agents_unobservable(false);
         let resumed = last_good.lock().map(|g| g.clone()).unwrap_or_default();
         let hold = ctx.config.hold_released;
+        let ctx_drain_window = ctx.config.drain_window;
         Reconciler {
             events: EventQueue::new(ctx.clone()),
             writes: Writes::new(ctx.clone(), ip_mode),
@@ -304,6 +309,7 @@ impl Reconciler {
             unannounced: Waiting::default(),
             pending: Waiting::default(),
             status: StatusWriter::default(),
+            handovers: (!ctx_drain_window.is_zero()).then(|| Handovers::new(ctx_drain_window)),
         }
     }
 
@@ -356,6 +362,7 @@ impl Reconciler {
         self.node_address_notice(&config, &observed.node_addresses);
         self.service_range_notice(&config, &observed.service_ranges);
         let mut output = self.plan(&config, &mut observed);
+        self.feed_handovers(&output, &observed);
         let Merged { touched, planned } = self.index.merge(&mut output, &observed);
         // The agents act on the assignments: they go first.
         self.write_assignments(&output, &observed, touched).await;
@@ -390,8 +397,76 @@ impl Reconciler {
             .chain(self.index.identities.next_due(self.world.reports()))
             .chain(self.writes.next_retry())
             .chain(self.planner.next_release())
+            .chain(self.handovers.as_ref().and_then(Handovers::next_end))
             .chain(status)
             .min()
+    }
+
+    /// With `--drain-window`: the drains that ended, and the moves of this pass's plans
+    /// (before they are merged: the index holds the plans before), into the tracker.
+    fn feed_handovers(&mut self, output: &PlanOutput, observed: &PassInput) {
+        let Some(handovers) = self.handovers.as_mut() else {
+            return;
+        };
+        handovers.observe_nodes(&observed.nodes);
+        handovers.expire(observed.now);
+        let released: BTreeSet<String> = {
+            let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
+            clock.released().map(str::to_owned).collect()
+        };
+        let world = handover::World {
+            nodes: &observed.nodes,
+            released: &released,
+            reports: self.world.reports(),
+        };
+        let records = &self.world.records;
+        let tcp_ports = |key: &ServiceKey| -> BTreeSet<u16> {
+            let view = records.get(key).and_then(|r| r.view.as_deref());
+            view.into_iter()
+                .flat_map(|v| &v.ports)
+                .filter(|p| &*p.protocol == "TCP")
+                .filter_map(|p| u16::try_from(p.port).ok())
+                .collect()
+        };
+        let l2 = |plan: &ServicePlan| plan.nodes.is_empty();
+        for (key, plan) in &output.services {
+            // A new plan has no holder to hand over from.
+            let Some(old) = self.index.plans.get(key) else {
+                continue;
+            };
+            if !l2(old) || !l2(plan) || (old.ips == plan.ips && old.node == plan.node) {
+                continue;
+            }
+            let change = handover::Move {
+                old_ips: old.ips.clone(),
+                old_node: old.node.clone(),
+                new_ips: plan.ips.clone(),
+                new_node: plan.node.clone(),
+                ports: tcp_ports(key),
+            };
+            handovers.moved(&change, &world, observed.now);
+        }
+        // Services gone: their IPs' lines go.
+        let gone = deleted_or_released(observed, output)
+            .chain(
+                self.index
+                    .plans
+                    .keys()
+                    .filter(|_| observed.changes.everything),
+            )
+            .filter(|key| !output.services.contains_key(*key));
+        for key in gone {
+            if let Some(old) = self.index.plans.get(key) {
+                let change = handover::Move {
+                    old_ips: old.ips.clone(),
+                    old_node: old.node.clone(),
+                    new_ips: Vec::new(),
+                    new_node: None,
+                    ports: BTreeSet::new(),
+                };
+                handovers.moved(&change, &world, observed.now);
+            }
+        }
     }
 
     /// Writes the pool status ConfigMap when it is due ([`StatusWriter::due`]); returns
@@ -529,6 +604,13 @@ impl Reconciler {
             let observed_assignments =
                 node_assignments::observed(assignments.iter().map(|cm| &**cm));
             import_trusted_nodes(&mut observed.views, &observed_assignments);
+            if let Some(handovers) = self.handovers.as_mut() {
+                for (node, objects) in &observed_assignments {
+                    let lines = node_assignments::handovers_of(node, objects);
+                    handovers.import(node, &lines, observed.now);
+                }
+                handovers.imported();
+            }
             self.imported = true;
         }
         let inputs = Inputs {
@@ -631,6 +713,14 @@ impl Reconciler {
                 whole.extend(self.index.peers_of(node));
             }
         }
+        // Handover lines that changed: their nodes' indexes are rewritten.
+        let handover_lines = match self.handovers.as_mut() {
+            Some(handovers) => {
+                whole.extend(handovers.take_changed());
+                handovers.lines()
+            }
+            None => HashMap::new(),
+        };
         lines.retain(|node, _| !whole.contains(node));
         touched.extend(whole);
         self.index.assignment_versions = object_versions.clone();
@@ -668,7 +758,7 @@ impl Reconciler {
                 Some((key, plan, view))
             });
             let only = BTreeSet::from([node.to_owned()]);
-            node_assignments::desired(
+            let mut assignments = node_assignments::desired(
                 carried,
                 &output.probe,
                 &index.identities,
@@ -676,7 +766,11 @@ impl Reconciler {
                 standbys,
             )
             .remove(node)
-            .unwrap_or_default()
+            .unwrap_or_default();
+            if let Some(lines) = handover_lines.get(node) {
+                assignments.handovers.clone_from(lines);
+            }
+            assignments
         };
         self.writes
             .write_assignments(
@@ -963,14 +1057,8 @@ impl Reconciler {
 
         // Failovers and unannounced Services: Services gone are forgotten, every plan of
         // the pass is compared with the one before.
-        let gone = observed
-            .changes
-            .services
-            .iter()
-            .filter(|(_, view)| view.is_none())
-            .map(|(key, _)| key)
-            .chain(output.released.iter().map(|(key, _)| key))
-            .filter(|key| !output.services.contains_key(*key));
+        let gone =
+            deleted_or_released(observed, output).filter(|key| !output.services.contains_key(*key));
         for key in gone {
             self.failovers.forget(key);
             self.unannounced.forget(key);
@@ -1065,6 +1153,21 @@ fn config_in_force(
     let assigned = state.first_look() && assigned();
     let notice = state.observe(data, assigned);
     (state.in_force().cloned(), notice)
+}
+
+/// The Services a pass saw deleted (or no longer ours) and those whose addresses the
+/// planner released (some may be planned again in the same pass).
+fn deleted_or_released<'a>(
+    observed: &'a PassInput,
+    output: &'a PlanOutput,
+) -> impl Iterator<Item = &'a ServiceKey> + 'a {
+    observed
+        .changes
+        .services
+        .iter()
+        .filter(|(_, view)| view.is_none())
+        .map(|(key, _)| key)
+        .chain(output.released.iter().map(|(key, _)| key))
 }
 
 /// Sets each Service's observed node from our own assignment objects (see the module
