@@ -120,6 +120,9 @@ struct Foreign {
     /// This agent held the IP before (a recheck after a carrier loss was answered): an
     /// owner of an established address, reported `whileHeld` like a claim.
     held_before: bool,
+    /// The IP left the desired set since: the controller moved it away knowing every
+    /// agent's report. A later takeover of it is not held back by this old sighting.
+    released: bool,
 }
 
 /// The guard's view of one IP.
@@ -265,6 +268,17 @@ impl Guard {
                 Entry::Probing { .. } => true,
                 Entry::Cleared | Entry::Unprobed { .. } => wanted,
                 Entry::Foreign(f) => {
+                    if !wanted {
+                        f.released = true;
+                    } else if f.released && f.probing.is_none() && !desired.needs_probe(*ip) {
+                        // Seen while the IP was ours, then moved away by the controller and
+                        // now given back as a takeover (never a first claim: it has a known
+                        // holder). An agent knows only its LAN peers' MACs, so the sighting
+                        // may be another node's; the controller, which knows every report,
+                        // decided: added at once, as any takeover, and a node still
+                        // answering yields to its announcement.
+                        return false;
+                    }
                     wanted
                         || f.probing.is_some()
                         || now.saturating_duration_since(f.seen) < forget_after
@@ -702,6 +716,7 @@ impl Foreign {
             next: now + config.first_backoff,
             probing: None,
             held_before: false,
+            released: false,
         }
     }
 }
@@ -950,6 +965,35 @@ mod tests {
             "forgotten ten minutes after last seen"
         );
         assert!(g.next_wakeup().is_none());
+    }
+
+    #[test]
+    fn a_conflict_of_an_ip_moved_away_does_not_hold_back_its_takeover_later() {
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let none = held(&[]);
+        // Answered when this node probed it (a recheck after a yield, say).
+        let d = desired(&[], &["10.0.0.2"]);
+        g.due_probes(&d, &none, t);
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        // Still desired as a first claim: held back.
+        g.update(&d, &none, true, t + secs(1));
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
+        // Moved away by the controller, then given back as a takeover: added at once.
+        g.update(&desired(&[], &[]), &none, true, t + secs(2));
+        assert_eq!(g.conflicts().len(), 1, "reported while away");
+        let back = desired(&["10.0.0.2"], &[]);
+        g.update(&back, &none, true, t + secs(3));
+        assert!(g.held_back(&back, &none).is_empty());
+        assert!(g.conflicts().is_empty());
+        // Given back as a first claim instead: probed, as any first claim is.
+        let mut g = Guard::default();
+        g.due_probes(&d, &none, t);
+        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        g.update(&desired(&[], &[]), &none, true, t + secs(2));
+        g.update(&d, &none, true, t + secs(3));
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
     }
 
     #[test]
