@@ -97,10 +97,17 @@ async fn changes_made_during_a_silent_cut_reach_the_caches_within_5s_of_the_heal
         ..Node::default()
     };
 
-    // Cuts of 20 s, 60 s and 180 s (issue 20 item 12): a Node created, deleted, created
-    // again during each.
+    // Cuts of 20 s and 60 s (issue 20 item 12): a Node created, then deleted, during each.
+    // `ALIASLB_LONG_CUT=1` adds a 180 s cut in which it is created again (BENCHMARKS,
+    // "Longer cuts": 3 minutes of CI for the same mechanism, so not in CI).
     let mut took = Vec::new();
-    for (secs, create) in [(20, true), (60, false), (180, true)] {
+    let long = std::env::var_os("ALIASLB_LONG_CUT").is_some();
+    let cuts: &[(u64, bool)] = if long {
+        &[(20, true), (60, false), (180, true)]
+    } else {
+        &[(20, true), (60, false)]
+    };
+    for &(secs, create) in cuts {
         let cut = Duration::from_secs(secs);
         let healed = cut_around(&relay, cut, async {
             if create {
@@ -125,7 +132,8 @@ async fn changes_made_during_a_silent_cut_reach_the_caches_within_5s_of_the_heal
         );
         took.push((secs, applied));
     }
-    nodes.delete(&name, &DeleteParams::default()).await.unwrap();
+    // Gone already after an even number of cuts.
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
     assert!(
         took.iter().all(|(_, t)| *t <= Duration::from_secs(5)),
         "after the heal (cut seconds, applied after): {took:?} (want <= 5 s each)"
