@@ -555,8 +555,8 @@ async fn a_link_without_carrier_is_not_reported_and_its_aliases_are_not_held() {
 
 /// Issue 12 item 4 and issue 20 item 12: a watch whose connection is cut silently (packets
 /// dropped, no RST or FIN) must notice, and the agent act on a change made during the cut,
-/// within 5 s of the path healing, after cuts of 20 s, 60 s and 180 s: a removed
-/// assignment, a new one, and a removed one again. The change is made early in the cut,
+/// within 5 s of the path healing, after cuts of 20 s and 60 s (and 180 s with
+/// `ALIASLB_LONG_CUT=1`): a removed assignment, a new one, and a removed one again. The change is made early in the cut,
 /// so without a liveness check the apiserver side's retransmission of the event comes back
 /// long after the heal (exponential backoff, up to minutes over a long cut).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,12 +575,18 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
     })
     .await;
 
-    // Each change made 1 s into a cut of 20 s, 60 s, 180 s: (cut, IP assigned to this
-    // node afterwards, or none).
-    let steps: [(u64, Option<&str>); 3] = [(20, None), (60, Some("10.0.0.111")), (180, None)];
+    // Each change made 1 s into a cut of 20 s, 60 s (and 180 s with `ALIASLB_LONG_CUT=1`:
+    // 3 minutes of CI for the same mechanism; its figure is in BENCHMARKS, "Longer cuts"):
+    // (cut, IP assigned to this node afterwards, or none).
+    let all: [(u64, Option<&str>); 3] = [(20, None), (60, Some("10.0.0.111")), (180, None)];
+    let steps = if std::env::var_os("ALIASLB_LONG_CUT").is_some() {
+        &all[..]
+    } else {
+        &all[..2]
+    };
     let mut took = Vec::new();
     let mut held = "10.0.0.110";
-    for (secs, now_held) in steps {
+    for &(secs, now_held) in steps {
         s.relay.cut_silently();
         tokio::time::sleep(Duration::from_secs(1)).await;
         match now_held {
