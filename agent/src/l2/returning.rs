@@ -121,18 +121,19 @@ where
         .iter()
         .find(|l| l.name == routed_device)
         .map(|l| l.index);
+    // Each with its link's MAC while the link is up (none: nothing can be asked there).
     let aliases: Vec<(Alias, Option<[u8; 6]>)> = host
         .addresses
         .iter()
         .filter(|a| a.owned && Some(a.ifindex) != routed)
-        .filter_map(|a| {
-            let link = host.links.iter().find(|l| l.index == a.ifindex)?;
+        .map(|a| {
+            let link = host.links.iter().find(|l| l.index == a.ifindex);
             let alias = Alias {
                 ip: a.ip,
                 ifindex: a.ifindex,
-                ifname: link.name.clone(),
+                ifname: link.map_or_else(|| format!("if{}", a.ifindex), |l| l.name.clone()),
             };
-            Some((alias, link.mac.filter(|_| link.up)))
+            (alias, link.and_then(|l| l.mac.filter(|_| l.up)))
         })
         .collect();
     if aliases.is_empty() {
@@ -151,7 +152,7 @@ where
     };
     if !quiet {
         return Ok(Returning {
-            withdrawn: withdraw_lan_aliases(backend, routed_device).await?,
+            withdrawn: withdraw(backend, aliases.iter().map(|(a, _)| a)).await?,
             ..Returning::default()
         });
     }
@@ -210,41 +211,16 @@ where
     Ok(out)
 }
 
-/// At the agent's start, before anything is known of the cluster: takes down every alias of
-/// ours that this node's kernel still has on a LAN (not on `routed_device`) from a run
-/// before (an agent restarted within the aliases' lifetime), so that the kernel does not
-/// answer ARP / NDP for an IP another node may have taken over meanwhile. Returns their
-/// IPs: the LAN guard asks the LAN who answers for each before it is held again
-/// ([`crate::l2::guard::LanGuard::returning`]). Without the silence of nftables, a returning
-/// holder takes them down before it asks.
-async fn withdraw_lan_aliases<B: AddressBackend>(
+/// Takes `aliases` down (no silence to ask the LAN behind): the kernel must not answer
+/// ARP / NDP for an IP another node may have taken over meanwhile. Returns their IPs: the LAN
+/// guard asks the LAN who answers for each before it is held again
+/// ([`crate::l2::guard::LanGuard::returning`]).
+async fn withdraw<'a, B: AddressBackend>(
     backend: &B,
-    routed_device: &str,
+    aliases: impl IntoIterator<Item = &'a Alias>,
 ) -> Result<Vec<IpAddr>, BackendError> {
-    let host = backend.snapshot().await?;
-    let routed: Option<u32> = host
-        .links
-        .iter()
-        .find(|l| l.name == routed_device)
-        .map(|l| l.index);
-    let name_of = |index: u32| {
-        host.links
-            .iter()
-            .find(|l| l.index == index)
-            .map_or_else(|| format!("if{index}"), |l| l.name.clone())
-    };
-    let lan: Vec<Alias> = host
-        .addresses
-        .iter()
-        .filter(|a| a.owned && Some(a.ifindex) != routed)
-        .map(|a| Alias {
-            ip: a.ip,
-            ifindex: a.ifindex,
-            ifname: name_of(a.ifindex),
-        })
-        .collect();
-    let mut out = Vec::with_capacity(lan.len());
-    for (alias, result) in write_each(backend, Write::Delete, &lan).await {
+    let mut out = Vec::new();
+    for (alias, result) in write_each(backend, Write::Delete, aliases).await {
         result?;
         out.push(alias.ip);
     }
