@@ -2,12 +2,14 @@
 //! agent registers its own metrics, defined beside its code: the kernel side
 //! ([`crate::aliases::metrics`]), the heartbeat ([`crate::heartbeat::metrics`]), the LAN
 //! ([`crate::l2::metrics`]), fast failover ([`crate::l2::failover::metrics`]), L3 mode
-//! ([`crate::l3::metrics`]) and the host-port shield ([`crate::shield::metrics`]). Pure:
+//! ([`crate::l3::metrics`]), the host-port shield ([`crate::shield::metrics`]) and the
+//! handovers of planned moves ([`crate::handover::metrics`]). Pure:
 //! the HTTP server encodes it.
 
 use prometheus_client::registry::Registry;
 
 use crate::aliases::metrics::AliasMetrics;
+use crate::handover::metrics::HandoverMetrics;
 use crate::heartbeat::metrics::HeartbeatMetrics;
 use crate::l2::failover::metrics::FailoverMetrics;
 use crate::l2::metrics::LanMetrics;
@@ -30,6 +32,8 @@ pub struct Metrics {
     pub routing: RoutingMetrics,
     /// The host-port shield.
     pub shield: ShieldMetrics,
+    /// Planned moves keep established connections.
+    pub handover: HandoverMetrics,
 }
 
 impl Default for Metrics {
@@ -49,6 +53,7 @@ impl Metrics {
             routing: RoutingMetrics::register(&mut r),
             failover: FailoverMetrics::register(&mut r),
             shield: ShieldMetrics::register(&mut r),
+            handover: HandoverMetrics::register(&mut r),
             registry: r,
         }
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aliaslb_agent::handover::{self, Rules};
+use aliaslb_agent::handover::{self, Rules, conntrack};
 use aliaslb_agent::shield::nft::NftBackend;
 use aliaslb_core::assignment::{Handover, Peer};
 use support::{NetNs, require_root};
@@ -67,6 +67,12 @@ impl Lan {
         let [c, a, b] = <[NetNs; 3]>::try_from(nodes).unwrap();
         for (ns, name) in [(&a, "a"), (&b, "b")] {
             echo_server(ns, name);
+            // Connection tracking on, as kube-proxy's rules turn it on on a real node (a
+            // namespace tracks nothing until a rule asks for it).
+            ns.exec(
+                "nft",
+                &["add table inet track; add chain inet track in { type filter hook input priority 0; ct state established counter; }"],
+            );
         }
         Lan {
             _bridge: bridge,
@@ -282,6 +288,18 @@ fn established_connections_survive_a_planned_move_and_new_ones_land_on_the_new_h
     // Its flows went through b's forward rules.
     let table = lan.b.exec("nft", &["list", "table", "ip", handover::TABLE]);
     assert!(!table.contains("counter packets 0 "), "{table}");
+    // What the draining node counts at the window's end: every connection still open, per
+    // IP, from its conntrack (aliaslb_agent_handover_connections_cut_total).
+    let counted = lan
+        .a
+        .run_sync(|| conntrack::established_to(&[ip(V4), ip(V6)].into()))
+        .unwrap();
+    eprintln!("window end: a's conntrack counts {counted:?} established connections");
+    assert_eq!(
+        counted,
+        [(ip(V4), CONNECTIONS), (ip(V6), CONNECTIONS)].into(),
+        "the count of connections still open at the window's end"
+    );
 
     // The window ends: b's tables go; the connections still open break as today.
     apply(&lan.b, Rules::default());

@@ -66,9 +66,9 @@ pub struct Flags {
     /// Planned moves keep established connections: how long a node that left an L2 IP
     /// in a planned move (a cordon, a drain, an agent rollout) still carries the TCP flows
     /// it had, the new holder forwarding their packets to it (docs/how-it-works.md, "Planned moves keep
-    /// established connections"). `0s` (the default): off, the assignment objects carry
-    /// no `handovers` key. E.g. `300s`.
-    #[arg(long, env = "ALIASLB_DRAIN_WINDOW", default_value = "0s", value_parser = aliaslb_ops::flags::parse_duration_or_zero)]
+    /// established connections"). The default, 300s, is cloud load balancers' own
+    /// deregistration delay; `0s`: off, the assignment objects carry no `handovers` key.
+    #[arg(long, env = "ALIASLB_DRAIN_WINDOW", default_value = "300s", value_parser = aliaslb_ops::flags::parse_duration_or_zero)]
     pub drain_window: Duration,
 
     /// Leader Lease duration: how long followers wait after the last renewal they saw
@@ -137,7 +137,7 @@ impl Default for ControllerConfig {
             agent_lease_duration: Duration::from_secs(30),
             hold_released: aliaslb_core::plan::STICKY_FOR,
             fast_failover: true,
-            drain_window: Duration::ZERO,
+            drain_window: crate::handover::DEFAULT_WINDOW,
         }
     }
 }
@@ -268,6 +268,8 @@ mod tests {
         assert_eq!(s.leader.lease_name, "aliaslb-controller");
         assert_eq!(s.leader.namespace, "aliaslb-system");
         assert_eq!(s.controller.agent_namespace, "aliaslb-agents");
+        // Planned moves keep established connections by default (issue 45).
+        assert_eq!(s.controller.drain_window, Duration::from_secs(300));
         assert_eq!(s.leader.timings.lease_duration(), Duration::from_secs(15));
         assert_eq!(s.leader.timings.renew_deadline(), Duration::from_secs(10));
         assert_eq!(s.leader.timings.retry_period(), Duration::from_secs(2));

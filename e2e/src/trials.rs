@@ -863,7 +863,13 @@ impl FailoverCounters {
 /// Node `n`'s agent's [`FailoverCounters`], read from its `/metrics` inside the node's
 /// namespace; `None` when it does not answer (dead, frozen).
 pub fn failover_counters(n: u8) -> Result<Option<FailoverCounters>, Error> {
-    let text = client::in_namespace(&node_name(n), || -> Option<String> {
+    Ok(agent_metrics(n)?.map(|t| FailoverCounters::parse(&t)))
+}
+
+/// Node `n`'s agent's `/metrics`, read inside the node's namespace; `None` when it does
+/// not answer (dead, frozen).
+pub fn agent_metrics(n: u8) -> Result<Option<String>, Error> {
+    client::in_namespace(&node_name(n), || -> Option<String> {
         use std::io::{Read as _, Write as _};
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], AGENT_METRICS_PORT));
         let mut stream =
@@ -875,8 +881,14 @@ pub fn failover_counters(n: u8) -> Result<Option<FailoverCounters>, Error> {
         let mut text = String::new();
         stream.read_to_string(&mut text).ok()?;
         Some(text)
-    })?;
-    Ok(text.map(|t| FailoverCounters::parse(&t)))
+    })
+}
+
+/// The value of the unlabelled series `name` in an exposition (absent: `None`).
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|v| v.trim().parse().ok())
 }
 
 /// The key node `n`'s agent signs its adverts with, as its Lease report says (`None`: no

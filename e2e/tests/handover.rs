@@ -5,14 +5,18 @@
 //! agent removes its alias, the new one announces it); then every connection sends one
 //! request.
 //!
-//! - The controller's default (`--drain-window` off): no index carries `handovers`, and
-//!   every connection breaks (the new holder's kube-proxy takes the next packet for a new
-//!   flow and its pod answers with a reset).
+//! - The controller's default (a 300 s window): none breaks, idle ones included.
 //! - `--drain-window=10s`: the controller writes the handover lines, the new holder's agent
 //!   its forwarding tables ([`aliaslb_agent::handover`]); none breaks, each answered
 //!   through the old holder (its conntrack still DNATs the flow, without the alias), and a
 //!   new connection is answered through the new holder. When the window ends the lines go,
-//!   and connections still open then break, as the README says.
+//!   and connections still open then break, as the README says; the old holder's agent
+//!   counts them (`aliaslb_agent_handover_connections_cut_total`, from its conntrack).
+//! - `--drain-window=0s` (off): no index carries `handovers`, and every connection breaks
+//!   (the new holder's kube-proxy takes the next packet for a new flow and its pod answers
+//!   with a reset): today's figure. Last, because the flows it breaks stay established
+//!   in the old holder's conntrack (nothing tells it) and would count at a later window's
+//!   end there.
 //!
 //! The test writes no table: everything is the binaries' doing. Needs root:
 //!
@@ -32,6 +36,7 @@ use aliaslb_e2e::fixtures::lb_service;
 use aliaslb_e2e::lab::{
     CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, wait_for,
 };
+use aliaslb_e2e::trials;
 
 const NS: &str = "default";
 const NAME: &str = "svc-1";
@@ -52,45 +57,67 @@ fn a_cordon_keeps_established_connections_with_nftables_kube_proxy() -> Result<(
     cordon_both_ways(ProxyMode::Nftables)
 }
 
-/// The cordon with the controller's default, then with `--drain-window`, kube-proxy in
-/// `mode`.
+/// The cordon with the controller's default (on, 300 s: within it), with a 10 s window
+/// (past its end), and with the window off (`--drain-window=0s`, today's figure),
+/// kube-proxy in `mode`.
 fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     let Some(lab) = Lab::up_with(mode)? else {
         return Ok(());
     };
     let started = Instant::now();
     lab.apply(&lb_service(NS, NAME).to_yaml())?;
-    let off = cordon_holding(&lab, false)?;
-    lab.stop("controller-1")?;
-    lab.start_controller_with("controller-1", &[&format!("--drain-window={WINDOW}")])?;
-    lab.wait_leader("controller-1", Duration::from_secs(30))?;
+    let restart = |window: Option<&str>| -> Result<(), Error> {
+        lab.stop("controller-1")?;
+        match window {
+            Some(w) => {
+                lab.start_controller_with("controller-1", &[&format!("--drain-window={w}")])?
+            }
+            None => lab.start_controller("controller-1")?,
+        }
+        lab.wait_leader("controller-1", Duration::from_secs(30))
+    };
+    // The lab's controller runs with the default. The baseline goes last: the flows it
+    // breaks stay established in the old holder's conntrack (nothing tells it), and would
+    // count at a later window's end there.
+    let default = cordon_holding(&lab, false)?;
+    restart(Some(WINDOW))?;
     let on = cordon_holding(&lab, true)?;
+    restart(Some("0s"))?;
+    let off = cordon_holding(&lab, false)?;
     println!(
-        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): default (no drain window) {} broke; --drain-window={WINDOW} {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} after the cordon; handover lines gone {:?} after the cordon, then {} of {LATE} connections still open broke",
+        "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): --drain-window=0s {} broke; the default (300 s) {} broke, {} answered through the old holder; --drain-window={WINDOW} {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} (default) and {:?} ({WINDOW}) after the cordon; handover lines gone {:?} after the cordon, then {} of {LATE} connections still open broke ({} counted by the old holder)",
         mode.as_str(),
         off.broken,
+        default.broken,
+        default.via_old,
         on.broken,
         on.via_old,
+        default.first_new,
         on.first_new,
         on.lines_gone,
         on.late_broken,
+        on.counted_cut,
     );
-    println!("[e2e] both cordons in {:?}", started.elapsed());
+    println!("[e2e] three cordons in {:?}", started.elapsed());
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
     assert_eq!(off.late_broken, LATE, "{off:?}");
-    assert!(
-        off.lines.is_empty(),
-        "the default writes no handover: {off:?}"
-    );
-    assert_eq!(on.broken, 0, "{on:?}");
-    assert_eq!(on.via_old, CONNECTIONS, "{on:?}");
-    assert!(
-        on.lines.iter().any(|l| l.contains(" forward=")),
-        "the new holder forwards: {on:?}"
-    );
-    assert!(
-        on.lines.iter().any(|l| l.ends_with(" draining")),
-        "the old holder drains: {on:?}"
+    assert!(off.lines.is_empty(), "0s writes no handover: {off:?}");
+    assert_eq!(off.counted_cut, 0.0, "no window, no count: {off:?}");
+    for (what, run) in [("the default", &default), (WINDOW, &on)] {
+        assert_eq!(run.broken, 0, "{what}: {run:?}");
+        assert_eq!(run.via_old, CONNECTIONS, "{what}: {run:?}");
+        assert!(
+            run.lines.iter().any(|l| l.contains(" forward=")),
+            "{what}: the new holder forwards: {run:?}"
+        );
+        assert!(
+            run.lines.iter().any(|l| l.ends_with(" draining")),
+            "{what}: the old holder drains: {run:?}"
+        );
+    }
+    assert_eq!(
+        default.late_broken, 0,
+        "within the default window, idle connections are kept too: {default:?}"
     );
     assert!(
         on.lines_gone >= Duration::from_secs(9),
@@ -99,6 +126,10 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     assert_eq!(
         on.late_broken, LATE,
         "after the window, as documented: {on:?}"
+    );
+    assert_eq!(
+        on.counted_cut, LATE as f64,
+        "the old holder counts the connections still open at the window's end: {on:?}"
     );
     Ok(())
 }
@@ -115,6 +146,9 @@ struct Outcome {
     lines_gone: Duration,
     /// Of the [`LATE`] connections, those broken when used after the lines went.
     late_broken: usize,
+    /// What the old holder's agent counted as still open when its drain ended
+    /// (`aliaslb_agent_handover_connections_cut_total`, grown during this cordon).
+    counted_cut: f64,
 }
 
 /// Holds the connections through the holder, cordons it, waits for the new holder, sends
@@ -129,6 +163,7 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
             why,
         })?;
     let late = streams.split_off(CONNECTIONS);
+    let cut_before = cut_counted(holder)?;
     let cordoned = Instant::now();
     lab.kubectl(&["cordon", &node_name(holder)])?;
     let (_, new_holder) = wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
@@ -170,8 +205,10 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
     } else {
         Duration::ZERO
     };
-    // The agents' tables follow their indexes (a watch event and a reconcile away).
+    // The agents' tables follow their indexes (a watch event and a reconcile away); the
+    // old holder counts what its conntrack still carries as the drain ends.
     std::thread::sleep(Duration::from_secs(1));
+    let counted_cut = cut_counted(holder)? - cut_before;
     let late_answers = client::in_namespace(CLIENT_NS, move || {
         late.into_iter().map(request).collect::<Vec<_>>()
     })?;
@@ -183,6 +220,7 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
         lines,
         lines_gone,
         late_broken: late_answers.iter().filter(|a| a.is_err()).count(),
+        counted_cut,
     };
     for answer in answers {
         match answer {
@@ -195,6 +233,15 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
     }
     lab.kubectl(&["uncordon", &node_name(holder)])?;
     Ok(outcome)
+}
+
+/// Node `n`'s agent's `aliaslb_agent_handover_connections_cut_total` (0 before any).
+fn cut_counted(n: u8) -> Result<f64, Error> {
+    let text = trials::agent_metrics(n)?.ok_or_else(|| Error::Output {
+        cmd: format!("GET /metrics of agent-{n}"),
+        why: "no answer".to_owned(),
+    })?;
+    Ok(trials::sample(&text, "aliaslb_agent_handover_connections_cut_total").unwrap_or(0.0))
 }
 
 /// Every node index's handover lines, as `NODE: LINE` (the old holder's name checked

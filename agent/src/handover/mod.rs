@@ -47,6 +47,8 @@ use aliaslb_core::assignment::Handover;
 
 use crate::shield::{ShieldBackend, ShieldError};
 
+pub mod conntrack;
+pub mod metrics;
 mod part;
 
 pub use part::Handovers;

@@ -7,6 +7,11 @@
 //! The tables are lifted at the first update after start (a run before may have left
 //! forwards to a node long gone) and at shutdown ([`Handovers::lift`]). An agent without
 //! a backend ([`Handovers::off`], as in the run loop's tests) does nothing.
+//!
+//! When a drain ends while this node does not hold the IP again (the window is over), the
+//! established connections its conntrack still carries to the IP are counted
+//! ([`super::conntrack`], one dump on a blocking thread), logged and added to
+//! `aliaslb_agent_handover_connections_cut_total`: they break now.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -15,7 +20,8 @@ use aliaslb_core::assignment::Handover;
 use aliaslb_core::report::InterfaceReport;
 use tracing::{debug, info, warn};
 
-use super::{Rules, apply, lift_script};
+use super::metrics::HandoverMetrics;
+use super::{Rules, apply, conntrack, lift_script};
 use crate::shield::ShieldBackend;
 
 /// The UDP port the resolving datagram goes to (discard: nothing answers, the neighbour
@@ -26,6 +32,7 @@ const DISCARD_PORT: u16 = 9;
 #[derive(Debug)]
 pub struct Handovers<S> {
     nft: Option<S>,
+    metrics: Option<HandoverMetrics>,
     /// The rules last written (`None`: nothing written since start, a lift is due).
     applied: Option<Rules>,
     /// The forward targets whose address a datagram was sent to.
@@ -33,10 +40,11 @@ pub struct Handovers<S> {
 }
 
 impl<S: ShieldBackend> Handovers<S> {
-    /// Tables written through `nft`.
-    pub fn new(nft: S) -> Self {
+    /// Tables written through `nft`, recorded in `metrics`.
+    pub fn new(nft: S, metrics: HandoverMetrics) -> Self {
         Handovers {
             nft: Some(nft),
+            metrics: Some(metrics),
             applied: None,
             resolved: BTreeSet::new(),
         }
@@ -46,6 +54,7 @@ impl<S: ShieldBackend> Handovers<S> {
     pub fn off() -> Self {
         Handovers {
             nft: None,
+            metrics: None,
             applied: None,
             resolved: BTreeSet::new(),
         }
@@ -53,20 +62,25 @@ impl<S: ShieldBackend> Handovers<S> {
 
     /// Brings the tables to `lines`, each forward on the interface of the subnet of its
     /// target (else of its IP) among `interfaces`. A failed write is said and tried again
-    /// at the next update.
+    /// at the next update. `holds` says whether this node holds an IP (a drain that ends
+    /// because the IP came back is no window's end).
     pub async fn update(
         &mut self,
         lines: &BTreeMap<IpAddr, Handover>,
         interfaces: &[InterfaceReport],
+        holds: impl Fn(IpAddr) -> bool,
     ) {
         let Some(nft) = &self.nft else {
             return;
         };
-        let (rules, errors) = Rules::from_lines(lines, |ip| {
+        let (mut rules, errors) = Rules::from_lines(lines, |ip| {
             let to = lines.get(&ip).and_then(|l| l.forward.as_ref());
             to.and_then(|to| interface_of(interfaces, to.address))
                 .or_else(|| interface_of(interfaces, ip))
         });
+        // An IP this node holds is never silenced: its shard line may arrive before the
+        // index drops the drain (the two objects are written apart).
+        rules.draining.retain(|ip| !holds(*ip));
         if self.applied.as_ref() == Some(&rules) {
             return;
         }
@@ -95,6 +109,18 @@ impl<S: ShieldBackend> Handovers<S> {
         }
         self.resolved
             .retain(|a| rules.forwards.iter().any(|(_, _, to, _)| to == a));
+        let ended: BTreeSet<IpAddr> = self
+            .applied
+            .iter()
+            .flat_map(|before| before.draining.iter().copied())
+            .filter(|ip| !rules.draining.contains(ip) && !holds(*ip))
+            .collect();
+        if let Some(metrics) = &self.metrics {
+            metrics.set_tables(rules.forwards.len(), rules.draining.len());
+            if !ended.is_empty() {
+                count_cut(ended, metrics.clone());
+            }
+        }
         self.applied = Some(rules);
     }
 
@@ -112,6 +138,26 @@ impl<S: ShieldBackend> Handovers<S> {
         }
         self.applied = Some(Rules::default());
     }
+}
+
+/// Counts, off the loop, the established connections to `ended` (IPs whose drain window
+/// just ended) and records them.
+fn count_cut(ended: BTreeSet<IpAddr>, metrics: HandoverMetrics) {
+    tokio::task::spawn_blocking(move || match conntrack::established_to(&ended) {
+        Ok(counts) => {
+            for (ip, n) in counts {
+                metrics.record_cut(n);
+                if n > 0 {
+                    warn!(%ip, connections = n, "drain window over: established connections still open through this node break now (aliaslb_agent_handover_connections_cut_total)");
+                } else {
+                    info!(%ip, "drain window over: no established connection left through this node");
+                }
+            }
+        }
+        Err(error) => {
+            warn!(%error, ips = ?ended, "drain window over: could not count the connections still open (conntrack dump)");
+        }
+    });
 }
 
 /// The interface whose own subnet holds `ip` (the longest prefix).

@@ -182,7 +182,7 @@ where
 
     /// Writes the handover tables through `nft` (without it, as in tests: none).
     pub fn with_handovers(mut self, nft: S) -> Self {
-        self.handovers = Handovers::new(nft);
+        self.handovers = Handovers::new(nft, self.metrics.handover.clone());
         self
     }
 
@@ -447,7 +447,9 @@ where
         self.sets.effective = self.effective_of(&back);
         // The forwards of a moved IP before its alias is announced.
         self.handovers
-            .update(desired.handovers(), &self.links.interfaces)
+            .update(desired.handovers(), &self.links.interfaces, |ip| {
+                desired.contains(ip)
+            })
             .await;
         let start = Instant::now();
         let report = self.aliases.reconcile(&self.sets.effective).await;
