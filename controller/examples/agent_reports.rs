@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use aliaslb_controller::node_assignments;
+use aliaslb_controller::write::assignments;
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{AgentReport, InterfaceReport, MAX_REPORT_BYTES, REPORT_VERSION};
@@ -282,7 +282,7 @@ async fn indexed_macs(configmaps: &Api<ConfigMap>) -> BTreeSet<String> {
         let Some(name) = cm.metadata.name.as_deref() else {
             continue;
         };
-        if node_assignments::node_of(name).is_none() {
+        if assignments::node_of(name).is_none() {
             continue;
         }
         let text = cm

@@ -74,8 +74,8 @@ mod support;
 
 use support::{controller_binary, get, malloc_arenas, proc_kib, rss_split, start_controller};
 
-use aliaslb_controller::node_assignments;
 use aliaslb_controller::observe::service::{self, OurCondition};
+use aliaslb_controller::write::assignments;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION};
@@ -407,14 +407,14 @@ async fn track_assignments(
             Ok(watcher::Event::Delete(cm)) => (cm, false),
             _ => continue,
         };
-        let Some(node) = node_assignments::observed([&cm]).into_keys().next() else {
+        let Some(node) = assignments::observed([&cm]).into_keys().next() else {
             continue;
         };
         let name = cm.metadata.name.clone().unwrap_or_default();
         // A shard's lines (an index's marker reads as nothing): the held ones, as an agent
         // adds them.
         let held = present.then(|| {
-            NodeAssignments::parse(&node_assignments::ObjectData::of(&cm).ips)
+            NodeAssignments::parse(&assignments::ObjectData::of(&cm).ips)
                 .map(|a| a.held_ips().collect())
                 .unwrap_or_default()
         });

@@ -883,7 +883,7 @@ async fn no_patch_loop_with_ip_mode_in_status() {
     // Every supported release (1.30+) keeps ipMode; the controller writes VIP, and the
     // stored field does not make it write again (the idle watch above saw no write).
     let version = c.client.apiserver_version().await.unwrap();
-    if aliaslb_controller::service_writes::version_has_ip_mode(&version.major, &version.minor) {
+    if aliaslb_controller::write::services::version_has_ip_mode(&version.major, &version.minor) {
         assert_eq!(
             ingress[0].ip_mode.as_deref(),
             Some("VIP"),

@@ -27,7 +27,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aliaslb_controller::node_assignments;
+use aliaslb_controller::write::assignments;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use futures::StreamExt;
@@ -308,7 +308,7 @@ impl Trusted {
             let log = log.clone();
             tokio::spawn(async move {
                 let mut synced = Some(synced_tx);
-                let mut objects: BTreeMap<String, node_assignments::NodeObjects> = BTreeMap::new();
+                let mut objects: BTreeMap<String, assignments::NodeObjects> = BTreeMap::new();
                 let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
                 futures::pin_mut!(stream);
                 while let Some(event) = stream.next().await {
@@ -332,20 +332,20 @@ impl Trusted {
                     let Some(name) = cm.metadata.name.clone() else {
                         continue;
                     };
-                    let Some(node) = node_assignments::node_of(&name).map(str::to_owned) else {
+                    let Some(node) = assignments::node_of(&name).map(str::to_owned) else {
                         continue;
                     };
                     let node_objects = objects.entry(node.clone()).or_default();
                     if deleted {
                         node_objects.remove(&name);
                     } else {
-                        node_objects.insert(name, node_assignments::ObjectData::of(&cm));
+                        node_objects.insert(name, assignments::ObjectData::of(&cm));
                     }
                     // What the node's agent reads after this event: nothing once the index is
                     // gone; the last set while a shard the index counts is not there yet (the
                     // initial list brings the index before its shards).
                     let index_name = keys::assignment_configmap(&node);
-                    let assignments = match node_assignments::read_node(&node, node_objects) {
+                    let assignments = match assignments::read_node(&node, node_objects) {
                         Ok(a) => Some(a),
                         Err(_) if !node_objects.contains_key(&index_name) => None,
                         Err(e) if e.contains("is missing") => {
@@ -383,7 +383,7 @@ impl Trusted {
                     cm.metadata
                         .name
                         .as_deref()
-                        .and_then(node_assignments::node_of)
+                        .and_then(assignments::node_of)
                         .is_some()
                 })
                 .all(|cm| {

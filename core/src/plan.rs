@@ -473,7 +473,7 @@ impl ServicePlan {
 
     /// Whether `other` gives the same node assignment lines as this plan: the same IPs,
     /// nodes, standby, interface and virtual MAC (what the controller's
-    /// `node_assignments::desired` reads of a plan). The conditions are the Service's
+    /// `assignments::desired` reads of a plan). The conditions are the Service's
     /// status only: a plan that differs in them alone rewrites no node's lines.
     pub fn same_lines(&self, other: &ServicePlan) -> bool {
         let ServicePlan {

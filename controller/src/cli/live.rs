@@ -218,7 +218,7 @@ impl Snapshot {
                 not_ours.insert(key);
             }
         }
-        let observed = crate::node_assignments::observed(&self.assignments);
+        let observed = crate::write::assignments::observed(&self.assignments);
         crate::reconcile::import_trusted_nodes(&mut views, &observed);
 
         let node_objects: Vec<Arc<Node>> = match what_if {

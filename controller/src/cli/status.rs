@@ -610,13 +610,13 @@ pub fn service_info(svc: &Service) -> Option<ServiceInfo> {
 /// agents act on (L3: the announcing nodes, comma-separated). Never the `aliaslb.io/node`
 /// annotation [`service_info`] read, a view anyone with `edit` on the Service can write.
 pub fn set_trusted_nodes(infos: &mut [ServiceInfo], assignments: &[ConfigMap]) {
-    let observed = crate::node_assignments::observed(assignments);
-    let trusted = crate::node_assignments::trusted_nodes(&observed);
-    let routed = crate::node_assignments::routed_nodes(&observed);
+    let observed = crate::write::assignments::observed(assignments);
+    let trusted = crate::write::assignments::trusted_nodes(&observed);
+    let routed = crate::write::assignments::routed_nodes(&observed);
     for info in infos {
-        info.node = crate::node_assignments::trusted_node_of(&info.key, &info.ips, &trusted)
+        info.node = crate::write::assignments::trusted_node_of(&info.key, &info.ips, &trusted)
             .map(str::to_owned)
-            .or_else(|| crate::node_assignments::routed_nodes_of(&info.key, &info.ips, &routed));
+            .or_else(|| crate::write::assignments::routed_nodes_of(&info.key, &info.ips, &routed));
     }
 }
 

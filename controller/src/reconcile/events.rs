@@ -3,7 +3,7 @@
 //! published at once ([`EventQueue::publish`]).
 //!
 //! Events yield to the writes: while the writer has Services left for its next pass (a
-//! burst of more than `writer::PASS_WRITES` writes, as on a first convergence), the worker
+//! burst of more than `crate::write::pass::PASS_WRITES` writes, as on a first convergence), the worker
 //! publishes one Event every [`BUSY_EVENT_GAP`] instead of [`MAX_IN_FLIGHT`] at once, so
 //! the statuses (the truth a user and kube-proxy act on) are not slowed by their narrative
 //! sharing the API server. (One Event in flight was not enough: at 10,000 Services that

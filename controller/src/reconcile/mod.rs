@@ -19,7 +19,7 @@
 //! (`config_in_force`) that returns its notice instead of publishing it.
 //!
 //! - The first pass of a term imports the current nodes from our own assignment objects
-//!   ([`crate::node_assignments`]), never from the Services' `aliaslb.io/node` annotation, which a
+//!   ([`crate::write::assignments`]), never from the Services' `aliaslb.io/node` annotation, which a
 //!   tenant can write (not even when no assignment object exists yet, as after an upgrade
 //!   from a version without them: then the nodes are elected afresh, once).
 //!
@@ -35,16 +35,16 @@
 //!   burst (below), which follow one another at once. It also wakes
 //!   exactly when the next agent Lease goes stale and when a write retry is due.
 //! - Writes happen only where desired differs from observed, at most [`MAX_IN_FLIGHT`] at
-//!   once, each behind the leader fence and a timeout, and at most `writer::PASS_WRITES`
+//!   once, each behind the leader fence and a timeout, and at most `crate::write::pass::PASS_WRITES`
 //!   Service writes per pass: the rest are examined first by the next pass, which follows
 //!   at once with what changed meanwhile (the agents' reports of the assignments just
 //!   written, so a first convergence mostly writes `Announced=True` with the IP). The
 //!   caches lag behind our own writes: a write is not repeated while the cached object is
 //!   a version we already know (the one we wrote over, or one our writes returned).
-//! - Transient write failures back off per Service (`writer::Backoff`). A write the API server
+//! - Transient write failures back off per Service (`crate::write::pass`'s backoff). A write the API server
 //!   refuses as invalid (422) would be refused again: it is logged, counted
 //!   (`reconcile_errors{category="invalid"}`) and not retried until what it would write,
-//!   or the Service, changes (see `writer::attempt_key`).
+//!   or the Service, changes (see `crate::write::pass`).
 //! - The planner never allocates an address a Node lists in `status.addresses`
 //!   ([`nodes::node_addresses`]); when the pool entries covering one change, one Warning
 //!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
@@ -53,7 +53,7 @@
 //!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
 //!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
 //!   mark first claims `probe` and list every agent's MACs under `node-macs`
-//!   ([`crate::node_assignments`]).
+//!   ([`crate::write::assignments`]).
 //! - Agent reports are read within bounds ([`AgentReport::from_json`](aliaslb_core::report::AgentReport::from_json)); a report that
 //!   cannot be read makes its agent count as not ready, with one warning when it starts
 //!   (see `Reconciler::agents`).
@@ -82,14 +82,14 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Context;
 use crate::handover::{self, Handovers};
 use crate::http::Readiness;
-use crate::node_assignments::{self, Identities, ShardsOf};
 use crate::observe::agents::{Freshness, LeaseKind, LeaseRecord, Observer, RejectedReport, Sight};
 use crate::observe::nodes;
 use crate::pool_state::{ConfigNotice, ConfigState};
-use crate::pool_status::{StatusInput, StatusWriter};
-use crate::service_writes;
 use crate::track::{Failovers, Waiting, unannounced_reason};
 use crate::watch::{Caches, WatchError};
+use crate::write::assignments::{self, Identities, ShardsOf};
+use crate::write::pool_status::{StatusInput, StatusWriter};
+use crate::write::services;
 
 /// The shortest time from the end of one pass to the start of the next (unless a burst's
 /// slices are under way): changes that arrive sooner wait for the rest of it, together.
@@ -117,12 +117,11 @@ mod events;
 mod index;
 mod notices;
 mod world;
-mod writer;
 
+use crate::write::pass::{Done, Writes};
 use events::{AbortOnDrop, EventQueue, MAX_NOTE, Notice, Regarding};
 use index::Index;
 use world::{ServiceDelta, World};
-use writer::{Done, Writes};
 
 /// Why the controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +142,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) -> Result<(), Reconcil
         .apiserver_version()
         .await
         .map_err(ReconcileError::Version)?;
-    let ip_mode = service_writes::version_has_ip_mode(&version.major, &version.minor);
+    let ip_mode = services::version_has_ip_mode(&version.major, &version.minor);
     tracing::info!(
         server = %version.git_version,
         ip_mode,
@@ -208,47 +207,38 @@ struct Reconciler {
     config: ConfigState,
     /// Where the config in force is kept for the next term of this process.
     last_good: LastGood,
-    /// The pool ConfigMap as last seen, for Events about its deletion.
-    configmap: Option<ObjectReference>,
     /// What the term has observed, brought up to date every pass.
     world: World,
     /// The term's index of what it planned and wrote ([`Index`]).
     index: Index,
-    /// Pool series currently exported.
-    pools: BTreeSet<(String, Family)>,
-    /// Agent Lease names whose report was last unreadable or out of bounds: warned about
-    /// once, on the edge.
-    bad_reports: HashSet<String>,
-    /// The release each agent Lease reports (its label), as last checked, by Lease name.
-    agent_versions: HashMap<String, Option<String>>,
-    /// The agent Leases whose release this controller does not support, as last warned
-    /// about ([`aliaslb_core::version`]).
-    unsupported_agents: BTreeSet<String>,
-    /// The agent Leases whose Node does not exist, as last said (once each, in the log).
-    ghosts: HashSet<String>,
+    /// What the loop last said on each edge it watches ([`notices::Said`]).
+    said: notices::Said,
     /// Whether the planner has imported the observed assignments (its first pass).
     imported: bool,
-    /// The pool entries covering an address a Node has, as last warned about.
-    node_clashes: Vec<NodeAddressClash>,
-    /// The pool entries overlapping a Service ClusterIP range, as last warned about.
-    service_clashes: Vec<ServiceRangeClash>,
-    /// The reported subnets not used for election, by node, as last warned about.
-    unanchored: BTreeMap<String, Vec<ipnet::IpNet>>,
     /// The term's sight of the agents: blind or not, and since when it sees.
     observer: Observer,
     /// When the agents' freshness changes next without an event.
     agents_change: Option<Instant>,
-    /// The failovers in flight, for their metrics.
+    /// What the metrics count across passes ([`Tracked`]).
+    tracked: Tracked,
+    /// The pool status ConfigMap's writes ([`crate::write::pool_status`]).
+    status: StatusWriter,
+    /// The drain windows of planned moves (`--drain-window`; `None`: off, nothing of it
+    /// runs).
+    handovers: Option<Handovers>,
+}
+
+/// What the metrics count across passes.
+#[derive(Default)]
+struct Tracked {
+    /// Pool series currently exported.
+    pools: BTreeSet<(String, Family)>,
+    /// The failovers in flight.
     failovers: Failovers,
     /// The Services with IPs not announced, for their gauge.
     unannounced: Waiting,
     /// The Services without (every) IP, and since when.
     pending: Waiting,
-    /// The pool status ConfigMap's writes ([`crate::pool_status`]).
-    status: StatusWriter,
-    /// The drain windows of planned moves (`--drain-window`; `None`: off, nothing of it
-    /// runs).
-    handovers: Option<Handovers>,
 }
 
 /// What [`Reconciler::merge`] found.
@@ -291,23 +281,13 @@ impl Reconciler {
             planner: Planner::with_hold(hold),
             config: ConfigState::resumed(resumed),
             last_good,
-            configmap: None,
             world: World::default(),
             index: Index::default(),
-            pools: BTreeSet::new(),
-            bad_reports: HashSet::new(),
-            agent_versions: HashMap::new(),
-            unsupported_agents: BTreeSet::new(),
-            ghosts: HashSet::new(),
+            said: notices::Said::default(),
             imported: false,
-            node_clashes: Vec::new(),
-            service_clashes: Vec::new(),
-            unanchored: BTreeMap::new(),
+            tracked: Tracked::default(),
             observer: Observer::new(Instant::now()),
             agents_change: None,
-            failovers: Failovers::default(),
-            unannounced: Waiting::default(),
-            pending: Waiting::default(),
             status: StatusWriter::default(),
             handovers: (!ctx_drain_window.is_zero()).then(|| Handovers::new(ctx_drain_window)),
         }
@@ -474,7 +454,7 @@ impl Reconciler {
     async fn status_step(&mut self) -> Option<Instant> {
         let usage = self.planner.usage();
         let pending = self.planner.pending_on();
-        let desired = crate::pool_status::render(&StatusInput {
+        let desired = crate::write::pool_status::render(&StatusInput {
             config: &self.config,
             usage: &usage,
             pending: &pending,
@@ -487,7 +467,7 @@ impl Reconciler {
         }
         let config = &self.ctx.config;
         let api = kube::Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &config.namespace);
-        let name = crate::pool_status::name(&config.pool_configmap);
+        let name = crate::write::pool_status::name(&config.pool_configmap);
         let leader = &self.ctx.leader;
         match self
             .status
@@ -500,7 +480,7 @@ impl Reconciler {
                 if error.category() != "not_leader" {
                     tracing::warn!(object = name, error = %error, "pool status write failed; retrying");
                 }
-                Some(now + crate::pool_status::STATUS_EVERY)
+                Some(now + crate::write::pool_status::STATUS_EVERY)
             }
         }
     }
@@ -510,7 +490,7 @@ impl Reconciler {
     async fn config_step(&mut self) -> Option<PoolConfig> {
         let cm = self.caches.configmap.state().into_iter().next();
         if let Some(cm) = &cm {
-            self.configmap = Some(cm.object_ref(&()));
+            self.said.configmap = Some(cm.object_ref(&()));
         }
         let caches = &self.caches;
         let assigned = || {
@@ -601,12 +581,11 @@ impl Reconciler {
         let not_ours: BTreeSet<ServiceKey> = self.world.strangers.keys().cloned().collect();
         if !self.imported {
             let assignments = self.caches.assignments.state();
-            let observed_assignments =
-                node_assignments::observed(assignments.iter().map(|cm| &**cm));
+            let observed_assignments = assignments::observed(assignments.iter().map(|cm| &**cm));
             import_trusted_nodes(&mut observed.views, &observed_assignments);
             if let Some(handovers) = self.handovers.as_mut() {
                 for (node, objects) in &observed_assignments {
-                    let lines = node_assignments::handovers_of(node, objects);
+                    let lines = assignments::handovers_of(node, objects);
                     handovers.import(node, &lines, observed.now);
                 }
                 handovers.imported();
@@ -662,7 +641,7 @@ impl Reconciler {
             let Some(name) = cm.metadata.name.as_deref() else {
                 continue;
             };
-            let Some(node) = node_assignments::node_of(name) else {
+            let Some(node) = assignments::node_of(name) else {
                 continue;
             };
             with_objects.insert(node);
@@ -676,7 +655,7 @@ impl Reconciler {
         // An object that changed, other than by a write of ours (the echo of one), or went:
         // someone else wrote it, its whole node is compared.
         let mut whole = BTreeSet::new();
-        let node_of = |name: &str| node_assignments::node_of(name).map(str::to_owned);
+        let node_of = |name: &str| assignments::node_of(name).map(str::to_owned);
         for (name, version) in &object_versions {
             if self.index.assignment_versions.get(name) != Some(version)
                 && !self.writes.wrote(name, version)
@@ -727,21 +706,21 @@ impl Reconciler {
         if touched.is_empty() {
             return;
         }
-        let observed_assignments = node_assignments::observed(
+        let observed_assignments = assignments::observed(
             objects
                 .iter()
                 .filter(|cm| {
                     cm.metadata
                         .name
                         .as_deref()
-                        .and_then(node_assignments::node_of)
+                        .and_then(assignments::node_of)
                         .is_some_and(|n| touched.contains(n))
                 })
                 .map(|cm| &**cm),
         );
         drop(objects);
         object_versions
-            .retain(|name, _| node_assignments::node_of(name).is_some_and(|n| touched.contains(n)));
+            .retain(|name, _| assignments::node_of(name).is_some_and(|n| touched.contains(n)));
         let records = &self.world.records;
         let index = &self.index;
         let standbys = self.ctx.config.fast_failover;
@@ -758,7 +737,7 @@ impl Reconciler {
                 Some((key, plan, view))
             });
             let only = BTreeSet::from([node.to_owned()]);
-            let mut assignments = node_assignments::desired(
+            let mut assignments = assignments::desired(
                 carried,
                 &output.probe,
                 &index.identities,
@@ -830,7 +809,7 @@ impl Reconciler {
                 }
             }
         }
-        // What the last pass left goes first, in its order (see writer::PASS_WRITES).
+        // What the last pass left goes first, in its order (see crate::write::pass::PASS_WRITES).
         let deferred = self.writes.take_deferred();
         for key in &deferred {
             examine.remove(key);
@@ -865,17 +844,19 @@ impl Reconciler {
         let name = lease.name.as_str();
         let reported = lease.agent_version();
         if self
+            .said
             .agent_versions
             .get(name)
             .is_some_and(|v| v.as_deref() == reported)
         {
             return;
         }
-        self.agent_versions
+        self.said
+            .agent_versions
             .insert(name.to_owned(), reported.map(str::to_owned));
         let support = version::agent_support(aliaslb_ops::build::VERSION, reported);
         if support.is_supported() {
-            if self.unsupported_agents.remove(name) {
+            if self.said.unsupported_agents.remove(name) {
                 tracing::info!(
                     lease = name,
                     node,
@@ -884,7 +865,7 @@ impl Reconciler {
                 );
             }
         } else {
-            self.unsupported_agents.insert(name.to_owned());
+            self.said.unsupported_agents.insert(name.to_owned());
             self.unsupported_version_notice(lease, node, &support);
         }
     }
@@ -956,10 +937,10 @@ impl Reconciler {
             seen.insert(node);
             self.check_agent_version(lease, node);
             match error {
-                Some(error) if self.bad_reports.insert(name.to_owned()) => {
+                Some(error) if self.said.bad_reports.insert(name.to_owned()) => {
                     self.reject_report(lease, node, error);
                 }
-                None if self.bad_reports.remove(name) => {
+                None if self.said.bad_reports.remove(name) => {
                     tracing::info!(lease = name, "agent report readable again");
                 }
                 _ => {}
@@ -987,16 +968,20 @@ impl Reconciler {
         changed.extend(self.world.forget_agents_but(&seen));
         // Forget deleted Leases: a new one with a bad report is warned about again.
         let lease_seen: HashSet<&str> = leases.iter().map(|l| l.name.as_str()).collect();
-        if !self.bad_reports.is_empty() {
-            self.bad_reports.retain(|n| lease_seen.contains(n.as_str()));
+        if !self.said.bad_reports.is_empty() {
+            self.said
+                .bad_reports
+                .retain(|n| lease_seen.contains(n.as_str()));
         }
-        self.agent_versions
+        self.said
+            .agent_versions
             .retain(|n, _| lease_seen.contains(n.as_str()));
-        self.unsupported_agents
+        self.said
+            .unsupported_agents
             .retain(|n| lease_seen.contains(n.as_str()));
         self.ctx
             .metrics
-            .set_agents_unsupported_version(self.unsupported_agents.len());
+            .set_agents_unsupported_version(self.said.unsupported_agents.len());
         (changed, judgement.sight)
     }
 
@@ -1029,10 +1014,10 @@ impl Reconciler {
             metrics.set_pool_draining(&pool, usage.family, usage.draining);
             current.insert((pool, usage.family));
         }
-        for (pool, family) in self.pools.difference(&current) {
+        for (pool, family) in self.tracked.pools.difference(&current) {
             metrics.remove_pool(pool, *family);
         }
-        self.pools = current;
+        self.tracked.pools = current;
         metrics.set_pending(self.planner.pending());
         metrics.set_pending_by_reason(&self.planner.pending_by_reason());
         let pool_of = |ns: &str| {
@@ -1045,13 +1030,13 @@ impl Reconciler {
             .pending_services()
             .map(|(key, why)| (key, pool_of(&key.namespace), why))
             .collect();
-        self.pending.replace(
+        self.tracked.pending.replace(
             pending
                 .iter()
                 .map(|(key, pool, why)| (*key, pool.as_str(), *why)),
             observed.now,
         );
-        metrics.set_pending_since(self.pending.oldest());
+        metrics.set_pending_since(self.tracked.pending.oldest());
         metrics.set_agents_ready(observed.nodes.iter().filter(|n| n.agent_ready).count());
         metrics.set_address_conflicts(self.planner.lan_conflicts().count());
 
@@ -1060,13 +1045,14 @@ impl Reconciler {
         let gone =
             deleted_or_released(observed, output).filter(|key| !output.services.contains_key(*key));
         for key in gone {
-            self.failovers.forget(key);
-            self.unannounced.forget(key);
+            self.tracked.failovers.forget(key);
+            self.tracked.unannounced.forget(key);
         }
         if observed.changes.everything {
-            self.failovers
+            self.tracked
+                .failovers
                 .retain(|key| output.services.contains_key(key));
-            self.unannounced.begin_full();
+            self.tracked.unannounced.begin_full();
         }
         // A node left in order: its agent is ready, or released its Lease (SIGTERM).
         let mut orderly: HashSet<String> = observed
@@ -1081,7 +1067,7 @@ impl Reconciler {
         }
         let fenced: HashSet<IpAddr> = self.planner.lan_conflicts().map(|(ip, _)| ip).collect();
         for (key, plan) in &output.services {
-            let step = self.failovers.observe(
+            let step = self.tracked.failovers.observe(
                 key,
                 self.index.plans.get(key).map(|plan| &**plan),
                 plan,
@@ -1099,12 +1085,13 @@ impl Reconciler {
                 .planner
                 .pool_of_service(key)
                 .map_or("", PoolKey::as_str);
-            self.unannounced
+            self.tracked
+                .unannounced
                 .set(key, pool, unannounced_reason(plan), observed.now);
         }
-        self.unannounced.end_full();
-        metrics.set_unannounced(self.unannounced.counts());
-        metrics.set_unannounced_since(self.unannounced.oldest());
+        self.tracked.unannounced.end_full();
+        metrics.set_unannounced(self.tracked.unannounced.counts());
+        metrics.set_unannounced_since(self.tracked.unannounced.oldest());
 
         // Create -> IP: once per Service that had no IP (a dual-stack one gets an Event
         // per family), from its creationTimestamp on the wall clock.
@@ -1174,16 +1161,16 @@ fn deleted_or_released<'a>(
 /// docs), never from the annotation: a Service none of them lists has no node to keep.
 pub(crate) fn import_trusted_nodes(
     views: &mut [Arc<aliaslb_core::plan::ServiceView>],
-    observed: &BTreeMap<String, node_assignments::NodeObjects>,
+    observed: &BTreeMap<String, assignments::NodeObjects>,
 ) {
     if observed.is_empty() && views.iter().any(|v| v.observed_node.is_some()) {
         tracing::warn!(
             "no node assignment object yet: Services with an aliaslb.io/node annotation get their node elected afresh (the annotation is a view anyone with edit on the Service can write)"
         );
     }
-    let trusted = node_assignments::trusted_nodes(observed);
+    let trusted = assignments::trusted_nodes(observed);
     for view in views.iter_mut() {
-        let node = node_assignments::trusted_node_of(&view.key, &view.observed_ips, &trusted)
+        let node = assignments::trusted_node_of(&view.key, &view.observed_ips, &trusted)
             .map(str::to_owned);
         if view.observed_node != node {
             Arc::make_mut(view).observed_node = node;
@@ -1192,14 +1179,14 @@ pub(crate) fn import_trusted_nodes(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::notices::invalid_note;
     use super::*;
     use aliaslb_core::plan::ConditionPlan;
 
     /// An L2 plan: `ip` on `node`, no standby, with these conditions (for the tests of
     /// the reconcile modules).
-    pub(super) fn l2_plan(
+    pub(crate) fn l2_plan(
         ip: &str,
         node: &str,
         allocated: ConditionPlan,

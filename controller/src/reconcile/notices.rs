@@ -6,6 +6,28 @@
 
 use super::*;
 
+/// What the loop last said on each edge it watches, so it says each thing once.
+#[derive(Default)]
+pub(super) struct Said {
+    /// Agent Lease names whose report was last unreadable or out of bounds.
+    pub(super) bad_reports: HashSet<String>,
+    /// The release each agent Lease reports (its label), as last checked, by Lease name.
+    pub(super) agent_versions: HashMap<String, Option<String>>,
+    /// The agent Leases whose release this controller does not support, as last warned
+    /// about ([`aliaslb_core::version`]).
+    pub(super) unsupported_agents: BTreeSet<String>,
+    /// The agent Leases whose Node does not exist, as last said (once each, in the log).
+    pub(super) ghosts: HashSet<String>,
+    /// The pool entries covering an address a Node has, as last warned about.
+    pub(super) node_clashes: Vec<NodeAddressClash>,
+    /// The pool entries overlapping a Service ClusterIP range, as last warned about.
+    pub(super) service_clashes: Vec<ServiceRangeClash>,
+    /// The reported subnets not used for election, by node, as last warned about.
+    pub(super) unanchored: BTreeMap<String, Vec<ipnet::IpNet>>,
+    /// The pool ConfigMap as last seen, for Events about its deletion.
+    pub(super) configmap: Option<ObjectReference>,
+}
+
 impl Reconciler {
     /// The warning for the controller going blind: log, gauge, one Warning Event on the
     /// leader Lease (as for a deleted ConfigMap: see [`Reconciler::leader_lease_ref`]).
@@ -42,18 +64,20 @@ impl Reconciler {
     pub(super) fn ghost_notice(&mut self, ghosts: &BTreeSet<(&str, &str)>) {
         self.ctx.metrics.set_agent_leases_ignored(ghosts.len());
         for (lease, node) in ghosts {
-            if !self.ghosts.contains(*lease) {
+            if !self.said.ghosts.contains(*lease) {
                 tracing::warn!(
                     lease,
                     node,
                     "agent Lease of a node that does not exist: ignored (not read, not an agent) until a Node of that name exists"
                 );
-                self.ghosts.insert((*lease).to_owned());
+                self.said.ghosts.insert((*lease).to_owned());
             }
         }
-        if self.ghosts.len() > ghosts.len() {
+        if self.said.ghosts.len() > ghosts.len() {
             let now: HashSet<&str> = ghosts.iter().map(|(lease, _)| *lease).collect();
-            self.ghosts.retain(|lease| now.contains(lease.as_str()));
+            self.said
+                .ghosts
+                .retain(|lease| now.contains(lease.as_str()));
         }
     }
 
@@ -162,7 +186,7 @@ impl Reconciler {
                     .now()
                     .publish(
                         &self.leader_lease_ref(),
-                        self.configmap.clone(),
+                        self.said.configmap.clone(),
                         true,
                         "ConfigMapDeleted",
                         note,
@@ -242,12 +266,12 @@ impl Reconciler {
         addresses: &BTreeMap<std::net::IpAddr, NodeAddress>,
     ) {
         let clashes = node_address_clashes(config, addresses);
-        if clashes == self.node_clashes {
+        if clashes == self.said.node_clashes {
             return;
         }
         if clashes.is_empty() {
             tracing::info!("no pool address is a Node's any more");
-            self.node_clashes = clashes;
+            self.said.node_clashes = clashes;
             return;
         }
         if self.warn_pool_entries(
@@ -255,7 +279,7 @@ impl Reconciler {
             reason::NODE_ADDRESS,
             "the pool lists addresses that Nodes have: never allocated",
         ) {
-            self.node_clashes = clashes;
+            self.said.node_clashes = clashes;
         }
     }
 
@@ -287,12 +311,12 @@ impl Reconciler {
     /// range: log and a Warning Event `ServiceRange` on the pool ConfigMap.
     pub(super) fn service_range_notice(&mut self, config: &PoolConfig, ranges: &[ipnet::IpNet]) {
         let clashes = service_range_clashes(config, ranges);
-        if clashes == self.service_clashes {
+        if clashes == self.said.service_clashes {
             return;
         }
         if clashes.is_empty() {
             tracing::info!("no pool entry overlaps a Service ClusterIP range any more");
-            self.service_clashes = clashes;
+            self.said.service_clashes = clashes;
             return;
         }
         if self.warn_pool_entries(
@@ -300,7 +324,7 @@ impl Reconciler {
             reason::SERVICE_RANGE,
             "the pool lists addresses in a Service ClusterIP range: never allocated",
         ) {
-            self.service_clashes = clashes;
+            self.said.service_clashes = clashes;
         }
     }
 
@@ -309,11 +333,11 @@ impl Reconciler {
     /// Event on the Node.
     pub(super) fn unanchored_notice(&mut self, node_objects: &[std::sync::Arc<Node>]) {
         let unanchored = nodes::unanchored_subnets(node_objects, self.world.agents());
-        if unanchored == self.unanchored {
+        if unanchored == self.said.unanchored {
             return;
         }
         for (name, subnets) in &unanchored {
-            if self.unanchored.get(name) == Some(subnets) {
+            if self.said.unanchored.get(name) == Some(subnets) {
                 continue;
             }
             let Some(node) = node_objects
@@ -342,7 +366,7 @@ impl Reconciler {
                 .into(),
             });
         }
-        self.unanchored = unanchored;
+        self.said.unanchored = unanchored;
     }
 }
 

@@ -16,8 +16,8 @@ use aliaslb_controller::context::Context;
 use aliaslb_controller::http::Readiness;
 use aliaslb_controller::leader::Leadership;
 use aliaslb_controller::metrics::Metrics;
-use aliaslb_controller::node_assignments;
 use aliaslb_controller::reconcile;
+use aliaslb_controller::write::assignments;
 use aliaslb_core::assignment::NodeAssignments;
 use aliaslb_core::keys;
 use aliaslb_core::report::{AgentReport, REPORT_VERSION, RoutingReport};
@@ -548,8 +548,8 @@ pub async fn read_assignment(api: &Api<ConfigMap>, node: &str) -> Option<NodeAss
         keys::assignment_node_label(node)
     ));
     let listed = api.list(&params).await.ok()?.items;
-    let objects = node_assignments::observed(&listed);
-    node_assignments::read_node(node, objects.get(node)?).ok()
+    let objects = assignments::observed(&listed);
+    assignments::read_node(node, objects.get(node)?).ok()
 }
 
 /// The IPs of `node`'s assignment (none when it is missing or unreadable), as an agent

@@ -15,12 +15,12 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 
-use super::MAX_IN_FLIGHT;
 use crate::context::Context;
 use crate::fence::ApplyError;
-use crate::node_assignments::{self, NodeObjects, ObjectData, Round, ShardsOf};
 use crate::observe::service::{ServiceRecord, digest};
-use crate::service_writes::{self, ServiceWriter};
+use crate::reconcile::MAX_IN_FLIGHT;
+use crate::write::assignments::{self, NodeObjects, ObjectData, Round, ShardsOf};
+use crate::write::services::{self, ServiceWriter};
 
 /// First retry step after a transient write failure; doubles up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
@@ -35,7 +35,7 @@ const KNOWN_VERSIONS: usize = 8;
 /// assignments are written first, so most Services get their IP and `Announced=True` in
 /// one status write instead of two. It also bounds how long a pass keeps the loop from
 /// seeing new changes (16 rounds of [`MAX_IN_FLIGHT`] writes).
-pub(super) const PASS_WRITES: usize = 16 * MAX_IN_FLIGHT;
+pub(crate) const PASS_WRITES: usize = 16 * MAX_IN_FLIGHT;
 
 /// Retry state after transient failures of one write.
 #[derive(Debug)]
@@ -165,7 +165,7 @@ impl Memo {
 }
 
 /// One unit of write work of a pass (borrowing the pass's plans).
-pub(super) enum Job<'a> {
+pub(crate) enum Job<'a> {
     /// Bring a Service of ours to its plan.
     Sync {
         svc: Arc<ServiceRecord>,
@@ -178,7 +178,7 @@ pub(super) enum Job<'a> {
 }
 
 /// The outcome of one [`Job`]: small, a pass collects one per write.
-pub(super) struct Done {
+pub(crate) struct Done {
     key: ServiceKey,
     /// [`attempt_key`] of the job.
     attempt: u64,
@@ -204,7 +204,7 @@ struct ObjectWrite {
 }
 
 /// The write side of one leadership term, with what it remembers between passes.
-pub(super) struct Writes {
+pub(crate) struct Writes {
     ctx: Arc<Context>,
     writer: ServiceWriter,
     memos: HashMap<ServiceKey, Memo>,
@@ -232,8 +232,8 @@ pub(super) struct Writes {
 }
 
 impl Writes {
-    /// A writer that knows nothing yet; `ip_mode` from [`service_writes::version_has_ip_mode`].
-    pub(super) fn new(ctx: Arc<Context>, ip_mode: bool) -> Self {
+    /// A writer that knows nothing yet; `ip_mode` from [`services::version_has_ip_mode`].
+    pub(crate) fn new(ctx: Arc<Context>, ip_mode: bool) -> Self {
         Writes {
             ctx,
             writer: ServiceWriter::new(ip_mode),
@@ -251,24 +251,24 @@ impl Writes {
 
     /// The Services the last pass left for this one, in order (see [`PASS_WRITES`]); they
     /// are given back by [`Writes::jobs`] if there are still too many.
-    pub(super) fn take_deferred(&mut self) -> Vec<ServiceKey> {
+    pub(crate) fn take_deferred(&mut self) -> Vec<ServiceKey> {
         std::mem::take(&mut self.deferred)
     }
 
     /// How many Services wait for the next pass; that pass is due at once when any do.
-    pub(super) fn deferred(&self) -> usize {
+    pub(crate) fn deferred(&self) -> usize {
         self.deferred.len()
     }
 
     /// Forgets the memos and refusals of Services not in `present` (deleted). (A retry
     /// forgets itself: a deleted Service's write is skipped.)
-    pub(super) fn forget_gone<V>(&mut self, present: &HashMap<ServiceKey, V>) {
+    pub(crate) fn forget_gone<V>(&mut self, present: &HashMap<ServiceKey, V>) {
         self.memos.retain(|k, _| present.contains_key(k));
         self.refused.retain(|k, _| present.contains_key(k));
     }
 
     /// Forgets what was remembered of the Service `key` (deleted, or no longer ours).
-    pub(super) fn forget(&mut self, key: &ServiceKey) {
+    pub(crate) fn forget(&mut self, key: &ServiceKey) {
         self.memos.remove(key);
         self.refused.remove(key);
     }
@@ -276,7 +276,7 @@ impl Writes {
     /// The writes that failed and have not succeeded since: Services (waiting for a retry,
     /// or refused until they change) and node assignments (nodes waiting for a retry, and
     /// objects refused until their data changes). For `aliaslb_writes_failing`.
-    pub(super) fn failing(&self) -> (usize, usize) {
+    pub(crate) fn failing(&self) -> (usize, usize) {
         (
             self.backoff.due.len() + self.refused.len(),
             self.assign_retry.due.len() + self.assign_refused.len(),
@@ -284,17 +284,17 @@ impl Writes {
     }
 
     /// The Services whose failed write is due for a retry at `now`.
-    pub(super) fn retries(&self, now: Instant) -> Vec<ServiceKey> {
+    pub(crate) fn retries(&self, now: Instant) -> Vec<ServiceKey> {
         self.backoff.due(now)
     }
 
     /// The nodes whose failed assignment write is due for a retry at `now`.
-    pub(super) fn assignment_retries(&self, now: Instant) -> Vec<String> {
+    pub(crate) fn assignment_retries(&self, now: Instant) -> Vec<String> {
         self.assign_retry.due(now)
     }
 
     /// When the next retry of a failed write is due, if any.
-    pub(super) fn next_retry(&self) -> Option<Instant> {
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
         self.backoff
             .next()
             .into_iter()
@@ -314,7 +314,7 @@ impl Writes {
     /// nothing and has no objects is left alone, unless it is one of `nodes.1`, owed an
     /// object (its agent holds addresses we did not give it). `versions` is the
     /// resourceVersion of each assignment object in the cache, by name.
-    pub(super) async fn write_assignments(
+    pub(crate) async fn write_assignments(
         &mut self,
         versions: HashMap<String, Option<String>>,
         (nodes, owed): (&BTreeSet<String>, &BTreeSet<String>),
@@ -337,15 +337,11 @@ impl Writes {
                 // The lines of `ips` alone changed, in a node already sharded: their shards
                 // (and the index), unless they outgrow the count.
                 Some(seen) if let Some(ips) = lines.get(node) => {
-                    let in_force = node_assignments::count_in_force(node, seen).max(written);
+                    let in_force = assignments::count_in_force(node, seen).max(written);
                     let only = ShardsOf::new(ips.iter().copied(), in_force);
                     (in_force > 0)
                         .then(|| {
-                            node_assignments::render_shards(
-                                node,
-                                &desired(node, Some(&only)),
-                                &only,
-                            )
+                            assignments::render_shards(node, &desired(node, Some(&only)), &only)
                         })
                         .flatten()
                 }
@@ -365,8 +361,8 @@ impl Writes {
                         continue;
                     }
                     let seen = seen.unwrap_or(&no_objects);
-                    let in_force = node_assignments::count_in_force(node, seen).max(written);
-                    node_assignments::render_node(node, &want, in_force)
+                    let in_force = assignments::count_in_force(node, seen).max(written);
+                    assignments::render_node(node, &want, in_force)
                 }
             };
             let seen = seen.unwrap_or(&no_objects);
@@ -420,7 +416,7 @@ impl Writes {
 
     /// Whether `version` of assignment object `name` is the one the last write of ours to
     /// it returned (the cache showing our own write).
-    pub(super) fn wrote(&self, name: &str, version: &Option<String>) -> bool {
+    pub(crate) fn wrote(&self, name: &str, version: &Option<String>) -> bool {
         version.is_some()
             && self
                 .assign_memo
@@ -438,7 +434,7 @@ impl Writes {
         let leader = &self.ctx.leader;
         futures::stream::iter(writes)
             .map(|write| async move {
-                let result = node_assignments::apply(
+                let result = assignments::apply(
                     api,
                     namespace,
                     &write.node,
@@ -510,7 +506,7 @@ impl Writes {
     /// its record in `records`, and the cleanup of every one of `strangers` (not ours, our
     /// marks) not cleaned up yet. Once [`PASS_WRITES`] Services have a write, the rest of
     /// `plans` is not examined: it is deferred to the next pass ([`Writes::take_deferred`]).
-    pub(super) fn jobs<'a>(
+    pub(crate) fn jobs<'a>(
         &mut self,
         plans: impl IntoIterator<Item = (&'a ServiceKey, &'a ServicePlan)>,
         records: &HashMap<ServiceKey, Arc<ServiceRecord>>,
@@ -546,9 +542,9 @@ impl Writes {
             let waiting = |same: bool| same && memo.is_some_and(|m| m.knows(svc));
             let node = plan.node_annotation();
             let annotations =
-                service_writes::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
+                services::annotations_differ(svc, node.as_deref(), plan.interface.as_deref())
                     && !waiting(memo.is_some_and(|m| m.annotations == Some(annotations_key(plan))));
-            let status = service_writes::status_differs(svc, plan, ip_mode)
+            let status = services::status_differs(svc, plan, ip_mode)
                 && !waiting(memo.is_some_and(|m| m.status == Some(status_key(plan))));
             if annotations || status {
                 jobs.push(Job::Sync {
@@ -578,7 +574,7 @@ impl Writes {
 
     /// Runs `jobs`, [`MAX_IN_FLIGHT`] at once. One lifetime for the jobs and `self` (a
     /// closure generic over the jobs' lifetime would not be `Send`).
-    pub(super) fn run_jobs<'a>(
+    pub(crate) fn run_jobs<'a>(
         &'a self,
         jobs: Vec<Job<'a>>,
     ) -> impl Stream<Item = Done> + Send + 'a {
@@ -620,7 +616,7 @@ impl Writes {
                     // returned, and that version is one we know, so no later pass would
                     // write over it.
                     if (annotations || current.is_some())
-                        && service_writes::annotations_differ(
+                        && services::annotations_differ(
                             observed,
                             node.as_deref(),
                             plan.interface.as_deref(),
@@ -687,7 +683,7 @@ impl Writes {
         }
     }
 
-    pub(super) fn settle(&mut self, done: Done, now: Instant) {
+    pub(crate) fn settle(&mut self, done: Done, now: Instant) {
         match done.result {
             Ok(written) => {
                 self.backoff.forget(&done.key);
@@ -834,7 +830,7 @@ mod tests {
             ingress: Box::default(),
             conditions: Box::default(),
         };
-        let plan = super::super::tests::l2_plan(
+        let plan = crate::reconcile::tests::l2_plan(
             "10.0.0.1",
             "n1",
             aliaslb_core::plan::ConditionPlan {
