@@ -32,7 +32,7 @@
 //! - `handover/`: planned moves keep established connections (issue 45): the nftables
 //!   tables that forward a moved IP's unknown TCP flows to the node it came from and keep
 //!   a draining IP silent, driven by the run loop from the index's `handovers` lines
-//!   (written only with the controller's `--drain-window`).
+//!   (for the controller's `--drain-window`, on by default).
 //! - `run/`: the run loop ([`run::Agent`]) wiring all of the above, generic over the
 //!   backends; `report` gathers the report the Lease carries.
 //!

@@ -1059,7 +1059,7 @@ async fn a_node_cut_off_from_the_api_withdraws_its_routed_addresses_after_a_leas
     eprintln!("API cut -> routed address withdrawn in {withdrawn:?} (lease 2 s)");
     assert!(
         alias(node, "10.0.0.130").is_some(),
-        "the L2 alias is not the L3 fence's"
+        "the L2 alias is not withdrawn by the L3 cut-off"
     );
     assert_eq!(
         s.agent.metric(node, "aliaslb_agent_routed_withdrawn"),

@@ -314,7 +314,7 @@ impl Metrics {
         let failovers = Family::<CauseLabels, Counter>::default();
         registry.register(
             "failovers",
-            "Services whose IPs left the node that carried them, by cause: hard (its agent was not ready), graceful (its agent was ready, or shut down in order: cordon, exclusion, agent SIGTERM), conflict (an IP fenced by a LAN conflict was replaced); counted when it starts",
+            "Services whose IPs left the node that carried them, by cause: hard (its agent was not ready), graceful (its agent was ready, or shut down in order: cordon, exclusion, agent SIGTERM), conflict (an IP withheld by a LAN conflict was replaced); counted when it starts",
             failovers.clone(),
         );
         let failover_duration =
@@ -323,7 +323,7 @@ impl Metrics {
             );
         registry.register(
             "failover_duration_seconds",
-            "From the pass that took a Service's IPs off their node (or replaced a fenced IP) to the first pass that saw a node's agent hold them all, by cause; for a hard failover the agent lease duration comes before it",
+            "From the pass that took a Service's IPs off their node (or replaced a withheld IP) to the first pass that saw a node's agent hold them all, by cause; for a hard failover the agent lease duration comes before it",
             failover_duration.clone(),
         );
         let renewal_age = Replaced::new();
@@ -416,7 +416,7 @@ impl Metrics {
         let address_conflicts = Gauge::default();
         registry.register(
             "controller_address_conflicts",
-            "Pool addresses fenced because a fresh agent reports them answered on the LAN by a host outside the cluster (a foreign MAC): not allocated until no agent reports the conflict",
+            "Pool addresses withheld because a fresh agent reports them answered on the LAN by a host outside the cluster (a foreign MAC): not allocated until no agent reports the conflict",
             address_conflicts.clone(),
         );
         Metrics {
@@ -656,10 +656,10 @@ impl Metrics {
             .set(i64::try_from(ghosts).unwrap_or(i64::MAX));
     }
 
-    /// Set the number of addresses fenced by a LAN conflict.
-    pub fn set_address_conflicts(&self, fenced: usize) {
+    /// Set the number of addresses withheld by a LAN conflict.
+    pub fn set_address_conflicts(&self, withheld: usize) {
         self.address_conflicts
-            .set(i64::try_from(fenced).unwrap_or(i64::MAX));
+            .set(i64::try_from(withheld).unwrap_or(i64::MAX));
     }
 
     /// Every metric in the OpenMetrics text format (`aliaslb_ops::metrics::CONTENT_TYPE`).

@@ -11,7 +11,7 @@
 //!   break-before-make, the `Moving` state first), or had released its Lease (agent
 //!   SIGTERM: it let go of the IPs in order);
 //! - `conflict`: one of its IPs was replaced because a foreign host answers for it on the
-//!   LAN (the address was fenced).
+//!   LAN (the address was withheld).
 //!
 //! It starts at the pass that takes the IPs off the node (or replaces the IP) and ends at
 //! the first pass that sees the Service announced again, i.e. a node's agent reporting that
@@ -36,7 +36,7 @@ pub enum Cause {
     Hard,
     /// The old node's agent was ready, or shut down in order: a planned move.
     Graceful,
-    /// An IP was fenced by a LAN conflict and replaced.
+    /// An IP was withheld by a LAN conflict and replaced.
     Conflict,
 }
 
@@ -69,7 +69,7 @@ pub struct Failovers {
 impl Failovers {
     /// Takes the Service `key` from its plan of the previous pass `old` (`None`: it had
     /// none) to `new`, at `now`. `orderly` says whether a node's agent is ready or shut down
-    /// in order (released its Lease), `conflicted` whether an address is fenced by a LAN
+    /// in order (released its Lease), `conflicted` whether an address is withheld by a LAN
     /// conflict.
     pub fn observe(
         &mut self,
@@ -292,11 +292,11 @@ mod tests {
     const IP: &str = "10.0.0.1";
 
     /// Runs `plans` as successive passes 1 s apart; `ready` nodes have a ready agent and
-    /// `fenced` addresses a LAN conflict. Returns every step.
-    fn run(plans: &[ServicePlan], ready: &[&str], fenced: &[&str]) -> Vec<Step> {
+    /// `withheld` addresses a LAN conflict. Returns every step.
+    fn run(plans: &[ServicePlan], ready: &[&str], withheld: &[&str]) -> Vec<Step> {
         let mut failovers = Failovers::default();
         let t0 = Instant::now();
-        let fenced: Vec<IpAddr> = fenced.iter().map(|ip| ip.parse().unwrap()).collect();
+        let withheld: Vec<IpAddr> = withheld.iter().map(|ip| ip.parse().unwrap()).collect();
         let mut old: Option<&ServicePlan> = None;
         let mut steps = Vec::new();
         for (i, new) in plans.iter().enumerate() {
@@ -306,7 +306,7 @@ mod tests {
                 old,
                 new,
                 |n| ready.contains(&n),
-                |ip| fenced.contains(&ip),
+                |ip| withheld.contains(&ip),
                 now,
             ));
             old = Some(new);
@@ -355,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fenced_address_replaced_is_a_conflict_failover() {
+    fn a_withheld_address_replaced_is_a_conflict_failover() {
         let steps = run(
             &[
                 plan(&[IP], Some("n1"), reason::ANNOUNCED),

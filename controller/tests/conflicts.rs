@@ -130,9 +130,11 @@ async fn a_lan_conflict_moves_the_service_and_first_claims_say_probe() {
              node of this cluster: released; assigning a new address"
         )]
     );
-    eventually(SETTLE, "the gauge counts the fenced address", async || {
-        metric(&metrics, "aliaslb_controller_address_conflicts ").as_deref() == Some("1")
-    })
+    eventually(
+        SETTLE,
+        "the gauge counts the withheld address",
+        async || metric(&metrics, "aliaslb_controller_address_conflicts ").as_deref() == Some("1"),
+    )
     .await;
     let table = c.status_table();
     let row = table
@@ -380,7 +382,7 @@ async fn pool_addresses_in_the_service_clusterip_range_are_never_handed_out() {
         .await
         .is_ok_and(|l| l.resources.iter().any(|r| r.name == "servicecidrs"));
     if !served {
-        eprintln!("this server serves no ServiceCIDRs: nothing to fence by");
+        eprintln!("this server serves no ServiceCIDRs: nothing to withhold by");
         return;
     }
     c.set_pool(&[(c.ns.as_str(), "10.96.0.1-10.96.0.2\n10.89.1.1")])

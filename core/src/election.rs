@@ -47,7 +47,7 @@ pub struct NodeState {
     pub agent_unconfirmed: bool,
     /// The agent is not ready but may still announce the routed (L3) addresses it
     /// reported: it is unconfirmed, or lost for less than the time an agent cut off from
-    /// the API takes to withdraw them (its L3 fence) plus a margin. Not read by the
+    /// the API takes to withdraw them (its L3 cut-off) plus a margin. Not read by the
     /// election; it keeps those addresses in quarantine (see `plan`, "Quarantine").
     pub agent_announcing: bool,
     /// Subnets of the node's interfaces, as reported by its agent.

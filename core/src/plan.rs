@@ -14,12 +14,12 @@
 //!    for sticky re-creation ([`sticky`]);
 //! 2. on a new pool config, rebuilds the ledgers from the table and clears assignments that
 //!    left their namespace's pool;
-//! 3. fences the addresses of the Service ClusterIP ranges, those a fresh agent reports
+//! 3. withholds the addresses of the Service ClusterIP ranges, those a fresh agent reports
 //!    answered on the LAN by a foreign host, those Nodes have ([`node_addresses`]) and the
-//!    edges of the subnets nodes are on ([`fence`]), clearing an assignment that holds one
+//!    edges of the subnets nodes are on ([`withheld`]), clearing an assignment that holds one
 //!    of the first two (the operator's data and the LAN renumber; a node's own word only
 //!    keeps an address from being allocated), and gives back to their pool those no longer
-//!    fenced;
+//!    withheld;
 //! 4. on the first pass, imports observed assignments; an address no assignment object of
 //!    ours gives a node while an agent reports holding it waits for that agent to let go
 //!    before a node is elected (a graceful move off it: no double holder);
@@ -39,7 +39,7 @@
 //! neither `inputs.services` nor the unchanged nodes. It escalates to a full pass by itself
 //! (over its own views, updated by `changes.services`) on the first pass and whenever
 //! something global differs from the last pass: the pool config, [`Inputs::lingering`],
-//! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the fences (the Node
+//! [`Inputs::respect_cordon`], [`Inputs::agents_unobservable`], or the withheld addresses (the Node
 //! addresses, or the set of LAN conflicts the agents report). Not the namespace labels
 //! ([`Inputs::namespaces`]): they decide which pools a namespace may draw *new* addresses
 //! from, what a relabelled namespace holds stays its own ([`Tenancy::keeps`]), and the
@@ -67,7 +67,7 @@
 //! n) plus what they affect; a node's state changing walks the groups once (no
 //! allocation).
 //!
-//! **Quarantine.** Observed status is also a fence: an IP taken from a Service (its request
+//! **Quarantine.** Observed status also withholds: an IP taken from a Service (its request
 //! moved, its pool changed, it stopped being ours: type or class changed, deleted) while the
 //! API still shows it on that Service, or while any agent still reports holding it, is not
 //! handed to anyone else until a pass sees neither. Only fresh agents count: a stale one's
@@ -110,16 +110,16 @@
 //!
 //! **Subnet edges.** The network and broadcast address of an IPv4 subnet a node is on (up to
 //! /30) and the subnet-router anycast address of an IPv6 one (up to /126), as the *fresh*
-//! agents report their subnets, are fenced like a Node's address where the subnet holds one
+//! agents report their subnets, are withheld like a Node's address where the subnet holds one
 //! of that node's own Node addresses, or at least two fresh agents report it
-//! ([`subnet_edges`]): one node's report alone could otherwise fence any /30 of any pool. A
+//! ([`subnet_edges`]): one node's report alone could otherwise withhold any /30 of any pool. A
 //! pool range may list them (a pool CIDR skips its own), but a node holding one would answer
 //! for the subnet's broadcast or anycast traffic. A request for one fails with
 //! `SubnetAddress`. While the agents are unobservable the edges of the last pass stay.
 //!
 //! **Service ClusterIP ranges.** A pool address in a Service ClusterIP range (a
-//! `ServiceCIDR`, [`Inputs::service_ranges`]) is fenced the same way, at most
-//! [`MAX_SERVICE_RANGE_FENCE`] of them ([`service_range_fences`]); a request for one fails
+//! `ServiceCIDR`, [`Inputs::service_ranges`]) is withheld the same way, at most
+//! [`MAX_SERVICE_RANGE_WITHHELD`] of them ([`service_range_withheld`]); a request for one fails
 //! with `ServiceRange`, and [`service_range_clashes`] names the pool entries for the Warning
 //! on the pool ConfigMap.
 //!
@@ -127,26 +127,26 @@
 //! RFC 4862 DAD); an answer means another host owns the address, and the agent reports a
 //! conflict with the MAC it saw. A host claiming an address the agent already holds is
 //! reported too, marked [`crate::report::Conflict::while_held`]; the agent defends the
-//! address (RFC 5227 2.4 (c)) and such a claim **never fences** it: the Service keeps its
+//! address (RFC 5227 2.4 (c)) and such a claim **never withholds** it: the Service keeps its
 //! address, Announced True `AddressDefended` while the agent holds it (False
 //! `AddressConflict` if it let go), with a Warning Event naming the MAC, unless its pool
-//! says `onConflict: renumber`, when it fences like an answered probe. An answered
+//! says `onConflict: renumber`, when it withholds it like an answered probe. An answered
 //! probe's address, reported by a *fresh* agent, held by no agent (fresh or stale) and
-//! answered by a MAC that is none of the agents' interfaces ([`lan_conflicts`]), is fenced exactly like
+//! answered by a MAC that is none of the agents' interfaces ([`lan_conflicts`]), is withheld exactly like
 //! a Node's address: kept in use in its pool's ledger for no Service, so lowest free,
 //! sticky and requested all find it taken, and a request for it fails with
 //! `AddressConflict`. A Service holding it loses it with an `AddressConflict` Warning naming
 //! the IP, the MAC, the interface and the reporting node, then gets another free address of
 //! its pool in the same pass, or stays pending with `AddressConflict` (not `PoolExhausted`),
-//! the message naming the conflicted addresses. The fence lifts once no fresh agent reports
+//! the message naming the conflicted addresses. It is no longer withheld once no fresh agent reports
 //! the conflict (the agent re-probes with backoff and drops it when nobody answers); while
 //! the agents are unobservable it stays as it was. A conflict for an address some agent
-//! holds (two nodes claim it) or with a node's MAC is not a fence: the assignment is kept,
+//! holds (two nodes claim it) or with a node's MAC withholds nothing: the assignment is kept,
 //! Announced False `AddressConflict`, and the agent not assigned the address drops it; a
 //! conflict without a MAC (the address is configured on the node by another owner) is not
-//! one either. Pool usage counts a fenced address neither in the pool nor in use. A host
+//! one either. Pool usage counts a withheld address neither in the pool nor in use. A host
 //! (one MAC) answering for [`LAN_HOST_BOUND`] addresses or more (proxy ARP, forged answers)
-//! renumbers nothing ([`lan_fences`]): its addresses stay fenced from allocation, but a
+//! renumbers nothing ([`lan_withheld`]): its addresses stay withheld from allocation, but a
 //! Service holding one keeps it, Announced False `AddressConflict` saying why, so one host
 //! pushes an allocation at most `LAN_HOST_BOUND - 1` addresses instead of through the pool.
 //! The rule reads nothing but the current conflicts: a new leader decides as the last one.
@@ -167,11 +167,11 @@
 //! so the output is deterministic.
 
 mod allocation;
-mod fence;
 mod incremental;
 mod node_addresses;
 mod placement;
 mod sticky;
+mod withheld;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -189,14 +189,14 @@ use crate::range::Family;
 use crate::report::AgentReport;
 use crate::text;
 
-pub use fence::{
-    EDGE_REPORTERS, FenceCause, LAN_HOST_BOUND, LanConflict, MAX_SERVICE_RANGE_FENCE, ServiceRange,
-    ServiceRangeClash, SubnetEdge, lan_conflicts, lan_fences, service_range_clashes,
-    service_range_fences, subnet_edges,
-};
 pub use incremental::Changes;
 pub use node_addresses::{NodeAddress, NodeAddressClash, node_address_clashes};
 pub use sticky::{STICKY_CAPACITY, STICKY_FOR};
+pub use withheld::{
+    EDGE_REPORTERS, LAN_HOST_BOUND, LanConflict, MAX_SERVICE_RANGE_WITHHELD, ServiceRange,
+    ServiceRangeClash, SubnetEdge, WithheldCause, lan_conflicts, lan_withheld,
+    service_range_clashes, service_range_withheld, subnet_edges,
+};
 
 /// Longest condition message or Event message the planner emits, in bytes; longer ones
 /// are cut on a character boundary, ending in `...` ([`crate::text::bounded`]). Messages
@@ -240,7 +240,7 @@ pub mod reason {
     /// IPAllocated True (and Warning Event): a node claims an address the Service holds
     /// (its Node lists it, or it is an edge of a subnet the node reports); a node's word
     /// never takes an address from a Service, so the Service keeps it (see
-    /// [`FenceCause::renumbers`](crate::plan::FenceCause::renumbers)).
+    /// [`WithheldCause::renumbers`](crate::plan::WithheldCause::renumbers)).
     pub const NODE_CLAIM: &str = "NodeClaim";
     /// The requested IP is in a Service ClusterIP range (a `ServiceCIDR`); also the
     /// Warning Event on the pool ConfigMap listing the pool entries that overlap one.
@@ -652,13 +652,13 @@ pub struct Planner {
     /// IPs taken from a Service while the API still showed them on it: kept in use in
     /// their ledger until no Service shows them any more (see [`Planner::quarantine`]).
     quarantined: BTreeSet<IpAddr>,
-    /// The fenced addresses (in a Service ClusterIP range, answered on the LAN by a foreign
+    /// The withheld addresses (in a Service ClusterIP range, answered on the LAN by a foreign
     /// host, a Node's, or a subnet's edge), as of this pass: kept in use in the ledger of
     /// the pool that lists them, for no Service unless one keeps an address a node claims
-    /// ([`fence`]).
-    fences: BTreeMap<IpAddr, FenceCause>,
+    /// ([`withheld`]).
+    withheld: BTreeMap<IpAddr, WithheldCause>,
     /// The LAN hosts that answer for [`LAN_HOST_BOUND`] addresses or more, with those
-    /// addresses, as of the last change of [`Planner::fences`].
+    /// addresses, as of the last change of [`Planner::withheld`].
     lan_hosts: BTreeMap<crate::mac::Mac, Vec<IpAddr>>,
 }
 
@@ -940,7 +940,7 @@ impl Planner {
 
     /// What the steps rely on from each other, checked after every pass in debug builds
     /// (every test; nothing in release): an IP in use is in use in its pool's ledger, in
-    /// its group and on each of its users' entries; a quarantined, reserved or fenced
+    /// its group and on each of its users' entries; a quarantined, reserved or withheld
     /// address is in use in the ledger that holds it (so the lowest free address is never
     /// one); every group's IPs are in use by it; and the election's load of each node is
     /// the number of groups placed there (a narrowed pass keeps it up to date instead of
@@ -978,12 +978,12 @@ impl Planner {
             .quarantined
             .iter()
             .chain(self.reserved.keys())
-            .chain(self.fences.keys());
+            .chain(self.withheld.keys());
         for ip in kept {
             if let Some(ledger) = self.ledgers.values().find(|l| l.contains(*ip)) {
                 assert!(
                     ledger.is_in_use(*ip),
-                    "planner invariant: {ip} is quarantined, reserved or fenced but free in its ledger"
+                    "planner invariant: {ip} is quarantined, reserved or withheld but free in its ledger"
                 );
             }
         }
@@ -1022,7 +1022,7 @@ impl Planner {
         self.see_everything(inputs);
         self.release_gone(inputs, &mut sink);
         self.apply_config(inputs, &mut sink);
-        self.fence(inputs, &mut sink);
+        self.withhold(inputs, &mut sink);
         self.lift_quarantine();
         if !self.imported {
             self.import(&order, &pass, &mut sink);
@@ -1101,17 +1101,17 @@ impl Planner {
             for family in [Family::V4, Family::V6] {
                 let usage = ledger.usage(family);
                 if usage.total > 0 || ledger.contains_family(family) {
-                    let (mut fenced, mut fenced_closed) = (0u128, 0u128);
-                    for (ip, _) in self.fenced(pool, family) {
-                        fenced += 1;
-                        fenced_closed += u128::from(ledger.is_closed(*ip));
+                    let (mut withheld, mut withheld_closed) = (0u128, 0u128);
+                    for (ip, _) in self.withheld_in(pool, family) {
+                        withheld += 1;
+                        withheld_closed += u128::from(ledger.is_closed(*ip));
                     }
                     out.push(PoolUsage {
                         pool: pool.clone(),
                         family,
-                        total: usage.total.saturating_sub(fenced),
-                        in_use: usage.in_use.saturating_sub(fenced),
-                        draining: ledger.draining(family).saturating_sub(fenced_closed),
+                        total: usage.total.saturating_sub(withheld),
+                        in_use: usage.in_use.saturating_sub(withheld),
+                        draining: ledger.draining(family).saturating_sub(withheld_closed),
                     });
                 }
             }
@@ -1155,7 +1155,7 @@ impl Planner {
     }
 
     /// The planner's table as text, every map sorted: entries, groups, IPs in use,
-    /// quarantine, fences, visible IPs, pending Services, first claims and the load of
+    /// quarantine, withheld, visible IPs, pending Services, first claims and the load of
     /// each node. For tests that compare two
     /// planners (a full and a narrowed one); not a stable format.
     #[doc(hidden)]
@@ -1192,7 +1192,7 @@ impl Planner {
             .collect();
         probing.sort();
         let _ = writeln!(out, "quarantined {:?}", self.quarantined);
-        let _ = writeln!(out, "fences {:?}", self.fences);
+        let _ = writeln!(out, "withheld {:?}", self.withheld);
         let _ = writeln!(out, "visible {visible:?}");
         let _ = writeln!(out, "unsettled {unsettled:?}");
         let _ = writeln!(out, "probing {probing:?}");
@@ -1393,7 +1393,7 @@ impl Planner {
             .collect();
         for ip in lifted {
             self.quarantined.remove(&ip);
-            // Unless re-imported or re-assigned meanwhile, fenced, or held for the released
+            // Unless re-imported or re-assigned meanwhile, withheld, or held for the released
             // Service that may come back for it.
             self.give_back(ip);
         }
@@ -1401,7 +1401,7 @@ impl Planner {
 
     /// Ends the reservations of the IPs [`Planner::recent`] forgot (expired, or past its
     /// capacity) or held for [`Planner::hold`] already at `now`: each goes back to its pool
-    /// unless in use, quarantined or fenced. O(reserved).
+    /// unless in use, quarantined or withheld. O(reserved).
     fn unreserve_forgotten(&mut self, now: Instant) {
         let hold = self.hold.0;
         let forgotten: Vec<IpAddr> = self
@@ -1423,11 +1423,11 @@ impl Planner {
     }
 
     /// Returns `ip` to its pool's ledger unless something still keeps it: a Service uses
-    /// it, or it is quarantined, fenced or held for a released Service.
+    /// it, or it is quarantined, withheld or held for a released Service.
     fn give_back(&mut self, ip: IpAddr) {
         if self.ips.contains_key(&ip)
             || self.quarantined.contains(&ip)
-            || self.fences.contains_key(&ip)
+            || self.withheld.contains_key(&ip)
             || self.reserved.contains_key(&ip)
         {
             return;
@@ -1446,7 +1446,7 @@ impl Planner {
             return;
         }
         self.reserved.remove(&ip);
-        if self.quarantined.contains(&ip) || self.fences.contains_key(&ip) {
+        if self.quarantined.contains(&ip) || self.withheld.contains_key(&ip) {
             return;
         }
         if let Some(ledger) = self.ledgers.values_mut().find(|l| l.contains(ip)) {
@@ -1455,7 +1455,7 @@ impl Planner {
     }
 
     /// Ends the reservations held for `key` (re-created, it got its addresses): each goes
-    /// back to its pool unless in use, quarantined or fenced. O(IPs it released).
+    /// back to its pool unless in use, quarantined or withheld. O(IPs it released).
     fn end_reservations(&mut self, key: &ServiceKey) {
         let held: Vec<IpAddr> = self
             .recent
@@ -1524,7 +1524,7 @@ impl Planner {
             if self.visible.contains_key(&ip) {
                 self.quarantined.insert(ip);
             } else if !self.reserved.contains_key(&ip)
-                && !self.fences.contains_key(&ip)
+                && !self.withheld.contains_key(&ip)
                 && let Some(ledger) = self.ledgers.get_mut(&used.pool)
                 && ledger.release(ip)
             {

@@ -214,7 +214,7 @@ pub struct Conflict {
     pub interface: Option<String>,
     /// The agent held the IP when the claim came: a claim against an established holder
     /// (defended, or yielded while its authority was stale), not the answer to a first
-    /// claim's probe. Such a conflict never fences the address unless the pool says
+    /// claim's probe. Such a conflict never withholds the address unless the pool says
     /// `onConflict: renumber`. Absent (false) from agents older than this field.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub while_held: bool,

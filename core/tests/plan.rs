@@ -1,5 +1,5 @@
 //! Table-style tests of the planner, one rule per test: allocation order, exhaustion,
-//! fencing, import, sharing, dual-stack, pool edits, sticky re-creation and node moves.
+//! withheld addresses, import, sharing, dual-stack, pool edits, sticky re-creation and node moves.
 
 mod plan_support;
 
@@ -716,7 +716,7 @@ fn pool_edit_moving_a_namespace_off_the_fallback() {
     assert_eq!(
         ips(&out, "team", "x"),
         ["10.0.5.5"],
-        "its own key now fences it"
+        "its own key now withholds it"
     );
     let usage: BTreeMap<_, _> = planner
         .usage()
@@ -1413,7 +1413,7 @@ fn an_address_a_node_has_is_never_allocated() {
     );
     assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
 
-    // Still fenced after a pool edit (the ledgers are rebuilt).
+    // Still withheld after a pool edit (the ledgers are rebuilt).
     world.config = config(&[
         ("default", "10.0.0.1-10.0.0.4"),
         ("six", "2001:db8::1-2001:db8::2"),

@@ -379,7 +379,7 @@ fn a_routed_address_waits_for_every_agent_that_may_still_announce_it() {
         ["10.0.9.1"],
         "an L2 address is not held"
     );
-    // a's fence has passed: the address is given.
+    // a's L3 cut-off has passed: the address is given.
     world.node_mut("a").agent_announcing = false;
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "shop", "new"), ["10.200.0.1"]);

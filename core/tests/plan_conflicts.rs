@@ -1,5 +1,5 @@
-//! Table-style tests of the LAN conflict fence and of first claims (`probe`): an address a
-//! fresh agent reports answered on the LAN by a foreign MAC is fenced like a Node's
+//! Table-style tests of what LAN conflicts withhold and of first claims (`probe`): an address a
+//! fresh agent reports answered on the LAN by a foreign MAC is withheld like a Node's
 //! address; the first claim of an address no node held is marked for probing, a takeover
 //! never is; a claim against the holder of an established Service's address never moves
 //! it (it is defended: Announced `AddressDefended`, a Warning naming the MAC) unless its
@@ -77,18 +77,18 @@ fn a_lan_conflict_moves_the_service_off_the_address_naming_the_mac() {
         "a new address is a first claim: {:?}",
         out.probe
     );
-    let fenced: Vec<(std::net::IpAddr, LanConflict)> = planner
+    let withheld: Vec<(std::net::IpAddr, LanConflict)> = planner
         .lan_conflicts()
         .map(|(ip, c)| (ip, c.clone()))
         .collect();
-    assert_eq!(fenced.len(), 1);
-    assert_eq!(fenced[0].0, ip("10.0.0.1"));
-    assert_eq!(fenced[0].1.node, n);
-    assert_eq!(fenced[0].1.mac.to_string(), FOREIGN);
+    assert_eq!(withheld.len(), 1);
+    assert_eq!(withheld[0].0, ip("10.0.0.1"));
+    assert_eq!(withheld[0].1.node, n);
+    assert_eq!(withheld[0].1.mac.to_string(), FOREIGN);
     assert_eq!(
         usage(&planner),
         (2, 1),
-        "the fenced address counts neither in the pool nor in use"
+        "the withheld address counts neither in the pool nor in use"
     );
 
     // Once, on the edge.
@@ -102,7 +102,7 @@ fn a_lan_conflict_moves_the_service_off_the_address_naming_the_mac() {
         again.events
     );
 
-    // A newcomer does not get the fenced address either, while the conflict is reported.
+    // A newcomer does not get the withheld address either, while the conflict is reported.
     world.services.push(svc("default", "new").created(2));
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "new"), ["10.0.0.3"]);
@@ -239,7 +239,7 @@ fn a_conflict_over_an_address_an_agent_holds_or_with_a_node_mac_is_not_a_fence()
 }
 
 #[test]
-fn a_stale_holder_does_not_keep_a_foreign_owner_unfenced() {
+fn a_stale_holder_does_not_keep_a_foreign_owners_address_allocatable() {
     // A node that died still lists the address in its last Lease: its alias has expired
     // with its lifetime, so only the foreign host can be answering.
     let (mut world, mut planner, n) = placed(DEFAULT_3);
@@ -248,7 +248,7 @@ fn a_stale_holder_does_not_keep_a_foreign_owner_unfenced() {
     world.holds("c", "10.0.0.1");
     world.lan_conflict(&n, "10.0.0.1", FOREIGN, "eth1");
     let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "fenced");
+    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "withheld");
     assert_eq!(planner.lan_conflicts().count(), 1);
 }
 
@@ -283,10 +283,10 @@ fn a_stale_agents_conflict_is_ignored_and_blindness_keeps_the_fence() {
     assert_eq!(
         ips(&out, "default", "web"),
         ["10.0.0.2"],
-        "fresh again: fenced"
+        "fresh again: withheld"
     );
 
-    // Blind: the agents' reports are no news; the fence stays though none is fresh.
+    // Blind: the agents' reports are no news; the address stays withheld though none is fresh.
     for node in &mut world.nodes {
         node.agent_ready = false;
         node.agent_unconfirmed = true;
@@ -460,7 +460,7 @@ fn a_defended_claim_keeps_the_address_and_warns_once_naming_the_mac() {
     assert!(warned[0].warning && warned[0].message.contains(FOREIGN));
     assert!(events_for(&out, "default", "web", reason::ADDRESS_CONFLICT).is_empty());
     assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
-    assert_eq!(planner.lan_conflicts().count(), 0, "not fenced");
+    assert_eq!(planner.lan_conflicts().count(), 0, "not withheld");
     assert!(out.probe.is_empty());
     // Claimed again (the same report): nothing said again.
     let out = world.plan(&mut planner);
@@ -495,7 +495,7 @@ fn a_claim_against_a_holder_that_let_go_does_not_renumber_either() {
         "{}",
         web.announced.message
     );
-    assert_eq!(planner.lan_conflicts().count(), 0, "not fenced");
+    assert_eq!(planner.lan_conflicts().count(), 0, "not withheld");
     // A restart (a new leader) imports it all the same.
     let mut fresh = Planner::new();
     let out = world.plan(&mut fresh);
@@ -517,7 +517,11 @@ fn with_on_conflict_renumber_a_claim_against_the_holder_renumbers() {
     let warned = events_for(&out, "default", "web", reason::ADDRESS_CONFLICT);
     assert_eq!(warned.len(), 1, "{:?}", out.events);
     assert!(warned[0].message.contains(FOREIGN), "{}", warned[0].message);
-    assert_eq!(planner.lan_conflicts().count(), 1, "fenced while reported");
+    assert_eq!(
+        planner.lan_conflicts().count(),
+        1,
+        "withheld while reported"
+    );
     // Another node's MAC is still no foreign host, renumber or not.
     let (mut world, mut planner, n) = placed(DEFAULT_3);
     world.config = config(&[DEFAULT_3, RENUMBER]);

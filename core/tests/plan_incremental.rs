@@ -184,7 +184,7 @@ enum Op {
     NodeAddress(u8, u8, bool),
     /// The Node of a model node lists (`true`) or stops listing `10.0.{pool}.{host}`: its
     /// own address, which anchors the subnets around it that its agent reports (their
-    /// edges are fenced then, see `subnet_edges`).
+    /// edges are withheld then, see `subnet_edges`).
     OwnAddress(usize, u8, u8, bool),
     /// The agent on a node reports (`true`) or stops reporting `10.0.{pool}.{host}`
     /// answered on the LAN by a foreign MAC.
@@ -202,7 +202,7 @@ enum Op {
     /// Every agent reports holding exactly what is planned on its node.
     Converge,
     /// The agent on a node reports an interface on `10.0.{pool}.0/24` (or drops it); nodes
-    /// `b` and `c` report a `/30`, whose broadcast address `.3` the pools list: a fence
+    /// `b` and `c` report a `/30`, whose broadcast address `.3` the pools list: withheld
     /// while both report it fresh, or one whose Node lists an address in it.
     Subnet(usize, u8, bool),
     /// A Service ClusterIP range `10.0.{pool}.0/30` appears (`true`) or goes.
@@ -436,7 +436,7 @@ impl Model {
                     .retain(|c| c.ip != at || c.mac.is_some() != lan);
                 if *on {
                     report.conflicts.push(Conflict {
-                        // Odd hosts: a claim against the holder (fences only under
+                        // Odd hosts: a claim against the holder (withholds only under
                         // `onConflict: renumber`); even: an answered probe.
                         while_held: lan && host % 2 == 1,
                         // Claims on hosts 3 mod 4: the holder yielded to it.
@@ -866,10 +866,10 @@ fn a_nodes_word_on_a_held_address_is_planned_the_same_narrowed() {
     let mut before = Snapshot::of(&world);
     type Step = fn(&mut World);
     let steps: [(&str, Step); 9] = [
-        ("b reports the /29, unanchored: no fence", |w| {
+        ("b reports the /29, unanchored: nothing withheld", |w| {
             w.node_mut("b").subnets = vec!["10.0.0.0/29".parse().unwrap()];
         }),
-        ("b's Node lists an address in it: .7 fenced, kept", |w| {
+        ("b's Node lists an address in it: .7 withheld, kept", |w| {
             w.node_has("b", "10.0.0.9");
             w.node_has("b", "10.0.0.6");
         }),
@@ -879,25 +879,28 @@ fn a_nodes_word_on_a_held_address_is_planned_the_same_narrowed() {
         ("b's Node drops its address: still two reporters", |w| {
             w.node_drops("10.0.0.6");
         }),
-        ("blind: the fences stay", |w| {
+        ("blind: the withheld addresses stay", |w| {
             for n in &mut w.nodes {
                 n.agent_ready = false;
                 n.agent_unconfirmed = true;
             }
             w.agents_unobservable = true;
         }),
-        ("seeing again, c stale: one reporter, no fence", |w| {
-            w.agents_unobservable = false;
-            for n in &mut w.nodes {
-                n.agent_ready = &*n.name != "c";
-                n.agent_unconfirmed = false;
-            }
-        }),
+        (
+            "seeing again, c stale: one reporter, nothing withheld",
+            |w| {
+                w.agents_unobservable = false;
+                for n in &mut w.nodes {
+                    n.agent_ready = &*n.name != "c";
+                    n.agent_unconfirmed = false;
+                }
+            },
+        ),
         ("s6 is deleted while another node lists its address", |w| {
             w.node_has("x", "10.0.0.7");
             w.remove("shop", "s6");
         }),
-        ("a new Service waits: .7 is fenced", |w| {
+        ("a new Service waits: .7 is withheld", |w| {
             w.advance(aliaslb_core::plan::STICKY_FOR * 2);
             w.services.push(svc("shop", "late").created(10));
         }),

@@ -100,7 +100,7 @@ fn a_nodes_address_never_takes_an_address_from_its_service() {
     assert_eq!(
         got,
         [vec!["10.0.0.3"], vec!["10.0.0.4"], vec![]],
-        "10.0.0.1 stays fenced"
+        "10.0.0.1 stays withheld"
     );
 }
 
@@ -214,7 +214,7 @@ fn subnet_edges_count_only_when_anchored_and_fresh() {
             false,
         ),
     ];
-    for (what, nodes, fenced) in table {
+    for (what, nodes, withheld) in table {
         // The pool lists the edges of the /29 but not the Node address 10.0.0.5.
         let mut world = World::new(
             config(&[("default", "10.0.0.0-10.0.0.1\n10.0.0.7")]),
@@ -240,7 +240,7 @@ fn subnet_edges_count_only_when_anchored_and_fresh() {
             .flat_map(|n| ips(&out, "default", n))
             .collect();
         got.sort();
-        let want: &[&str] = if *fenced {
+        let want: &[&str] = if *withheld {
             &["10.0.0.1"]
         } else {
             &["10.0.0.0", "10.0.0.1", "10.0.0.7"]

@@ -14,7 +14,7 @@
 //!   takes it);
 //! - a plain Service (single-stack IPv4, no request, no sharing key) is pending only when
 //!   its pool really has no free IPv4 address, and then says PoolExhausted, or
-//!   AddressConflict when a LAN conflict fences one of them (or NoPool / NoAddressOfFamily
+//!   AddressConflict when a LAN conflict withholds one of them (or NoPool / NoAddressOfFamily
 //!   when there is no pool or no IPv4 in it);
 //! - every IP marked `probe` is planned, on a node;
 //! - the planner's usage matches the distinct IPs planned;
@@ -165,7 +165,7 @@ fn view(ns: usize, name: u8, created: i64, op: &Op) -> ServiceView {
 }
 
 /// The addresses a fresh agent reports answered on the LAN by a foreign MAC (no agent holds
-/// anything in this model, and no MAC is a node's): the planner fences them all. A LAN conflict outranks a Node's address
+/// anything in this model, and no MAC is a node's): the planner withholds them all. A LAN conflict outranks a Node's address
 /// (the LAN renumbers, a node's word does not).
 fn answered(world: &World) -> BTreeSet<IpAddr> {
     world
@@ -311,16 +311,16 @@ fn check(
         );
     }
     // Usage matches the distinct IPs planned plus those quarantined or held for a released
-    // Service, per pool; a fenced address (a Node's, or answered on the LAN) counts neither
+    // Service, per pool; a withheld address (a Node's, or answered on the LAN) counts neither
     // in the pool nor in use, unless a Service keeps it (a Node's address it had before).
-    let fenced_ips: BTreeSet<IpAddr> = world
+    let withheld_ips: BTreeSet<IpAddr> = world
         .node_addresses
         .keys()
         .chain(&lan)
         .filter(|ip| !users.contains_key(ip))
         .copied()
         .collect();
-    let fenced = |ip: &&IpAddr| fenced_ips.contains(*ip);
+    let withheld = |ip: &&IpAddr| withheld_ips.contains(*ip);
     for usage in planner.usage() {
         let pool = world.config.pool(&usage.pool).unwrap();
         let of_pool = |ip: &&IpAddr| Family::of(**ip) == usage.family && pool.contains(**ip);
@@ -328,11 +328,11 @@ fn check(
             .keys()
             .chain(quarantined.iter())
             .chain(reserved.keys())
-            .filter(|ip| !fenced(ip))
+            .filter(|ip| !withheld(ip))
             .collect();
         let planned = held.into_iter().filter(of_pool).count();
         prop_assert_eq!(usage.in_use, planned as u128, "usage of {}", usage.pool);
-        let nodes = fenced_ips.iter().filter(of_pool).count() as u128;
+        let nodes = withheld_ips.iter().filter(of_pool).count() as u128;
         prop_assert_eq!(usage.total, pool.size(usage.family) - nodes);
     }
     // Plain Services are pending only when their pool has no room.
@@ -351,7 +351,7 @@ fn check(
                 prop_assert_eq!(why, reason::NO_ADDRESS_OF_FAMILY)
             }
             Some((pool_key, pool)) => {
-                // A LAN fence no Service keeps (a host answering for everything renumbers
+                // An address withheld for the LAN that no Service keeps (a host answering for everything renumbers
                 // none).
                 let conflicted = lan
                     .iter()
@@ -365,7 +365,7 @@ fn check(
                 let used = users
                     .keys()
                     .chain(quarantined.iter())
-                    .chain(fenced_ips.iter())
+                    .chain(withheld_ips.iter())
                     .chain(reserved.keys())
                     .filter(|ip| ip.is_ipv4() && pool.contains(**ip))
                     .collect::<BTreeSet<_>>()

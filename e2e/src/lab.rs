@@ -29,7 +29,7 @@ pub const SYSTEM_NAMESPACE: &str = "aliaslb-system";
 pub const AGENT_NAMESPACE: &str = "aliaslb-agents";
 /// Lease duration of the lab's agents (and the controller's freshness window): shorter
 /// than the default (30 s) so that the suites which wait for a Lease to expire (API-only
-/// partitions, the fences, killed agents without a standby) stay short. Renewed every
+/// partitions, the L3 cut-offs, killed agents without a standby) stay short. Renewed every
 /// [`LEASE_RENEW`]; the aliases live 3 s either way (the default lifetime).
 pub const LEASE_DURATION: Duration = Duration::from_secs(4);
 /// The lab agents' `--renew-interval` under [`LEASE_DURATION`].

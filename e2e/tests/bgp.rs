@@ -463,9 +463,9 @@ fn delete(lab: &Lab, name: &str) -> Result<(), Error> {
 }
 
 /// How long the lab's agents take to withdraw their routed addresses once cut off from the
-/// API: two lease durations after their last renewal (the L3 fence), plus one renewal
+/// API: two lease durations after their last renewal (the L3 cut-off), plus one renewal
 /// interval for the look.
-const FENCE: Duration = Duration::from_secs(9);
+const CUT_OFF: Duration = Duration::from_secs(9);
 
 /// Issue 20 item 4, with the router: node 3 is cut off from the API (its agent and its
 /// kube-proxy, which keeps its rules for the old Service). The Service `old` (pod-a) is
@@ -493,8 +493,8 @@ fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
             .requesting(&prefix)
             .to_yaml(),
     )?;
-    let withdrawn = bgp.wait_next_hops(&prefix, &nodes(&[]), FENCE + Duration::from_secs(3));
-    // Nodes 1 and 2 withdrew at once (old deleted); node 3 once its fence passed.
+    let withdrawn = bgp.wait_next_hops(&prefix, &nodes(&[]), CUT_OFF + Duration::from_secs(3));
+    // Nodes 1 and 2 withdrew at once (old deleted); node 3 once its cut-off passed.
     let withdrawn_after = t_cut.elapsed();
     withdrawn?;
     let given = wait_for("new to get the address", Duration::from_secs(30), || {
@@ -506,9 +506,9 @@ fn api_cut_then_reuse(lab: &Lab, bgp: &BgpLab<'_>) -> Result<(), Error> {
         })
     })?;
     println!(
-        "[e2e] node 3 cut off from the API: every path to {vip} withdrawn {:.1} s after the cut (node 3's fence: {:.0} s), the address given to another Service {:.1} s after the cut",
+        "[e2e] node 3 cut off from the API: every path to {vip} withdrawn {:.1} s after the cut (node 3's cut-off: {:.0} s), the address given to another Service {:.1} s after the cut",
         withdrawn_after.as_secs_f64(),
-        FENCE.as_secs_f64(),
+        CUT_OFF.as_secs_f64(),
         given.as_secs_f64()
     );
     assert!(given >= withdrawn_after, "given before node 3 withdrew it");

@@ -1,8 +1,9 @@
 //! Planned moves keep established connections, the agent's side (issue 45; the
 //! controller's side is `aliaslb_controller::handover`, the lines between them the index's
 //! `handovers`, [`aliaslb_core::assignment`]). The run loop drives it through [`Handovers`]
-//! (`part`), from the lines of the node's index: with the controller's `--drain-window`
-//! off (the default) there is none and the tables are only lifted at start. The kernel
+//! (`part`), from the lines of the node's index (for the controller's `--drain-window`,
+//! 300 s by default; with `0s` there is none and the tables are only lifted at start), and
+//! counts the connections a drain ends with ([`conntrack`]). The kernel
 //! mechanism is proven by `agent/tests/handover.rs`, the whole by `e2e/tests/handover.rs`.
 //!
 //! The agent owns three nftables tables named `aliaslb-handover` (families `ip`, `ip6`

@@ -396,7 +396,7 @@ pub fn look_interval(renew: Duration, alias_lifetime: Duration) -> Duration {
 /// spread over the renew interval instead of in one wave, however they were bunched
 /// before. The heartbeat's looks are laid on the slots ([`run`]).
 ///
-/// **The rate and the fence hold.** Consecutive slots are a renew interval apart, and a
+/// **The rate and the lifetime bound hold.** Consecutive slots are a renew interval apart, and a
 /// write between two slots (a change) only adds a write: while writes succeed, two of
 /// them are never more than a renew interval apart (a slot's look may come half a look
 /// early, as before, and a change written within half a look before a slot stands for
@@ -837,7 +837,7 @@ mod tests {
         assert!(again <= look, "{again:?} after {steps:?}");
     }
 
-    /// The fence: for any phase, with looks on its slots (a few ms of timer jitter either
+    /// The lifetime bound (`lifetime <= lease - renew`): for any phase, with looks on its slots (a few ms of timer jitter either
     /// way) and changes at random times, writes that succeed are never more than a renew
     /// interval (and the half look a change may come early) apart, and the unchanged ones
     /// come once per renew interval.

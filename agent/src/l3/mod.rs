@@ -137,7 +137,7 @@ pub fn arp_warnings(conf: &Path) -> Vec<String> {
     out
 }
 
-/// The L3 fence: an agent cut off from the API withdraws its routed addresses.
+/// The L3 cut-off: an agent cut off from the API withdraws its routed addresses.
 ///
 /// A routed address is on no LAN: no other node's claim makes this one yield it, and its
 /// kernel lifetime is refreshed by this agent whatever its authority. So nothing else

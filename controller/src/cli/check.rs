@@ -281,18 +281,18 @@ pub fn findings(e: &Evidence<'_>) -> Vec<Finding> {
                 defended,
             ));
         }
-        let fenced: Vec<String> = report
+        let withheld: Vec<String> = report
             .routes
             .iter()
             .filter(|r| !r.in_use && r.state == status::CONFLICT)
             .map(|r| format!("{} ({})", r.first, r.mac.as_deref().unwrap_or("-")))
             .collect();
-        if !fenced.is_empty() {
+        if !withheld.is_empty() {
             out.push(finding(
                 Severity::Warning,
                 "AliaslbAddressConflict",
-                format!("{} pool address(es) are answered on the LAN by a host outside the cluster: fenced", fenced.len()),
-                fenced,
+                format!("{} pool address(es) are answered on the LAN by a host outside the cluster: withheld", withheld.len()),
+                withheld,
             ));
         }
     }

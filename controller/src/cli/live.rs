@@ -4,7 +4,7 @@
 //! [`Snapshot::fetch`] is the only I/O (list calls, read-only). [`Snapshot::plan`] builds the
 //! planner's inputs the way the controller does (the same observation functions: which
 //! Services are ours, their views, the nodes with their agents judged fresh or not, the
-//! trusted holders from the assignment objects, local endpoints, fenced addresses) and runs
+//! trusted holders from the assignment objects, local endpoints, withheld addresses) and runs
 //! a fresh [`Planner`] over them, optionally after a what-if ([`WhatIf`]) changed one node.
 //! Nothing is written.
 //!

@@ -18,7 +18,7 @@ use std::time::Duration;
 use aliaslb_core::election::NodeState;
 use aliaslb_core::keys;
 use aliaslb_core::plan::{
-    LanConflict, NodeAddress, ServiceKey, SubnetEdge, lan_conflicts, service_range_fences,
+    LanConflict, NodeAddress, ServiceKey, SubnetEdge, lan_conflicts, service_range_withheld,
     subnet_edges,
 };
 use aliaslb_core::pool::{PoolConfig, PoolConfigError};
@@ -253,7 +253,7 @@ fn defended_against(
     first
 }
 
-/// The addresses the controller fences for a LAN conflict, by the rule it uses
+/// The addresses the controller withholds for a LAN conflict, by the rule it uses
 /// ([`lan_conflicts`]), with freshness judged from the Leases' renewTime.
 fn conflicts(
     config: &PoolConfig,
@@ -276,7 +276,7 @@ fn conflicts(
 
 /// The network and broadcast addresses of the subnets the fresh agents report that count
 /// for election (as the controller reads them: [`AgentReport::elected_subnets`] with the
-/// addresses each Node lists), by the rule the controller fences them with
+/// addresses each Node lists), by the rule the controller withholds them with
 /// ([`subnet_edges`]: anchored on the node's own Node address, or reported by two).
 fn edges(
     config: &PoolConfig,
@@ -320,7 +320,7 @@ pub fn compute(
     }
     let lan = conflicts(config, agents);
     let edges = edges(config, agents, node_addresses);
-    let in_range = service_range_fences(config, service_ranges);
+    let in_range = service_range_withheld(config, service_ranges);
     let mut routes = Vec::new();
     for (pool_key, pool) in config.pools() {
         let pool_name = pool_key.as_str().to_owned();
@@ -374,10 +374,10 @@ pub fn compute(
                 let n = to_u128(ip);
                 push_free(&mut routes, cursor, n.wrapping_sub(1));
                 cursor = n + 1;
-                let fenced = node_addresses.contains_key(&ip)
+                let withheld = node_addresses.contains_key(&ip)
                     || edges.contains_key(&ip)
                     || in_range.contains_key(&ip);
-                let conflict = lan.get(&ip).filter(|_| !fenced);
+                let conflict = lan.get(&ip).filter(|_| !withheld);
                 let mac = conflict.map(|c| c.mac.to_string());
                 let Some(svcs) = users.get(&ip) else {
                     let (node, state) = match node_addresses.get(&ip) {
@@ -394,7 +394,7 @@ pub fn compute(
                     });
                     continue;
                 };
-                let defended = (conflict.is_none() && !fenced)
+                let defended = (conflict.is_none() && !withheld)
                     .then(|| defended_against(ip, svcs, agents))
                     .flatten();
                 let state = if node_addresses.contains_key(&ip) {

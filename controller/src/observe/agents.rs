@@ -482,7 +482,7 @@ impl AgentClock {
 }
 
 /// How many lease durations after its last renewal seen an agent may still announce its
-/// routed addresses: its L3 fence withdraws them two lease durations after the renewal it
+/// routed addresses: its L3 cut-off withdraws them two lease durations after the renewal it
 /// last sent (which is before the controller saw it), plus one for its next look (every
 /// renewal interval) and for the routing daemons to carry the withdrawal to the routers.
 pub const FENCE_LEASES: u32 = 3;
@@ -501,7 +501,7 @@ pub enum Freshness {
     /// renewing less than [`FENCE_LEASES`] lease durations ago: it may still announce the
     /// routed (L3) addresses it reported, which an agent cut off from the API withdraws
     /// only once its own Lease has been stale for a lease duration (`aliaslb-agent`'s L3
-    /// fence). Those addresses stay in quarantine until then.
+    /// cut-off). Those addresses stay in quarantine until then.
     Fading,
 }
 

@@ -49,8 +49,8 @@
 //!   ([`nodes::node_addresses`]); when the pool entries covering one change, one Warning
 //!   Event `NodeAddress` on the pool ConfigMap names key, line and node (see
 //!   `Reconciler::node_address_notice`).
-//! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner's
-//!   LAN conflict fence, [`aliaslb_core::plan::lan_conflicts`]); the number of such
+//! - Nor one a fresh agent reports answered on the LAN by a foreign MAC (the planner
+//!   withholds it, [`aliaslb_core::plan::lan_conflicts`]); the number of such
 //!   addresses is the gauge `aliaslb_controller_address_conflicts`. The assignment objects
 //!   mark first claims `probe` and list every agent's MACs under `node-macs`
 //!   ([`crate::write::assignments`]).
@@ -1065,14 +1065,14 @@ impl Reconciler {
             let clock = self.caches.agents.lock().unwrap_or_else(|e| e.into_inner());
             orderly.extend(clock.released().map(str::to_owned));
         }
-        let fenced: HashSet<IpAddr> = self.planner.lan_conflicts().map(|(ip, _)| ip).collect();
+        let withheld: HashSet<IpAddr> = self.planner.lan_conflicts().map(|(ip, _)| ip).collect();
         for (key, plan) in &output.services {
             let step = self.tracked.failovers.observe(
                 key,
                 self.index.plans.get(key).map(|plan| &**plan),
                 plan,
                 |node| orderly.contains(node),
-                |ip| fenced.contains(&ip),
+                |ip| withheld.contains(&ip),
                 observed.now,
             );
             if let Some(cause) = step.started {

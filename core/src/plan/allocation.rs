@@ -67,7 +67,7 @@ impl Planner {
                         continue;
                     }
                     // A node's word, or a LAN host answering for everything: the Service
-                    // keeps it (see `fence`). Fenced for no
+                    // keeps it (see `withheld`). Withheld for no
                     // Service until now (unless an older one imported it already): free
                     // in its ledger for the import to take.
                     Some(cause) => {
@@ -647,7 +647,7 @@ impl Planner {
         format!(
             "; {count} in case it is re-created, for {} after its deletion ({})",
             hold_text(self.hold.0),
-            super::fence::named(held)
+            super::withheld::named(held)
         )
     }
 
@@ -721,7 +721,7 @@ impl Planner {
             } else {
                 format!("{family} ")
             };
-            let (why, note) = self.fenced_note(pool_key, family);
+            let (why, note) = self.withheld_note(pool_key, family);
             let held = self.reserved_note(pool, family);
             let draining = match draining {
                 0 => String::new(),

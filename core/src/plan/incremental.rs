@@ -166,7 +166,7 @@ impl Planner {
     }
 
     /// Whether something changed that a caller does not list and that can affect any
-    /// Service: then a pass plans everything. Cheap: O(pools + lingering + fences), plus
+    /// Service: then a pass plans everything. Cheap: O(pools + lingering + withheld), plus
     /// the agents' conflicts.
     ///
     /// Not the namespace labels ([`Inputs::namespaces`]): they decide only which pools a

@@ -1,5 +1,5 @@
 //! Addresses Nodes have: never handed out (see the module docs of [`crate::plan`]; the
-//! fence itself is [`super::fence`], shared with LAN conflicts). Pure.
+//! withholding itself is [`super::withheld`], shared with LAN conflicts). Pure.
 
 use std::collections::BTreeMap;
 use std::fmt;

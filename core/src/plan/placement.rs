@@ -214,7 +214,7 @@ impl Planner {
             .values()
             .find_map(|ip| self.ips.get(ip))
             .and_then(|used| inputs.config.keyed(&used.pool));
-        // A node claims one of its addresses: kept, and said (see `fence`).
+        // A node claims one of its addresses: kept, and said (see `withheld`).
         let claim = ips.iter().find_map(|ip| Some((*ip, self.claim_on(*ip)?)));
         let allocated = match (&entry.failure, pool) {
             (Some(f), _) => condition(false, f.reason, f.message.clone()),
@@ -592,7 +592,7 @@ fn step_bgp(
 
 /// Keeps the group's first claims ([`Group::claims`]) in step with its node and IPs: none
 /// without a node; an IP the group gained while placed (a new family, or a replacement
-/// for a fenced address) is a first claim unless some agent holds it; a first claim ends
+/// for a withheld address) is a first claim unless some agent holds it; a first claim ends
 /// once the node's agent reports holding the IP (the flag is dropped, one rewrite of
 /// that node's assignment, so an agent restarting later re-adds it at once).
 fn update_claims(group: &mut Group, ips: &[IpAddr], world: &NodeStep<'_>) {
@@ -743,7 +743,7 @@ fn announced(
         && let Some(mac) = c.mac.filter(|m| at_bound.contains_key(m))
     {
         // One host answering for address after address: it renumbers nothing (see
-        // `lan_fences`). The text stays the same while the host answers for more, so the
+        // `lan_withheld`). The text stays the same while the host answers for more, so the
         // Services it keeps are not told again each time. Names the MAC itself rather than
         // trusting the agent's text to.
         let seen = c

@@ -91,7 +91,7 @@ pub enum OnConflict {
     /// the MAC). One forged frame changes nothing.
     #[default]
     Defend,
-    /// The address is fenced and the Service gets another one of the pool, as for a first
+    /// The address is withheld and the Service gets another one of the pool, as for a first
     /// claim found taken: for a LAN where a host outside the cluster may rightly own an
     /// address of the pool (static assignments nobody told the pool about), and no host
     /// that should not is on it.

@@ -913,7 +913,7 @@ mod tests {
         );
         assert!(
             !c[0].while_held && !c[0].yielded,
-            "a first claim's probe: the controller fences it"
+            "a first claim's probe: the controller withholds it"
         );
         // Re-probes: 1 s, 2 s, 4 s ... capped at 60 s.
         let mut at = t;
@@ -947,7 +947,7 @@ mod tests {
         g.due_probes(&d, &none, t);
         let taken = ProbeOutcome::Taken { mac: STRANGER };
         g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
-        // The controller moved the Service away: the fence needs the report.
+        // The controller moved the Service away: withholding it needs the report.
         let moved = desired(&[], &[]);
         g.update(&moved, &none, true, t + secs(1));
         assert_eq!(g.conflicts().len(), 1);
@@ -1254,7 +1254,7 @@ mod tests {
     #[test]
     fn an_answered_recheck_of_a_held_ip_is_reported_while_held() {
         // The link regained carrier while stale: held back and probed again; an answer is
-        // an owner of an established address, not a first claim's: never a fence by
+        // an owner of an established address, not a first claim's: never withheld by
         // itself at the controller.
         let t = Instant::now();
         let mut g = Guard::default();

@@ -1,20 +1,20 @@
-//! The fence of a pass: addresses that are never handed out while their cause lasts, an
+//! The withheld addresses of a pass: addresses that are never handed out while their cause lasts, an
 //! address in a Service ClusterIP range, one a foreign host answers for on the LAN, an
 //! address a Node has, or the network or broadcast address of a node's subnet (see the
 //! module docs of [`crate::plan`]). Pure.
 //!
-//! The fence is kept in the ledgers: each fenced address is marked in use in the ledger of
+//! They are kept in the ledgers: each withheld address is marked in use in the ledger of
 //! the pool listing it, for no Service, so every way of taking an address (lowest free,
 //! sticky, requested) finds it taken. Only the addresses that changed are looked at, or all
 //! of them after a new config (the ledgers were rebuilt): O(changes x log n) a pass, plus
 //! building the map of causes (O(Node addresses + reported subnets + reported conflicts)).
 //!
 //! **Who may renumber.** The operator's data (a Service ClusterIP range) and the LAN (a
-//! foreign host answering a first claim's probe) take a fenced address from the Service
+//! foreign host answering a first claim's probe) take a withheld address from the Service
 //! holding it. A node's own word (its Node's `status.addresses`, which its kubelet writes;
 //! the subnets its agent reports) only keeps an address from being *allocated*: the Service
 //! that holds it keeps it, with a Warning `NodeClaim` and its IPAllocated condition naming
-//! the node and what it claimed ([`FenceCause::renumbers`]). A compromised node can then
+//! the node and what it claimed ([`WithheldCause::renumbers`]). A compromised node can then
 //! make addresses unallocatable, never move one.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +29,7 @@ use crate::mac::Mac;
 use crate::pool::{OnConflict, Pool, PoolConfig, PoolKey};
 use crate::range::{Family, IpRange, from_u128, to_u128};
 
-/// Fenced addresses named at most in one message; more are counted.
+/// Withheld addresses named at most in one message; more are counted.
 const NAMED: usize = 3;
 
 /// A foreign host answering for an address on the LAN, as a fresh agent reports it.
@@ -99,7 +99,7 @@ pub const EDGE_REPORTERS: usize = 2;
 /// them, where the subnet holds one of that node's own addresses (`node_addresses`, its
 /// Node's `status.addresses`), or at least [`EDGE_REPORTERS`] fresh agents report it.
 ///
-/// Why both: one node's report alone could otherwise fence any /30 of any pool (16,384 of
+/// Why both: one node's report alone could otherwise withhold any /30 of any pool (16,384 of
 /// them fit the report's bounds), while a subnet a node really is on holds the node's own
 /// address, and a LAN several nodes share is one they all report even where the Nodes list
 /// only their first NIC's address. A stale agent's subnets are as old as its Lease. An
@@ -151,11 +151,11 @@ pub fn subnet_edges(
     out
 }
 
-/// Most pool addresses fenced for lying in a Service ClusterIP range: a pool that overlaps
+/// Most pool addresses withheld for lying in a Service ClusterIP range: a pool that overlaps
 /// the range is a mistake the Warning on the pool ConfigMap names
-/// ([`service_range_clashes`]); the fence keeps the first this many of the overlap out of
+/// ([`service_range_clashes`]); the planner withholds the first this many of the overlap out of
 /// use (a /16 of them) without making every pass enumerate a huge overlap.
-pub const MAX_SERVICE_RANGE_FENCE: usize = 65_536;
+pub const MAX_SERVICE_RANGE_WITHHELD: usize = 65_536;
 
 /// A pool address in a Service ClusterIP range (a `ServiceCIDR`): kube-proxy routes it to
 /// a Service's endpoints on every node, so as a load-balancer IP it would be answered by
@@ -185,9 +185,9 @@ fn overlap(range: &IpRange, cidr: &IpNet) -> Option<(u128, u128)> {
 }
 
 /// The pool addresses of `config` in the Service ClusterIP ranges `ranges`, at most
-/// [`MAX_SERVICE_RANGE_FENCE`] (the lowest first). O(pool ranges x ranges + the addresses
+/// [`MAX_SERVICE_RANGE_WITHHELD`] (the lowest first). O(pool ranges x ranges + the addresses
 /// returned).
-pub fn service_range_fences(
+pub fn service_range_withheld(
     config: &PoolConfig,
     ranges: &[IpNet],
 ) -> BTreeMap<IpAddr, ServiceRange> {
@@ -204,7 +204,7 @@ pub fn service_range_fences(
                 let family = range.family();
                 let mut n = first;
                 loop {
-                    if out.len() >= MAX_SERVICE_RANGE_FENCE {
+                    if out.len() >= MAX_SERVICE_RANGE_WITHHELD {
                         return out;
                     }
                     out.entry(from_u128(family, n))
@@ -277,66 +277,66 @@ pub fn service_range_clashes(config: &PoolConfig, ranges: &[IpNet]) -> Vec<Servi
     out
 }
 
-/// Why an address is fenced: kept in use in its pool's ledger for no Service. The variants
-/// are in order of precedence: an address several causes name is fenced for the first.
+/// Why an address is withheld: kept in use in its pool's ledger for no Service. The variants
+/// are in order of precedence: an address several causes name is withheld for the first.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FenceCause {
-    /// It lies in a Service ClusterIP range: fenced for as long as the range exists.
+pub enum WithheldCause {
+    /// It lies in a Service ClusterIP range: withheld for as long as the range exists.
     Service(ServiceRange),
-    /// A foreign host answers for it on the LAN: fenced for as long as a fresh agent
+    /// A foreign host answers for it on the LAN: withheld for as long as a fresh agent
     /// reports the conflict.
     Lan(LanConflict),
     /// A foreign host answers for it on the LAN, a host that answers for
-    /// [`LAN_HOST_BOUND`] addresses or more ([`lan_fences`]): fenced like
-    /// [`FenceCause::Lan`], but it renumbers no Service.
+    /// [`LAN_HOST_BOUND`] addresses or more ([`lan_withheld`]): withheld like
+    /// [`WithheldCause::Lan`], but it renumbers no Service.
     LanHost(LanConflict),
-    /// A Node has it (`status.addresses`): fenced for as long as a Node lists it.
+    /// A Node has it (`status.addresses`): withheld for as long as a Node lists it.
     Node(NodeAddress),
-    /// It is the network or broadcast address of a subnet a node is on: fenced for as
+    /// It is the network or broadcast address of a subnet a node is on: withheld for as
     /// long as fresh agents report that subnet ([`subnet_edges`]).
     Subnet(SubnetEdge),
 }
 
-impl FenceCause {
+impl WithheldCause {
     /// Whether the cause takes the address from a Service that holds it: the operator's
     /// data (a Service ClusterIP range) and the LAN do; a node's own word (its Node's
     /// addresses, its agent's subnets) only keeps the address from being allocated (see
     /// the module docs).
     pub fn renumbers(&self) -> bool {
         match self {
-            FenceCause::Service(_) | FenceCause::Lan(_) => true,
-            FenceCause::LanHost(_) | FenceCause::Node(_) | FenceCause::Subnet(_) => false,
+            WithheldCause::Service(_) | WithheldCause::Lan(_) => true,
+            WithheldCause::LanHost(_) | WithheldCause::Node(_) | WithheldCause::Subnet(_) => false,
         }
     }
 
-    /// Whether the LAN is the cause ([`FenceCause::Lan`], [`FenceCause::LanHost`]).
+    /// Whether the LAN is the cause ([`WithheldCause::Lan`], [`WithheldCause::LanHost`]).
     pub fn is_lan(&self) -> bool {
-        matches!(self, FenceCause::Lan(_) | FenceCause::LanHost(_))
+        matches!(self, WithheldCause::Lan(_) | WithheldCause::LanHost(_))
     }
 
     /// The node whose word it is, for a node's word (a Node address, a subnet edge).
     pub fn node(&self) -> Option<&str> {
         match self {
-            FenceCause::Node(address) => Some(&address.node),
-            FenceCause::Subnet(edge) => Some(&edge.node),
-            FenceCause::Service(_) | FenceCause::Lan(_) | FenceCause::LanHost(_) => None,
+            WithheldCause::Node(address) => Some(&address.node),
+            WithheldCause::Subnet(edge) => Some(&edge.node),
+            WithheldCause::Service(_) | WithheldCause::Lan(_) | WithheldCause::LanHost(_) => None,
         }
     }
 
     /// What the cause says of `ip`, after it: `is the InternalIP of node n3`.
     fn what(&self) -> String {
         match self {
-            FenceCause::Node(address) => format!("is {address}"),
-            FenceCause::Subnet(edge) => format!("is {edge}"),
-            FenceCause::Service(range) => format!("is {range}"),
-            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => format!("is {lan}"),
+            WithheldCause::Node(address) => format!("is {address}"),
+            WithheldCause::Subnet(edge) => format!("is {edge}"),
+            WithheldCause::Service(range) => format!("is {range}"),
+            WithheldCause::Lan(lan) | WithheldCause::LanHost(lan) => format!("is {lan}"),
         }
     }
 
     /// Reason and text (after the IP) of the Warning to a Service that held the address.
     pub(super) fn cleared(&self) -> (&'static str, String) {
         match self {
-            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
+            WithheldCause::Lan(lan) | WithheldCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("is {lan}, not a node of this cluster: released"),
             ),
@@ -362,19 +362,19 @@ impl FenceCause {
     /// Reason and message of the failure of a request for `ip`.
     pub(super) fn refused(&self, ip: IpAddr) -> (&'static str, String) {
         match self {
-            FenceCause::Node(address) => (
+            WithheldCause::Node(address) => (
                 reason::NODE_ADDRESS,
                 format!("{ip} is {address}: never allocated"),
             ),
-            FenceCause::Subnet(edge) => (
+            WithheldCause::Subnet(edge) => (
                 reason::SUBNET_ADDRESS,
                 format!("{ip} is {edge}: never allocated"),
             ),
-            FenceCause::Service(range) => (
+            WithheldCause::Service(range) => (
                 reason::SERVICE_RANGE,
                 format!("{ip} is {range}: never allocated"),
             ),
-            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => (
+            WithheldCause::Lan(lan) | WithheldCause::LanHost(lan) => (
                 reason::ADDRESS_CONFLICT,
                 format!("{ip} is {lan}, not a node of this cluster"),
             ),
@@ -382,17 +382,17 @@ impl FenceCause {
     }
 }
 
-/// The LAN conflicts that fence an address: reported by a *fresh* agent with the MAC that
+/// The LAN conflicts that withhold an address: reported by a *fresh* agent with the MAC that
 /// answered and a MAC that is not one of any agent's (fresh or stale:
 /// [`AgentReport::macs`]), and either
 /// - the answer to a first claim's probe (not [`Conflict::while_held`]) for an IP no fresh
 ///   agent reports holding, or
 /// - a claim against a holder ([`Conflict::while_held`]: the agent held the IP when it came)
 ///   for an IP whose pool says `onConflict: renumber` ([`OnConflict::Renumber`]); under the
-///   default `defend` such a claim is defended by the agent and never fences: an
+///   default `defend` such a claim is defended by the agent and never withholds: an
 ///   established Service is not renumbered by what a LAN host says.
 ///
-/// Two nodes claiming one IP is not a fence: the assignment stands and the node that is not
+/// Two nodes claiming one IP withholds nothing: the assignment stands and the node that is not
 /// assigned the IP drops it. A stale agent's conflicts are as old as its Lease and are
 /// ignored. When several agents report one IP, the first node by name is named.
 /// O(agents x (interfaces + conflicts) x log n), plus O(pools) per claim against a holder.
@@ -416,7 +416,7 @@ pub fn lan_conflicts(
         return out;
     }
     // Only fresh holders: a stale agent's aliases have outlived their kernel lifetime, and
-    // the Lease of a node that died would otherwise keep a foreign owner unfenced for ever.
+    // the Lease of a node that died would otherwise keep a foreign owner's address allocatable for ever.
     // Another node answering is told apart by its MAC, fresh or stale.
     let held: BTreeSet<IpAddr> = agents
         .iter()
@@ -433,12 +433,12 @@ pub fn lan_conflicts(
             if node_macs.contains(&mac) {
                 continue;
             }
-            let fences = if conflict.while_held {
+            let withheld = if conflict.while_held {
                 renumbers(config, conflict.ip)
             } else {
                 !held.contains(&conflict.ip)
             };
-            if !fences {
+            if !withheld {
                 continue;
             }
             out.entry(conflict.ip).or_insert_with(|| LanConflict {
@@ -452,7 +452,7 @@ pub fn lan_conflicts(
 }
 
 /// Fewest addresses one LAN host (one MAC) answers for that make it a host answering for
-/// everything ([`lan_fences`]): its answers still keep addresses from being allocated, but
+/// everything ([`lan_withheld`]): its answers still keep addresses from being allocated, but
 /// renumber no Service. A host that answers every first claim's probe (proxy ARP, a router
 /// answering for the whole subnet, a forged answer) would otherwise push each new Service
 /// through the pool one address per probe; this way one host pushes an allocation at most
@@ -460,11 +460,11 @@ pub fn lan_conflicts(
 /// (not announced while the host answers for it: its agent does not take it).
 pub const LAN_HOST_BOUND: usize = 4;
 
-/// The fences of the LAN conflicts `conflicts` ([`lan_conflicts`]): [`FenceCause::Lan`],
-/// or [`FenceCause::LanHost`] (renumbers nothing) for every address of a MAC that answers
+/// The withheld addresses of the LAN conflicts `conflicts` ([`lan_conflicts`]): [`WithheldCause::Lan`],
+/// or [`WithheldCause::LanHost`] (renumbers nothing) for every address of a MAC that answers
 /// for [`LAN_HOST_BOUND`] of them or more. Depends on nothing but the conflicts, so a new
 /// leader decides as the last one did. O(conflicts x log n).
-pub fn lan_fences(conflicts: BTreeMap<IpAddr, LanConflict>) -> BTreeMap<IpAddr, FenceCause> {
+pub fn lan_withheld(conflicts: BTreeMap<IpAddr, LanConflict>) -> BTreeMap<IpAddr, WithheldCause> {
     let mut per_mac: BTreeMap<Mac, usize> = BTreeMap::new();
     for conflict in conflicts.values() {
         *per_mac.entry(conflict.mac).or_default() += 1;
@@ -473,21 +473,21 @@ pub fn lan_fences(conflicts: BTreeMap<IpAddr, LanConflict>) -> BTreeMap<IpAddr, 
         .into_iter()
         .map(|(ip, conflict)| {
             let cause = if per_mac[&conflict.mac] >= LAN_HOST_BOUND {
-                FenceCause::LanHost(conflict)
+                WithheldCause::LanHost(conflict)
             } else {
-                FenceCause::Lan(conflict)
+                WithheldCause::Lan(conflict)
             };
             (ip, cause)
         })
         .collect()
 }
 
-/// The LAN hosts (MACs) in `fences` that answer for [`LAN_HOST_BOUND`] addresses or more,
-/// each with those addresses. O(fences).
-fn hosts_at_bound(fences: &BTreeMap<IpAddr, FenceCause>) -> BTreeMap<Mac, Vec<IpAddr>> {
+/// The LAN hosts (MACs) in `withheld` that answer for [`LAN_HOST_BOUND`] addresses or more,
+/// each with those addresses. O(withheld).
+fn hosts_at_bound(withheld: &BTreeMap<IpAddr, WithheldCause>) -> BTreeMap<Mac, Vec<IpAddr>> {
     let mut per_mac: BTreeMap<Mac, Vec<IpAddr>> = BTreeMap::new();
-    for (ip, cause) in fences {
-        if let FenceCause::LanHost(lan) = cause {
+    for (ip, cause) in withheld {
+        if let WithheldCause::LanHost(lan) = cause {
             per_mac.entry(lan.mac).or_default().push(*ip);
         }
     }
@@ -503,32 +503,32 @@ fn renumbers(config: &PoolConfig, ip: IpAddr) -> bool {
         .is_some_and(|(_, pool)| pool.options.on_conflict == OnConflict::Renumber)
 }
 
-/// The fenced addresses of `fences` that lie in `pool`, of `family`. O(ranges x log n)
+/// The withheld addresses of `withheld` that lie in `pool`, of `family`. O(ranges x log n)
 /// plus the addresses found.
 fn in_pool<'m>(
-    fences: &'m BTreeMap<IpAddr, FenceCause>,
+    withheld: &'m BTreeMap<IpAddr, WithheldCause>,
     pool: &'m Pool,
     family: Family,
-) -> impl Iterator<Item = (&'m IpAddr, &'m FenceCause)> + 'm {
+) -> impl Iterator<Item = (&'m IpAddr, &'m WithheldCause)> + 'm {
     pool.ranges
         .iter()
         .filter(move |r| r.family() == family)
-        .flat_map(move |r| fences.range(r.first()..=r.last()))
+        .flat_map(move |r| withheld.range(r.first()..=r.last()))
 }
 
 impl Planner {
-    /// Fences the addresses of the Service ClusterIP ranges, those fresh agents report
-    /// answered on the LAN by a foreign host ([`lan_conflicts`], [`lan_fences`]), those
+    /// Withholds the addresses of the Service ClusterIP ranges, those fresh agents report
+    /// answered on the LAN by a foreign host ([`lan_conflicts`], [`lan_withheld`]), those
     /// Nodes have and the edges of the subnets nodes are on ([`subnet_edges`]); while the
-    /// agents are unobservable, the LAN and subnet fences of the last pass stay (blindness
+    /// agents are unobservable, the addresses withheld for the LAN and subnets of the last pass stay (blindness
     /// is no news). Each is kept in use in the ledger of the pool listing it. A Service
-    /// holding one loses it when the cause [renumbers](FenceCause::renumbers) (a Warning
+    /// holding one loses it when the cause [renumbers](WithheldCause::renumbers) (a Warning
     /// naming the cause, the path of an address removed from the pool); otherwise it keeps
     /// it: told once with a Warning `NodeClaim` for a node's word, by its Announced
-    /// condition for a LAN host answering for everything. Addresses no longer fenced go back to
+    /// condition for a LAN host answering for everything. Addresses no longer withheld go back to
     /// their pool. Runs after [`Planner::apply_config`]: a new config rebuilt the ledgers,
-    /// so then every address is fenced again.
-    pub(super) fn fence(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
+    /// so then every address is withheld again.
+    pub(super) fn withhold(&mut self, inputs: &Inputs<'_>, sink: &mut Sink) {
         let sources = self.fence_inputs(inputs);
         if !self.config_changed && self.fences_are(&sources) {
             return;
@@ -539,9 +539,9 @@ impl Planner {
             nodes,
             subnets,
         } = sources;
-        let mut current: BTreeMap<IpAddr, FenceCause> = services
+        let mut current: BTreeMap<IpAddr, WithheldCause> = services
             .into_iter()
-            .map(|(ip, range)| (ip, FenceCause::Service(range)))
+            .map(|(ip, range)| (ip, WithheldCause::Service(range)))
             .collect();
         for (ip, cause) in lan {
             current.entry(ip).or_insert(cause);
@@ -549,13 +549,13 @@ impl Planner {
         for (ip, address) in nodes {
             current
                 .entry(*ip)
-                .or_insert_with(|| FenceCause::Node(address.clone()));
+                .or_insert_with(|| WithheldCause::Node(address.clone()));
         }
         for (ip, edge) in subnets {
-            current.entry(ip).or_insert(FenceCause::Subnet(edge));
+            current.entry(ip).or_insert(WithheldCause::Subnet(edge));
         }
         let gone: Vec<IpAddr> = self
-            .fences
+            .withheld
             .keys()
             .filter(|ip| !current.contains_key(ip))
             .copied()
@@ -574,7 +574,7 @@ impl Planner {
             }
         }
         for (ip, cause) in &current {
-            let before = self.fences.get(ip);
+            let before = self.withheld.get(ip);
             if !self.config_changed && before == Some(cause) {
                 continue;
             }
@@ -588,13 +588,13 @@ impl Planner {
             }
             self.reserve(*ip);
         }
-        self.fences = current;
-        self.lan_hosts = hosts_at_bound(&self.fences);
+        self.withheld = current;
+        self.lan_hosts = hosts_at_bound(&self.withheld);
     }
 
     /// Tells every Service using `ip` that a node claims it and that it keeps it (a
     /// Warning `NodeClaim`, once per cause).
-    pub(super) fn claimed(&self, ip: IpAddr, cause: &FenceCause, sink: &mut Sink) {
+    pub(super) fn claimed(&self, ip: IpAddr, cause: &WithheldCause, sink: &mut Sink) {
         let Some(used) = self.ips.get(&ip) else {
             return;
         };
@@ -605,35 +605,35 @@ impl Planner {
     }
 
     /// The node's word on `ip`, if a node claims it while a Service keeps it: the cause of
-    /// its fence, when that cause is a node's word (a Node address, a subnet edge).
-    pub(super) fn claim_on(&self, ip: IpAddr) -> Option<&FenceCause> {
-        self.fences.get(&ip).filter(|c| c.node().is_some())
+    /// its withholding, when that cause is a node's word (a Node address, a subnet edge).
+    pub(super) fn claim_on(&self, ip: IpAddr) -> Option<&WithheldCause> {
+        self.withheld.get(&ip).filter(|c| c.node().is_some())
     }
 
-    /// The fences of a pass by source: the Service ClusterIP ranges
-    /// ([`service_range_fences`]), the LAN conflicts ([`lan_conflicts`]), the Node
+    /// The withheld addresses of a pass by source: the Service ClusterIP ranges
+    /// ([`service_range_withheld`]), the LAN conflicts ([`lan_conflicts`]), the Node
     /// addresses and the subnet edges ([`subnet_edges`]); while the agents are
     /// unobservable, the LAN conflicts and subnet edges of the last pass (blindness is no
     /// news: every agent looks stale then).
     pub(super) fn fence_inputs<'i>(&self, inputs: &Inputs<'i>) -> FenceSources<'i> {
         let blind = inputs.agents_unobservable;
         FenceSources {
-            services: service_range_fences(inputs.config, inputs.service_ranges),
+            services: service_range_withheld(inputs.config, inputs.service_ranges),
             lan: if blind {
-                self.fences
+                self.withheld
                     .iter()
                     .filter(|(_, cause)| cause.is_lan())
                     .map(|(ip, cause)| (*ip, cause.clone()))
                     .collect()
             } else {
-                lan_fences(lan_conflicts(inputs.nodes, inputs.agents, inputs.config))
+                lan_withheld(lan_conflicts(inputs.nodes, inputs.agents, inputs.config))
             },
             nodes: inputs.node_addresses,
             subnets: if blind {
-                self.fences
+                self.withheld
                     .iter()
                     .filter_map(|(ip, cause)| match cause {
-                        FenceCause::Subnet(edge) => Some((*ip, edge.clone())),
+                        WithheldCause::Subnet(edge) => Some((*ip, edge.clone())),
                         _ => None,
                     })
                     .collect()
@@ -643,17 +643,20 @@ impl Planner {
         }
     }
 
-    /// Whether the fences are what `sources` make of them (the first source naming an
+    /// Whether the withheld are what `sources` make of them (the first source naming an
     /// address gives its cause, in the order of [`FenceSources`]): the steady state,
-    /// checked without building the map. O(fences x log n).
+    /// checked without building the map. O(withheld x log n).
     pub(super) fn fences_are(&self, sources: &FenceSources<'_>) -> bool {
-        self.fences.len() == sources.len()
-            && self.fences.iter().all(|(ip, cause)| sources.is(*ip, cause))
+        self.withheld.len() == sources.len()
+            && self
+                .withheld
+                .iter()
+                .all(|(ip, cause)| sources.is(*ip, cause))
     }
 
-    /// Why `ip` may not be handed out, if it is fenced.
-    pub(super) fn fence_of(&self, ip: IpAddr) -> Option<&FenceCause> {
-        self.fences.get(&ip)
+    /// Why `ip` may not be handed out, if it is withheld.
+    pub(super) fn fence_of(&self, ip: IpAddr) -> Option<&WithheldCause> {
+        self.withheld.get(&ip)
     }
 
     /// The LAN hosts (MACs) that answer for [`LAN_HOST_BOUND`] addresses or more as of the
@@ -662,41 +665,41 @@ impl Planner {
         &self.lan_hosts
     }
 
-    /// The addresses answered on the LAN by a foreign host, fenced as of the last pass.
+    /// The addresses answered on the LAN by a foreign host, withheld as of the last pass.
     pub fn lan_conflicts(&self) -> impl Iterator<Item = (IpAddr, &LanConflict)> + '_ {
-        self.fences.iter().filter_map(|(ip, cause)| match cause {
-            FenceCause::Lan(lan) | FenceCause::LanHost(lan) => Some((*ip, lan)),
-            FenceCause::Node(_) | FenceCause::Subnet(_) | FenceCause::Service(_) => None,
+        self.withheld.iter().filter_map(|(ip, cause)| match cause {
+            WithheldCause::Lan(lan) | WithheldCause::LanHost(lan) => Some((*ip, lan)),
+            WithheldCause::Node(_) | WithheldCause::Subnet(_) | WithheldCause::Service(_) => None,
         })
     }
 
-    /// The fenced addresses of pool `key`, of `family` (in use for no Service).
-    pub(super) fn fenced(
+    /// The withheld addresses of pool `key`, of `family` (in use for no Service).
+    pub(super) fn withheld_in(
         &self,
         key: &PoolKey,
         family: Family,
-    ) -> impl Iterator<Item = (&IpAddr, &FenceCause)> + '_ {
+    ) -> impl Iterator<Item = (&IpAddr, &WithheldCause)> + '_ {
         self.config
             .as_ref()
             .and_then(|c| c.pool(key))
             .into_iter()
-            .flat_map(move |pool| in_pool(&self.fences, pool, family))
+            .flat_map(move |pool| in_pool(&self.withheld, pool, family))
             .filter(|(ip, _)| !self.ips.contains_key(ip))
     }
 
     /// For a message of an exhausted pool: the reason (`AddressConflict` when one of the
-    /// pool's addresses of `family` is fenced by a LAN conflict, else `PoolExhausted`) and
-    /// which addresses are fenced (empty when none is): `; 1 of them is a Node's address,
+    /// pool's addresses of `family` is withheld by a LAN conflict, else `PoolExhausted`) and
+    /// which addresses are withheld (empty when none is): `; 1 of them is a Node's address,
     /// never allocated (10.0.0.2 is the InternalIP of node n3)`.
-    pub(super) fn fenced_note(&self, key: &PoolKey, family: Family) -> (&'static str, String) {
+    pub(super) fn withheld_note(&self, key: &PoolKey, family: Family) -> (&'static str, String) {
         let (mut nodes, mut subnets, mut lan) = (Vec::new(), Vec::new(), Vec::new());
         let mut services = Vec::new();
-        for (ip, cause) in self.fenced(key, family) {
+        for (ip, cause) in self.withheld_in(key, family) {
             match cause {
-                FenceCause::Node(address) => nodes.push(format!("{ip} is {address}")),
-                FenceCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
-                FenceCause::Service(range) => services.push(format!("{ip} is {range}")),
-                FenceCause::Lan(conflict) | FenceCause::LanHost(conflict) => {
+                WithheldCause::Node(address) => nodes.push(format!("{ip} is {address}")),
+                WithheldCause::Subnet(edge) => subnets.push(format!("{ip} is {edge}")),
+                WithheldCause::Service(range) => services.push(format!("{ip} is {range}")),
+                WithheldCause::Lan(conflict) | WithheldCause::LanHost(conflict) => {
                     lan.push(format!("{ip} is {conflict}"));
                 }
             }
@@ -738,18 +741,18 @@ impl Planner {
     }
 }
 
-/// What the fences of a pass are made of, by source, in the order of precedence of
-/// [`FenceCause`]: an address two sources name is fenced for the first.
+/// What the withheld addresses of a pass are made of, by source, in the order of precedence of
+/// [`WithheldCause`]: an address two sources name is withheld for the first.
 #[derive(Debug)]
 pub(super) struct FenceSources<'i> {
     services: BTreeMap<IpAddr, ServiceRange>,
-    lan: BTreeMap<IpAddr, FenceCause>,
+    lan: BTreeMap<IpAddr, WithheldCause>,
     nodes: &'i BTreeMap<IpAddr, NodeAddress>,
     subnets: BTreeMap<IpAddr, SubnetEdge>,
 }
 
 impl FenceSources<'_> {
-    /// How many addresses the sources fence together.
+    /// How many addresses the sources withhold together.
     fn len(&self) -> usize {
         let services = self.services.len();
         let lan = self
@@ -774,18 +777,18 @@ impl FenceSources<'_> {
         services + lan + nodes + subnets
     }
 
-    /// Whether the sources fence `ip` for `cause`.
-    fn is(&self, ip: IpAddr, cause: &FenceCause) -> bool {
+    /// Whether the sources withhold `ip` for `cause`.
+    fn is(&self, ip: IpAddr, cause: &WithheldCause) -> bool {
         if let Some(range) = self.services.get(&ip) {
-            return matches!(cause, FenceCause::Service(r) if r == range);
+            return matches!(cause, WithheldCause::Service(r) if r == range);
         }
         if let Some(lan) = self.lan.get(&ip) {
             return lan == cause;
         }
         if let Some(address) = self.nodes.get(&ip) {
-            return matches!(cause, FenceCause::Node(a) if a == address);
+            return matches!(cause, WithheldCause::Node(a) if a == address);
         }
-        matches!(cause, FenceCause::Subnet(e) if self.subnets.get(&ip) == Some(e))
+        matches!(cause, WithheldCause::Subnet(e) if self.subnets.get(&ip) == Some(e))
     }
 }
 
@@ -898,7 +901,7 @@ mod tests {
             "10.96.0.0/12".parse().unwrap(),
             "fd00:96::/112".parse().unwrap(),
         ];
-        let got: Vec<String> = service_range_fences(&config, &ranges)
+        let got: Vec<String> = service_range_withheld(&config, &ranges)
             .iter()
             .map(|(ip, r)| format!("{ip} {}", r.cidr))
             .collect();
@@ -926,13 +929,13 @@ mod tests {
                 "key six, line 1: fd00:96::1-fd00:96::3 are in the Service ClusterIP range fd00:96::/112: never allocated",
             ]
         );
-        assert!(service_range_fences(&config, &[]).is_empty());
-        // A huge overlap is fenced up to the bound, lowest first.
+        assert!(service_range_withheld(&config, &[]).is_empty());
+        // A huge overlap is withheld up to the bound, lowest first.
         let big = self::config(&[("default", "10.96.0.0-10.97.255.255")]);
-        let fenced = service_range_fences(&big, &ranges);
-        assert_eq!(fenced.len(), MAX_SERVICE_RANGE_FENCE);
+        let withheld = service_range_withheld(&big, &ranges);
+        assert_eq!(withheld.len(), MAX_SERVICE_RANGE_WITHHELD);
         assert_eq!(
-            fenced.keys().next(),
+            withheld.keys().next(),
             Some(&"10.96.0.0".parse::<IpAddr>().unwrap())
         );
     }
