@@ -39,7 +39,7 @@ pub struct AliasConfig {
 
 /// A desired IP that exists on the node as somebody else's address: not taken.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Conflict {
+pub struct ForeignAddress {
     /// The IP.
     pub ip: IpAddr,
     /// The interface holding the foreign address.
@@ -94,7 +94,7 @@ pub struct ReconcileReport {
     /// (after a restart, or an add that raced with the dump).
     pub adopted: Vec<Alias>,
     /// Every desired IP currently held by somebody else on the node.
-    pub conflicts: Vec<Conflict>,
+    pub conflicts: Vec<ForeignAddress>,
     /// What failed; those IPs are retried at the next reconcile.
     pub errors: Vec<ReconcileError>,
 }
@@ -144,7 +144,7 @@ pub struct WriteCounts {
 
 /// The pure decision of one reconcile.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct AliasPlan {
     /// Aliases to add.
     pub add: Vec<Alias>,
     /// Aliases of ours to remove.
@@ -152,7 +152,7 @@ pub struct Plan {
     /// Aliases of ours already right.
     pub keep: Vec<Alias>,
     /// Desired IPs held by somebody else.
-    pub conflicts: Vec<Conflict>,
+    pub conflicts: Vec<ForeignAddress>,
     /// Desired IPs with no interface.
     pub no_interface: Vec<(IpAddr, InterfaceError)>,
 }
@@ -166,7 +166,7 @@ pub fn plan(
     host: &HostState,
     interface_override: Option<&str>,
     routed_device: &str,
-) -> Plan {
+) -> AliasPlan {
     let ifname = |index: u32| {
         host.links
             .iter()
@@ -178,7 +178,7 @@ pub fn plan(
         ifindex: a.ifindex,
         ifname: ifname(a.ifindex),
     };
-    let mut p = Plan::default();
+    let mut p = AliasPlan::default();
     for a in host.addresses.iter().filter(|a| a.owned) {
         if !desired.contains(a.ip) {
             p.remove.push(ours(a));
@@ -193,7 +193,7 @@ pub fn plan(
         let from = by_ip.partition_point(|a| a.ip < ip);
         let present = &by_ip[from..from + by_ip[from..].partition_point(|a| a.ip == ip)];
         if let Some(foreign) = present.iter().find(|a| !a.owned) {
-            p.conflicts.push(Conflict {
+            p.conflicts.push(ForeignAddress {
                 ip,
                 ifname: ifname(foreign.ifindex),
             });
@@ -252,7 +252,7 @@ pub struct AliasManager<B, S = NoShield> {
     announcer: Option<Announcer>,
     shield: Option<Shield<S>>,
     owned: BTreeMap<IpAddr, Alias>,
-    conflicts: BTreeSet<Conflict>,
+    conflicts: BTreeSet<ForeignAddress>,
     writes: WriteCounts,
     /// The node as the last reconcile read it (`None` when that read failed).
     host: Option<HostState>,
@@ -367,7 +367,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
     }
 
     /// Desired IPs currently held by somebody else, as of the last reconcile.
-    pub fn conflicts(&self) -> impl Iterator<Item = &Conflict> {
+    pub fn conflicts(&self) -> impl Iterator<Item = &ForeignAddress> {
         self.conflicts.iter()
     }
 
@@ -504,7 +504,7 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
                 }
             }
         }
-        let conflicts: BTreeSet<Conflict> = plan.conflicts.into_iter().collect();
+        let conflicts: BTreeSet<ForeignAddress> = plan.conflicts.into_iter().collect();
         for c in conflicts.difference(&self.conflicts) {
             warn!(ip = %c.ip, interface = %c.ifname, "address conflict: IP held by another owner on this node");
         }
@@ -772,14 +772,14 @@ mod tests {
         let p = plan(&desired(&["10.0.0.2"]), &h, None, "lo");
         assert_eq!(
             p.conflicts,
-            vec![Conflict {
+            vec![ForeignAddress {
                 ip: ip("10.0.0.2"),
                 ifname: "eth1".into()
             }]
         );
         assert!(p.add.is_empty() && p.remove.is_empty());
         let empty = plan(&DesiredSet::new(), &h, None, "lo");
-        assert_eq!(empty, Plan::default());
+        assert_eq!(empty, AliasPlan::default());
     }
 
     #[test]

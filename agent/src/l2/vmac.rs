@@ -56,7 +56,7 @@ pub fn is_ours(link: &Link) -> bool {
 
 /// What to change among our macvlans.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct MacvlanPlan {
     /// Macvlans a desired IP needs that the node does not have.
     pub create: Vec<NewMacvlan>,
     /// Our macvlans no desired IP needs (index, name): deleted after the aliases.
@@ -68,8 +68,12 @@ pub struct Plan {
 /// The macvlans `desired` needs on `host`: one per virtual MAC of an L2 IP, on the
 /// interface the IP would go on without one (`--interface`, the assignment, the subnet);
 /// ours that nothing needs are to be deleted.
-pub fn plan(desired: &DesiredSet, host: &HostState, interface_override: Option<&str>) -> Plan {
-    let mut out = Plan::default();
+pub fn plan(
+    desired: &DesiredSet,
+    host: &HostState,
+    interface_override: Option<&str>,
+) -> MacvlanPlan {
+    let mut out = MacvlanPlan::default();
     let mut needed = BTreeSet::new();
     let interfaces = Interfaces::of(host);
     for (ip, assigned) in desired.iter() {
@@ -188,7 +192,7 @@ mod tests {
         with.links
             .push(link(9, "alb0200c0a8370a", VMAC.0, Some(KIND)));
         with.links.retain(|l| l.index != 7);
-        assert_eq!(plan(&desired, &with, None), Plan::default());
+        assert_eq!(plan(&desired, &with, None), MacvlanPlan::default());
         assert_eq!(
             plan(&DesiredSet::new(), &with, None).delete,
             vec![(9, "alb0200c0a8370a".to_owned())]
