@@ -51,7 +51,7 @@ use aliaslb_agent::kernel::backend::{AddressBackend, Lifetime};
 use aliaslb_agent::kernel::netlink::{NetlinkBackend, watch_changes};
 use aliaslb_agent::l2::announce::{AnnounceConfig, Announcer};
 use aliaslb_testenv::TestEnv;
-use stats::{env_number, list, median, ms, timed};
+use stats::{env_number, list, median, ms, sections, timed};
 use support::{NetNs, require_root};
 use tokio::runtime::Runtime;
 use tokio::time::MissedTickBehavior;
@@ -92,12 +92,7 @@ fn main() {
     if !require_root() {
         return;
     }
-    // `cargo bench` passes `--bench`; anything else not starting with `-` selects sections.
-    let wanted: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let run = sections();
     let reps = env_number("BENCH_REPS", 15);
     let idle_secs = env_number("BENCH_IDLE_SECS", 60);
     let n = aliases();

@@ -47,7 +47,7 @@ use aliaslb_agent::shield::{
     Contents, OpenPort, Protocol, Shield, ShieldBackend as _, delete_script, table_script,
     update_script,
 };
-use stats::{env_number, list, median, ms, timed};
+use stats::{env_number, list, median, ms, sections, timed};
 use support::{NetNs, require_root};
 
 /// IPs in the table of the `install` and `path` sections: `BENCH_IPS`, default 1,000.
@@ -91,12 +91,7 @@ fn main() {
     if !require_root() {
         return;
     }
-    // `cargo bench` passes `--bench`; anything else not starting with `-` selects sections.
-    let wanted: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let run = sections();
     let reps = env_number("BENCH_REPS", 10);
     let changes = env_number("BENCH_CHANGES", 30);
     let rounds = env_number("BENCH_ROUNDS", 6);

@@ -9,50 +9,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
+use agent_support::{Cluster, Setup, eventually, setup};
 use aliaslb_core::report::{AgentReport, ShieldState};
-use aliaslb_testenv::TestEnv;
-use support::{AddrInfo, NetNs, node_and_lan, require_root};
-
-/// Everything one test needs: the node namespace (and its LAN peer), the relay, the
-/// Kubernetes namespace and helpers, the agent.
-struct Setup {
-    /// The Kubernetes node name of the agent (unique per test).
-    name: String,
-    node: NetNs,
-    lan: NetNs,
-    relay: Relay,
-    cluster: Cluster,
-    agent: Agent,
-}
-
-async fn setup(tag: &str, tweak: impl FnOnce(&mut AgentArgs)) -> Setup {
-    let env = TestEnv::global();
-    let client = env.client().await;
-    let namespace = env.create_namespace(&client, tag).await;
-    let (node, lan) = node_and_lan(tag);
-    let relay = Relay::start(&node, env.server_url());
-    let name = format!("node-{tag}");
-    let mut args = AgentArgs::new(&name, &namespace);
-    tweak(&mut args);
-    let agent = Agent::start(&node, &args);
-    let cluster = Cluster::new(&client, &namespace);
-    // Ready = first reconcile on a complete read of its assignment done; the Lease follows at once.
-    eventually(
-        Duration::from_secs(20),
-        "the agent's first Lease",
-        async || cluster.report(&name).await,
-    )
-    .await;
-    Setup {
-        name,
-        node,
-        lan,
-        relay,
-        cluster,
-        agent,
-    }
-}
+use support::{AddrInfo, NetNs, require_root};
 
 /// Our alias `ip` on eth1, if present.
 fn alias(node: &NetNs, ip: &str) -> Option<AddrInfo> {

@@ -12,7 +12,7 @@ mod support;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
+use agent_support::{Cluster, eventually};
 use aliaslb_agent::l2::announce::{self, announcement_frame, send_frame};
 use aliaslb_agent::l2::lan::{
     ClaimKind, LanClaim, LanPort, LanWatch, arp_probe_frame, dad_ns_frame,
@@ -21,22 +21,16 @@ use aliaslb_core::assignment::{NodeAssignments, OpenPort, Protocol};
 use aliaslb_core::keys;
 use aliaslb_core::mac::Mac;
 use aliaslb_core::report::{AgentReport, Conflict};
-use aliaslb_testenv::TestEnv;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::{NetNs, node_and_lan, require_root};
+use support::{NetNs, require_root};
 
 /// The lease the agents of these tests run with (`AgentArgs::new`'s default).
 const LEASE: Duration = Duration::from_secs(2);
 
-/// One test's world: the node and its LAN peer, the relay, the agent.
+/// One test's world ([`agent_support::Setup`]) with the link-layer facts the LAN side
+/// of the tests needs.
 struct Setup {
-    name: String,
-    node: NetNs,
-    lan: NetNs,
-    relay: Relay,
-    cluster: Cluster,
-    agent: Agent,
+    base: agent_support::Setup,
     /// The node's `eth1` MAC.
     node_mac: Mac,
     /// The peer's `lan0` MAC and interface index.
@@ -44,39 +38,34 @@ struct Setup {
     peer_ifindex: u32,
 }
 
+impl std::ops::Deref for Setup {
+    type Target = agent_support::Setup;
+    fn deref(&self) -> &agent_support::Setup {
+        &self.base
+    }
+}
+
+impl std::ops::DerefMut for Setup {
+    fn deref_mut(&mut self) -> &mut agent_support::Setup {
+        &mut self.base
+    }
+}
+
 async fn setup(tag: &str) -> Setup {
-    let env = TestEnv::global();
-    let client = env.client().await;
-    let namespace = env.create_namespace(&client, tag).await;
-    let (node, lan) = node_and_lan(tag);
-    let relay = Relay::start(&node, env.server_url());
-    let name = format!("node-{tag}");
-    let args = AgentArgs::new(&name, &namespace);
-    assert_eq!(args.lease, "2s", "LEASE follows the agent's flag");
-    let agent = Agent::start(&node, &args);
-    let cluster = Cluster::new(&client, &namespace);
-    eventually(
-        Duration::from_secs(20),
-        "the agent's first Lease",
-        async || cluster.report(&name).await,
-    )
+    let base = agent_support::setup(tag, |args| {
+        assert_eq!(args.lease, "2s", "LEASE follows the agent's flag");
+    })
     .await;
-    let (node_mac, _) = link(&node, "eth1");
-    let (peer_mac, peer_ifindex) = link(&lan, "lan0");
+    let (node_mac, _) = link(&base.node, "eth1");
+    let (peer_mac, peer_ifindex) = link(&base.lan, "lan0");
     Setup {
-        name,
-        node,
-        lan,
-        relay,
-        cluster,
-        agent,
+        base,
         node_mac,
         peer_mac,
         peer_ifindex,
     }
 }
 
-/// The MAC and interface index of `dev` in `ns`.
 fn link(ns: &NetNs, dev: &str) -> (Mac, u32) {
     let v: serde_json::Value = serde_json::from_str(&ns.ip(&["-j", "link", "show", dev])).unwrap();
     let mac = v[0]["address"].as_str().unwrap().parse().unwrap();
@@ -116,14 +105,7 @@ async fn write(c: &Cluster, node: &str, lines: &[(&str, bool)], node_macs: &[(Ma
         "metadata": {"name": name},
         "data": {keys::ASSIGNMENTS_KEY: a.render(), keys::NODE_MACS_KEY: a.render_node_macs()},
     });
-    c.assignments
-        .patch(
-            &name,
-            &PatchParams::apply("test-controller").force(),
-            &Patch::Apply(&cm),
-        )
-        .await
-        .unwrap();
+    c.apply(&name, &cm).await;
 }
 
 fn present(node: &NetNs, addr: &str) -> bool {

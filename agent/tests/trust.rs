@@ -18,7 +18,7 @@ mod support;
 use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use agent_support::{Agent, AgentArgs, Cluster, Relay, eventually};
+use agent_support::{Agent, eventually, setup};
 use aliaslb_core::advert::{Ack, Advert, SigningKey};
 use aliaslb_core::keys;
 use aliaslb_core::report::AgentReport;
@@ -27,44 +27,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::{NetNs, node_and_lan, require_root};
-
-/// The agent under test and what surrounds it.
-struct Setup {
-    name: String,
-    node: NetNs,
-    lan: NetNs,
-    _relay: Relay,
-    cluster: Cluster,
-    agent: Agent,
-    namespace: String,
-}
-
-async fn setup(tag: &str) -> Setup {
-    let env = TestEnv::global();
-    let client = env.client().await;
-    let namespace = env.create_namespace(&client, tag).await;
-    let (node, lan) = node_and_lan(tag);
-    let relay = Relay::start(&node, env.server_url());
-    let name = format!("node-{tag}");
-    let agent = Agent::start(&node, &AgentArgs::new(&name, &namespace));
-    let cluster = Cluster::new(&client, &namespace);
-    eventually(
-        Duration::from_secs(20),
-        "the agent's first Lease",
-        async || cluster.report(&name).await,
-    )
-    .await;
-    Setup {
-        name,
-        node,
-        lan,
-        _relay: relay,
-        cluster,
-        agent,
-        namespace,
-    }
-}
+use support::{NetNs, require_root};
 
 /// A UDP socket in the LAN namespace, sending to the agent's advert port at 10.0.0.2.
 fn lan_socket(lan: &NetNs) -> UdpSocket {
@@ -105,7 +68,7 @@ async fn a_flood_of_signed_adverts_leaves_the_agents_memory_flat() {
     if !require_root() {
         return;
     }
-    let s = setup("flood").await;
+    let s = setup("flood", |_| {}).await;
     let evil = SigningKey::generate().unwrap();
     // The agent stands by for evil's 10.0.0.150: evil is a named holder.
     let ips = "10.0.0.150 - tcp:80 default/web standby=evil\n";
@@ -197,7 +160,7 @@ async fn a_standby_that_lies_in_its_lease_keeps_its_holder_down_for_a_second_onl
     if !require_root() {
         return;
     }
-    let s = setup("liar").await;
+    let s = setup("liar", |_| {}).await;
     let evil = SigningKey::generate().unwrap();
     let ips = "10.0.0.151 - tcp:80 default/web peer=evil@10.0.0.77\n";
     let peers = format!("evil {} 02:00:00:00:0e:01\n", evil.public_key());

@@ -72,7 +72,9 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{controller_binary, get, malloc_arenas, proc_kib, rss_split, start_controller};
+use support::{
+    controller_binary, get, malloc_arenas, proc_kib, request_counts, rss_split, start_controller,
+};
 
 use aliaslb_controller::observe::service::{self, OurCondition};
 use aliaslb_controller::write::assignments;
@@ -646,30 +648,6 @@ async fn fake_agent(
         }
         last = Some(started);
     }
-}
-
-/// `apiserver_request_total` summed by (verb, resource, subresource).
-async fn request_counts(client: &Client) -> BTreeMap<(String, String, String), f64> {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap();
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let (labels, value) = line.rsplit_once(' ').unwrap();
-        let label = |name: &str| {
-            labels
-                .split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let key = (label("verb"), label("resource"), label("subresource"));
-        *out.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
-    }
-    out
 }
 
 /// Prints the request deltas of a phase on Services and Events; returns their sum.

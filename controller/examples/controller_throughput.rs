@@ -11,7 +11,8 @@
 //!   cargo run -p aliaslb-controller --example controller_throughput [-- [--backlog] N]
 //! ```
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,30 +34,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-
-/// `apiserver_request_total` summed by (verb, resource, subresource).
-async fn request_counts(client: &Client) -> BTreeMap<(String, String, String), f64> {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap();
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let (labels, value) = line.rsplit_once(' ').unwrap();
-        let label = |name: &str| {
-            labels
-                .split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let key = (label("verb"), label("resource"), label("subresource"));
-        *out.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
-    }
-    out
-}
+use support::request_counts;
 
 /// Starts an in-process controller and waits for its caches; returns its abort handle.
 async fn start_controller(ctx: Arc<Context>) -> tokio::task::AbortHandle {

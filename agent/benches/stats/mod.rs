@@ -1,4 +1,4 @@
-//! Timing and statistics helpers both kernel benchmarks (`floor`, `shield`) share. No I/O
+//! Timing, statistics and command-line helpers the kernel benchmarks share. No I/O
 //! but reading the environment.
 
 #![allow(dead_code)]
@@ -25,6 +25,16 @@ pub fn list(xs: &[Duration]) -> String {
         .map(|d| format!("{:.1}", ms(*d)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The sections the command line selects (`cargo bench` passes `--bench`; any argument not
+/// starting with `-` names a section): whether `name` runs (every one when none is named).
+pub fn sections() -> impl Fn(&str) -> bool {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    move |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name)
 }
 
 /// The whole number in the environment variable `name`, else `default`.

@@ -218,6 +218,19 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Server-side applies `cm` (a ConfigMap named `name` in the test's namespace) as the
+    /// controller would: its field manager, forced.
+    pub async fn apply(&self, name: &str, cm: &serde_json::Value) {
+        self.assignments
+            .patch(
+                name,
+                &PatchParams::apply("test-controller").force(),
+                &Patch::Apply(cm),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Helpers over `namespace`.
     pub fn new(client: &Client, namespace: &str) -> Self {
         Cluster {
@@ -308,14 +321,7 @@ impl Cluster {
                 "metadata": {"name": name, "labels": labels},
                 "data": {keys::ASSIGNMENTS_KEY: shard},
             });
-            self.assignments
-                .patch(
-                    &name,
-                    &PatchParams::apply("test-controller").force(),
-                    &Patch::Apply(&cm),
-                )
-                .await
-                .unwrap();
+            self.apply(&name, &cm).await;
         }
         let name = keys::assignment_configmap(node);
         let cm = json!({
@@ -327,14 +333,7 @@ impl Cluster {
                 keys::PEERS_KEY: peers,
             },
         });
-        self.assignments
-            .patch(
-                &name,
-                &PatchParams::apply("test-controller").force(),
-                &Patch::Apply(&cm),
-            )
-            .await
-            .unwrap();
+        self.apply(&name, &cm).await;
     }
 
     /// Writes `data` (key, text) as `node`'s assignment object, as is.
@@ -349,14 +348,7 @@ impl Cluster {
             "metadata": {"name": name},
             "data": data,
         });
-        self.assignments
-            .patch(
-                &name,
-                &PatchParams::apply("test-controller").force(),
-                &Patch::Apply(&cm),
-            )
-            .await
-            .unwrap();
+        self.apply(&name, &cm).await;
     }
 
     /// The agent report of `node`'s Lease, if the Lease exists.
@@ -375,5 +367,50 @@ impl Cluster {
             .get_opt(&keys::agent_lease_name(node))
             .await
             .unwrap()
+    }
+}
+
+/// One test's world: the node namespace and its LAN peer, the relay to the API server,
+/// the Kubernetes namespace and helpers, and the agent, started and past its first Lease.
+pub struct Setup {
+    /// The Kubernetes node name of the agent (unique per test).
+    pub name: String,
+    /// The Kubernetes namespace of the test's objects.
+    pub namespace: String,
+    pub node: NetNs,
+    pub lan: NetNs,
+    pub relay: Relay,
+    pub cluster: Cluster,
+    pub agent: Agent,
+}
+
+/// Starts the agent of node `tag` with its flags as `tweak` leaves them, in a fresh node
+/// namespace and Kubernetes namespace, and waits for its first Lease (ready = the first
+/// reconcile on a complete read of its assignment done; the Lease follows at once).
+pub async fn setup(tag: &str, tweak: impl FnOnce(&mut AgentArgs)) -> Setup {
+    let env = TestEnv::global();
+    let client = env.client().await;
+    let namespace = env.create_namespace(&client, tag).await;
+    let (node, lan) = crate::support::node_and_lan(tag);
+    let relay = Relay::start(&node, env.server_url());
+    let name = format!("node-{tag}");
+    let mut args = AgentArgs::new(&name, &namespace);
+    tweak(&mut args);
+    let agent = Agent::start(&node, &args);
+    let cluster = Cluster::new(&client, &namespace);
+    eventually(
+        Duration::from_secs(20),
+        "the agent's first Lease",
+        async || cluster.report(&name).await,
+    )
+    .await;
+    Setup {
+        name,
+        namespace,
+        node,
+        lan,
+        relay,
+        cluster,
+        agent,
     }
 }

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aliaslb_testenv::TestEnv;
+use kube::Client;
 
 /// The value of `field` (e.g. `VmHWM`) in `/proc/PID/status`, in KiB.
 pub fn proc_kib(pid: u32, field: &str) -> Option<u64> {
@@ -165,4 +167,28 @@ pub fn controller_binary() -> PathBuf {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/aliaslb-controller"),
         PathBuf::from,
     )
+}
+
+/// `apiserver_request_total` summed by (verb, resource, subresource).
+pub async fn request_counts(client: &Client) -> BTreeMap<(String, String, String), f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let (labels, value) = line.rsplit_once(' ').unwrap();
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let key = (label("verb"), label("resource"), label("subresource"));
+        *out.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
+    }
+    out
 }
