@@ -319,7 +319,7 @@ async fn draining_moves_nothing_and_hands_out_nothing_and_manual_pools_wait_to_b
         .await;
     let node = c.node("a").await;
     let _agent = c.fake_agent(&node);
-    let (_controller, _metrics) = c.start_controller();
+    let (_controller, metrics) = c.start_controller();
     c.create(lb_service("a")).await;
     c.create(lb_service("b")).await;
     c.wait_ips("a", &["10.73.0.1"], SETTLE).await;
@@ -377,6 +377,22 @@ async fn draining_moves_nothing_and_hands_out_nothing_and_manual_pools_wait_to_b
     // The unasked one still waits on its own (full) key, not on the manual pool.
     let (message, _) = refused(&c, &ns, "e", "PoolExhausted").await;
     assert!(message.contains(&format!("pool {ns}")), "{message}");
+    // One asking the manual pool once it is full waits on it, and its pending series
+    // says that pool, not the namespace's own.
+    c.create(lb_service("vip2").pool("vip")).await;
+    c.wait_ips("vip2", &["10.73.5.2"], SETTLE).await;
+    c.create(lb_service("vip3").pool("vip")).await;
+    let (message, _) = refused(&c, &ns, "vip3", "PoolExhausted").await;
+    assert!(message.contains("pool pool.vip"), "{message}");
+    let series = |pool: &str| {
+        format!(
+            "aliaslb_services_pending_seconds{{namespace=\"{ns}\",pool=\"{pool}\",reason=\"PoolExhausted\"}}"
+        )
+    };
+    eventually(SETTLE, "vip3 pending on pool.vip", async || {
+        support::metric(&metrics, &series("pool.vip")).is_some()
+    })
+    .await;
     c.cleanup().await;
 }
 

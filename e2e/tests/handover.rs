@@ -1,11 +1,15 @@
 //! Planned moves keep established connections (issue 45), the data path in the lab: the
 //! real controller and agents, real kube-proxy (iptables and nftables modes), the pods' real
-//! DNAT. The client holds idle TCP connections to an `externalTrafficPolicy: Cluster`
-//! Service through its holder; the holder is cordoned (the controller moves the IP, the old
-//! agent removes its alias, the new one announces it); then every connection sends one
-//! request.
+//! DNAT. The client holds idle TCP connections to a Service through its holder; the IP is
+//! moved in a planned move (the holder cordoned, or its agent stopped: the controller moves
+//! the IP, the old agent removes its alias, the new one announces it); then every
+//! connection sends one request.
 //!
-//! - The controller's default (a 300 s window): none breaks, idle ones included.
+//! - The controller's default (a 300 s window): none breaks, idle ones included; the same
+//!   for an `externalTrafficPolicy: Local` Service (its pods on nodes 1 and 2: the new
+//!   holder is the other one), and when the holder's agent is stopped by SIGTERM (as in a
+//!   rollout: its Lease released) instead of a cordon. Through the host-port shield, which
+//!   the lab's agents run with (the default).
 //! - `--drain-window=10s`: the controller writes the handover lines, the new holder's agent
 //!   its forwarding tables ([`aliaslb_agent::handover`]); none breaks, each answered
 //!   through the old holder (its conntrack still DNATs the flow, without the alias), and a
@@ -40,6 +44,8 @@ use aliaslb_e2e::trials;
 
 const NS: &str = "default";
 const NAME: &str = "svc-1";
+/// An `externalTrafficPolicy: Local` Service with endpoints on nodes 1 and 2.
+const LOCAL: &str = "svc-local";
 const CONNECTIONS: usize = 40;
 /// Connections kept idle past the window's end.
 const LATE: usize = 10;
@@ -66,6 +72,7 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     };
     let started = Instant::now();
     lab.apply(&lb_service(NS, NAME).to_yaml())?;
+    lab.apply(&lb_service(NS, LOCAL).local().pods_on(&[1, 2]).to_yaml())?;
     let restart = |window: Option<&str>| -> Result<(), Error> {
         lab.stop("controller-1")?;
         match window {
@@ -79,11 +86,13 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     // The lab's controller runs with the default. The baseline goes last: the flows it
     // breaks stay established in the old holder's conntrack (nothing tells it), and would
     // count at a later window's end there.
-    let default = cordon_holding(&lab, false)?;
+    let default = moving(&lab, NAME, Move::Cordon, false)?;
+    let local = moving(&lab, LOCAL, Move::Cordon, false)?;
+    let rollout = moving(&lab, NAME, Move::AgentStop, false)?;
     restart(Some(WINDOW))?;
-    let on = cordon_holding(&lab, true)?;
+    let on = moving(&lab, NAME, Move::Cordon, true)?;
     restart(Some("0s"))?;
-    let off = cordon_holding(&lab, false)?;
+    let off = moving(&lab, NAME, Move::Cordon, false)?;
     println!(
         "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): --drain-window=0s {} broke; the default (300 s) {} broke, {} answered through the old holder; --drain-window={WINDOW} {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} (default) and {:?} ({WINDOW}) after the cordon; handover lines gone {:?} after the cordon, then {} of {LATE} connections still open broke ({} counted by the old holder)",
         mode.as_str(),
@@ -98,12 +107,25 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
         on.late_broken,
         on.counted_cut,
     );
-    println!("[e2e] three cordons in {:?}", started.elapsed());
+    println!(
+        "[e2e] with the default window, kube-proxy {}: ETP=Local, holder cordoned: {} of {CONNECTIONS} broke, {} answered through the old holder; the holder's agent stopped (SIGTERM, a rollout): {} broke, {} answered through the old holder",
+        mode.as_str(),
+        local.broken,
+        local.via_old,
+        rollout.broken,
+        rollout.via_old,
+    );
+    println!("[e2e] five planned moves in {:?}", started.elapsed());
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
     assert_eq!(off.late_broken, LATE, "{off:?}");
     assert!(off.lines.is_empty(), "0s writes no handover: {off:?}");
     assert_eq!(off.counted_cut, 0.0, "no window, no count: {off:?}");
-    for (what, run) in [("the default", &default), (WINDOW, &on)] {
+    for (what, run) in [
+        ("the default", &default),
+        ("ETP=Local", &local),
+        ("an agent stopped", &rollout),
+        (WINDOW, &on),
+    ] {
         assert_eq!(run.broken, 0, "{what}: {run:?}");
         assert_eq!(run.via_old, CONNECTIONS, "{what}: {run:?}");
         assert!(
@@ -115,10 +137,16 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
             "{what}: the old holder drains: {run:?}"
         );
     }
-    assert_eq!(
-        default.late_broken, 0,
-        "within the default window, idle connections are kept too: {default:?}"
-    );
+    for (what, run) in [
+        ("the default", &default),
+        ("ETP=Local", &local),
+        ("an agent stopped", &rollout),
+    ] {
+        assert_eq!(
+            run.late_broken, 0,
+            "{what}: within the default window, idle connections are kept too: {run:?}"
+        );
+    }
     assert!(
         on.lines_gone >= Duration::from_secs(9),
         "the lines last the window: {on:?}"
@@ -151,12 +179,22 @@ struct Outcome {
     counted_cut: f64,
 }
 
-/// Holds the connections through the holder, cordons it, waits for the new holder, sends
-/// one request on each of [`CONNECTIONS`]; reads the indexes' handover lines; waits for
-/// them to go (`window`: the controller's drain window is on), then sends one request on
-/// each of the [`LATE`] ones; then uncordons.
-fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
-    let (ip, holder) = lab.wait_announced(NS, NAME, ANNOUNCE_TIMEOUT)?;
+/// A planned move of a Service's IP off its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// `kubectl cordon` (then uncordon).
+    Cordon,
+    /// The holder's agent stopped by SIGTERM, as a rollout does (then started again).
+    AgentStop,
+}
+
+/// Holds the connections to Service `name` through its holder, moves the IP off it
+/// (`how`), waits for the new holder, sends one request on each of [`CONNECTIONS`]; reads
+/// the indexes' handover lines; waits for them to go (`window`: the controller's drain
+/// window is short), then sends one request on each of the [`LATE`] ones; then undoes the
+/// move.
+fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Error> {
+    let (ip, holder) = lab.wait_announced(NS, name, ANNOUNCE_TIMEOUT)?;
     let mut streams = client::in_namespace(CLIENT_NS, move || hold(ip, CONNECTIONS + LATE))?
         .map_err(|why| Error::Output {
             cmd: "long-lived connections from the client".to_owned(),
@@ -165,9 +203,12 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
     let late = streams.split_off(CONNECTIONS);
     let cut_before = cut_counted(holder)?;
     let cordoned = Instant::now();
-    lab.kubectl(&["cordon", &node_name(holder)])?;
+    match how {
+        Move::Cordon => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
+        Move::AgentStop => lab.stop(&format!("agent-{holder}"))?,
+    }
     let (_, new_holder) = wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
-        let (got, node) = lab.wait_announced(NS, NAME, ANNOUNCE_TIMEOUT)?;
+        let (got, node) = lab.wait_announced(NS, name, ANNOUNCE_TIMEOUT)?;
         Ok(if node == holder {
             Err(format!("{got} still on {}", node_name(node)))
         } else {
@@ -208,7 +249,11 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
     // The agents' tables follow their indexes (a watch event and a reconcile away); the
     // old holder counts what its conntrack still carries as the drain ends.
     std::thread::sleep(Duration::from_secs(1));
-    let counted_cut = cut_counted(holder)? - cut_before;
+    // A stopped agent counts nothing (the count is its drain's end).
+    let counted_cut = match how {
+        Move::Cordon => cut_counted(holder)? - cut_before,
+        Move::AgentStop => 0.0,
+    };
     let late_answers = client::in_namespace(CLIENT_NS, move || {
         late.into_iter().map(request).collect::<Vec<_>>()
     })?;
@@ -231,7 +276,13 @@ fn cordon_holding(lab: &Lab, window: bool) -> Result<Outcome, Error> {
             }
         }
     }
-    lab.kubectl(&["uncordon", &node_name(holder)])?;
+    match how {
+        Move::Cordon => drop(lab.kubectl(&["uncordon", &node_name(holder)])?),
+        Move::AgentStop => {
+            lab.start_agent(holder)?;
+            lab.wait_agent_lease(holder, ANNOUNCE_TIMEOUT)?;
+        }
+    }
     Ok(outcome)
 }
 

@@ -1020,15 +1020,22 @@ impl Reconciler {
         self.tracked.pools = current;
         metrics.set_pending(self.planner.pending());
         metrics.set_pending_by_reason(&self.planner.pending_by_reason());
-        let pool_of = |ns: &str| {
-            config
-                .pool_for_namespace(ns)
-                .map_or(String::new(), |(pool, _)| pool.as_str().to_owned())
+        // The pool a pending Service waits on: the one its allocation failed in (a named
+        // pool it asks for), else its namespace's default.
+        let pool_of = |key: &ServiceKey| {
+            self.planner.pool_of_service(key).map_or_else(
+                || {
+                    config
+                        .pool_for_namespace(&key.namespace)
+                        .map_or(String::new(), |(pool, _)| pool.as_str().to_owned())
+                },
+                |pool| pool.as_str().to_owned(),
+            )
         };
         let pending: Vec<(&ServiceKey, String, &'static str)> = self
             .planner
             .pending_services()
-            .map(|(key, why)| (key, pool_of(&key.namespace), why))
+            .map(|(key, why)| (key, pool_of(key), why))
             .collect();
         self.tracked.pending.replace(
             pending
