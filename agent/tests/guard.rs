@@ -588,9 +588,9 @@ async fn with_fresh_authority_a_claim_is_defended_once_per_interval_and_the_alia
         "one defence per IP per 10 s, flood or not"
     );
     let report = report_where(&s, "the foreign conflicts", Duration::from_secs(3), |r| {
-        [f4, f6].iter().all(|a| {
-            conflict(r, a).is_some_and(|c| c.reason.contains("not a node of this cluster"))
-        })
+        [f4, f6]
+            .iter()
+            .all(|a| conflict(r, a).is_some_and(|c| c.reason.contains("none of this node's peers")))
     })
     .await;
     for addr in [f4, f6] {

@@ -399,7 +399,7 @@ async fn an_answered_probe_is_never_added_is_reported_and_reprobed_until_free() 
         assert_eq!(c.interface.as_deref(), Some("eth0"));
         assert_eq!(
             c.reason,
-            "answered ARP on eth0 from 02:aa:00:00:00:01 (not a node of this cluster)"
+            "answered ARP on eth0 from 02:aa:00:00:00:01 (none of this node's peers)"
         );
         assert_eq!(report.held, [ip("192.168.1.60")].into());
         // Re-probed (after 1 s, then 2 s, 4 s...), never added while answered.
@@ -536,7 +536,7 @@ async fn a_foreign_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept()
         assert_eq!(report.held, [ip("192.168.1.50")].into());
         assert_eq!(
             report.conflicts[0].reason,
-            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+            "claimed on eth0 by 02:aa:00:00:00:01 (none of this node's peers) while this \
              agent's Lease was fresh: defended"
         );
         assert!(report.conflicts[0].while_held);
@@ -573,7 +573,7 @@ async fn a_foreign_claim_while_stale_removes_the_alias_at_once_and_is_reported()
         let report = h.report();
         assert_eq!(
             report.conflicts[0].reason,
-            "claimed on eth0 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+            "claimed on eth0 by 02:aa:00:00:00:01 (none of this node's peers) while this \
              agent's Lease was stale: removed"
         );
         assert_eq!(report.conflicts[0].interface.as_deref(), Some("eth0"));

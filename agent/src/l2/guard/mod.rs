@@ -393,7 +393,7 @@ impl<L: LanPort> LanGuard<L> {
                     warn!(%ip, interface = %ifname, %mac, %node, "another node claims a held IP while this agent's Lease is stale: yielding it");
                 }
                 Verdict::Remove => {
-                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is stale: removing it");
+                    warn!(%ip, interface = %ifname, %mac, "a host that is none of this node's peers claims a held IP while this agent's Lease is stale: removing it");
                 }
                 Verdict::Defend { node: Some(node) } => {
                     self.defend(held, ip);
@@ -401,7 +401,7 @@ impl<L: LanPort> LanGuard<L> {
                 }
                 Verdict::Defend { node: None } => {
                     self.defend(held, ip);
-                    warn!(%ip, interface = %ifname, %mac, "a host that is not a node of this cluster claims a held IP while this agent's Lease is fresh: defended, kept");
+                    warn!(%ip, interface = %ifname, %mac, "a host that is none of this node's peers claims a held IP while this agent's Lease is fresh: defended, kept");
                 }
                 Verdict::Defended => {
                     debug!(%ip, %mac, "claimed again within the defence interval")

@@ -599,12 +599,12 @@ impl Guard {
                             f.who.ifname,
                             f.who.mac,
                             f.who.node.as_deref().map_or_else(
-                                || "not a node of this cluster".to_owned(),
+                                || "none of this node's peers".to_owned(),
                                 |n| format!("node {n}")
                             )
                         ),
                         How::Claimed => format!(
-                            "claimed on {} by {} (not a node of this cluster) while this \
+                            "claimed on {} by {} (none of this node's peers) while this \
                              agent's Lease was stale: removed",
                             f.who.ifname, f.who.mac
                         ),
@@ -634,7 +634,7 @@ impl Guard {
         for (ip, d) in &self.defended {
             let by = match d.who.node.as_deref() {
                 Some(node) => format!("node {node} ({})", d.who.mac),
-                None => format!("{} (not a node of this cluster)", d.who.mac),
+                None => format!("{} (none of this node's peers)", d.who.mac),
             };
             out.push(report(
                 *ip,
@@ -909,7 +909,7 @@ mod tests {
         assert_eq!(c[0].interface.as_deref(), Some("eth1"));
         assert_eq!(
             c[0].reason,
-            "answered ARP on eth1 from 02:aa:00:00:00:01 (not a node of this cluster)"
+            "answered ARP on eth1 from 02:aa:00:00:00:01 (none of this node's peers)"
         );
         assert!(
             !c[0].while_held && !c[0].yielded,
@@ -1133,7 +1133,7 @@ mod tests {
         assert_eq!(report.len(), 1);
         assert_eq!(
             report[0].reason,
-            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+            "claimed on eth1 by 02:aa:00:00:00:01 (none of this node's peers) while this \
              agent's Lease was fresh: defended"
         );
         assert_eq!(report[0].mac, Some(STRANGER));
@@ -1176,7 +1176,7 @@ mod tests {
         let report = g.conflicts();
         assert_eq!(
             report[0].reason,
-            "claimed on eth1 by 02:aa:00:00:00:01 (not a node of this cluster) while this \
+            "claimed on eth1 by 02:aa:00:00:00:01 (none of this node's peers) while this \
              agent's Lease was stale: removed"
         );
         assert!(report[0].while_held && report[0].yielded);
