@@ -148,6 +148,12 @@ pub fn handovers_of(node: &str, objects: &NodeObjects) -> BTreeMap<IpAddr, Hando
 /// When an object must be written among a node's writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Round {
+    /// The index, when it brings a new forward and the shard count does not grow
+    /// ([`brings_forward`]): before the shards, so the node that gets an IP in a planned
+    /// move has its forward in place before the shard line that makes it announce the IP
+    /// (the two writes would otherwise race, and an agent reading the shard first would
+    /// announce the IP one reconcile before it forwards the flows of the old holder).
+    Forwards,
     /// A shard beyond the count in force: before the index says it counts.
     NewShard,
     /// The index, and the shards already counted when the count does not change.
@@ -155,6 +161,21 @@ pub enum Round {
     /// A shard already counted, after the index raised the count (it drops the lines that
     /// moved to the new shards).
     OldShard,
+}
+
+/// Whether the index data `new` lists a forward (a handover line with `forward=`) that
+/// `old` (what the node's index says now) does not. Pure.
+pub fn brings_forward(old: Option<&ObjectData>, new: &ObjectData) -> bool {
+    let forwards = |d: Option<&ObjectData>| -> BTreeSet<String> {
+        d.and_then(|d| d.handovers.as_deref())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" forward="))
+            .map(str::to_owned)
+            .collect()
+    };
+    let before = forwards(old);
+    forwards(Some(new)).iter().any(|l| !before.contains(l))
 }
 
 /// The objects that say `assignments` for `node` (every shard and the index), each with its
@@ -1181,5 +1202,24 @@ mod tests {
             i += 1;
         }
         assert_eq!(render_shards("n1", &within(&crowded, &only), &only), None);
+    }
+
+    #[test]
+    fn an_index_that_brings_a_forward_goes_before_the_shards() {
+        let index = |handovers: Option<&str>| ObjectData {
+            handovers: handovers.map(str::to_owned),
+            ..ObjectData::default()
+        };
+        let forward = "10.0.0.1 tcp:80 forward=n2@192.168.0.2\n";
+        let draining = "10.0.0.2 tcp:80 draining\n";
+        assert!(brings_forward(None, &index(Some(forward))));
+        assert!(brings_forward(Some(&index(None)), &index(Some(forward))));
+        assert!(!brings_forward(
+            Some(&index(Some(forward))),
+            &index(Some(forward))
+        ));
+        assert!(!brings_forward(Some(&index(None)), &index(Some(draining))));
+        assert!(!brings_forward(Some(&index(Some(forward))), &index(None)));
+        assert!(Round::Forwards < Round::NewShard && Round::NewShard < Round::Index);
     }
 }

@@ -366,8 +366,18 @@ impl Writes {
                 }
             };
             let seen = seen.unwrap_or(&no_objects);
+            let grows = objects.iter().any(|(_, _, r)| *r == Round::NewShard);
             let mut pending = false;
             for (name, data, round) in objects {
+                let round = if round == Round::Index
+                    && !grows
+                    && data.shards.is_some()
+                    && assignments::brings_forward(seen.get(&name), &data)
+                {
+                    Round::Forwards
+                } else {
+                    round
+                };
                 if seen.get(&name) == Some(&data) {
                     self.assign_memo.remove(&name);
                     self.assign_refused.remove(&name);
