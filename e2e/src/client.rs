@@ -4,11 +4,11 @@
 //! probes that tell an answer, a refusal and a silent drop apart ([`tcp_probe`]). Does I/O.
 
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::lab::{CLIENT_IP, CLIENT_NS, NODES, node_ip};
+use crate::lab::{CLIENT_IP, CLIENT_IP6, CLIENT_NS, NODES, node_ip, node_ip6};
 
 /// Connect timeout of one request: a dead path fails fast and the next probe follows.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -29,13 +29,16 @@ pub struct Answer {
 impl Answer {
     /// The node that forwarded the request, i.e. held the IP: with externalTrafficPolicy
     /// Cluster kube-proxy masquerades to that node's LAN address (pod elsewhere) or to its
-    /// `cni0` address 10.244.N.1 (pod on the same node); with Local the client address is
-    /// kept and the pod is on the holder.
+    /// `cni0` address 10.244.N.1 / fd44:0:0:N::1 (pod on the same node); with Local the
+    /// client address is kept and the pod is on the holder.
     pub fn via_node(&self) -> Option<u8> {
         NODES.into_iter().find(|&n| {
             self.client == IpAddr::V4(node_ip(n))
+                || self.client == IpAddr::V6(node_ip6(n))
                 || self.client == IpAddr::V4(Ipv4Addr::new(10, 244, n, 1))
-                || (self.client == IpAddr::V4(CLIENT_IP) && self.pod_node() == Some(n))
+                || self.client == IpAddr::V6(Ipv6Addr::new(0xfd44, 0, 0, u16::from(n), 0, 0, 0, 1))
+                || ((self.client == IpAddr::V4(CLIENT_IP) || self.client == IpAddr::V6(CLIENT_IP6))
+                    && self.pod_node() == Some(n))
         })
     }
 

@@ -8,8 +8,8 @@
 //! - The controller's default (a 300 s window): none breaks, idle ones included; the same
 //!   for an `externalTrafficPolicy: Local` Service (its pods on nodes 1 and 2: the new
 //!   holder is the other one), and when the holder's agent is stopped by SIGTERM (as in a
-//!   rollout: its Lease released) instead of a cordon. Through the host-port shield, which
-//!   the lab's agents run with (the default).
+//!   rollout: its Lease released) instead of a cordon, and for an IPv6 Service. Through
+//!   the host-port shield, which the lab's agents run with (the default).
 //! - `--drain-window=10s`: the controller writes the handover lines, the new holder's agent
 //!   its forwarding tables ([`aliaslb_agent::handover`]); none breaks, each answered
 //!   through the old holder (its conntrack still DNATs the flow, without the alias), and a
@@ -30,22 +30,27 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
 use aliaslb_e2e::Error;
 use aliaslb_e2e::client::{self, parse_answer};
-use aliaslb_e2e::fixtures::lb_service;
+use aliaslb_e2e::fixtures::{Families, lb_service, namespace};
 use aliaslb_e2e::lab::{
-    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, wait_for,
+    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, node_number, wait_for,
 };
+use aliaslb_e2e::sampler;
 use aliaslb_e2e::trials;
 
 const NS: &str = "default";
 const NAME: &str = "svc-1";
 /// An `externalTrafficPolicy: Local` Service with endpoints on nodes 1 and 2.
 const LOCAL: &str = "svc-local";
+/// The namespace, pool and name of an IPv6 Service.
+const NS6: &str = "e2e-hov6";
+const POOL6: &str = "fd55::80";
+const NAME6: &str = "web6";
 const CONNECTIONS: usize = 40;
 /// Connections kept idle past the window's end.
 const LATE: usize = 10;
@@ -55,24 +60,28 @@ const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_cordon_keeps_established_connections_with_a_drain_window() -> Result<(), Error> {
-    cordon_both_ways(ProxyMode::Iptables)
+    cordon_both_ways(ProxyMode::Iptables, true)
 }
 
 #[test]
 fn a_cordon_keeps_established_connections_with_nftables_kube_proxy() -> Result<(), Error> {
-    cordon_both_ways(ProxyMode::Nftables)
+    cordon_both_ways(ProxyMode::Nftables, false)
 }
 
 /// The cordon with the controller's default (on, 300 s: within it), with a 10 s window
 /// (past its end), and with the window off (`--drain-window=0s`, today's figure),
-/// kube-proxy in `mode`.
-fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
+/// kube-proxy in `mode`; with `every`, the other planned moves and Services too (within
+/// the default window): ETP=Local, an agent stopped, IPv6, a pool's node selector edited.
+fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
     let Some(lab) = Lab::up_with(mode)? else {
         return Ok(());
     };
     let started = Instant::now();
     lab.apply(&lb_service(NS, NAME).to_yaml())?;
     lab.apply(&lb_service(NS, LOCAL).local().pods_on(&[1, 2]).to_yaml())?;
+    lab.apply(&namespace(NS6))?;
+    lab.add_pool(NS6, &[POOL6])?;
+    lab.apply(&lb_service(NS6, NAME6).families(Families::V6).to_yaml())?;
     let restart = |window: Option<&str>| -> Result<(), Error> {
         lab.stop("controller-1")?;
         match window {
@@ -86,13 +95,24 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
     // The lab's controller runs with the default. The baseline goes last: the flows it
     // breaks stay established in the old holder's conntrack (nothing tells it), and would
     // count at a later window's end there.
-    let default = moving(&lab, NAME, Move::Cordon, false)?;
-    let local = moving(&lab, LOCAL, Move::Cordon, false)?;
-    let rollout = moving(&lab, NAME, Move::AgentStop, false)?;
+    let default = moving(&lab, (NS, NAME), Move::Cordon, false)?;
+    let mut others = Vec::new();
+    if every {
+        others.push(("ETP=Local", moving(&lab, (NS, LOCAL), Move::Cordon, false)?));
+        others.push((
+            "an agent stopped",
+            moving(&lab, (NS, NAME), Move::AgentStop, false)?,
+        ));
+        others.push(("IPv6", moving(&lab, (NS6, NAME6), Move::Cordon, false)?));
+        others.push((
+            "the pool's nodeSelector edited",
+            moving(&lab, (NS, NAME), Move::Selector, false)?,
+        ));
+    }
     restart(Some(WINDOW))?;
-    let on = moving(&lab, NAME, Move::Cordon, true)?;
+    let on = moving(&lab, (NS, NAME), Move::Cordon, true)?;
     restart(Some("0s"))?;
-    let off = moving(&lab, NAME, Move::Cordon, false)?;
+    let off = moving(&lab, (NS, NAME), Move::Cordon, false)?;
     println!(
         "[e2e] cordon of the holder, {CONNECTIONS} established connections (ETP=Cluster, kube-proxy {}): --drain-window=0s {} broke; the default (300 s) {} broke, {} answered through the old holder; --drain-window={WINDOW} {} broke, {} answered through the old holder; a new connection answered through the new holder {:?} (default) and {:?} ({WINDOW}) after the cordon; handover lines gone {:?} after the cordon, then {} of {LATE} connections still open broke ({} counted by the old holder)",
         mode.as_str(),
@@ -107,25 +127,28 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
         on.late_broken,
         on.counted_cut,
     );
+    for (what, run) in &others {
+        println!(
+            "[e2e] with the default window, kube-proxy {}, {what}: {} of {CONNECTIONS} broke, {} answered through the old holder; a new connection through the new holder {:?} after the move",
+            mode.as_str(),
+            run.broken,
+            run.via_old,
+            run.first_new,
+        );
+    }
     println!(
-        "[e2e] with the default window, kube-proxy {}: ETP=Local, holder cordoned: {} of {CONNECTIONS} broke, {} answered through the old holder; the holder's agent stopped (SIGTERM, a rollout): {} broke, {} answered through the old holder",
-        mode.as_str(),
-        local.broken,
-        local.via_old,
-        rollout.broken,
-        rollout.via_old,
+        "[e2e] {} planned moves in {:?}",
+        3 + others.len(),
+        started.elapsed()
     );
-    println!("[e2e] five planned moves in {:?}", started.elapsed());
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
     assert_eq!(off.late_broken, LATE, "{off:?}");
     assert!(off.lines.is_empty(), "0s writes no handover: {off:?}");
     assert_eq!(off.counted_cut, 0.0, "no window, no count: {off:?}");
-    for (what, run) in [
-        ("the default", &default),
-        ("ETP=Local", &local),
-        ("an agent stopped", &rollout),
-        (WINDOW, &on),
-    ] {
+    let within: Vec<(&str, &Outcome)> = std::iter::once(("the default", &default))
+        .chain(others.iter().map(|(what, run)| (*what, run)))
+        .collect();
+    for (what, run) in within.iter().copied().chain([(WINDOW, &on)]) {
         assert_eq!(run.broken, 0, "{what}: {run:?}");
         assert_eq!(run.via_old, CONNECTIONS, "{what}: {run:?}");
         assert!(
@@ -137,11 +160,7 @@ fn cordon_both_ways(mode: ProxyMode) -> Result<(), Error> {
             "{what}: the old holder drains: {run:?}"
         );
     }
-    for (what, run) in [
-        ("the default", &default),
-        ("ETP=Local", &local),
-        ("an agent stopped", &rollout),
-    ] {
+    for (what, run) in within {
         assert_eq!(
             run.late_broken, 0,
             "{what}: within the default window, idle connections are kept too: {run:?}"
@@ -186,15 +205,20 @@ enum Move {
     Cordon,
     /// The holder's agent stopped by SIGTERM, as a rollout does (then started again).
     AgentStop,
+    /// The pool's `nodeSelector` edited to leave the holder out (then removed).
+    Selector,
 }
+
+/// The label the [`Move::Selector`] pool selects nodes by.
+const SELECT: &str = "aliaslb-e2e/handover";
 
 /// Holds the connections to Service `name` through its holder, moves the IP off it
 /// (`how`), waits for the new holder, sends one request on each of [`CONNECTIONS`]; reads
 /// the indexes' handover lines; waits for them to go (`window`: the controller's drain
 /// window is short), then sends one request on each of the [`LATE`] ones; then undoes the
 /// move.
-fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Error> {
-    let (ip, holder) = lab.wait_announced(NS, name, ANNOUNCE_TIMEOUT)?;
+fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Result<Outcome, Error> {
+    let (ip, holder) = announced(lab, ns, name)?;
     let mut streams = client::in_namespace(CLIENT_NS, move || hold(ip, CONNECTIONS + LATE))?
         .map_err(|why| Error::Output {
             cmd: "long-lived connections from the client".to_owned(),
@@ -206,9 +230,16 @@ fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Err
     match how {
         Move::Cordon => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
         Move::AgentStop => lab.stop(&format!("agent-{holder}"))?,
+        Move::Selector => {
+            for n in NODES.into_iter().filter(|n| *n != holder) {
+                lab.kubectl(&["label", "node", &node_name(n), &format!("{SELECT}=yes")])?;
+            }
+            let config = format!("pools:\n  {ns}:\n    nodeSelector: {{{SELECT}: \"yes\"}}\n");
+            lab.patch_pools(&serde_json::json!({"data": {"config.yaml": config}}).to_string())?;
+        }
     }
     let (_, new_holder) = wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
-        let (got, node) = lab.wait_announced(NS, name, ANNOUNCE_TIMEOUT)?;
+        let (got, node) = announced(lab, ns, name)?;
         Ok(if node == holder {
             Err(format!("{got} still on {}", node_name(node)))
         } else {
@@ -219,7 +250,7 @@ fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Err
         "a new connection through the new holder",
         ANNOUNCE_TIMEOUT,
         || {
-            Ok(match client::get(ip)? {
+            Ok(match client::get_ip(ip)? {
                 Ok(a) if a.via_node() == Some(new_holder) => Ok(cordoned.elapsed()),
                 Ok(a) => Err(format!("answered via {:?}", a.via_node())),
                 Err(e) => Err(e),
@@ -251,8 +282,8 @@ fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Err
     std::thread::sleep(Duration::from_secs(1));
     // A stopped agent counts nothing (the count is its drain's end).
     let counted_cut = match how {
-        Move::Cordon => cut_counted(holder)? - cut_before,
         Move::AgentStop => 0.0,
+        Move::Cordon | Move::Selector => cut_counted(holder)? - cut_before,
     };
     let late_answers = client::in_namespace(CLIENT_NS, move || {
         late.into_iter().map(request).collect::<Vec<_>>()
@@ -282,8 +313,39 @@ fn moving(lab: &Lab, name: &str, how: Move, window: bool) -> Result<Outcome, Err
             lab.start_agent(holder)?;
             lab.wait_agent_lease(holder, ANNOUNCE_TIMEOUT)?;
         }
+        Move::Selector => {
+            lab.patch_pools(r#"{"data": {"config.yaml": null}}"#)?;
+            for n in NODES {
+                lab.kubectl(&["label", "node", &node_name(n), &format!("{SELECT}-")])?;
+            }
+        }
     }
     Ok(outcome)
+}
+
+/// The one IP of Service `ns/name` (either family) and its node, once announced and held
+/// there.
+fn announced(lab: &Lab, ns: &str, name: &str) -> Result<(IpAddr, u8), Error> {
+    wait_for(&format!("{ns}/{name} announced"), ANNOUNCE_TIMEOUT, || {
+        let view = lab.service(ns, name)?;
+        let announced = view
+            .conditions
+            .get("aliaslb.io/Announced")
+            .is_some_and(|c| c.status == "True");
+        let node = view.node.as_deref().and_then(node_number);
+        Ok(match (view.all_ips.as_slice(), node) {
+            ([ip], Some(n)) if announced && held(n, *ip)? => Ok((*ip, n)),
+            _ => Err(view.summary()),
+        })
+    })
+}
+
+/// Whether node `n` holds `ip` as an alias.
+fn held(n: u8, ip: IpAddr) -> Result<bool, Error> {
+    Ok(match ip {
+        IpAddr::V4(ip) => sampler::aliases(n)?.contains(&ip),
+        IpAddr::V6(ip) => sampler::aliases6(n)?.contains(&ip),
+    })
 }
 
 /// Node `n`'s agent's `aliaslb_agent_handover_connections_cut_total` (0 before any).
@@ -319,7 +381,7 @@ fn handover_lines(lab: &Lab) -> Result<Vec<String>, Error> {
 
 /// Opens `count` idle connections (in the client's namespace), paced: the pods' socat
 /// forks a shell per connection behind a short accept queue.
-fn hold(ip: Ipv4Addr, count: usize) -> Result<Vec<TcpStream>, String> {
+fn hold(ip: IpAddr, count: usize) -> Result<Vec<TcpStream>, String> {
     let addr = SocketAddr::from((ip, 80));
     (0..count)
         .map(|_| {
