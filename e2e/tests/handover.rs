@@ -8,8 +8,9 @@
 //! - The controller's default (a 300 s window): none breaks, idle ones included; the same
 //!   for an `externalTrafficPolicy: Local` Service (its pods on nodes 1 and 2: the new
 //!   holder is the other one), and when the holder's agent is stopped by SIGTERM (as in a
-//!   rollout: its Lease released) instead of a cordon, and for an IPv6 Service. Through
-//!   the host-port shield, which the lab's agents run with (the default).
+//!   rollout: its Lease released) instead of a cordon, for an IPv6 Service, when the pool's
+//!   `nodeSelector` is edited to leave the holder out, and with the pool on virtual MACs.
+//!   Through the host-port shield, which the lab's agents run with (the default).
 //! - `--drain-window=10s`: the controller writes the handover lines, the new holder's agent
 //!   its forwarding tables ([`aliaslb_agent::handover`]); none breaks, each answered
 //!   through the old holder (its conntrack still DNATs the flow, without the alias), and a
@@ -31,6 +32,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aliaslb_core::keys;
@@ -38,9 +40,9 @@ use aliaslb_e2e::Error;
 use aliaslb_e2e::client::{self, parse_answer};
 use aliaslb_e2e::fixtures::{Families, lb_service, namespace};
 use aliaslb_e2e::lab::{
-    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, node_number, wait_for,
+    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, node_number, run,
+    wait_for,
 };
-use aliaslb_e2e::sampler;
 use aliaslb_e2e::trials;
 
 const NS: &str = "default";
@@ -71,7 +73,8 @@ fn a_cordon_keeps_established_connections_with_nftables_kube_proxy() -> Result<(
 /// The cordon with the controller's default (on, 300 s: within it), with a 10 s window
 /// (past its end), and with the window off (`--drain-window=0s`, today's figure),
 /// kube-proxy in `mode`; with `every`, the other planned moves and Services too (within
-/// the default window): ETP=Local, an agent stopped, IPv6, a pool's node selector edited.
+/// the default window): ETP=Local, an agent stopped, IPv6, a pool's node selector edited,
+/// virtual MACs.
 fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
     let Some(lab) = Lab::up_with(mode)? else {
         return Ok(());
@@ -107,6 +110,10 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
         others.push((
             "the pool's nodeSelector edited",
             moving(&lab, (NS, NAME), Move::Selector, false)?,
+        ));
+        others.push((
+            "virtual MACs, holder cordoned",
+            moving(&lab, (NS, NAME), Move::VirtualMac, false)?,
         ));
     }
     restart(Some(WINDOW))?;
@@ -207,6 +214,9 @@ enum Move {
     AgentStop,
     /// The pool's `nodeSelector` edited to leave the holder out (then removed).
     Selector,
+    /// `kubectl cordon` of the holder of an IP of a pool with `virtualMAC: true` (set
+    /// before the connections, removed after).
+    VirtualMac,
 }
 
 /// The label the [`Move::Selector`] pool selects nodes by.
@@ -218,6 +228,18 @@ const SELECT: &str = "aliaslb-e2e/handover";
 /// window is short), then sends one request on each of the [`LATE`] ones; then undoes the
 /// move.
 fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Result<Outcome, Error> {
+    if how == Move::VirtualMac {
+        let config = format!("pools:\n  {ns}:\n    virtualMAC: true\n");
+        lab.patch_pools(&serde_json::json!({"data": {"config.yaml": config}}).to_string())?;
+        // The IP moves to its own MAC on the same node: its line says so.
+        wait_for("the IP on its virtual MAC", ANNOUNCE_TIMEOUT, || {
+            Ok(if virtual_mac_lines(lab)? {
+                Ok(())
+            } else {
+                Err("no vmac= line yet".to_owned())
+            })
+        })?;
+    }
     let (ip, holder) = announced(lab, ns, name)?;
     let mut streams = client::in_namespace(CLIENT_NS, move || hold(ip, CONNECTIONS + LATE))?
         .map_err(|why| Error::Output {
@@ -228,7 +250,7 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
     let cut_before = cut_counted(holder)?;
     let cordoned = Instant::now();
     match how {
-        Move::Cordon => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
+        Move::Cordon | Move::VirtualMac => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
         Move::AgentStop => lab.stop(&format!("agent-{holder}"))?,
         Move::Selector => {
             for n in NODES.into_iter().filter(|n| *n != holder) {
@@ -283,7 +305,7 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
     // A stopped agent counts nothing (the count is its drain's end).
     let counted_cut = match how {
         Move::AgentStop => 0.0,
-        Move::Cordon | Move::Selector => cut_counted(holder)? - cut_before,
+        Move::Cordon | Move::Selector | Move::VirtualMac => cut_counted(holder)? - cut_before,
     };
     let late_answers = client::in_namespace(CLIENT_NS, move || {
         late.into_iter().map(request).collect::<Vec<_>>()
@@ -309,6 +331,10 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
     }
     match how {
         Move::Cordon => drop(lab.kubectl(&["uncordon", &node_name(holder)])?),
+        Move::VirtualMac => {
+            lab.kubectl(&["uncordon", &node_name(holder)])?;
+            lab.patch_pools(r#"{"data": {"config.yaml": null}}"#)?;
+        }
         Move::AgentStop => {
             lab.start_agent(holder)?;
             lab.wait_agent_lease(holder, ANNOUNCE_TIMEOUT)?;
@@ -340,12 +366,35 @@ fn announced(lab: &Lab, ns: &str, name: &str) -> Result<(IpAddr, u8), Error> {
     })
 }
 
-/// Whether node `n` holds `ip` as an alias.
+/// Whether node `n` holds `ip` as an alias, on any link (a virtual MAC's is a macvlan).
 fn held(n: u8, ip: IpAddr) -> Result<bool, Error> {
-    Ok(match ip {
-        IpAddr::V4(ip) => sampler::aliases(n)?.contains(&ip),
-        IpAddr::V6(ip) => sampler::aliases6(n)?.contains(&ip),
-    })
+    let family = if ip.is_ipv4() { "-4" } else { "-6" };
+    let out = run(Command::new("ip").args([
+        "-n",
+        &node_name(n),
+        family,
+        "-o",
+        "addr",
+        "show",
+        "to",
+        &ip.to_string(),
+    ]))?;
+    Ok(!out.trim().is_empty())
+}
+
+/// Whether some node's assignment has a line with a virtual MAC (`vmac=`).
+fn virtual_mac_lines(lab: &Lab) -> Result<bool, Error> {
+    let listed = lab.kubectl(&[
+        "get",
+        "configmap",
+        "-n",
+        SYSTEM_NAMESPACE,
+        "-l",
+        keys::LABEL_ASSIGNMENTS,
+        "-o",
+        "jsonpath={.items[*].data}",
+    ])?;
+    Ok(listed.contains("vmac="))
 }
 
 /// Node `n`'s agent's `aliaslb_agent_handover_connections_cut_total` (0 before any).
