@@ -56,6 +56,8 @@ const NAME6: &str = "web6";
 const CONNECTIONS: usize = 40;
 /// Connections kept idle past the window's end.
 const LATE: usize = 10;
+/// Busy connections across a cordon: each sends a line every 100 ms and checks its echo.
+const BUSY: usize = 200;
 /// The controller's drain window in the test (short, so its end is seen).
 const WINDOW: &str = "10s";
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -100,7 +102,9 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
     // count at a later window's end there.
     let default = moving(&lab, (NS, NAME), Move::Cordon, false)?;
     let mut others = Vec::new();
+    let mut busy = None;
     if every {
+        busy = Some(busy_cordon(&lab)?);
         others.push(("ETP=Local", moving(&lab, (NS, LOCAL), Move::Cordon, false)?));
         others.push((
             "an agent stopped",
@@ -134,6 +138,16 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
         on.late_broken,
         on.counted_cut,
     );
+    if let Some(b) = &busy {
+        println!(
+            "[e2e] with the default window, kube-proxy {}: {BUSY} busy connections (a line every 100 ms each, its echo checked) across a cordon of the holder: {} broke; {} lines answered, {} after the IP moved, every connection by the same pod throughout: {}",
+            mode.as_str(),
+            b.broken.len(),
+            b.answered,
+            b.after_move,
+            b.same_pod,
+        );
+    }
     for (what, run) in &others {
         println!(
             "[e2e] with the default window, kube-proxy {}, {what}: {} of {CONNECTIONS} broke, {} answered through the old holder; a new connection through the new holder {:?} after the move",
@@ -148,6 +162,18 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
         3 + others.len(),
         started.elapsed()
     );
+    if let Some(b) = &busy {
+        assert!(
+            b.broken.is_empty(),
+            "busy connections broke: {:?}",
+            b.broken
+        );
+        assert!(b.same_pod, "a flow changed pods: {b:?}");
+        assert!(
+            b.after_move > BUSY * 10,
+            "the connections kept talking after the move: {b:?}"
+        );
+    }
     assert_eq!(off.broken, CONNECTIONS, "today's figure: every one breaks");
     assert_eq!(off.late_broken, LATE, "{off:?}");
     assert!(off.lines.is_empty(), "0s writes no handover: {off:?}");
@@ -347,6 +373,113 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
         }
     }
     Ok(outcome)
+}
+
+/// How [`BUSY`] connections fared across a cordon.
+#[derive(Debug)]
+struct Busy {
+    /// The connections that broke, with why.
+    broken: Vec<String>,
+    /// Lines echoed in all, and after the IP moved.
+    answered: usize,
+    after_move: usize,
+    /// Whether every connection was answered by one pod throughout.
+    same_pod: bool,
+}
+
+/// [`BUSY`] connections to the default Service through its holder, each in echo mode
+/// (the lab's pods answer every line after a first `ECHO`), sending a line every 100 ms
+/// from one client thread; the holder is cordoned after 1 s, the lines go on for 4 s after
+/// the IP moved; then uncordon.
+fn busy_cordon(lab: &Lab) -> Result<Busy, Error> {
+    use std::io::{BufRead as _, BufReader};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (ip, holder) = announced(lab, NS, NAME)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Milliseconds since `t0` when the IP moved (0: not yet).
+    let moved_at = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let (stop2, moved2) = (stop.clone(), moved_at.clone());
+    let talker = std::thread::spawn(move || {
+        client::in_namespace(CLIENT_NS, move || -> Result<Busy, String> {
+            let mut conns = Vec::new();
+            for _ in 0..BUSY {
+                std::thread::sleep(Duration::from_millis(10));
+                let s =
+                    TcpStream::connect_timeout(&SocketAddr::new(ip, 80), Duration::from_secs(2))
+                        .map_err(|e| format!("connect: {e}"))?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))
+                    .map_err(|e| e.to_string())?;
+                let mut w = s.try_clone().map_err(|e| e.to_string())?;
+                w.write_all(b"ECHO\n").map_err(|e| e.to_string())?;
+                conns.push((w, BufReader::new(s), None::<String>, None::<String>));
+            }
+            let mut out = Busy {
+                broken: Vec::new(),
+                answered: 0,
+                after_move: 0,
+                same_pod: true,
+            };
+            let mut n = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let round = Instant::now();
+                n += 1;
+                for (k, (w, r, pod, broke)) in conns.iter_mut().enumerate() {
+                    if broke.is_some() {
+                        continue;
+                    }
+                    let mut line = String::new();
+                    let got = w
+                        .write_all(format!("{n}\n").as_bytes())
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| r.read_line(&mut line).map_err(|e| e.to_string()));
+                    match got {
+                        Ok(0) => *broke = Some(format!("connection {k}: closed at line {n}")),
+                        Err(e) => *broke = Some(format!("connection {k}: {e} at line {n}")),
+                        Ok(_) => {
+                            let who = line.split_whitespace().next().unwrap_or("").to_owned();
+                            if pod.get_or_insert_with(|| who.clone()) != &who {
+                                out.same_pod = false;
+                            }
+                            out.answered += 1;
+                            if moved2.load(Ordering::Relaxed) != 0 {
+                                out.after_move += 1;
+                            }
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100).saturating_sub(round.elapsed()));
+            }
+            out.broken = conns.into_iter().filter_map(|c| c.3).collect();
+            Ok(out)
+        })
+    });
+    std::thread::sleep(Duration::from_secs(1 + BUSY as u64 / 100 * 2));
+    lab.kubectl(&["cordon", &node_name(holder)])?;
+    wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
+        let (got, node) = announced(lab, NS, NAME)?;
+        Ok(if node == holder {
+            Err(format!("{got} still on {}", node_name(node)))
+        } else {
+            Ok(())
+        })
+    })?;
+    moved_at.store(
+        u64::try_from(t0.elapsed().as_millis()).unwrap_or(1).max(1),
+        Ordering::Relaxed,
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    let busy = talker
+        .join()
+        .map_err(|_| Error::Environment("the busy client thread panicked".to_owned()))??
+        .map_err(|why| Error::Output {
+            cmd: "busy connections from the client".to_owned(),
+            why,
+        })?;
+    lab.kubectl(&["uncordon", &node_name(holder)])?;
+    Ok(busy)
 }
 
 /// The one IP of Service `ns/name` (either family) and its node, once announced and held
