@@ -40,8 +40,8 @@ use aliaslb_e2e::Error;
 use aliaslb_e2e::client::{self, parse_answer};
 use aliaslb_e2e::fixtures::{Families, lb_service, namespace};
 use aliaslb_e2e::lab::{
-    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_name, node_number, run,
-    wait_for,
+    CLIENT_NS, Lab, NODES, ProxyMode, SYSTEM_NAMESPACE, node_ip, node_ip6, node_name, node_number,
+    run, wait_for,
 };
 use aliaslb_e2e::trials;
 
@@ -53,6 +53,10 @@ const LOCAL: &str = "svc-local";
 const NS6: &str = "e2e-hov6";
 const POOL6: &str = "fd55::80";
 const NAME6: &str = "web6";
+/// The namespace, pool and name of a Service on a pool with virtual MACs from the start.
+const NSV: &str = "e2e-hovmac";
+const POOLV: &str = "192.168.55.70";
+const NAMEV: &str = "webv";
 const CONNECTIONS: usize = 40;
 /// Connections kept idle past the window's end.
 const LATE: usize = 10;
@@ -61,6 +65,8 @@ const BUSY: usize = 200;
 /// The controller's drain window in the test (short, so its end is seen).
 const WINDOW: &str = "10s";
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(20);
+/// A connect's bound, before any move: two SYN retransmissions.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(6);
 
 #[test]
 fn a_cordon_keeps_established_connections_with_a_drain_window() -> Result<(), Error> {
@@ -87,6 +93,10 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
     lab.apply(&namespace(NS6))?;
     lab.add_pool(NS6, &[POOL6])?;
     lab.apply(&lb_service(NS6, NAME6).families(Families::V6).to_yaml())?;
+    lab.apply(&namespace(NSV))?;
+    lab.add_pool(NSV, &[POOLV])?;
+    set_config(&lab, None)?;
+    lab.apply(&lb_service(NSV, NAMEV).to_yaml())?;
     let restart = |window: Option<&str>| -> Result<(), Error> {
         lab.stop("controller-1")?;
         match window {
@@ -104,7 +114,7 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
     let mut others = Vec::new();
     let mut busy = None;
     if every {
-        busy = Some(busy_cordon(&lab)?);
+        busy = Some(busy_cordon(&lab).inspect_err(|e| said(&lab, "busy", e))?);
         others.push(("ETP=Local", moving(&lab, (NS, LOCAL), Move::Cordon, false)?));
         others.push((
             "an agent stopped",
@@ -115,9 +125,17 @@ fn cordon_both_ways(mode: ProxyMode, every: bool) -> Result<(), Error> {
             "the pool's nodeSelector edited",
             moving(&lab, (NS, NAME), Move::Selector, false)?,
         ));
+        // Its line carries its virtual MAC (`vmac=`): the IP is answered from its own MAC.
+        wait_for("a line with a virtual MAC", ANNOUNCE_TIMEOUT, || {
+            Ok(if virtual_mac_lines(&lab)? {
+                Ok(())
+            } else {
+                Err("no vmac= line".to_owned())
+            })
+        })?;
         others.push((
             "virtual MACs, holder cordoned",
-            moving(&lab, (NS, NAME), Move::VirtualMac, false)?,
+            moving(&lab, (NSV, NAMEV), Move::Cordon, false)?,
         ));
     }
     restart(Some(WINDOW))?;
@@ -240,9 +258,18 @@ enum Move {
     AgentStop,
     /// The pool's `nodeSelector` edited to leave the holder out (then removed).
     Selector,
-    /// `kubectl cordon` of the holder of an IP of a pool with `virtualMAC: true` (set
-    /// before the connections, removed after).
-    VirtualMac,
+}
+
+/// The pools' options: [`NSV`]'s on virtual MACs, and with `selector`, the default pool's
+/// nodes chosen by [`SELECT`] and leaving node `selector` out.
+fn set_config(lab: &Lab, selector: Option<u8>) -> Result<(), Error> {
+    let mut config = format!("pools:\n  {NSV}:\n    virtualMAC: true\n");
+    if selector.is_some() {
+        config.push_str(&format!(
+            "  {NS}:\n    nodeSelector: {{{SELECT}: \"yes\"}}\n"
+        ));
+    }
+    lab.patch_pools(&serde_json::json!({"data": {"config.yaml": config}}).to_string())
 }
 
 /// The label the [`Move::Selector`] pool selects nodes by.
@@ -253,37 +280,50 @@ const SELECT: &str = "aliaslb-e2e/handover";
 /// the indexes' handover lines; waits for them to go (`window`: the controller's drain
 /// window is short), then sends one request on each of the [`LATE`] ones; then undoes the
 /// move.
-fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Result<Outcome, Error> {
-    if how == Move::VirtualMac {
-        let config = format!("pools:\n  {ns}:\n    virtualMAC: true\n");
-        lab.patch_pools(&serde_json::json!({"data": {"config.yaml": config}}).to_string())?;
-        // The IP moves to its own MAC on the same node: its line says so.
-        wait_for("the IP on its virtual MAC", ANNOUNCE_TIMEOUT, || {
-            Ok(if virtual_mac_lines(lab)? {
-                Ok(())
-            } else {
-                Err("no vmac= line yet".to_owned())
-            })
-        })?;
+fn moving(lab: &Lab, svc: (&str, &str), how: Move, window: bool) -> Result<Outcome, Error> {
+    moving_inner(lab, svc, how, window)
+        .inspect_err(|e| said(lab, &format!("{}/{} {how:?}", svc.0, svc.1), e))
+}
+
+/// On a failed round: what went wrong, the handover lines, the controller's and the agents'
+/// last log lines.
+fn said(lab: &Lab, round: &str, error: &Error) {
+    eprintln!("[e2e] round {round} failed: {error}");
+    eprintln!("[e2e] handover lines: {:?}", handover_lines(lab));
+    for name in ["controller-1", "agent-1", "agent-2", "agent-3"] {
+        eprintln!(
+            "---- last lines of {name}'s log ----\n{}",
+            lab.log_tail(name, 40)
+        );
     }
+}
+
+fn moving_inner(
+    lab: &Lab,
+    (ns, name): (&str, &str),
+    how: Move,
+    window: bool,
+) -> Result<Outcome, Error> {
     let (ip, holder) = announced(lab, ns, name)?;
     let mut streams = client::in_namespace(CLIENT_NS, move || hold(ip, CONNECTIONS + LATE))?
         .map_err(|why| Error::Output {
-            cmd: "long-lived connections from the client".to_owned(),
-            why,
+            cmd: format!(
+                "long-lived connections from the client to {ns}/{name} ({ip} on {}, {how:?})",
+                node_name(holder)
+            ),
+            why: format!("{why}\n{}", diagnostics(lab, ip)),
         })?;
     let late = streams.split_off(CONNECTIONS);
     let cut_before = cut_counted(holder)?;
     let cordoned = Instant::now();
     match how {
-        Move::Cordon | Move::VirtualMac => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
+        Move::Cordon => drop(lab.kubectl(&["cordon", &node_name(holder)])?),
         Move::AgentStop => lab.stop(&format!("agent-{holder}"))?,
         Move::Selector => {
             for n in NODES.into_iter().filter(|n| *n != holder) {
                 lab.kubectl(&["label", "node", &node_name(n), &format!("{SELECT}=yes")])?;
             }
-            let config = format!("pools:\n  {ns}:\n    nodeSelector: {{{SELECT}: \"yes\"}}\n");
-            lab.patch_pools(&serde_json::json!({"data": {"config.yaml": config}}).to_string())?;
+            set_config(lab, Some(holder))?;
         }
     }
     let (_, new_holder) = wait_for("the IP to move", ANNOUNCE_TIMEOUT, || {
@@ -331,7 +371,7 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
     // A stopped agent counts nothing (the count is its drain's end).
     let counted_cut = match how {
         Move::AgentStop => 0.0,
-        Move::Cordon | Move::Selector | Move::VirtualMac => cut_counted(holder)? - cut_before,
+        Move::Cordon | Move::Selector => cut_counted(holder)? - cut_before,
     };
     let late_answers = client::in_namespace(CLIENT_NS, move || {
         late.into_iter().map(request).collect::<Vec<_>>()
@@ -357,16 +397,12 @@ fn moving(lab: &Lab, (ns, name): (&str, &str), how: Move, window: bool) -> Resul
     }
     match how {
         Move::Cordon => drop(lab.kubectl(&["uncordon", &node_name(holder)])?),
-        Move::VirtualMac => {
-            lab.kubectl(&["uncordon", &node_name(holder)])?;
-            lab.patch_pools(r#"{"data": {"config.yaml": null}}"#)?;
-        }
         Move::AgentStop => {
             lab.start_agent(holder)?;
             lab.wait_agent_lease(holder, ANNOUNCE_TIMEOUT)?;
         }
         Move::Selector => {
-            lab.patch_pools(r#"{"data": {"config.yaml": null}}"#)?;
+            set_config(lab, None)?;
             for n in NODES {
                 lab.kubectl(&["label", "node", &node_name(n), &format!("{SELECT}-")])?;
             }
@@ -406,9 +442,8 @@ fn busy_cordon(lab: &Lab) -> Result<Busy, Error> {
             let mut conns = Vec::new();
             for _ in 0..BUSY {
                 std::thread::sleep(Duration::from_millis(10));
-                let s =
-                    TcpStream::connect_timeout(&SocketAddr::new(ip, 80), Duration::from_secs(2))
-                        .map_err(|e| format!("connect: {e}"))?;
+                let s = TcpStream::connect_timeout(&SocketAddr::new(ip, 80), CONNECT_TIMEOUT)
+                    .map_err(|e| format!("connect: {e}"))?;
                 s.set_read_timeout(Some(Duration::from_secs(2)))
                     .map_err(|e| e.to_string())?;
                 let mut w = s.try_clone().map_err(|e| e.to_string())?;
@@ -482,6 +517,42 @@ fn busy_cordon(lab: &Lab) -> Result<Busy, Error> {
     Ok(busy)
 }
 
+/// What the nodes and the client say about `ip`, for a failure's message.
+fn diagnostics(lab: &Lab, ip: IpAddr) -> String {
+    let mut out = format!("handover lines: {:?}\n", handover_lines(lab));
+    let ask =
+        |args: &[&str]| run(Command::new("ip").args(args)).unwrap_or_else(|e| format!("({e})"));
+    out.push_str(&format!(
+        "client neighbours: {}",
+        ask(&["-n", CLIENT_NS, "neigh", "show", &ip.to_string()])
+    ));
+    for n in NODES {
+        let node = node_name(n);
+        let tables =
+            run(Command::new("ip").args(["netns", "exec", &node, "nft", "list", "tables"]))
+                .unwrap_or_default();
+        let handover = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &node,
+            "nft",
+            "list",
+            "table",
+            "ip",
+            "aliaslb-handover",
+        ]))
+        .unwrap_or_default();
+        out.push_str(&format!(
+            "{node}: addresses to {ip}: {}; mac {}; tables {}; handover table: {}\n",
+            ask(&["-n", &node, "-o", "addr", "show", "to", &ip.to_string()]).trim(),
+            ask(&["-n", &node, "-br", "link", "show", "eth0"]).trim(),
+            tables.replace('\n', " "),
+            handover
+        ));
+    }
+    out
+}
+
 /// The one IP of Service `ns/name` (either family) and its node, once announced and held
 /// there.
 fn announced(lab: &Lab, ns: &str, name: &str) -> Result<(IpAddr, u8), Error> {
@@ -550,9 +621,10 @@ fn handover_lines(lab: &Lab) -> Result<Vec<String>, Error> {
         for line in text.lines() {
             if let Some((_, to)) = line.split_once(" forward=") {
                 let to = to.split_whitespace().next().unwrap_or("");
-                let named = NODES
-                    .into_iter()
-                    .any(|m| to == format!("{}@{}", node_name(m), node_ip(m)));
+                let named = NODES.into_iter().any(|m| {
+                    to == format!("{}@{}", node_name(m), node_ip(m))
+                        || to == format!("{}@{}", node_name(m), node_ip6(m))
+                });
                 assert!(named, "a forward to a node at its address: {line}");
             }
             out.push(format!("{}: {line}", node_name(n)));
@@ -568,7 +640,9 @@ fn hold(ip: IpAddr, count: usize) -> Result<Vec<TcpStream>, String> {
     (0..count)
         .map(|_| {
             std::thread::sleep(Duration::from_millis(25));
-            let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            // TCP's own SYN retransmissions (1 s, then 3 s) included: a first SYN lost in
+            // the churn of the round before is not what a round measures.
+            let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
                 .map_err(|e| format!("connect {addr}: {e}"))?;
             s.set_read_timeout(Some(Duration::from_secs(3)))
                 .map_err(|e| e.to_string())?;

@@ -8,7 +8,8 @@
 //! forwards to a node long gone) and at shutdown ([`Handovers::lift`]). An agent without
 //! a backend ([`Handovers::off`], as in the run loop's tests) does nothing.
 //!
-//! When a drain ends while this node does not hold the IP again (the window is over), the
+//! When a drain ends while this node neither holds nor forwards the IP again (the window is
+//! over), the
 //! established connections its conntrack still carries to the IP are counted
 //! ([`super::conntrack`], one dump on a blocking thread), logged and added to
 //! `aliaslb_agent_handover_connections_cut_total`: they break now.
@@ -109,12 +110,11 @@ impl<S: ShieldBackend> Handovers<S> {
         }
         self.resolved
             .retain(|a| rules.forwards.iter().any(|(_, _, to, _)| to == a));
-        let ended: BTreeSet<IpAddr> = self
+        let ended = self
             .applied
-            .iter()
-            .flat_map(|before| before.draining.iter().copied())
-            .filter(|ip| !rules.draining.contains(ip) && !holds(*ip))
-            .collect();
+            .as_ref()
+            .map(|before| window_ends(before, &rules, &holds))
+            .unwrap_or_default();
         if let Some(metrics) = &self.metrics {
             metrics.set_tables(rules.forwards.len(), rules.draining.len());
             if !ended.is_empty() {
@@ -138,6 +138,21 @@ impl<S: ShieldBackend> Handovers<S> {
         }
         self.applied = Some(Rules::default());
     }
+}
+
+/// The IPs whose drain window ended between the tables `before` and `now`: drained before,
+/// not now, and neither held (`holds`) nor forwarded now. A drain that ends while this node
+/// holds or forwards the IP again is the IP coming back (its index, with the forward, may
+/// arrive before the shard with its line), not a window's end. Pure.
+fn window_ends(before: &Rules, now: &Rules, holds: impl Fn(IpAddr) -> bool) -> BTreeSet<IpAddr> {
+    before
+        .draining
+        .iter()
+        .copied()
+        .filter(|ip| {
+            !now.draining.contains(ip) && !holds(*ip) && !now.forwards.iter().any(|(f, ..)| f == ip)
+        })
+        .collect()
 }
 
 /// Counts, off the loop, the established connections to `ended` (IPs whose drain window
@@ -213,5 +228,24 @@ mod tests {
             Some("eth0")
         );
         assert_eq!(interface_of(&interfaces, "fd00::1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn a_drain_ends_with_its_window_not_when_the_ip_comes_back() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let c: IpAddr = "10.0.0.3".parse().unwrap();
+        let before = Rules {
+            forwards: Vec::new(),
+            draining: vec![a, b, c],
+        };
+        // c comes back with a forward to the node that drains it now (the index first).
+        let now = Rules {
+            forwards: vec![(c, vec![80], "10.0.0.9".parse().unwrap(), "eth0".into())],
+            draining: vec![],
+        };
+        // b comes back as a held IP; a's window is over.
+        assert_eq!(window_ends(&before, &now, |ip| ip == b), [a].into());
+        assert!(window_ends(&before, &before, |_| false).is_empty());
     }
 }
