@@ -366,6 +366,13 @@ impl<L: LanPort> LanGuard<L> {
         let now = Instant::now().into_std();
         let mut after = After::Nothing;
         for claim in claims {
+            // This node's own announcement from the IP's virtual MAC, heard on the parent
+            // link before the port learnt the MAC (the reconcile that creates a virtual
+            // MAC's link announces from it at once, and tells the port after): never a
+            // claim, as it is not once the port knows the MAC.
+            if desired.vmac(claim.ip) == Some(claim.mac) && held.alias(claim.ip).is_some() {
+                continue;
+            }
             let who = sighting(desired, held, claim.mac, claim.ifindex, None);
             if claim.kind == ClaimKind::Uses && holder_claims(claim.ip, who.node.as_deref()) {
                 after = After::Reconcile;
@@ -673,5 +680,73 @@ mod tests {
         guard.defend(held, ip);
         let vmac = aliaslb_core::mac::virtual_mac(ip);
         assert_eq!(*lan.defences.lock().unwrap(), vec![(2, vmac, ip)]);
+    }
+
+    /// A pool switched to virtual MACs at run time: the reconcile that moves a held IP to
+    /// its virtual MAC announces from it before the port knows the MAC (lab, issue 45's
+    /// test: both Services `AddressDefended` against their own virtual MACs).
+    #[test]
+    fn an_own_virtual_mac_heard_before_the_port_knows_it_is_no_claim() {
+        let nic = [2, 0, 0, 0, 0, 2];
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let vmac = aliaslb_core::mac::virtual_mac(ip);
+        let host = HostState {
+            links: vec![
+                link(2, "eth0", nic, None, None),
+                link(
+                    100,
+                    &vmac::link_name(vmac),
+                    vmac.0,
+                    Some(vmac::KIND),
+                    Some(2),
+                ),
+            ],
+            addresses: vec![HostAddress {
+                ip,
+                prefix_len: 32,
+                ifindex: 100,
+                owned: true,
+                global: true,
+            }],
+            ..HostState::default()
+        };
+        let owned = BTreeMap::from([(
+            ip,
+            Alias {
+                ip,
+                ifindex: 100,
+                ifname: vmac::link_name(vmac),
+            },
+        )]);
+        let mut desired = DesiredSet::new();
+        desired.insert(ip, None);
+        desired.set_vmac(ip, vmac);
+        let held = Held::new(&owned, Some(&host), None);
+        let (_tx, claims) = mpsc::channel(1);
+        let mut guard = LanGuard::new(LanGuardSetup {
+            lan: Arc::new(Told::default()),
+            claims,
+            guard: GuardConfig::default(),
+            probe: ProbeConfig::default(),
+            recheck: ProbeConfig::quick(),
+            announcer: None,
+            metrics: LanMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        });
+        let claim = |mac: Mac| LanClaim {
+            ip,
+            mac,
+            ifindex: 2,
+            kind: ClaimKind::Uses,
+            at: Instant::now().into_std(),
+        };
+        // No `tell` yet: the port does not know the virtual MAC.
+        let after = guard.on_claims(&[claim(vmac)], &desired, held, true, |_, _| false);
+        assert!(matches!(after, After::Nothing));
+        assert!(guard.conflicts().is_empty(), "{:?}", guard.conflicts());
+        // A stranger's claim is one.
+        let stranger = Mac([2, 0xaa, 0, 0, 0, 1]);
+        let after = guard.on_claims(&[claim(stranger)], &desired, held, true, |_, _| false);
+        assert!(matches!(after, After::Publish));
+        assert_eq!(guard.conflicts().len(), 1);
     }
 }
