@@ -608,6 +608,20 @@ mod tests {
         }
     }
 
+    /// A guard on `lan` with the default timers and no claims coming.
+    fn test_guard(lan: Arc<Told>) -> LanGuard<Told> {
+        let (_tx, claims) = mpsc::channel(1);
+        LanGuard::new(LanGuardSetup {
+            lan,
+            claims,
+            guard: GuardConfig::default(),
+            probe: ProbeConfig::default(),
+            recheck: ProbeConfig::quick(),
+            announcer: None,
+            metrics: LanMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        })
+    }
+
     /// Issue 41, item 4: a thousand virtual MACs on one NIC are one watch, not a thousand.
     #[test]
     fn virtual_macs_are_watched_and_defended_through_their_parent() {
@@ -649,16 +663,7 @@ mod tests {
         }
         let held = Held::new(&owned, Some(&host), None);
         let lan = Arc::new(Told::default());
-        let (_tx, claims) = mpsc::channel(1);
-        let mut guard = LanGuard::new(LanGuardSetup {
-            lan: lan.clone(),
-            claims,
-            guard: GuardConfig::default(),
-            probe: ProbeConfig::default(),
-            recheck: ProbeConfig::quick(),
-            announcer: None,
-            metrics: LanMetrics::register(&mut prometheus_client::registry::Registry::default()),
-        });
+        let mut guard = test_guard(lan.clone());
         guard.tell(&desired, held);
         let told = lan.interfaces.lock().unwrap().clone();
         let sockets: BTreeSet<u32> = told.iter().map(|(i, _)| *i).collect();
@@ -722,16 +727,7 @@ mod tests {
         desired.insert(ip, None);
         desired.set_vmac(ip, vmac);
         let held = Held::new(&owned, Some(&host), None);
-        let (_tx, claims) = mpsc::channel(1);
-        let mut guard = LanGuard::new(LanGuardSetup {
-            lan: Arc::new(Told::default()),
-            claims,
-            guard: GuardConfig::default(),
-            probe: ProbeConfig::default(),
-            recheck: ProbeConfig::quick(),
-            announcer: None,
-            metrics: LanMetrics::register(&mut prometheus_client::registry::Registry::default()),
-        });
+        let mut guard = test_guard(Arc::new(Told::default()));
         let claim = |mac: Mac| LanClaim {
             ip,
             mac,
