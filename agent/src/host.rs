@@ -61,6 +61,19 @@ pub struct HostState {
     pub default_v6: Option<u32>,
 }
 
+impl HostState {
+    /// Whether the link `ifindex` has carrier: it is operationally up, or it is stacked on
+    /// one that is (a macvlan just created and not yet seen up). A link this dump does not
+    /// show counts as up: the write says what is wrong with it.
+    pub fn has_carrier(&self, ifindex: u32) -> bool {
+        let link = |i: u32| self.links.iter().find(|l| l.index == i);
+        match link(ifindex) {
+            None => true,
+            Some(l) => l.up || l.parent.and_then(link).is_some_and(|p| p.up),
+        }
+    }
+}
+
 /// An alias the agent manages: an IP as a /32 or /128 on one interface.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Alias {

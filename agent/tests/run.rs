@@ -312,6 +312,13 @@ async fn local<F: std::future::Future>(test: F) -> F::Output {
 }
 
 /// Lets the loop run its pending work without time passing.
+/// A harness over a node with loopback and eth0 (`links[1]`), without announcer.
+fn with_eth0() -> (Arc<Fake>, Harness) {
+    let fake = Arc::new(Fake::with_lo());
+    let h = Harness::start_with(fake.clone(), None);
+    (fake, h)
+}
+
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
@@ -744,9 +751,7 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
         });
         let frames = || announcer.frames_sent() + announcer.frames_failed();
         let h = Harness::start_with(fake.clone(), Some(announcer.clone()));
-        let set_up = |up: bool| {
-            fake.host.lock().unwrap().links[2].up = up;
-        };
+        let set_up = |up: bool| fake.set_up(2, up);
         h.want(desired(&["10.9.0.50", "10.9.0.51"], &[]));
         settle().await;
         assert_eq!(fake.ours(), vec![ip("10.9.0.50"), ip("10.9.0.51")]);
@@ -772,11 +777,8 @@ async fn a_link_regaining_carrier_reannounces_only_the_ips_still_desired() {
 #[tokio::test(start_paused = true)]
 async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_them_again() {
     local(async {
-        let fake = Arc::new(Fake::with_lo());
-        let h = Harness::start_with(fake.clone(), None);
-        let set_up = |up: bool| {
-            fake.host.lock().unwrap().links[1].up = up;
-        };
+        let (fake, h) = with_eth0();
+        let set_up = |up: bool| fake.set_up(1, up);
         h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
         settle().await;
         assert_eq!(fake.ours().len(), 2);
@@ -814,6 +816,47 @@ async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_th
         assert_eq!(report.conflicts[0].mac, Some(NODE2));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(fake.ours(), vec![ip("192.168.1.51")], "still not taken");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ip_assigned_while_its_link_has_no_carrier_waits_for_the_link_and_the_lan() {
+    // The kernel answers for an alias the instant its link regains carrier, before the
+    // agent can ask the LAN: so no alias goes on a link without carrier (a holder whose
+    // agent restarted while its cable was out: its standby holds the IPs meanwhile).
+    local(async {
+        let (fake, h) = with_eth0();
+        let set_up = |up: bool| fake.set_up(1, up);
+        set_up(false);
+        h.want(desired(&["192.168.1.50", "192.168.1.51"], &[]));
+        settle().await;
+        assert!(fake.ours().is_empty(), "{:?}", fake.ours());
+        // Long enough for the retries to back off past the wait below.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert!(fake.ours().is_empty(), "{:?}", fake.ours());
+        assert!(
+            h.lan.probes.lock().unwrap().is_empty(),
+            "a probe on a link without carrier hears nobody"
+        );
+        // Meanwhile node-2 took .50 over; the cable is back.
+        h.lan
+            .answers
+            .lock()
+            .unwrap()
+            .insert(ip("192.168.1.50"), NODE2);
+        set_up(true);
+        h.changes_tx.send(()).await.unwrap();
+        wait_for("the re-add", Duration::from_secs(1), || {
+            fake.ours() == vec![ip("192.168.1.51")]
+        })
+        .await;
+        assert!(!h.lan.probes.lock().unwrap().is_empty());
+        let report = h.report();
+        assert_eq!(report.held, [ip("192.168.1.51")].into());
+        assert_eq!(report.conflicts.len(), 1, "{report:?}");
+        assert_eq!(report.conflicts[0].mac, Some(NODE2));
         h.stop().await;
     })
     .await;

@@ -97,6 +97,10 @@ pub struct ReconcileReport {
     pub conflicts: Vec<ForeignAddress>,
     /// What failed; those IPs are retried at the next reconcile.
     pub errors: Vec<ReconcileError>,
+    /// Desired LAN IPs not added because their link has no carrier: the kernel would answer
+    /// for them the instant it came back, before anyone could ask the LAN whether another
+    /// node took them meanwhile. The LAN guard re-checks them once the link is back.
+    pub unplugged: Vec<IpAddr>,
 }
 
 impl ReconcileReport {
@@ -417,6 +421,17 @@ impl<B: AddressBackend, S: ShieldBackend> AliasManager<B, S> {
             plan.no_interface.retain(|(i, _)| *i != ip);
             plan.no_interface.push((ip, why));
         }
+        // No alias goes on a link without carrier (see `ReconcileReport::unplugged`);
+        // routed addresses are not on the LAN.
+        let (add, unplugged): (Vec<Alias>, Vec<Alias>) = plan
+            .add
+            .into_iter()
+            .partition(|a| desired.is_routed(a.ip) || host.has_carrier(a.ifindex));
+        plan.add = add;
+        for alias in &unplugged {
+            debug!(alias = %alias, "not added: its link has no carrier (re-checked on the LAN when it is back)");
+        }
+        report.unplugged = unplugged.into_iter().map(|a| a.ip).collect();
         if let Some(shield) = &mut self.shield {
             shield.set_ipvs(host.links.iter().any(|l| l.name == IPVS_LINK));
             // Before any alias appears: every IP kept or added is shielded, and the IPs

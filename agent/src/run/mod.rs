@@ -454,6 +454,7 @@ where
         let start = Instant::now();
         let report = self.aliases.reconcile(&self.sets.effective).await;
         let took = start.elapsed();
+        self.lan.unplugged(&report.unplugged);
         let repaired = repairs(&held_before, &report);
         if repaired > 0 {
             info!(
@@ -555,6 +556,13 @@ where
             self.aliases.owned(),
             &self.sets.effective,
         );
+        if host
+            .links
+            .iter()
+            .any(|l| l.up && self.links.up.get(&l.index) == Some(&false))
+        {
+            self.lan.link_up();
+        }
         self.links.up = host.links.iter().map(|l| (l.index, l.up)).collect();
         let rechecked = self.lan.links_came_up(&again, fresh);
         (true, rechecked)

@@ -113,6 +113,11 @@ impl FakeKernel {
         }
     }
 
+    /// Link `k` (as listed) gains or loses its carrier (a cable in or out).
+    pub fn set_up(&self, k: usize, up: bool) {
+        self.host.lock().unwrap().links[k].up = up;
+    }
+
     /// The addresses the agent added, sorted.
     pub fn ours(&self) -> Vec<IpAddr> {
         let mut v: Vec<_> = self

@@ -224,6 +224,21 @@ impl<L: LanPort> LanGuard<L> {
         false
     }
 
+    /// Desired IPs the alias manager did not add because their link has no carrier: held
+    /// back until the link is back and nobody answers for them on the LAN.
+    pub fn unplugged(&mut self, ips: &[IpAddr]) {
+        let now = Instant::now().into_std();
+        for ip in ips {
+            info!(%ip, "its link has no carrier: not added; asking the LAN who answers for it once the link is back");
+            self.guard.unplugged(*ip, now);
+        }
+    }
+
+    /// A link regained carrier: the probes that waited are due now.
+    pub fn link_up(&mut self) {
+        self.guard.link_up(Instant::now().into_std());
+    }
+
     /// The LAN conflicts to report.
     pub fn conflicts(&self) -> Vec<Conflict> {
         let conflicts = self.guard.conflicts();
@@ -269,7 +284,7 @@ impl<L: LanPort> LanGuard<L> {
             }
         }
         for ip in unprobed {
-            debug!(%ip, "no Ethernet interface to probe on: retried later");
+            debug!(%ip, "no Ethernet interface with carrier to probe on: retried later");
             self.guard.probe_failed(ip, now);
         }
         for ((ifindex, recheck), (ifname, mac, ips)) in by_link {
@@ -559,6 +574,10 @@ fn probe_link<'a>(
             .choose(ip, interface_override, desired.interface(ip))
             .ok()?,
     };
+    // A probe on a link without carrier hears nobody: its "free" would be a lie.
+    if !host.has_carrier(link.index) {
+        return None;
+    }
     Some((link, Mac(link.mac?)))
 }
 

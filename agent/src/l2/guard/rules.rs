@@ -334,6 +334,30 @@ impl Guard {
         );
     }
 
+    /// A desired IP that was not added because its link has no carrier
+    /// ([`crate::aliases::ReconcileReport::unplugged`]): held back and re-checked on the LAN
+    /// like an IP held before ([`Guard::recheck`]); the probe waits for the link
+    /// ([`Guard::link_up`]). An IP another host uses, or yielded, stays as it is (held back
+    /// already).
+    pub fn unplugged(&mut self, ip: IpAddr, now: Instant) {
+        match self.ips.get(&ip) {
+            Some(Entry::Foreign(_) | Entry::Yielded { .. } | Entry::Unprobed { .. }) => {}
+            None | Some(Entry::Cleared | Entry::Probing { .. }) => self.recheck(ip, now),
+        }
+    }
+
+    /// A link regained carrier: the probes waiting (for it, among others) are due now,
+    /// not at the end of a backoff that grew while nothing could be asked.
+    pub fn link_up(&mut self, now: Instant) {
+        for entry in self.ips.values_mut() {
+            match entry {
+                Entry::Unprobed { next, .. } => *next = now,
+                Entry::Foreign(f) if f.probing.is_none() => f.next = now,
+                _ => {}
+            }
+        }
+    }
+
     /// The desired IPs the alias manager must not hold now: first claims not cleared,
     /// IPs another host uses, IPs yielded, IPs whose probe could not run.
     pub fn held_back(&self, desired: &DesiredSet, held: &BTreeSet<IpAddr>) -> BTreeSet<IpAddr> {
@@ -1279,6 +1303,57 @@ mod tests {
         let c = g.conflicts();
         assert!(c[0].while_held && c[0].yielded, "{c:?}");
         assert_eq!(c[0].mac, Some(STRANGER));
+    }
+
+    #[test]
+    fn an_ip_whose_link_has_no_carrier_waits_for_the_link_and_a_recheck() {
+        // Assigned (no first claim) while its link has no carrier: held back from then on,
+        // its probes fail while the link is down (backing off), and the link's return makes
+        // the re-check due at once, not at the end of the backoff.
+        let t = Instant::now();
+        let mut g = Guard::default();
+        let d = desired(&["10.0.0.1"], &[]);
+        let none = held(&[]);
+        g.update(&d, &none, true, t);
+        assert!(g.held_back(&d, &none).is_empty(), "not a first claim");
+        g.unplugged(ip("10.0.0.1"), t);
+        assert_eq!(g.held_back(&d, &none), held(&["10.0.0.1"]));
+        let due = g.due_probes(&d, &none, t);
+        assert!(due.len() == 1 && due[0].recheck, "{due:?}");
+        g.probe_failed(ip("10.0.0.1"), t);
+        let mut at = t;
+        for _ in 0..3 {
+            at = g.next_wakeup().expect("a retry");
+            assert_eq!(g.due_probes(&d, &none, at).len(), 1);
+            g.probe_failed(ip("10.0.0.1"), at);
+        }
+        assert!(g.next_wakeup().unwrap() - at >= secs(8), "backed off");
+        assert!(g.due_probes(&d, &none, at + secs(1)).is_empty());
+        let t = at + secs(1);
+        g.link_up(t);
+        assert_eq!(g.due_probes(&d, &none, t).len(), 1, "due at the return");
+        assert_eq!(
+            g.held_back(&d, &none),
+            held(&["10.0.0.1"]),
+            "until it answers"
+        );
+        let change = g.probe_result(ip("10.0.0.1"), ProbeOutcome::Free, None, &d, t);
+        assert_eq!(change, ProbeChange::Cleared);
+        assert!(g.held_back(&d, &none).is_empty());
+        // An IP another host uses stays as it is.
+        g.update(&d, &none, true, t + secs(6));
+        let taken = ProbeOutcome::Taken { mac: STRANGER };
+        g.recheck(ip("10.0.0.1"), t + secs(6));
+        g.due_probes(&d, &none, t + secs(6));
+        g.probe_result(
+            ip("10.0.0.1"),
+            taken,
+            Some(who(STRANGER, &d)),
+            &d,
+            t + secs(6),
+        );
+        g.unplugged(ip("10.0.0.1"), t + secs(6));
+        assert_eq!(g.conflicts().len(), 1, "still a conflict");
     }
 
     #[test]
