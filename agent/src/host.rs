@@ -62,14 +62,19 @@ pub struct HostState {
 }
 
 impl HostState {
-    /// Whether the link `ifindex` has carrier: it is operationally up, or it is stacked on
-    /// one that is (a macvlan just created and not yet seen up). A link this dump does not
-    /// show counts as up: the write says what is wrong with it.
+    /// Whether the link `ifindex` has carrier: it is operationally up, or it is a macvlan
+    /// (a virtual MAC's link, just created and not yet seen up) on a parent that is. Only a
+    /// macvlan's IFLA_LINK is its parent here: a veth's names its peer, in another
+    /// namespace. A link this dump does not show counts as up: the write says what is
+    /// wrong with it.
     pub fn has_carrier(&self, ifindex: u32) -> bool {
         let link = |i: u32| self.links.iter().find(|l| l.index == i);
         match link(ifindex) {
             None => true,
-            Some(l) => l.up || l.parent.and_then(link).is_some_and(|p| p.up),
+            Some(l) => {
+                l.up || (l.kind.as_deref() == Some(crate::l2::vmac::KIND)
+                    && l.parent.and_then(link).is_some_and(|p| p.up))
+            }
         }
     }
 }
@@ -524,6 +529,28 @@ mod tests {
         h.links[1].up = false; // eth0: cable out
         let names: Vec<String> = interfaces(&h).into_iter().map(|i| i.name).collect();
         assert_eq!(names, ["eth1"]);
+    }
+
+    #[test]
+    fn carrier_is_the_links_own_or_for_a_macvlan_its_parents() {
+        let mut h = host();
+        h.links[1].up = false; // eth0: cable out
+        // A veth's IFLA_LINK names its peer (an index in another namespace, here eth1's).
+        h.links[1].kind = Some("veth".into());
+        h.links[1].parent = Some(h.links[2].index);
+        assert!(!h.has_carrier(h.links[1].index));
+        assert!(h.has_carrier(h.links[2].index));
+        let macvlan = |index: u32, parent: u32, up: bool| Link {
+            kind: Some(crate::l2::vmac::KIND.into()),
+            parent: Some(parent),
+            up,
+            ..link(index, "alb0")
+        };
+        h.links.push(macvlan(20, h.links[2].index, false));
+        assert!(h.has_carrier(20), "on eth1, which has carrier");
+        h.links.push(macvlan(21, h.links[1].index, false));
+        assert!(!h.has_carrier(21), "on eth0, which has none");
+        assert!(h.has_carrier(99), "not in the dump: the write says");
     }
 
     #[test]
