@@ -161,6 +161,45 @@ struct Harness {
 }
 
 impl Harness {
+    /// alb-node-2 acks this node's adverts once, then falls silent: the step-down.
+    async fn stepped_down(&self) {
+        self.ack("alb-node-2", 1);
+        wait_for("the step-down", Duration::from_secs(1), || {
+            self.fake.ours().is_empty()
+        })
+        .await;
+    }
+
+    /// Waits up to `limit` for the node to hold exactly `ips`.
+    async fn wait_ours(&self, what: &str, limit: Duration, ips: &[&str]) {
+        let want: Vec<IpAddr> = ips.iter().map(|s| ip(s)).collect();
+        wait_for(what, limit, || self.fake.ours() == want).await;
+    }
+
+    /// From now on `mac` answers the LAN's questions about `s`.
+    fn answers(&self, s: &str, mac: Mac) {
+        self.lan.answers.lock().unwrap().insert(ip(s), mac);
+    }
+
+    /// Asserts that the agent's metrics have `line`.
+    fn has_metric(&self, line: &str) {
+        let text = self.metrics.encode().unwrap();
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+
+    /// A harness whose agent holds `ip` (on eth0), settled.
+    async fn holding(ip: &str) -> Harness {
+        Harness::wanting(desired(&[ip], &[])).await
+    }
+
+    /// A harness whose agent was given `set`, settled.
+    async fn wanting(set: DesiredSet) -> Harness {
+        let h = Harness::start();
+        h.want(set);
+        settle().await;
+        h
+    }
+
     fn start() -> Harness {
         Harness::start_with(Arc::new(Fake::with_lo()), None)
     }
@@ -361,11 +400,7 @@ async fn a_first_claim_is_added_only_after_its_probe_finds_it_free() {
         // Held: never probed again.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(h.lan.probes.lock().unwrap().len(), 1);
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_probes_total{outcome="free"} 1"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_probes_total{outcome="free"} 1"#);
         h.stop().await;
     })
     .await;
@@ -374,9 +409,7 @@ async fn a_first_claim_is_added_only_after_its_probe_finds_it_free() {
 #[tokio::test(start_paused = true)]
 async fn a_takeover_is_added_at_once_without_a_probe() {
     local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
+        let h = Harness::holding("192.168.1.50").await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(h.lan.probes.lock().unwrap().is_empty());
@@ -389,11 +422,7 @@ async fn a_takeover_is_added_at_once_without_a_probe() {
 async fn an_answered_probe_is_never_added_is_reported_and_reprobed_until_free() {
     local(async {
         let h = Harness::start();
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.50"), STRANGER);
+        h.answers("192.168.1.50", STRANGER);
         h.want(desired(&["192.168.1.60"], &["192.168.1.50"]));
         wait_for("the conflict", Duration::from_secs(2), || {
             !h.report().conflicts.is_empty()
@@ -432,9 +461,7 @@ async fn an_answered_probe_is_never_added_is_reported_and_reprobed_until_free() 
 #[tokio::test(start_paused = true)]
 async fn a_node_claim_while_stale_deletes_the_alias_before_the_next_renewal_tick() {
     local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
+        let h = Harness::holding("192.168.1.50").await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")]);
         // No renewal ever succeeded: stale once a lease has passed.
         tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
@@ -474,98 +501,68 @@ async fn a_node_claim_while_stale_deletes_the_alias_before_the_next_renewal_tick
         // Fresh again and a newer desired set still listing it: taken back.
         h.authority.record_renewal(Instant::now());
         h.want(desired(&["192.168.1.50"], &[]));
-        wait_for("the re-take", Duration::from_secs(1), || {
-            h.fake.ours() == vec![ip("192.168.1.50")]
+        h.wait_ours("the re-take", Duration::from_secs(1), &["192.168.1.50"]).await;
+        h.has_metric("aliaslb_agent_yields_total 1");
+        h.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
+    // A node claiming it every second, a host that is no node ten times a second: 25 s of
+    // claims while the Lease keeps being renewed.
+    let cases = [
+        (
+            NODE2,
+            Duration::from_secs(1),
+            "claimed on eth0 by node alb-node-2 (46:b0:48:e8:2d:96) while this agent's Lease \
+             was fresh: defended",
+        ),
+        (
+            STRANGER,
+            Duration::from_millis(100),
+            "claimed on eth0 by 02:aa:00:00:00:01 (none of this node's peers) while this \
+             agent's Lease was fresh: defended",
+        ),
+    ];
+    for (mac, every, reason) in cases {
+        local(async {
+            let h = Harness::holding("192.168.1.50").await;
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(25) {
+                h.authority.record_renewal(Instant::now());
+                h.claim("192.168.1.50", mac, ClaimKind::Uses);
+                tokio::time::sleep(every).await;
+            }
+            let defences = h.lan.defences.lock().unwrap().clone();
+            let at: Vec<u64> = defences.iter().map(|d| (d.3 - start).as_secs()).collect();
+            assert_eq!(at, vec![0, 10, 20], "{mac}: {defences:?}");
+            assert!(
+                defences
+                    .iter()
+                    .all(|d| (d.0, d.1, d.2) == (2, Mac([2, 0, 0, 0, 0, 2]), ip("192.168.1.50")))
+            );
+            assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "{mac}: kept");
+            let report = h.report();
+            assert_eq!(report.held, [ip("192.168.1.50")].into());
+            let c = &report.conflicts[0];
+            assert_eq!(
+                (c.reason.as_str(), c.mac, c.while_held),
+                (reason, Some(mac), true)
+            );
+            h.has_metric("aliaslb_agent_defences_total 3");
+            h.stop().await;
         })
         .await;
-        let text = h.metrics.encode().unwrap();
-        assert!(text.contains("aliaslb_agent_yields_total 1"), "{text}");
-        h.stop().await;
-    })
-    .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_node_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
-    local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
-        let start = Instant::now();
-        // Claimed every second for 25 s while the Lease keeps being renewed.
-        for _ in 0..25 {
-            h.authority.record_renewal(Instant::now());
-            h.claim("192.168.1.50", NODE2, ClaimKind::Uses);
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        let defences = h.lan.defences.lock().unwrap().clone();
-        let at: Vec<u64> = defences.iter().map(|d| (d.3 - start).as_secs()).collect();
-        assert_eq!(at, vec![0, 10, 20], "{defences:?}");
-        assert!(
-            defences
-                .iter()
-                .all(|d| (d.0, d.1, d.2) == (2, Mac([2, 0, 0, 0, 0, 2]), ip("192.168.1.50")))
-        );
-        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
-        let report = h.report();
-        assert_eq!(report.held, [ip("192.168.1.50")].into());
-        assert!(
-            report.conflicts[0]
-                .reason
-                .ends_with("while this agent's Lease was fresh: defended"),
-            "{:?}",
-            report.conflicts
-        );
-        assert_eq!(report.conflicts[0].mac, Some(NODE2));
-        h.stop().await;
-    })
-    .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_foreign_claim_while_fresh_is_defended_once_per_ten_seconds_and_kept() {
-    local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
-        let start = Instant::now();
-        // A host that is no node claims it ten times a second for 25 s.
-        for _ in 0..250 {
-            h.authority.record_renewal(Instant::now());
-            h.claim("192.168.1.50", STRANGER, ClaimKind::Uses);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let defences = h.lan.defences.lock().unwrap().clone();
-        let at: Vec<u64> = defences.iter().map(|d| (d.3 - start).as_secs()).collect();
-        assert_eq!(at, vec![0, 10, 20], "{defences:?}");
-        assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
-        let report = h.report();
-        assert_eq!(report.held, [ip("192.168.1.50")].into());
-        assert_eq!(
-            report.conflicts[0].reason,
-            "claimed on eth0 by 02:aa:00:00:00:01 (none of this node's peers) while this \
-             agent's Lease was fresh: defended"
-        );
-        assert!(report.conflicts[0].while_held);
-        assert_eq!(report.conflicts[0].mac, Some(STRANGER));
-        let text = h.metrics.encode().unwrap();
-        assert!(text.contains("aliaslb_agent_defences_total 3"), "{text}");
-        h.stop().await;
-    })
-    .await;
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_foreign_claim_while_stale_removes_the_alias_at_once_and_is_reported() {
     local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.50"), STRANGER);
+        let h = Harness::holding("192.168.1.50").await;
+        h.answers("192.168.1.50", STRANGER);
         // Probes of a held IP are the kernel's to answer.
         h.claim("192.168.1.50", STRANGER, ClaimKind::Probes);
         settle().await;
@@ -602,9 +599,7 @@ async fn a_foreign_claim_while_stale_removes_the_alias_at_once_and_is_reported()
 #[tokio::test(start_paused = true)]
 async fn a_claim_heard_on_another_link_than_the_aliass_is_ignored() {
     local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
+        let h = Harness::holding("192.168.1.50").await;
         // Stale, so that a claim that counted would remove it (or yield it to a node).
         tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
         for mac in [STRANGER, NODE2] {
@@ -614,11 +609,7 @@ async fn a_claim_heard_on_another_link_than_the_aliass_is_ignored() {
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.50")], "kept");
         assert!(h.report().conflicts.is_empty());
         assert!(h.lan.defences.lock().unwrap().is_empty());
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains("aliaslb_agent_lan_claims_elsewhere_total 2"),
-            "{text}"
-        );
+        h.has_metric("aliaslb_agent_lan_claims_elsewhere_total 2");
         h.stop().await;
     })
     .await;
@@ -627,9 +618,7 @@ async fn a_claim_heard_on_another_link_than_the_aliass_is_ignored() {
 #[tokio::test(start_paused = true)]
 async fn a_hung_kernel_stops_the_lease_renewals_until_it_answers_again() {
     local(async {
-        let h = Harness::start();
-        h.want(desired(&["192.168.1.50"], &[]));
-        settle().await;
+        let h = Harness::holding("192.168.1.50").await;
         let gate = |k: &KernelRounds| may_renew(k.last_ok(), Instant::now(), LEASE - RENEW);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(gate(&h.kernel), "refreshes keep the gate open");
@@ -644,11 +633,7 @@ async fn a_hung_kernel_stops_the_lease_renewals_until_it_answers_again() {
             closed <= LEASE - RENEW + RENEW + Duration::from_millis(20),
             "closed after {closed:?}"
         );
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_netlink_timeouts_total{operation="refresh"}"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_netlink_timeouts_total{operation="refresh"}"#);
         h.fake.hang.store(false, Ordering::SeqCst);
         wait_for("the gate to open", Duration::from_secs(3), || {
             gate(&h.kernel)
@@ -673,11 +658,7 @@ async fn a_probe_that_never_finishes_keeps_the_first_claim_back_and_is_retried()
             "a failed probe is no conflict"
         );
         assert_eq!(h.lan.probes.lock().unwrap().len(), 2);
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_probes_total{outcome="failed"} 2"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_probes_total{outcome="failed"} 2"#);
         h.lan.stall.store(false, Ordering::SeqCst);
         wait_for("the add", Duration::from_secs(10), || {
             !h.fake.ours().is_empty()
@@ -714,8 +695,7 @@ async fn the_report_lists_host_conflicts_and_lan_conflicts_together() {
             report.conflicts[0].reason,
             "already configured on eth0 by another owner"
         );
-        let text = h.metrics.encode().unwrap();
-        assert!(text.contains("aliaslb_agent_lan_conflicts 1"), "{text}");
+        h.has_metric("aliaslb_agent_lan_conflicts 1");
         h.stop().await;
     })
     .await;
@@ -789,11 +769,7 @@ async fn a_link_regaining_carrier_while_stale_rechecks_its_ips_before_holding_th
         // controller gave 192.168.1.50 to node-2, which answers for it now.
         tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
         assert!(!h.authority.is_fresh(Instant::now()));
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.50"), NODE2);
+        h.answers("192.168.1.50", NODE2);
         let probes_before = h.lan.probes.lock().unwrap().len();
         set_up(true);
         h.changes_tx.send(()).await.unwrap();
@@ -841,11 +817,7 @@ async fn an_ip_assigned_while_its_link_has_no_carrier_waits_for_the_link_and_the
             "a probe on a link without carrier hears nobody"
         );
         // Meanwhile node-2 took .50 over; the cable is back.
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.50"), NODE2);
+        h.answers("192.168.1.50", NODE2);
         set_up(true);
         h.changes_tx.send(()).await.unwrap();
         wait_for("the re-add", Duration::from_secs(1), || {
@@ -1089,9 +1061,7 @@ impl Harness {
 #[tokio::test(start_paused = true)]
 async fn a_standby_takes_over_once_the_holder_is_silent_and_nobody_answers() {
     local(async {
-        let h = Harness::start();
-        h.want(with_standby(&[], &["192.168.1.60"]));
-        settle().await;
+        let h = Harness::wanting(with_standby(&[], &["192.168.1.60"])).await;
         assert!(h.fake.ours().is_empty(), "a standby line is not held");
         assert!(h.report().held.is_empty());
         // The holder advertises every 100 ms for a second: nothing happens.
@@ -1120,11 +1090,7 @@ async fn a_standby_takes_over_once_the_holder_is_silent_and_nobody_answers() {
         assert_eq!(probes.len(), 1, "{probes:?}");
         assert_eq!(probes[0].2, vec![ip("192.168.1.60")]);
         assert_eq!(h.report().held, [ip("192.168.1.60")].into());
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_failovers_total{result="taken_over"} 1"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_failovers_total{result="taken_over"} 1"#);
         // The holder speaks again: the IP goes back at once.
         h.advert(11, &["192.168.1.60"]);
         settle().await;
@@ -1132,11 +1098,7 @@ async fn a_standby_takes_over_once_the_holder_is_silent_and_nobody_answers() {
         // A replayed advert counts for nothing.
         h.advert(10, &["192.168.1.60"]);
         settle().await;
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_adverts_received_total{result="replayed"} 1"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_adverts_received_total{result="replayed"} 1"#);
         h.stop().await;
     })
     .await;
@@ -1147,11 +1109,7 @@ async fn a_silent_holder_whose_ip_still_answers_keeps_it() {
     local(async {
         let h = Harness::start();
         // A frozen holder: no adverts, but its kernel still answers for the IP.
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.60"), NODE2);
+        h.answers("192.168.1.60", NODE2);
         h.want(with_standby(&[], &["192.168.1.60"]));
         settle().await;
         h.advert(1, &["192.168.1.60"]);
@@ -1258,11 +1216,7 @@ async fn a_holder_silent_here_but_renewing_its_lease_with_the_ip_gets_it_back_fo
         // Still silent here: not taken again (no flapping), until an advert lists it.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(h.fake.ours().is_empty(), "not taken again while disarmed");
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_failovers_total{result="holder_alive"} 1"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_failovers_total{result="holder_alive"} 1"#);
         // The partition heals, then the holder dies for real: taken over again.
         h.holders.alive.lock().unwrap().clear();
         h.advert(2, &["192.168.1.60"]);
@@ -1342,22 +1296,21 @@ async fn ips_taken_from_a_holder_being_checked_wait_for_the_next_check() {
 
 /// `held` IPs held here, each with alb-node-2 as its standby and alb-node-3 as its relay.
 fn held_with_peers(held: &[&str]) -> DesiredSet {
+    standby_of(held, Some(("alb-node-3", "192.168.1.13")))
+}
+
+/// `held` IPs held here, each with alb-node-2 as its standby and `relay` (node, address).
+fn standby_of(held: &[&str], relay: Option<(&str, &str)>) -> DesiredSet {
+    let peer = |node: &str, address: &str| Peer {
+        node: node.into(),
+        address: ip(address),
+    };
     let mut d = desired(held, &[]);
     for i in held {
-        d.set_peer(
-            ip(i),
-            Peer {
-                node: "alb-node-2".into(),
-                address: ip("192.168.1.12"),
-            },
-        );
-        d.set_relay(
-            ip(i),
-            Peer {
-                node: "alb-node-3".into(),
-                address: ip("192.168.1.13"),
-            },
-        );
+        d.set_peer(ip(i), peer("alb-node-2", "192.168.1.12"));
+        if let Some((node, address)) = relay {
+            d.set_relay(ip(i), peer(node, address));
+        }
     }
     d
 }
@@ -1365,9 +1318,7 @@ fn held_with_peers(held: &[&str]) -> DesiredSet {
 #[tokio::test(start_paused = true)]
 async fn a_holder_nobody_acks_steps_down_before_the_standby_acts_and_holds_again_when_acked() {
     local(async {
-        let h = Harness::start();
-        h.want(held_with_peers(&["192.168.1.70"]));
-        settle().await;
+        let h = Harness::wanting(held_with_peers(&["192.168.1.70"])).await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.70")]);
         // Never acked (an older standby): never stepped down.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1375,11 +1326,7 @@ async fn a_holder_nobody_acks_steps_down_before_the_standby_acts_and_holds_again
         // The standby acks, then falls silent, its node still answering on the LAN (its
         // agent restarting, or UDP dropped): kept, the standby probed every interval.
         let standby_mac = Mac([2, 0, 0, 0, 0, 12]);
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.12"), standby_mac);
+        h.answers("192.168.1.12", standby_mac);
         h.ack("alb-node-2", 1);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.70")], "the standby answers");
@@ -1432,10 +1379,7 @@ async fn a_holder_nobody_acks_steps_down_before_the_standby_acts_and_holds_again
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(h.fake.ours().is_empty(), "a replay lifts nothing");
         h.ack("alb-node-3", 2);
-        wait_for("held again", Duration::from_secs(1), || {
-            h.fake.ours() == vec![ip("192.168.1.70")]
-        })
-        .await;
+        h.wait_ours("held again", Duration::from_secs(1), &["192.168.1.70"]).await;
         let text = h.metrics.encode().unwrap();
         for line in [
             r#"aliaslb_agent_failovers_total{result="stepped_down"} 1"#,
@@ -1453,20 +1397,12 @@ async fn a_holder_nobody_acks_steps_down_before_the_standby_acts_and_holds_again
 #[tokio::test(start_paused = true)]
 async fn a_holder_whose_standby_died_takes_the_ip_back_after_the_check_and_stays() {
     local(async {
-        let h = Harness::start();
-        h.want(held_with_peers(&["192.168.1.71"]));
-        settle().await;
-        h.ack("alb-node-2", 1);
-        wait_for("the step-down", Duration::from_secs(1), || {
-            h.fake.ours().is_empty()
-        })
-        .await;
+        let h = Harness::wanting(held_with_peers(&["192.168.1.71"])).await;
+        h.stepped_down().await;
         let down = Instant::now();
         // A dead standby proves nothing: the IP is held again after the check.
-        wait_for("held again", Duration::from_secs(2), || {
-            h.fake.ours() == vec![ip("192.168.1.71")]
-        })
-        .await;
+        h.wait_ours("held again", Duration::from_secs(2), &["192.168.1.71"])
+            .await;
         let gone = down.elapsed();
         assert!(
             gone >= Duration::from_millis(900) && gone <= Duration::from_millis(1_200),
@@ -1475,11 +1411,7 @@ async fn a_holder_whose_standby_died_takes_the_ip_back_after_the_check_and_stays
         // Disarmed: the same silence steps nothing down again.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(h.fake.ours(), vec![ip("192.168.1.71")]);
-        let text = h.metrics.encode().unwrap();
-        assert!(
-            text.contains(r#"aliaslb_agent_failovers_total{result="retaken"} 1"#),
-            "{text}"
-        );
+        h.has_metric(r#"aliaslb_agent_failovers_total{result="retaken"} 1"#);
         h.stop().await;
     })
     .await;
@@ -1487,17 +1419,7 @@ async fn a_holder_whose_standby_died_takes_the_ip_back_after_the_check_and_stays
 
 /// `held` IPs held here with alb-node-2 as the standby and no relay (two nodes on the LAN).
 fn held_without_relay(held: &[&str]) -> DesiredSet {
-    let mut d = desired(held, &[]);
-    for i in held {
-        d.set_peer(
-            ip(i),
-            Peer {
-                node: "alb-node-2".into(),
-                address: ip("192.168.1.12"),
-            },
-        );
-    }
-    d
+    standby_of(held, None)
 }
 
 /// Issue 41, item 3: a compromised standby (no relay on the LAN) stops acking, drops the
@@ -1506,9 +1428,7 @@ fn held_without_relay(held: &[&str]) -> DesiredSet {
 #[tokio::test(start_paused = true)]
 async fn without_a_relay_a_standbys_word_without_the_lan_does_not_keep_its_holder_down() {
     local(async {
-        let h = Harness::start();
-        h.want(held_without_relay(&["192.168.1.72"]));
-        settle().await;
+        let h = Harness::wanting(held_without_relay(&["192.168.1.72"])).await;
         h.ack("alb-node-2", 1);
         // Its Lease says it holds the IP; nothing answers for it on the LAN.
         h.holders.alive.lock().unwrap().push("alb-node-2".into());
@@ -1517,10 +1437,8 @@ async fn without_a_relay_a_standbys_word_without_the_lan_does_not_keep_its_holde
         })
         .await;
         let down = Instant::now();
-        wait_for("held again", Duration::from_secs(2), || {
-            h.fake.ours() == vec![ip("192.168.1.72")]
-        })
-        .await;
+        h.wait_ours("held again", Duration::from_secs(2), &["192.168.1.72"])
+            .await;
         let gone = down.elapsed();
         assert!(gone <= Duration::from_millis(1_200), "{gone:?}");
         assert!(
@@ -1545,29 +1463,17 @@ async fn without_a_relay_a_standbys_word_without_the_lan_does_not_keep_its_holde
 #[tokio::test(start_paused = true)]
 async fn a_standby_answering_for_the_ip_on_the_lan_keeps_its_holder_down() {
     local(async {
-        let h = Harness::start();
-        h.want(held_without_relay(&["192.168.1.73"]));
-        settle().await;
-        h.ack("alb-node-2", 1);
-        wait_for("the step-down", Duration::from_secs(1), || {
-            h.fake.ours().is_empty()
-        })
-        .await;
-        h.lan
-            .answers
-            .lock()
-            .unwrap()
-            .insert(ip("192.168.1.73"), Mac([2, 0, 0, 0, 0, 12]));
+        let h = Harness::wanting(held_without_relay(&["192.168.1.73"])).await;
+        h.stepped_down().await;
+        h.answers("192.168.1.73", Mac([2, 0, 0, 0, 0, 12]));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(
             h.fake.ours().is_empty(),
             "held by the standby, on the LAN's word"
         );
         h.ack("alb-node-2", 2);
-        wait_for("held again", Duration::from_secs(1), || {
-            h.fake.ours() == vec![ip("192.168.1.73")]
-        })
-        .await;
+        h.wait_ours("held again", Duration::from_secs(1), &["192.168.1.73"])
+            .await;
         h.stop().await;
     })
     .await;
