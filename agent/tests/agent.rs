@@ -34,6 +34,20 @@ async fn report_where(
     (r, start.elapsed())
 }
 
+/// Service `web` assigned to this node with `ips`; returns once every alias is on it.
+async fn serve(s: &Setup, ips: &[&str]) {
+    s.cluster.create("web").await;
+    s.cluster
+        .assign("web", Some(s.name.as_str()), None, ips)
+        .await;
+    eventually(Duration::from_secs(5), "the aliases", async || {
+        ips.iter()
+            .all(|ip| alias(&s.node, ip).is_some())
+            .then_some(())
+    })
+    .await;
+}
+
 fn ips(list: &[&str]) -> std::collections::BTreeSet<std::net::IpAddr> {
     list.iter().map(|s| s.parse().unwrap()).collect()
 }
@@ -242,19 +256,8 @@ async fn after_kill_9_the_kernel_drops_the_aliases_within_the_lease() {
         return;
     }
     let mut s = setup("kill9", |_| {}).await;
-    let (node, c) = (&s.node, &s.cluster);
-    c.create("web").await;
-    c.assign(
-        "web",
-        Some(s.name.as_str()),
-        None,
-        &["10.0.0.70", "fd00:1::70"],
-    )
-    .await;
-    eventually(Duration::from_secs(5), "both aliases", async || {
-        (alias(node, "10.0.0.70").is_some() && alias(node, "fd00:1::70").is_some()).then_some(())
-    })
-    .await;
+    let node = &s.node;
+    serve(&s, &["10.0.0.70", "fd00:1::70"]).await;
     // Let a few refreshes go by: the lifetime never grows beyond the lease.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(alias(node, "10.0.0.70").unwrap().valid_life_time <= 2);
@@ -283,19 +286,8 @@ async fn an_externally_deleted_alias_comes_back_within_a_second() {
         return;
     }
     let s = setup("repair", |_| {}).await;
-    let (node, c) = (&s.node, &s.cluster);
-    c.create("web").await;
-    c.assign(
-        "web",
-        Some(s.name.as_str()),
-        None,
-        &["10.0.0.80", "fd00:1::80"],
-    )
-    .await;
-    eventually(Duration::from_secs(5), "both aliases", async || {
-        (alias(node, "10.0.0.80").is_some() && alias(node, "fd00:1::80").is_some()).then_some(())
-    })
-    .await;
+    let node = &s.node;
+    serve(&s, &["10.0.0.80", "fd00:1::80"]).await;
     for (ip, prefix) in [("10.0.0.80", "32"), ("fd00:1::80", "128")] {
         let cidr = format!("{ip}/{prefix}");
         node.ip(&["addr", "del", &cidr, "dev", "eth1"]);
@@ -324,18 +316,7 @@ async fn sigterm_removes_the_aliases_and_releases_the_lease() {
     let (node, c) = (&s.node, &s.cluster);
     // A foreign address that must survive the clean-up.
     node.ip(&["addr", "add", "10.0.0.99/32", "dev", "eth1"]);
-    c.create("web").await;
-    c.assign(
-        "web",
-        Some(s.name.as_str()),
-        None,
-        &["10.0.0.90", "fd00:1::90"],
-    )
-    .await;
-    eventually(Duration::from_secs(5), "both aliases", async || {
-        (alias(node, "10.0.0.90").is_some() && alias(node, "fd00:1::90").is_some()).then_some(())
-    })
-    .await;
+    serve(&s, &["10.0.0.90", "fd00:1::90"]).await;
     // The host-port shield is on by default: its elements are written before the aliases.
     let shield = ["list", "table", "inet", "aliaslb"];
     let table = node.try_exec("nft", &shield).unwrap_or_else(|e| {
@@ -395,14 +376,7 @@ async fn during_an_api_outage_aliases_stay_and_changes_apply_on_return() {
     }
     let mut s = setup("outage", |_| {}).await;
     let c = s.cluster.clone();
-    c.create("web").await;
-    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.100"])
-        .await;
-    let node = &s.node;
-    eventually(Duration::from_secs(5), "the alias", async || {
-        alias(node, "10.0.0.100")
-    })
-    .await;
+    serve(&s, &["10.0.0.100"]).await;
 
     s.relay.stop();
     let down = Instant::now();
@@ -525,14 +499,8 @@ async fn after_a_silent_cut_changes_apply_within_5s_of_the_heal() {
     }
     let s = setup("silentcut", |_| {}).await;
     let c = s.cluster.clone();
-    c.create("web").await;
-    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.110"])
-        .await;
+    serve(&s, &["10.0.0.110"]).await;
     let node = &s.node;
-    eventually(Duration::from_secs(5), "the alias", async || {
-        alias(node, "10.0.0.110")
-    })
-    .await;
 
     // Each change made 1 s into a cut of 20 s, 60 s (and 180 s with `ALIASLB_LONG_CUT=1`:
     // 3 minutes of CI for the same mechanism; its figure is in BENCHMARKS, "Longer cuts"):
@@ -753,14 +721,8 @@ async fn an_unreadable_assignment_keeps_the_aliases_until_the_agent_lease_goes_s
     }
     let mut s = setup("garbled", |_| {}).await;
     let c = s.cluster.clone();
-    c.create("web").await;
-    c.assign("web", Some(s.name.as_str()), None, &["10.0.0.130"])
-        .await;
+    serve(&s, &["10.0.0.130"]).await;
     let node = &s.node;
-    eventually(Duration::from_secs(5), "the alias", async || {
-        alias(node, "10.0.0.130")
-    })
-    .await;
 
     // Garbled: kept while the Lease is fresh (three lease durations).
     c.set_assignment_text(&s.name, "10.0.0.130 - - not a line\n")
