@@ -506,24 +506,31 @@ fn anchor_free(net: &IpNet) -> bool {
 mod tests {
     use super::*;
 
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    /// An interface on `subnets`, without a MAC or addresses of its own.
+    fn interface_on(name: &str, subnets: Vec<IpNet>) -> InterfaceReport {
+        InterfaceReport {
+            mac: None,
+            addresses: Vec::new(),
+            name: name.into(),
+            subnets,
+        }
+    }
+
     #[test]
     fn round_trips_and_ignores_unknown_fields() {
         let report = AgentReport {
             version: REPORT_VERSION,
-            interfaces: vec![InterfaceReport {
-                mac: None,
-                addresses: Vec::new(),
-                name: "eth1".into(),
-                subnets: vec!["192.168.55.3/24".parse().unwrap()],
-            }],
+            interfaces: vec![interface_on("eth1", nets(&["192.168.55.3/24"]))],
             held: ["192.168.55.10".parse().unwrap()].into(),
             conflicts: vec![Conflict {
-                while_held: false,
-                yielded: false,
                 mac: Some(Mac([0x82, 0x1e, 0x30, 0xb2, 0xc7, 0x74])),
                 interface: Some("eth1".into()),
                 ip: "192.168.55.11".parse().unwrap(),
-                reason: "already on eth1".into(),
+                ..conflict(0, "already on eth1")
             }],
             shield: ShieldState::Active,
             macs: Vec::new(),
@@ -618,30 +625,37 @@ mod tests {
         assert_eq!(ShieldState::default(), ShieldState::Unknown);
     }
 
-    fn report_with(f: impl FnOnce(&mut AgentReport)) -> AgentReport {
-        let mut report = AgentReport {
+    /// A report of one interface, `eth0`, on `subnets`.
+    fn on_eth0(subnets: &[&str]) -> AgentReport {
+        AgentReport {
             version: REPORT_VERSION,
-            interfaces: vec![InterfaceReport {
-                mac: None,
-                addresses: Vec::new(),
-                name: "eth0".into(),
-                subnets: vec!["10.0.0.0/24".parse().unwrap()],
-            }],
+            interfaces: vec![interface_on("eth0", nets(subnets))],
             ..AgentReport::default()
-        };
+        }
+    }
+
+    /// A valid report (`eth0` on 10.0.0.0/24) as `f` leaves it.
+    fn report_with(f: impl FnOnce(&mut AgentReport)) -> AgentReport {
+        let mut report = on_eth0(&["10.0.0.0/24"]);
         f(&mut report);
         report
     }
 
+    /// The message of the error `validated` gives for `report_with(f)`.
+    fn rejected(f: impl FnOnce(&mut AgentReport)) -> String {
+        report_with(f).validated().unwrap_err().to_string()
+    }
+
     fn interface(name: &str, subnets: usize) -> InterfaceReport {
-        InterfaceReport {
-            mac: None,
-            addresses: Vec::new(),
-            name: name.into(),
-            subnets: (0..subnets)
-                .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
-                .collect(),
-        }
+        let subnets = (0..subnets)
+            .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap())
+            .collect();
+        interface_on(name, subnets)
+    }
+
+    /// `eth0`, `eth1` ... with a subnet each.
+    fn interfaces(n: usize) -> Vec<InterfaceReport> {
+        (0..n).map(|i| interface(&format!("eth{i}"), 1)).collect()
     }
 
     fn conflict(i: usize, reason: &str) -> Conflict {
@@ -655,10 +669,33 @@ mod tests {
         }
     }
 
+    fn conflicts(n: usize) -> Vec<Conflict> {
+        (0..n).map(|i| conflict(i, "x")).collect()
+    }
+
     fn held(n: usize) -> BTreeSet<IpAddr> {
         (0..n)
             .map(|i| IpAddr::from((0x0a00_0000u32 + u32::try_from(i).unwrap()).to_be_bytes()))
             .collect()
+    }
+
+    /// Checks the case `what`: `report` is valid and unchanged when `want` is `None`, else
+    /// rejected in category `want`, read from the annotation too when it fits.
+    fn check_validation(what: &str, report: AgentReport, want: Option<&str>) {
+        match (report.clone().validated(), want) {
+            (Ok(valid), None) => assert_eq!(valid, report, "{what}"),
+            (Err(e), Some(category)) => {
+                assert_eq!(e.category(), category, "{what}: {e}");
+                assert!(e.to_string().starts_with("agent report"), "{what}: {e}");
+                // Through the annotation too, when it fits.
+                let json = report.to_json();
+                if json.len() <= MAX_REPORT_BYTES {
+                    let e = AgentReport::from_json(&json).unwrap_err();
+                    assert_eq!(e.category(), category, "{what}: {e}");
+                }
+            }
+            (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+        }
     }
 
     #[test]
@@ -666,90 +703,11 @@ mod tests {
         type Edit = fn(&mut AgentReport);
         let table: Vec<(&str, Edit, Option<&str>)> = vec![
             ("as written", |_| {}, None),
-            (
-                "256 interfaces",
-                |r| r.interfaces = (0..256).map(|i| interface(&format!("eth{i}"), 1)).collect(),
-                None,
-            ),
+            ("256 interfaces", |r| r.interfaces = interfaces(256), None),
             (
                 "257 interfaces",
-                |r| r.interfaces = (0..257).map(|i| interface(&format!("eth{i}"), 1)).collect(),
+                |r| r.interfaces = interfaces(257),
                 Some("interfaces"),
-            ),
-            (
-                "15-byte name",
-                |r| r.interfaces[0].name = "a23456789012345".into(),
-                None,
-            ),
-            (
-                "16-byte name",
-                |r| r.interfaces[0].name = "a234567890123456".into(),
-                Some("interface_name"),
-            ),
-            (
-                "non-ASCII name",
-                |r| r.interfaces[0].name = "wlp0é".into(),
-                None,
-            ),
-            (
-                "16 bytes of non-ASCII",
-                |r| r.interfaces[0].name = "éééééééé".into(),
-                Some("interface_name"),
-            ),
-            (
-                "empty name",
-                |r| r.interfaces[0].name = String::new(),
-                Some("interface_name"),
-            ),
-            (
-                "dot",
-                |r| r.interfaces[0].name = ".".into(),
-                Some("interface_name"),
-            ),
-            (
-                "dot dot",
-                |r| r.interfaces[0].name = "..".into(),
-                Some("interface_name"),
-            ),
-            (
-                "dots inside",
-                |r| r.interfaces[0].name = "eth0.100".into(),
-                None,
-            ),
-            (
-                "slash",
-                |r| r.interfaces[0].name = "eth0/1".into(),
-                Some("interface_name"),
-            ),
-            (
-                "colon (an address label)",
-                |r| r.interfaces[0].name = "eth0:alb".into(),
-                Some("interface_name"),
-            ),
-            (
-                "space",
-                |r| r.interfaces[0].name = "eth 0".into(),
-                Some("interface_name"),
-            ),
-            (
-                "tab",
-                |r| r.interfaces[0].name = "eth\t0".into(),
-                Some("interface_name"),
-            ),
-            (
-                "non-ASCII whitespace",
-                |r| r.interfaces[0].name = "eth\u{2003}0".into(),
-                Some("interface_name"),
-            ),
-            (
-                "control character",
-                |r| r.interfaces[0].name = "eth\u{1b}[0m".into(),
-                Some("interface_name"),
-            ),
-            (
-                "DEL",
-                |r| r.interfaces[0].name = "eth\u{7f}".into(),
-                Some("interface_name"),
             ),
             (
                 "64 subnets",
@@ -763,14 +721,10 @@ mod tests {
             ),
             ("65,536 held", |r| r.held = held(65_536), None),
             ("65,537 held", |r| r.held = held(65_537), Some("held")),
-            (
-                "4,096 conflicts",
-                |r| r.conflicts = (0..4096).map(|i| conflict(i, "x")).collect(),
-                None,
-            ),
+            ("4,096 conflicts", |r| r.conflicts = conflicts(4096), None),
             (
                 "4,097 conflicts",
-                |r| r.conflicts = (0..4097).map(|i| conflict(i, "x")).collect(),
+                |r| r.conflicts = conflicts(4097),
                 Some("conflicts"),
             ),
             // The first violation is the one named.
@@ -787,39 +741,52 @@ mod tests {
             ),
         ];
         for (what, edit, want) in table {
-            let report = report_with(edit);
-            match (report.clone().validated(), want) {
-                (Ok(valid), None) => assert_eq!(valid, report, "{what}"),
-                (Err(e), Some(category)) => {
-                    assert_eq!(e.category(), category, "{what}: {e}");
-                    assert!(e.to_string().starts_with("agent report"), "{what}: {e}");
-                    // Through the annotation too, when it fits.
-                    let json = report.to_json();
-                    if json.len() <= MAX_REPORT_BYTES {
-                        let e = AgentReport::from_json(&json).unwrap_err();
-                        assert_eq!(e.category(), category, "{what}: {e}");
-                    }
-                }
-                (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
-            }
+            check_validation(what, report_with(edit), want);
+        }
+    }
+
+    #[test]
+    fn interface_names_are_checked_as_linux_checks_them() {
+        // (case, the name of the report's interface, the category it is rejected in; None:
+        // accepted)
+        let table = [
+            ("15-byte name", "a23456789012345", None),
+            ("16-byte name", "a234567890123456", Some("interface_name")),
+            ("non-ASCII name", "wlp0é", None),
+            ("16 bytes of non-ASCII", "éééééééé", Some("interface_name")),
+            ("empty name", "", Some("interface_name")),
+            ("dot", ".", Some("interface_name")),
+            ("dot dot", "..", Some("interface_name")),
+            ("dots inside", "eth0.100", None),
+            ("slash", "eth0/1", Some("interface_name")),
+            (
+                "colon (an address label)",
+                "eth0:alb",
+                Some("interface_name"),
+            ),
+            ("space", "eth 0", Some("interface_name")),
+            ("tab", "eth\t0", Some("interface_name")),
+            (
+                "non-ASCII whitespace",
+                "eth\u{2003}0",
+                Some("interface_name"),
+            ),
+            ("control character", "eth\u{1b}[0m", Some("interface_name")),
+            ("DEL", "eth\u{7f}", Some("interface_name")),
+        ];
+        for (what, name, want) in table {
+            let report = report_with(|r| r.interfaces[0].name = name.into());
+            check_validation(what, report, want);
         }
     }
 
     #[test]
     fn errors_name_the_violation_and_quote_little() {
         let long = format!("bad/{}", "x".repeat(10_000));
-        let e = report_with(|r| {
+        let message = rejected(|r| {
             r.interfaces.push(interface("eth1", 0));
-            r.interfaces.push(InterfaceReport {
-                mac: None,
-                addresses: Vec::new(),
-                name: long.clone(),
-                subnets: Vec::new(),
-            });
-        })
-        .validated()
-        .unwrap_err();
-        let message = e.to_string();
+            r.interfaces.push(interface(&long, 0));
+        });
         assert!(
             message.starts_with("agent report: interface 2 has name \"bad/xxx"),
             "{message}"
@@ -829,18 +796,12 @@ mod tests {
             "{message}"
         );
         assert!(message.len() < 120, "{message}");
-        let e = report_with(|r| r.interfaces[0].name = "a\nb".into())
-            .validated()
-            .unwrap_err();
         assert_eq!(
-            e.to_string(),
+            rejected(|r| r.interfaces[0].name = "a\nb".into()),
             r#"agent report: interface 0 has name "a\nb", which contains whitespace"#
         );
-        let e = report_with(|r| r.interfaces[0] = interface("eth0", 70))
-            .validated()
-            .unwrap_err();
         assert_eq!(
-            e.to_string(),
+            rejected(|r| r.interfaces[0] = interface("eth0", 70)),
             "agent report: interface eth0 lists 70 subnets, more than 64"
         );
     }
@@ -940,19 +901,6 @@ mod tests {
         assert_eq!(err.category(), "json");
     }
 
-    fn on_eth0(subnets: &[&str]) -> AgentReport {
-        AgentReport {
-            version: REPORT_VERSION,
-            interfaces: vec![InterfaceReport {
-                name: "eth0".into(),
-                subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
-                mac: None,
-                addresses: Vec::new(),
-            }],
-            ..AgentReport::default()
-        }
-    }
-
     #[test]
     fn subnets_wider_than_any_lan_reject_the_report() {
         // (subnet, accepted): the widest bound on each side of the line, both families.
@@ -977,7 +925,8 @@ mod tests {
                         err.to_string(),
                         format!(
                             "agent report: interface eth0 lists subnet {subnet}, wider than any LAN (/8 for IPv4, /32 for IPv6)"
-                        )
+                        ),
+                        "{subnet}"
                     );
                 }
                 (accepted, got) => panic!("{subnet}: wanted accepted={accepted}, got {got:?}"),
@@ -1030,7 +979,10 @@ mod tests {
                 .map(ToString::to_string)
                 .collect();
             assert_eq!(left.len() + got.len(), 6, "{addresses:?}: {left:?}");
-            assert!(left.iter().all(|l| !want.contains(&l.as_str())));
+            assert!(
+                left.iter().all(|l| !want.contains(&l.as_str())),
+                "{addresses:?}: {left:?}"
+            );
         }
     }
 }

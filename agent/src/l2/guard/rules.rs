@@ -819,6 +819,8 @@ mod tests {
 
     const NODE2: Mac = Mac([0x46, 0xb0, 0x48, 0xe8, 0x2d, 0x96]);
     const STRANGER: Mac = Mac([0x02, 0xaa, 0, 0, 0, 1]);
+    /// A probe the stranger answered.
+    const TAKEN: ProbeOutcome = ProbeOutcome::Taken { mac: STRANGER };
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -869,12 +871,28 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// The start of a test: now, a new guard, the desired set (`plain` takeovers, `probed`
+    /// first claims) and the IPs held.
+    fn start(
+        plain: &[&str],
+        probed: &[&str],
+        held_ips: &[&str],
+    ) -> (Instant, Guard, DesiredSet, BTreeSet<IpAddr>) {
+        let t = Instant::now();
+        (t, Guard::default(), desired(plain, probed), held(held_ips))
+    }
+
+    /// `g` probes the first claim 10.0.0.2 of `d` at `t`, none held, and the stranger
+    /// answers (`seen`: where, if the port says): a conflict.
+    fn answer(g: &mut Guard, d: &DesiredSet, seen: Option<Sighting>, t: Instant) {
+        g.due_probes(d, &held(&[]), t);
+        let change = g.probe_result(ip("10.0.0.2"), TAKEN, seen, d, t);
+        assert_eq!(change, ProbeChange::Conflict, "an answered first claim");
+    }
+
     #[test]
     fn a_first_claim_waits_for_its_probe_and_a_takeover_never_probes() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &["10.0.0.2"]);
-        let none = held(&[]);
+        let (t, mut g, d, none) = start(&["10.0.0.1"], &["10.0.0.2"], &[]);
         g.update(&d, &none, true, t);
         assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
         let due = g.due_probes(&d, &none, t);
@@ -905,10 +923,7 @@ mod tests {
 
     #[test]
     fn a_held_first_claim_is_not_probed() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["10.0.0.2"]);
-        let h = held(&["10.0.0.2"]);
+        let (t, mut g, d, h) = start(&[], &["10.0.0.2"], &["10.0.0.2"]);
         g.update(&d, &h, true, t);
         assert!(g.held_back(&d, &h).is_empty());
         assert!(g.due_probes(&d, &h, t).is_empty());
@@ -918,14 +933,9 @@ mod tests {
 
     #[test]
     fn an_answered_probe_is_a_conflict_reprobed_with_backoff_until_free() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["10.0.0.2"]);
-        let none = held(&[]);
-        g.due_probes(&d, &none, t);
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
-        let change = g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
-        assert_eq!(change, ProbeChange::Conflict);
+        let (t, mut g, d, none) = start(&[], &["10.0.0.2"], &[]);
+        // A conflict: `answer` checks the probe result says so.
+        answer(&mut g, &d, Some(who(STRANGER, &d)), t);
         assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
         let c = g.conflicts();
         assert_eq!(c.len(), 1);
@@ -950,7 +960,7 @@ mod tests {
             at += secs(wait);
             let due = g.due_probes(&d, &none, at);
             assert_eq!(due[0].ifindex, Some(3), "re-probed where it was seen");
-            let change = g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, at);
+            let change = g.probe_result(ip("10.0.0.2"), TAKEN, Some(who(STRANGER, &d)), &d, at);
             assert_eq!(change, ProbeChange::StillTaken);
             assert_eq!(g.conflicts().len(), 1);
         }
@@ -964,13 +974,8 @@ mod tests {
 
     #[test]
     fn an_undesired_conflict_stays_reported_until_free_or_forgotten() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["10.0.0.2"]);
-        let none = held(&[]);
-        g.due_probes(&d, &none, t);
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
-        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        let (t, mut g, d, none) = start(&[], &["10.0.0.2"], &[]);
+        answer(&mut g, &d, Some(who(STRANGER, &d)), t);
         // The controller moved the Service away: withholding it needs the report.
         let moved = desired(&[], &[]);
         g.update(&moved, &none, true, t + secs(1));
@@ -980,7 +985,7 @@ mod tests {
             1,
             "re-probed anyway"
         );
-        g.probe_result(ip("10.0.0.2"), taken, None, &moved, t + secs(1));
+        g.probe_result(ip("10.0.0.2"), TAKEN, None, &moved, t + secs(1));
         g.update(&moved, &none, true, t + secs(500));
         assert_eq!(g.conflicts().len(), 1);
         g.update(&moved, &none, true, t + secs(602));
@@ -993,14 +998,9 @@ mod tests {
 
     #[test]
     fn a_conflict_of_an_ip_moved_away_does_not_hold_back_its_takeover_later() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let none = held(&[]);
+        let (t, mut g, d, none) = start(&[], &["10.0.0.2"], &[]);
         // Answered when this node probed it (a recheck after a yield, say).
-        let d = desired(&[], &["10.0.0.2"]);
-        g.due_probes(&d, &none, t);
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
-        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        answer(&mut g, &d, Some(who(STRANGER, &d)), t);
         // Still desired as a first claim: held back.
         g.update(&d, &none, true, t + secs(1));
         assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
@@ -1013,8 +1013,7 @@ mod tests {
         assert!(g.conflicts().is_empty());
         // Given back as a first claim instead: probed, as any first claim is.
         let mut g = Guard::default();
-        g.due_probes(&d, &none, t);
-        g.probe_result(ip("10.0.0.2"), taken, Some(who(STRANGER, &d)), &d, t);
+        answer(&mut g, &d, Some(who(STRANGER, &d)), t);
         g.update(&desired(&[], &[]), &none, true, t + secs(2));
         g.update(&d, &none, true, t + secs(3));
         assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
@@ -1022,10 +1021,7 @@ mod tests {
 
     #[test]
     fn a_node_claim_while_stale_yields_until_fresh_and_a_newer_desired_set() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let h = held(&["10.0.0.1"]);
+        let (t, mut g, d, h) = start(&["10.0.0.1"], &[], &["10.0.0.1"]);
         g.update(&d, &h, false, t);
         let c = claim(t, "10.0.0.1", NODE2, ClaimKind::Uses);
         let verdict = g.observe(&c, who(NODE2, &d), &d, &h, false, Some(3), t);
@@ -1082,102 +1078,64 @@ mod tests {
     }
 
     #[test]
-    fn a_node_claim_while_fresh_is_defended_once_per_interval_and_kept() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let h = held(&["10.0.0.1"]);
-        let c = |at| claim(at, "10.0.0.1", NODE2, ClaimKind::Uses);
-        let node = || Verdict::Defend {
-            node: Some("alb-node-2".into()),
-        };
-        assert_eq!(
-            g.observe(&c(t), who(NODE2, &d), &d, &h, true, Some(3), t),
-            node()
-        );
-        for ms in [1, 5_000, 9_999] {
-            let at = t + Duration::from_millis(ms);
-            assert_eq!(
-                g.observe(&c(at), who(NODE2, &d), &d, &h, true, Some(3), at),
-                Verdict::Defended
-            );
-        }
-        assert_eq!(
-            g.observe(
-                &c(t + secs(10)),
-                who(NODE2, &d),
-                &d,
-                &h,
-                true,
-                Some(3),
-                t + secs(10)
+    fn a_claim_while_fresh_is_defended_once_per_interval_and_kept() {
+        // (claimant, its MAC, the node it is, the reason reported)
+        let table = [
+            (
+                "node-2",
+                NODE2,
+                Some("alb-node-2"),
+                "claimed on eth1 by node alb-node-2 (46:b0:48:e8:2d:96) while this agent's \
+                 Lease was fresh: defended",
             ),
-            node()
-        );
-        assert!(g.held_back(&d, &h).is_empty(), "kept");
-        let report = g.conflicts();
-        assert_eq!(report.len(), 1);
-        assert!(
-            report[0]
-                .reason
-                .ends_with("while this agent's Lease was fresh: defended"),
-            "{}",
-            report[0].reason
-        );
-        // Quiet for a while: out of the report.
-        g.update(&d, &h, true, t + secs(39));
-        assert_eq!(g.conflicts().len(), 1);
-        g.update(&d, &h, true, t + secs(40));
-        assert!(g.conflicts().is_empty());
-    }
-
-    #[test]
-    fn a_foreign_claim_while_fresh_is_defended_once_per_interval_and_kept() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let h = held(&["10.0.0.1"]);
-        let c = |at| claim(at, "10.0.0.1", STRANGER, ClaimKind::Uses);
-        let observe =
-            |g: &mut Guard, at| g.observe(&c(at), who(STRANGER, &d), &d, &h, true, Some(3), at);
-        assert_eq!(observe(&mut g, t), Verdict::Defend { node: None });
-        // A flood of forged frames: one defence per 10 s, never a removal.
-        for ms in (1..10_000).step_by(250) {
-            let at = t + Duration::from_millis(ms);
-            assert_eq!(observe(&mut g, at), Verdict::Defended, "{ms} ms");
-            assert!(g.held_back(&d, &h).is_empty(), "kept at {ms} ms");
+            (
+                "a stranger",
+                STRANGER,
+                None,
+                "claimed on eth1 by 02:aa:00:00:00:01 (none of this node's peers) while this \
+                 agent's Lease was fresh: defended",
+            ),
+        ];
+        for (what, mac, node, reason) in table {
+            let (t, mut g, d, h) = start(&["10.0.0.1"], &[], &["10.0.0.1"]);
+            let c = |at| claim(at, "10.0.0.1", mac, ClaimKind::Uses);
+            let observe =
+                |g: &mut Guard, at| g.observe(&c(at), who(mac, &d), &d, &h, true, Some(3), at);
+            let defend = Verdict::Defend {
+                node: node.map(str::to_owned),
+            };
+            assert_eq!(observe(&mut g, t), defend, "{what}");
+            // A flood of forged frames (every 250 ms, and up to the last moment of the
+            // interval): one defence per 10 s, never a removal.
+            for ms in (1..10_000).filter(|ms| ms % 250 == 1 || [5_000, 9_999].contains(ms)) {
+                let at = t + Duration::from_millis(ms);
+                assert_eq!(observe(&mut g, at), Verdict::Defended, "{what}: {ms} ms");
+                assert!(g.held_back(&d, &h).is_empty(), "{what}: kept at {ms} ms");
+            }
+            assert_eq!(observe(&mut g, t + secs(10)), defend, "{what}: at 10 s");
+            assert!(g.held_back(&d, &h).is_empty(), "{what}: kept");
+            assert!(!g.is_probing(ip("10.0.0.1")), "{what}");
+            let report = g.conflicts();
+            assert_eq!(report.len(), 1, "{what}");
+            assert_eq!(report[0].reason, reason, "{what}");
+            assert_eq!(report[0].mac, Some(mac), "{what}");
+            assert!(
+                report[0].while_held,
+                "{what}: a claim against the holder, not a probe's answer"
+            );
+            assert!(!report[0].yielded, "{what}: defended: the address stays up");
+            // Quiet for 30 s: out of the report; the IP never left.
+            g.update(&d, &h, true, t + secs(39));
+            assert_eq!(g.conflicts().len(), 1, "{what}: quiet for 29 s");
+            g.update(&d, &h, true, t + secs(40));
+            assert!(g.conflicts().is_empty(), "{what}: quiet for 30 s");
+            assert!(g.held_back(&d, &h).is_empty(), "{what}: quiet for 30 s");
         }
-        assert_eq!(
-            observe(&mut g, t + secs(10)),
-            Verdict::Defend { node: None }
-        );
-        assert!(g.held_back(&d, &h).is_empty(), "kept");
-        assert!(!g.is_probing(ip("10.0.0.1")));
-        let report = g.conflicts();
-        assert_eq!(report.len(), 1);
-        assert_eq!(
-            report[0].reason,
-            "claimed on eth1 by 02:aa:00:00:00:01 (none of this node's peers) while this \
-             agent's Lease was fresh: defended"
-        );
-        assert_eq!(report[0].mac, Some(STRANGER));
-        assert!(
-            report[0].while_held,
-            "a claim against the holder, not a probe's answer"
-        );
-        assert!(!report[0].yielded, "defended: the address stays up");
-        // Quiet for 30 s: out of the report; the IP never left.
-        g.update(&d, &h, true, t + secs(40));
-        assert!(g.conflicts().is_empty());
-        assert!(g.held_back(&d, &h).is_empty());
     }
 
     #[test]
     fn a_foreign_claim_while_stale_removes_at_once_and_probes_are_ignored_while_held() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let h = held(&["10.0.0.1"]);
+        let (t, mut g, d, h) = start(&["10.0.0.1"], &[], &["10.0.0.1"]);
         let probe = claim(t, "10.0.0.1", STRANGER, ClaimKind::Probes);
         assert_eq!(
             g.observe(&probe, who(STRANGER, &d), &d, &h, true, Some(3), t),
@@ -1216,10 +1174,7 @@ mod tests {
 
     #[test]
     fn claims_count_only_on_the_ips_own_link() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &["10.0.0.2"]);
-        let h = held(&["10.0.0.1"]);
+        let (t, mut g, d, h) = start(&["10.0.0.1"], &["10.0.0.2"], &["10.0.0.1"]);
         // Heard on link 7 (a pod veth, a CNI bridge, another NIC); the alias is on 3.
         for (mac, fresh) in [(STRANGER, true), (STRANGER, false), (NODE2, false)] {
             let mut c = claim(t, "10.0.0.1", mac, ClaimKind::Uses);
@@ -1258,10 +1213,7 @@ mod tests {
 
     #[test]
     fn a_claim_during_a_probe_is_taken_and_the_quiet_probe_does_not_clear_it() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["fd00::2"]);
-        let none = held(&[]);
+        let (t, mut g, d, none) = start(&[], &["fd00::2"], &[]);
         g.due_probes(&d, &none, t);
         let c = claim(t, "fd00::2", STRANGER, ClaimKind::Probes);
         let at = t + Duration::from_millis(100);
@@ -1280,10 +1232,7 @@ mod tests {
         // The link regained carrier while stale: held back and probed again; an answer is
         // an owner of an established address, not a first claim's: never withheld by
         // itself at the controller.
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let h = held(&["10.0.0.1"]);
+        let (t, mut g, d, h) = start(&["10.0.0.1"], &[], &["10.0.0.1"]);
         g.update(&d, &h, false, t);
         g.recheck(ip("10.0.0.1"), t);
         assert_eq!(g.held_back(&d, &h), held(&["10.0.0.1"]));
@@ -1291,10 +1240,9 @@ mod tests {
         assert_eq!(g.due_probes(&d, &none, t).len(), 1);
         g.probe_failed(ip("10.0.0.1"), t);
         assert_eq!(g.due_probes(&d, &none, t + secs(2)).len(), 1, "retried");
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
         let change = g.probe_result(
             ip("10.0.0.1"),
-            taken,
+            TAKEN,
             Some(who(STRANGER, &d)),
             &d,
             t + secs(2),
@@ -1310,10 +1258,7 @@ mod tests {
         // Assigned (no first claim) while its link has no carrier: held back from then on,
         // its probes fail while the link is down (backing off), and the link's return makes
         // the re-check due at once, not at the end of the backoff.
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&["10.0.0.1"], &[]);
-        let none = held(&[]);
+        let (t, mut g, d, none) = start(&["10.0.0.1"], &[], &[]);
         g.update(&d, &none, true, t);
         assert!(g.held_back(&d, &none).is_empty(), "not a first claim");
         g.unplugged(ip("10.0.0.1"), t);
@@ -1342,12 +1287,11 @@ mod tests {
         assert!(g.held_back(&d, &none).is_empty());
         // An IP another host uses stays as it is.
         g.update(&d, &none, true, t + secs(6));
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
         g.recheck(ip("10.0.0.1"), t + secs(6));
         g.due_probes(&d, &none, t + secs(6));
         g.probe_result(
             ip("10.0.0.1"),
-            taken,
+            TAKEN,
             Some(who(STRANGER, &d)),
             &d,
             t + secs(6),
@@ -1358,10 +1302,7 @@ mod tests {
 
     #[test]
     fn a_failed_probe_keeps_the_first_claim_back_and_retries() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["10.0.0.2"]);
-        let none = held(&[]);
+        let (t, mut g, d, none) = start(&[], &["10.0.0.2"], &[]);
         g.due_probes(&d, &none, t);
         g.probe_failed(ip("10.0.0.2"), t);
         assert_eq!(g.held_back(&d, &none), held(&["10.0.0.2"]));
@@ -1381,31 +1322,25 @@ mod tests {
         });
         let all = desired(&[], &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
         let none = held(&[]);
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
         for (i, s) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
             let at = t + secs(i as u64);
             g.due_probes(&all, &none, at);
-            g.probe_result(ip(s), taken, None, &all, at);
+            g.probe_result(ip(s), TAKEN, None, &all, at);
             g.probe_failed(ip("10.0.0.3"), at);
         }
         // 10.0.0.2 is no longer desired; 10.0.0.1 (older) still is.
         let d = desired(&[], &["10.0.0.1", "10.0.0.3"]);
         g.update(&d, &none, true, t + secs(2));
         g.due_probes(&d, &none, t + secs(10));
-        g.probe_result(ip("10.0.0.3"), taken, None, &d, t + secs(10));
+        g.probe_result(ip("10.0.0.3"), TAKEN, None, &d, t + secs(10));
         let ips: Vec<IpAddr> = g.conflicts().iter().map(|c| c.ip).collect();
         assert_eq!(ips, vec![ip("10.0.0.1"), ip("10.0.0.3")]);
     }
 
     #[test]
     fn a_desired_conflict_whose_probes_fail_never_wakes_the_loop_in_the_past() {
-        let t = Instant::now();
-        let mut g = Guard::default();
-        let d = desired(&[], &["10.0.0.2"]);
-        let none = held(&[]);
-        g.due_probes(&d, &none, t);
-        let taken = ProbeOutcome::Taken { mac: STRANGER };
-        g.probe_result(ip("10.0.0.2"), taken, None, &d, t);
+        let (t, mut g, d, none) = start(&[], &["10.0.0.2"], &[]);
+        answer(&mut g, &d, None, t);
         let mut now = t;
         while now < t + secs(1_200) {
             g.update(&d, &none, true, now);
