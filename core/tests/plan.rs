@@ -4,10 +4,12 @@
 mod plan_support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aliaslb_core::plan::{
-    MAX_MESSAGE, MAX_PORTS_PER_IP, NodeAddress, Planner, STICKY_FOR, node_address_clashes, reason,
+    MAX_MESSAGE, MAX_PORTS_PER_IP, NodeAddress, PlanEvent, PlanOutput, Planner, STICKY_FOR,
+    ServicePlan, ServiceView, node_address_clashes, reason,
 };
 use aliaslb_core::pool::PoolKey;
 use aliaslb_core::range::Family;
@@ -15,16 +17,55 @@ use plan_support::*;
 
 const DEFAULT_3: (&str, &str) = ("default", "10.0.0.1\n10.0.0.2\n10.0.0.3");
 
+/// A world with the pool `DEFAULT_3` and `services`.
+fn default_3(services: Vec<ServiceView>) -> World {
+    World::new(config(&[DEFAULT_3]), services)
+}
+
+/// A world with the pool `DEFAULT_3` and Services `default/<name>`, created at 1, 2, … in
+/// the order given.
+fn default_3_with(names: &[&str]) -> World {
+    default_3(created_in_order("default", names))
+}
+
 fn classic() -> World {
-    World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-            svc("default", "c").created(3),
-            svc("default", "d").created(4),
-        ],
-    )
+    default_3_with(&["a", "b", "c", "d"])
+}
+
+/// `default/<name>`, created at `created`, sharing `key`, with one port.
+fn sharer(name: &str, created: i64, key: &str, port: i32, protocol: &str) -> ServiceView {
+    svc("default", name)
+        .created(created)
+        .sharing(key)
+        .port(port, protocol)
+}
+
+/// `default/<name>`, created at `created`, that the API shows with `ips` on `node` (to import).
+fn imported(name: &str, created: i64, ips: &str, node: Option<&str>) -> ServiceView {
+    svc("default", name).created(created).observed(ips, node)
+}
+
+/// Asserts that `out` clears no assignment, and tells `default/<name>` once, with a
+/// `NodeClaim` Event whose message starts with `prefix`, that a node claims its address (a
+/// node's word never takes it from the Service); returns that Event.
+#[track_caller]
+fn assert_node_claim<'o>(out: &'o PlanOutput, name: &str, prefix: &str) -> &'o PlanEvent {
+    assert!(events(out, reason::CLEAR_ASSIGNMENT).is_empty());
+    let claimed = events_for(out, "default", name, reason::NODE_CLAIM);
+    assert_eq!(claimed.len(), 1, "{:?}", out.events);
+    assert_starts_with(
+        &claimed[0].message,
+        prefix,
+        &format!("NodeClaim for {name}"),
+    );
+    claimed[0]
+}
+
+/// `default/<name>` is created again, at `created`, under a new `uid`.
+fn recreate(world: &mut World, name: &str, created: i64, uid: &str) {
+    world
+        .services
+        .push(svc("default", name).created(created).uid(uid));
 }
 
 #[test]
@@ -36,14 +77,14 @@ fn three_addresses_in_order_then_exhausted_then_freed() {
         assert_eq!(ips(&out, "default", name), [want], "{name}");
         assert!(plan_of(&out, "default", name).allocated.status);
     }
-    let d = plan_of(&out, "default", "d");
-    assert!(d.ips.is_empty());
-    assert!(!d.allocated.status);
-    assert_eq!(d.allocated.reason, reason::POOL_EXHAUSTED);
-    assert_eq!(
-        d.allocated.message,
-        "all 3 addresses of pool default are in use"
+    assert_pending(
+        &out,
+        ("default", "d"),
+        reason::POOL_EXHAUSTED,
+        "all 3 addresses of pool default are in use",
+        "no address left",
     );
+    assert!(!plan_of(&out, "default", "d").allocated.status);
     let failed = events(&out, reason::ALLOCATION_FAILED);
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(failed[0].warning);
@@ -176,12 +217,12 @@ fn tenant_fencing() {
         ],
     );
     let out = world.plan(&mut Planner::new());
-    let steal = plan_of(&out, "staging", "steal");
-    assert!(steal.ips.is_empty());
-    assert_eq!(steal.allocated.reason, reason::REQUESTED_IP_NOT_IN_POOL);
-    assert_eq!(
-        steal.allocated.message,
-        "10.0.0.1 is not in the pool of namespace staging (10.0.7.1-10.0.7.6, 10.0.8.1)"
+    assert_pending(
+        &out,
+        ("staging", "steal"),
+        reason::REQUESTED_IP_NOT_IN_POOL,
+        "10.0.0.1 is not in the pool of namespace staging (10.0.7.1-10.0.7.6, 10.0.8.1)",
+        "another tenant's address",
     );
     assert_eq!(
         plan_of(&out, "staging", "fallback-ip").allocated.reason,
@@ -193,12 +234,10 @@ fn tenant_fencing() {
     let cleared = events_for(&out, "staging", "imported", reason::CLEAR_ASSIGNMENT);
     assert_eq!(cleared.len(), 1);
     assert!(cleared[0].warning);
-    assert!(
-        cleared[0]
-            .message
-            .starts_with("10.0.0.2 is not in the pool of namespace staging"),
-        "{}",
-        cleared[0].message
+    assert_starts_with(
+        &cleared[0].message,
+        "10.0.0.2 is not in the pool of namespace staging",
+        "staging/imported",
     );
     assert_eq!(
         ips(&out, "default", "a"),
@@ -287,24 +326,22 @@ fn requested_ips_in_use_move_and_release() {
     );
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
-    let api = plan_of(&out, "default", "api");
-    assert_eq!(api.allocated.reason, reason::REQUESTED_IP_IN_USE);
-    assert!(
-        api.allocated
-            .message
-            .starts_with("10.0.0.1 is used by default/web"),
-        "{}",
-        api.allocated.message
-    );
-    let y = plan_of(&out, "team-b", "y");
-    assert_eq!(y.allocated.reason, reason::REQUESTED_IP_IN_USE);
-    assert!(
-        y.allocated
-            .message
-            .starts_with("10.0.9.2 is used by a Service in another namespace"),
-        "tenants do not learn each other's names: {}",
-        y.allocated.message
-    );
+    for (ns, name, prefix, why) in [
+        (
+            "default",
+            "api",
+            "10.0.0.1 is used by default/web",
+            "in its namespace, the user is named",
+        ),
+        (
+            "team-b",
+            "y",
+            "10.0.9.2 is used by a Service in another namespace",
+            "tenants do not learn each other's names",
+        ),
+    ] {
+        assert_allocated_starts_with(&out, (ns, name), reason::REQUESTED_IP_IN_USE, prefix, why);
+    }
 
     // Changing the request moves the Service and frees the old address.
     world.service_mut("default", "web").requested = Ok(vec![ip("10.0.0.3")]);
@@ -338,20 +375,13 @@ fn requested_ips_in_use_move_and_release() {
 
 #[test]
 fn import_collision_keeps_the_older_and_reallocates_the_other() {
-    let world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "young")
-                .created(9)
-                .observed("10.0.0.2", Some("b")),
-            svc("default", "old")
-                .created(1)
-                .observed("10.0.0.2", Some("a")),
-        ],
-    );
+    let world = default_3(vec![
+        imported("young", 9, "10.0.0.2", Some("b")),
+        imported("old", 1, "10.0.0.2", Some("a")),
+    ]);
     let out = world.plan(&mut Planner::new());
     assert_eq!(ips(&out, "default", "old"), ["10.0.0.2"]);
-    assert_eq!(plan_of(&out, "default", "old").node.as_deref(), Some("a"));
+    assert_eq!(node_of(&out, "old"), Some("a"));
     assert_eq!(ips(&out, "default", "young"), ["10.0.0.1"]);
     let cleared = events_for(&out, "default", "young", reason::CLEAR_ASSIGNMENT);
     assert_eq!(cleared.len(), 1);
@@ -368,26 +398,11 @@ fn sharing_with_port_clash_and_same_node() {
     let mut world = World::new(
         config(&[DEFAULT_3, ("other", "10.0.1.1-10.0.1.3")]),
         vec![
-            svc("default", "http")
-                .created(1)
-                .sharing("k")
-                .port(80, "TCP"),
-            svc("default", "https")
-                .created(2)
-                .sharing("k")
-                .port(443, "TCP"),
-            svc("default", "dns")
-                .created(3)
-                .sharing("k")
-                .port(80, "UDP"),
-            svc("default", "clash")
-                .created(4)
-                .sharing("k")
-                .port(80, "TCP"),
-            svc("default", "k2")
-                .created(5)
-                .sharing("k2")
-                .port(80, "TCP"),
+            sharer("http", 1, "k", 80, "TCP"),
+            sharer("https", 2, "k", 443, "TCP"),
+            sharer("dns", 3, "k", 80, "UDP"),
+            sharer("clash", 4, "k", 80, "TCP"),
+            sharer("k2", 5, "k2", 80, "TCP"),
             svc("other", "k").created(6).sharing("k").port(80, "TCP"),
         ],
     );
@@ -406,11 +421,10 @@ fn sharing_with_port_clash_and_same_node() {
     let clash = plan_of(&out, "default", "clash");
     assert!(clash.ips.is_empty());
     assert_eq!(clash.allocated.reason, reason::PORT_CLASH);
-    assert!(
-        clash.allocated.message.contains("80/TCP")
-            && clash.allocated.message.contains("default/http"),
-        "{}",
-        clash.allocated.message
+    assert_contains(
+        &clash.allocated.message,
+        &["80/TCP", "default/http"],
+        "default/clash",
     );
     assert_eq!(ips(&out, "default", "k2"), ["10.0.0.2"]);
     assert_eq!(
@@ -459,36 +473,34 @@ fn ports_per_service_and_per_address_are_bounded() {
     for p in 0..=MAX_PORTS_PER_IP {
         too_many = too_many.port(1000 + p as i32, "UDP");
     }
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            too_many,
-            with_ports("a", 2, 1, 200),
-            with_ports("b", 3, 201, 100),
-            with_ports("c", 4, 301, 10),
-        ],
-    );
+    let mut world = default_3(vec![
+        too_many,
+        with_ports("a", 2, 1, 200),
+        with_ports("b", 3, 201, 100),
+        with_ports("c", 4, 301, 10),
+    ]);
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
-    let huge = plan_of(&out, "default", "huge");
-    assert!(huge.ips.is_empty());
-    assert_eq!(huge.allocated.reason, reason::TOO_MANY_PORTS);
-    assert_eq!(
-        huge.allocated.message,
-        format!(
-            "the Service has {} ports, more than the {MAX_PORTS_PER_IP} one address carries; \
-             split it into Services with fewer ports",
-            MAX_PORTS_PER_IP + 1
-        )
+    let huge = format!(
+        "the Service has {} ports, more than the {MAX_PORTS_PER_IP} one address carries; \
+         split it into Services with fewer ports",
+        MAX_PORTS_PER_IP + 1
+    );
+    assert_pending(
+        &out,
+        ("default", "huge"),
+        reason::TOO_MANY_PORTS,
+        &huge,
+        "too many ports",
     );
     assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
-    let b = plan_of(&out, "default", "b");
-    assert!(b.ips.is_empty(), "200 + 100 ports on one address");
-    assert_eq!(b.allocated.reason, reason::TOO_MANY_PORTS);
-    assert_eq!(
-        b.allocated.message,
-        "sharing 10.0.0.1 would put 300 ports on it, more than the 256 one address carries \
-         (200 of the Services already sharing it); use another sharing key"
+    assert_pending(
+        &out,
+        ("default", "b"),
+        reason::TOO_MANY_PORTS,
+        "sharing 10.0.0.1 would put 300 ports on it, more than the 256 one address \
+         carries (200 of the Services already sharing it); use another sharing key",
+        "200 + 100 ports on one address",
     );
     assert_eq!(ips(&out, "default", "c"), ["10.0.0.1"], "210 fit");
     // c grows past the bound: it leaves the address, a keeps it.
@@ -510,13 +522,10 @@ fn ports_per_service_and_per_address_are_bounded() {
 
 #[test]
 fn edits_to_ports_or_sharing_key_are_rechecked() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1).sharing("k").port(80, "TCP"),
-            svc("default", "b").created(2).sharing("k").port(81, "TCP"),
-        ],
-    );
+    let mut world = default_3(vec![
+        sharer("a", 1, "k", 80, "TCP"),
+        sharer("b", 2, "k", 81, "TCP"),
+    ]);
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
@@ -538,19 +547,11 @@ fn edits_to_ports_or_sharing_key_are_rechecked() {
 #[test]
 fn requested_ip_of_the_sharing_group_is_shareable_unless_sharing_is_off() {
     let services = vec![
-        svc("default", "a").created(1).sharing("k").port(80, "TCP"),
-        svc("default", "b")
-            .created(2)
-            .sharing("k")
-            .port(81, "TCP")
-            .requesting("10.0.0.1"),
-        svc("default", "c")
-            .created(3)
-            .sharing("k")
-            .port(82, "TCP")
-            .requesting("10.0.0.3"),
+        sharer("a", 1, "k", 80, "TCP"),
+        sharer("b", 2, "k", 81, "TCP").requesting("10.0.0.1"),
+        sharer("c", 3, "k", 82, "TCP").requesting("10.0.0.3"),
     ];
-    let world = World::new(config(&[DEFAULT_3]), services.clone());
+    let world = default_3(services.clone());
     let out = world.plan(&mut Planner::new());
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
     let c = plan_of(&out, "default", "c");
@@ -569,11 +570,7 @@ fn requested_ip_of_the_sharing_group_is_shareable_unless_sharing_is_off() {
     let b = plan_of(&out, "default", "b");
     assert!(b.ips.is_empty());
     assert_eq!(b.allocated.reason, reason::SHARING_NOT_ALLOWED);
-    assert!(
-        b.allocated.message.contains("allowSharing: false"),
-        "{}",
-        b.allocated.message
-    );
+    assert_contains(&b.allocated.message, &["allowSharing: false"], "default/b");
 }
 
 #[test]
@@ -667,11 +664,7 @@ fn dual_stack_policies() {
 fn pool_edit_removing_an_ip() {
     let mut world = World::new(
         config(&[("default", "192.168.55.10-192.168.55.12")]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-            svc("default", "c").created(3),
-        ],
+        created_in_order("default", &["a", "b", "c"]),
     );
     let mut planner = Planner::new();
     world.plan(&mut planner);
@@ -729,23 +722,14 @@ fn pool_edit_moving_a_namespace_off_the_fallback() {
 
 #[test]
 fn sticky_recreation_within_the_window() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-            svc("default", "c").created(3),
-        ],
-    );
+    let mut world = default_3_with(&["a", "b", "c"]);
     let mut planner = Planner::new();
     world.plan(&mut planner);
     world.remove("default", "a");
     world.remove("default", "b");
     world.plan(&mut planner);
     world.advance(Duration::from_secs(60));
-    world
-        .services
-        .push(svc("default", "b").created(10).uid("b-2"));
+    recreate(&mut world, "b", 10, "b-2");
     let out = world.plan(&mut planner);
     assert_eq!(
         ips(&out, "default", "b"),
@@ -757,22 +741,14 @@ fn sticky_recreation_within_the_window() {
     world.remove("default", "b");
     world.plan(&mut planner);
     world.advance(STICKY_FOR);
-    world
-        .services
-        .push(svc("default", "b").created(20).uid("b-3"));
+    recreate(&mut world, "b", 20, "b-3");
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
 }
 
 #[test]
 fn recreation_under_a_new_uid_in_one_pass_keeps_the_ip() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-        ],
-    );
+    let mut world = default_3_with(&["a", "b"]);
     let mut planner = Planner::new();
     world.plan(&mut planner);
     *world.service_mut("default", "a") = svc("default", "a").created(5).uid("a-2");
@@ -783,16 +759,25 @@ fn recreation_under_a_new_uid_in_one_pass_keeps_the_ip() {
 
 /// One Service on 10.0.0.1, planned; returns the world, planner and its node.
 fn placed() -> (World, Planner, String) {
-    let world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
+    let world = default_3_with(&["web"]);
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
-    let node = plan_of(&out, "default", "web")
-        .node
-        .as_deref()
-        .expect("a node")
-        .to_owned();
+    let node = node_of(&out, "web").expect("a node").to_owned();
     assert_eq!(events(&out, reason::NODE_ASSIGNED).len(), 1);
     (world, planner, node)
+}
+
+/// [`placed`], and its node's agent holds 10.0.0.1, planned once more.
+fn held() -> (World, Planner, String) {
+    let (mut world, mut planner, n) = placed();
+    world.holds(&n, "10.0.0.1");
+    world.plan(&mut planner);
+    (world, planner, n)
+}
+
+/// The node `default/<name>` is placed on in `out`.
+fn node_of<'o>(out: &'o PlanOutput, name: &str) -> Option<&'o str> {
+    plan_of(out, "default", name).node.as_deref()
 }
 
 fn other(node: &str) -> &'static str {
@@ -824,10 +809,8 @@ fn announced_only_when_the_node_holds_the_ip() {
 
 #[test]
 fn graceful_move_waits_for_the_old_agent() {
-    let (mut world, mut planner, n) = placed();
+    let (mut world, mut planner, n) = held();
     let m = other(&n);
-    world.holds(&n, "10.0.0.1");
-    world.plan(&mut planner);
     world.node_mut(&n).unschedulable = true;
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web");
@@ -836,10 +819,10 @@ fn graceful_move_waits_for_the_old_agent() {
     assert_eq!(web.announced.reason, reason::MOVING);
     let moved = events(&out, reason::NODE_MOVED);
     assert_eq!(moved.len(), 1);
-    assert!(
-        moved[0].message.contains(&format!("{n} is cordoned")),
-        "{}",
-        moved[0].message
+    assert_contains(
+        &moved[0].message,
+        &[&format!("{n} is cordoned")],
+        "NodeMoved",
     );
 
     // Still held: keep waiting, without repeating the Event.
@@ -849,42 +832,31 @@ fn graceful_move_waits_for_the_old_agent() {
 
     world.holds(&n, "");
     let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some(m));
+    assert_eq!(node_of(&out, "web"), Some(m));
     assert_eq!(events(&out, reason::NODE_ASSIGNED).len(), 1);
 
     // Uncordoning does not fail back.
     world.node_mut(&n).unschedulable = false;
     let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some(m));
+    assert_eq!(node_of(&out, "web"), Some(m));
 }
 
 #[test]
 fn hard_loss_moves_at_once() {
-    let (mut world, mut planner, n) = placed();
-    world.holds(&n, "10.0.0.1");
-    world.plan(&mut planner);
+    let (mut world, mut planner, n) = held();
     world.node_mut(&n).agent_ready = false;
     let out = world.plan(&mut planner);
-    assert_eq!(
-        plan_of(&out, "default", "web").node.as_deref(),
-        Some(other(&n))
-    );
+    assert_eq!(node_of(&out, "web"), Some(other(&n)));
     let moved = events(&out, reason::NODE_MOVED);
     assert_eq!(moved.len(), 1);
-    assert!(
-        moved[0].message.contains("not ready"),
-        "{}",
-        moved[0].message
-    );
+    assert_contains(&moved[0].message, &["not ready"], "NodeMoved");
 }
 
 /// Blind (no agent seen renewing): every node kept, a new Service waits with
 /// `AgentsUnobservable` (said once); sight back: it is elected, nothing moved.
 #[test]
 fn blindness_keeps_every_node_and_elects_none() {
-    let (mut world, mut planner, n) = placed();
-    world.holds(&n, "10.0.0.1");
-    world.plan(&mut planner);
+    let (mut world, mut planner, n) = held();
     world.services.push(svc("default", "new").created(2));
     for node in &mut world.nodes {
         node.agent_ready = false;
@@ -913,12 +885,9 @@ fn blindness_keeps_every_node_and_elects_none() {
     }
     world.agents_unobservable = false;
     let out = world.plan(&mut planner);
+    assert_eq!(node_of(&out, "web"), Some(n.as_str()));
     assert_eq!(
-        plan_of(&out, "default", "web").node.as_deref(),
-        Some(n.as_str())
-    );
-    assert_eq!(
-        plan_of(&out, "default", "new").node.as_deref(),
+        node_of(&out, "new"),
         Some(other(&n)),
         "elected once the agents are seen"
     );
@@ -928,33 +897,24 @@ fn blindness_keeps_every_node_and_elects_none() {
 /// keeps what it carries but is not elected for anything new; lost, it is a hard loss.
 #[test]
 fn an_unconfirmed_agent_keeps_but_gets_nothing_new() {
-    let (mut world, mut planner, n) = placed();
-    world.holds(&n, "10.0.0.1");
-    world.plan(&mut planner);
+    let (mut world, mut planner, n) = held();
     world.services.push(svc("default", "new").created(2));
     world.services.push(svc("default", "third").created(3));
     world.node_mut(&n).agent_ready = false;
     world.node_mut(&n).agent_unconfirmed = true;
     let out = world.plan(&mut planner);
-    assert_eq!(
-        plan_of(&out, "default", "web").node.as_deref(),
-        Some(n.as_str())
-    );
+    assert_eq!(node_of(&out, "web"), Some(n.as_str()));
     assert!(events(&out, reason::NODE_MOVED).is_empty());
     for name in ["new", "third"] {
         assert_eq!(
-            plan_of(&out, "default", name).node.as_deref(),
+            node_of(&out, name),
             Some(other(&n)),
             "{name}: not on the unconfirmed node, though it carries less"
         );
     }
     world.node_mut(&n).agent_unconfirmed = false;
     let out = world.plan(&mut planner);
-    assert_eq!(
-        plan_of(&out, "default", "web").node.as_deref(),
-        Some(other(&n)),
-        "lost: moved at once"
-    );
+    assert_eq!(node_of(&out, "web"), Some(other(&n)), "lost: moved at once");
 }
 
 #[test]
@@ -976,7 +936,7 @@ fn no_eligible_node_is_reported_once() {
     assert!(events(&out, reason::NO_ELIGIBLE_NODE).is_empty());
     world.node_mut("b").agent_ready = true;
     let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_deref(), Some("b"));
+    assert_eq!(node_of(&out, "web"), Some("b"));
 }
 
 #[test]
@@ -992,7 +952,7 @@ fn address_conflict_keeps_the_node() {
         "moving would duplicate the address"
     );
     assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
-    assert!(web.announced.message.contains(&n) && web.announced.message.contains("10.0.0.1"));
+    assert_contains(&web.announced.message, &[&n, "10.0.0.1"], "Announced");
     let conflicts = events(&out, reason::ADDRESS_CONFLICT);
     assert_eq!(conflicts.len(), 1);
     assert!(conflicts[0].warning);
@@ -1014,12 +974,10 @@ fn a_conflict_with_another_nodes_mac_names_that_node() {
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web");
     assert_eq!(web.announced.reason, reason::ADDRESS_CONFLICT);
-    assert!(
-        web.announced
-            .message
-            .contains(&format!("(02:00:00:00:0b:01 is node {o}'s)")),
-        "{}",
-        web.announced.message
+    assert_contains(
+        &web.announced.message,
+        &[&format!("(02:00:00:00:0b:01 is node {o}'s)")],
+        "another node's MAC",
     );
     // A stranger's MAC is named as nobody's.
     let (mut world, mut planner, n) = placed();
@@ -1051,9 +1009,10 @@ fn quoted_text_is_bounded_in_conditions_and_events() {
         "{}",
         message.len()
     );
-    assert!(
-        message.starts_with(&format!("{n} reports a conflict for 10.0.0.1: xxx")),
-        "{message}"
+    assert_starts_with(
+        message,
+        &format!("{n} reports a conflict for 10.0.0.1: xxx"),
+        "Announced",
     );
     assert!(message.ends_with("..."), "{message}");
     let conflicts = events(&out, reason::ADDRESS_CONFLICT);
@@ -1084,26 +1043,17 @@ fn quoted_text_is_bounded_in_conditions_and_events() {
 
 #[test]
 fn restart_adopts_the_observed_node_only_if_eligible() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "kept")
-                .created(1)
-                .observed("10.0.0.1", Some("b")),
-            svc("default", "leaving")
-                .created(2)
-                .observed("10.0.0.2", Some("c")),
-            svc("default", "gone")
-                .created(3)
-                .observed("10.0.0.3", Some("dead")),
-        ],
-    );
+    let mut world = default_3(vec![
+        imported("kept", 1, "10.0.0.1", Some("b")),
+        imported("leaving", 2, "10.0.0.2", Some("c")),
+        imported("gone", 3, "10.0.0.3", Some("dead")),
+    ]);
     let mut c = node("c");
     c.unschedulable = true;
     world.nodes.push(c);
     world.holds("c", "10.0.0.2");
     let out = world.plan(&mut Planner::new());
-    assert_eq!(plan_of(&out, "default", "kept").node.as_deref(), Some("b"));
+    assert_eq!(node_of(&out, "kept"), Some("b"));
     let leaving = plan_of(&out, "default", "leaving");
     assert_eq!(leaving.node, None, "c still holds it: graceful move");
     assert_eq!(leaving.announced.reason, reason::MOVING);
@@ -1129,9 +1079,9 @@ fn local_traffic_follows_endpoints_and_least_load() {
         .insert(key("default", "l"), BTreeSet::from(["b".to_owned()]));
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "l").node.as_deref(), Some("b"));
+    assert_eq!(node_of(&out, "l"), Some("b"));
     assert_eq!(
-        plan_of(&out, "default", "x").node.as_deref(),
+        node_of(&out, "x"),
         Some("a"),
         "least loaded: b already carries l"
     );
@@ -1143,14 +1093,14 @@ fn local_traffic_follows_endpoints_and_least_load() {
         .insert(key("default", "l"), BTreeSet::from(["a".to_owned()]));
     let out = world.plan(&mut planner);
     let moved = events_for(&out, "default", "l", reason::NODE_MOVED);
-    assert!(
-        moved[0].message.contains("b has no ready local endpoint"),
-        "{}",
-        moved[0].message
+    assert_contains(
+        &moved[0].message,
+        &["b has no ready local endpoint"],
+        "NodeMoved",
     );
     world.holds("b", "");
     let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "l").node.as_deref(), Some("a"));
+    assert_eq!(node_of(&out, "l"), Some("a"));
 }
 
 #[test]
@@ -1290,66 +1240,94 @@ fn thread_cpu() -> Duration {
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
+/// A Service moves to another address while another waits for one: until the controller's
+/// write lands, the API still shows the old address on the Service that left it, and
+/// handing it to the waiter in the same pass would show one IP on two Services (the two
+/// writes run concurrently). The waiter gets it once the clear has landed.
 #[test]
-fn an_ip_the_api_still_shows_on_its_old_service_waits_after_a_pool_edit() {
-    // Chaos seed 11: team/x leaves the fallback (its namespace gets a key) while other/y
-    // waits for a fallback address. Until the controller's write lands, the API still shows
-    // 10.0.9.1 on team/x: handing it to other/y in the same pass would show one IP on two
-    // Services (the two writes run concurrently).
-    let mut world = World::new(
-        config(&[("_fallback", "10.0.9.1")]),
-        vec![svc("team", "x").created(1), svc("other", "y").created(2)],
-    );
-    let mut planner = Planner::new();
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "team", "x"), ["10.0.9.1"]);
-    assert!(ips(&out, "other", "y").is_empty());
-    world.service_mut("team", "x").observed_ips = vec![ip("10.0.9.1")];
+fn an_ip_the_api_still_shows_on_its_old_service_waits_until_the_clear_lands() {
+    struct Case {
+        name: &'static str,
+        world: World,
+        /// The Service that moves, from `old` to `new`.
+        mover: (&'static str, &'static str),
+        old: &'static str,
+        new: &'static str,
+        /// The Service that waits for an address (if in `world` from the start, it waits
+        /// from the first pass).
+        waiter: (&'static str, &'static str),
+        /// Moves `mover` from `old` to `new`.
+        moves: fn(&mut World),
+    }
+    let cases = [
+        // Chaos seed 11: team/x leaves the fallback (its namespace gets a key) while other/y
+        // waits for a fallback address.
+        Case {
+            name: "pool edit",
+            world: World::new(
+                config(&[("_fallback", "10.0.9.1")]),
+                vec![svc("team", "x").created(1), svc("other", "y").created(2)],
+            ),
+            mover: ("team", "x"),
+            old: "10.0.9.1",
+            new: "10.0.5.5",
+            waiter: ("other", "y"),
+            moves: |world| {
+                world.config = config(&[("_fallback", "10.0.9.1"), ("team", "10.0.5.5")])
+            },
+        },
+        // a moves to 10.0.0.3 in the same pass as c arrives: 10.0.0.1 is free in memory, but
+        // the API still shows it on a.
+        Case {
+            name: "requested move",
+            world: default_3(vec![
+                svc("default", "a").created(1),
+                svc("default", "b").created(2).requesting("10.0.0.2"),
+            ]),
+            mover: ("default", "a"),
+            old: "10.0.0.1",
+            new: "10.0.0.3",
+            waiter: ("default", "c"),
+            moves: |world| {
+                *world.service_mut("default", "a") = svc("default", "a")
+                    .created(1)
+                    .requesting("10.0.0.3")
+                    .observed("10.0.0.1", None);
+                world.services.push(svc("default", "c").created(3));
+            },
+        },
+    ];
+    for case in cases {
+        let Case {
+            name: case,
+            mut world,
+            mover: (ns, name),
+            old,
+            new,
+            waiter: (wns, wname),
+            moves,
+        } = case;
+        let waits_from_the_start = world.services.iter().any(|s| s.key == key(wns, wname));
+        let mut planner = Planner::new();
+        let out = world.plan(&mut planner);
+        assert_eq!(ips(&out, ns, name), [old], "{case}");
+        if waits_from_the_start {
+            assert!(ips(&out, wns, wname).is_empty(), "{case}");
+        }
+        world.service_mut(ns, name).observed_ips = vec![ip(old)];
 
-    world.config = config(&[("_fallback", "10.0.9.1"), ("team", "10.0.5.5")]);
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "team", "x"), ["10.0.5.5"]);
-    assert!(
-        ips(&out, "other", "y").is_empty(),
-        "10.0.9.1 is still on team/x in the API"
-    );
+        moves(&mut world);
+        let out = world.plan(&mut planner);
+        assert_eq!(ips(&out, ns, name), [new], "{case}");
+        assert!(
+            ips(&out, wns, wname).is_empty(),
+            "{case}: {old} is still on {ns}/{name} in the API"
+        );
 
-    world.service_mut("team", "x").observed_ips = vec![ip("10.0.5.5")];
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "other", "y"), ["10.0.9.1"], "the clear landed");
-}
-
-#[test]
-fn an_ip_the_api_still_shows_waits_after_a_requested_move() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2).requesting("10.0.0.2"),
-        ],
-    );
-    let mut planner = Planner::new();
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
-    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.1")];
-
-    // a moves to 10.0.0.3 in the same pass as c arrives: 10.0.0.1 is free in memory, but
-    // the API still shows it on a.
-    *world.service_mut("default", "a") = svc("default", "a")
-        .created(1)
-        .requesting("10.0.0.3")
-        .observed("10.0.0.1", None);
-    world.services.push(svc("default", "c").created(3));
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "a"), ["10.0.0.3"]);
-    assert!(
-        ips(&out, "default", "c").is_empty(),
-        "10.0.0.1 is still on a"
-    );
-
-    world.service_mut("default", "a").observed_ips = vec![ip("10.0.0.3")];
-    let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "c"), ["10.0.0.1"]);
+        world.service_mut(ns, name).observed_ips = vec![ip(new)];
+        let out = world.plan(&mut planner);
+        assert_eq!(ips(&out, wns, wname), [old], "{case}: the clear landed");
+    }
 }
 
 #[test]
@@ -1360,13 +1338,14 @@ fn an_address_a_node_has_is_never_allocated() {
             ("six", "2001:db8::1-2001:db8::2"),
             ("other", "10.0.1.1-10.0.1.2"),
         ]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-            svc("default", "c").created(3),
-            svc("default", "asks").created(4).requesting("10.0.0.1"),
-            svc("six", "v6").created(5).families(&[Family::V6], false),
-        ],
+        [
+            created_in_order("default", &["a", "b", "c"]),
+            vec![
+                svc("default", "asks").created(4).requesting("10.0.0.1"),
+                svc("six", "v6").created(5).families(&[Family::V6], false),
+            ],
+        ]
+        .concat(),
     );
     world.node_has("n3", "10.0.0.1");
     world
@@ -1377,21 +1356,21 @@ fn an_address_a_node_has_is_never_allocated() {
     assert_eq!(ips(&out, "default", "a"), ["10.0.0.2"], "not the lowest");
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"]);
     assert_eq!(ips(&out, "six", "v6"), ["2001:db8::2"], "IPv6 too");
-    let c = plan_of(&out, "default", "c");
-    assert!(c.ips.is_empty());
-    assert_eq!(c.allocated.reason, reason::POOL_EXHAUSTED);
-    assert_eq!(
-        c.allocated.message,
+    assert_pending(
+        &out,
+        ("default", "c"),
+        reason::POOL_EXHAUSTED,
         "all 3 addresses of pool default are in use; 1 of them is a Node's address, never \
-         allocated (10.0.0.1 is the InternalIP of node n3)"
+         allocated (10.0.0.1 is the InternalIP of node n3)",
+        "the Node's address is withheld",
     );
-    let asks = plan_of(&out, "default", "asks");
-    assert!(asks.ips.is_empty());
-    assert_eq!(asks.allocated.reason, reason::NODE_ADDRESS);
-    assert_eq!(
-        asks.allocated.message,
-        "10.0.0.1 is the InternalIP of node n3: never allocated; request another address of \
-         the pool"
+    assert_pending(
+        &out,
+        ("default", "asks"),
+        reason::NODE_ADDRESS,
+        "10.0.0.1 is the InternalIP of node n3: never allocated; request another address \
+         of the pool",
+        "a request for the Node's address",
     );
     let usage: BTreeMap<_, _> = planner
         .usage()
@@ -1438,10 +1417,7 @@ fn an_address_a_node_has_is_never_allocated() {
 fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
     let mut world = World::new(
         config(&[("default", "10.0.0.1")]),
-        vec![
-            svc("default", "web").created(1),
-            svc("default", "waiting").created(2),
-        ],
+        created_in_order("default", &["web", "waiting"]),
     );
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
@@ -1460,13 +1436,13 @@ fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
         ips(&out, "default", "waiting").is_empty(),
         "taken by a waiter"
     );
-    let asks = plan_of(&out, "default", "asks");
-    assert!(asks.ips.is_empty(), "taken by a request");
-    assert_eq!(asks.allocated.reason, reason::REQUESTED_IP_RESERVED);
-    assert_eq!(
-        asks.allocated.message,
+    assert_pending(
+        &out,
+        ("default", "asks"),
+        reason::REQUESTED_IP_RESERVED,
         "10.0.0.1 is held for default/web, deleted less than 10 min ago, in case it is \
-         re-created; request another address, or wait until then"
+         re-created; request another address, or wait until then",
+        "taken by a request",
     );
     assert_eq!(
         planner
@@ -1484,9 +1460,7 @@ fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
     );
     // Five minutes later web comes back (a new uid): its address, not a new one.
     world.advance(STICKY_FOR / 2);
-    world
-        .services
-        .push(svc("default", "web").created(10).uid("web-2"));
+    recreate(&mut world, "web", 10, "web-2");
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "web"), ["10.0.0.1"]);
     assert_eq!(planner.reserved().count(), 0);
@@ -1496,21 +1470,13 @@ fn the_address_of_a_deleted_service_is_held_for_its_re_creation() {
 
 #[test]
 fn a_sticky_address_a_node_got_meanwhile_is_not_reused() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-        ],
-    );
+    let mut world = default_3_with(&["a", "b"]);
     let mut planner = Planner::new();
     world.plan(&mut planner);
     world.remove("default", "b");
     world.plan(&mut planner);
     world.node_has("n", "10.0.0.2");
-    world
-        .services
-        .push(svc("default", "b").created(10).uid("b-2"));
+    recreate(&mut world, "b", 10, "b-2");
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"]);
 }
@@ -1525,22 +1491,15 @@ fn a_service_holding_an_address_a_node_gets_keeps_it() {
         config(&[("default", "10.0.0.1-10.0.0.4")]),
         vec![
             svc("default", "a").created(1),
-            svc("default", "web")
-                .created(2)
-                .sharing("k")
-                .port(80, "TCP"),
-            svc("default", "tls")
-                .created(3)
-                .sharing("k")
-                .port(443, "TCP"),
+            sharer("web", 2, "k", 80, "TCP"),
+            sharer("tls", 3, "k", 443, "TCP"),
         ],
     );
+    let want = [("a", "10.0.0.1"), ("web", "10.0.0.2"), ("tls", "10.0.0.2")];
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
-    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"]);
-    assert_eq!(ips(&out, "default", "tls"), ["10.0.0.2"]);
-    for name in ["a", "web", "tls"] {
+    for (name, ip) in want {
+        assert_eq!(ips(&out, "default", name), [ip], "{name}");
         world.service_mut("default", name).observed_ips =
             plan_of(&out, "default", name).ips.clone();
     }
@@ -1548,20 +1507,15 @@ fn a_service_holding_an_address_a_node_gets_keeps_it() {
     world.node_has("n3", "10.0.0.1");
     world.node_has("n4", "10.0.0.2");
     let out = world.plan(&mut planner);
-    assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"], "kept");
-    assert_eq!(ips(&out, "default", "web"), ["10.0.0.2"], "kept");
-    assert_eq!(ips(&out, "default", "tls"), ["10.0.0.2"], "kept");
-    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
-    let claimed = events_for(&out, "default", "a", reason::NODE_CLAIM);
-    assert_eq!(claimed.len(), 1, "{:?}", out.events);
-    assert!(claimed[0].warning);
-    assert!(
-        claimed[0]
-            .message
-            .starts_with("10.0.0.1 is the InternalIP of node n3: the node's own word"),
-        "{}",
-        claimed[0].message
+    for (name, ip) in want {
+        assert_eq!(ips(&out, "default", name), [ip], "{name}: kept");
+    }
+    let claimed = assert_node_claim(
+        &out,
+        "a",
+        "10.0.0.1 is the InternalIP of node n3: the node's own word",
     );
+    assert!(claimed.warning);
     for name in ["web", "tls"] {
         assert_eq!(
             events_for(&out, "default", name, reason::NODE_CLAIM).len(),
@@ -1572,12 +1526,10 @@ fn a_service_holding_an_address_a_node_gets_keeps_it() {
     let a = plan_of(&out, "default", "a");
     assert!(a.allocated.status);
     assert_eq!(a.allocated.reason, reason::NODE_CLAIM);
-    assert!(
-        a.allocated.message.starts_with(
-            "assigned 10.0.0.1 from pool default; 10.0.0.1 is the InternalIP of node n3"
-        ),
-        "{}",
-        a.allocated.message
+    assert_starts_with(
+        &a.allocated.message,
+        "assigned 10.0.0.1 from pool default; 10.0.0.1 is the InternalIP of node n3",
+        "IPAllocated",
     );
     let again = world.plan(&mut planner);
     assert!(
@@ -1617,13 +1569,13 @@ fn a_service_holding_an_address_a_node_gets_keeps_it() {
     );
     let e = plan_of(&out, "default", "e");
     assert_eq!(e.allocated.reason, reason::POOL_EXHAUSTED);
-    assert!(
-        e.allocated.message.contains(
+    assert_contains(
+        &e.allocated.message,
+        &[
             "1 of them is a Node's address, never allocated (10.0.0.2 is the InternalIP of \
-             node n4)"
-        ),
-        "{}",
-        e.allocated.message
+           node n4)",
+        ],
+        "default/e",
     );
 }
 
@@ -1632,41 +1584,26 @@ fn a_service_holding_an_address_a_node_gets_keeps_it() {
 /// it and the other gets another address.
 #[test]
 fn an_imported_node_address_is_kept() {
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a")
-                .created(1)
-                .observed("10.0.0.1", Some("a")),
-            svc("default", "b")
-                .created(2)
-                .observed("10.0.0.3", Some("b")),
-            svc("default", "c").created(3),
-        ],
-    );
+    let mut world = default_3(vec![
+        imported("a", 1, "10.0.0.1", Some("a")),
+        imported("b", 2, "10.0.0.3", Some("b")),
+        svc("default", "c").created(3),
+    ]);
     world.node_has("alb-node-3", "10.0.0.1");
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"], "imported as is");
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.3"], "imported as is");
     assert_eq!(ips(&out, "default", "c"), ["10.0.0.2"]);
-    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
-    let claimed = events_for(&out, "default", "a", reason::NODE_CLAIM);
-    assert_eq!(claimed.len(), 1, "{:?}", out.events);
-    assert!(
-        claimed[0]
-            .message
-            .starts_with("10.0.0.1 is the InternalIP of node alb-node-3: the node's own word"),
-        "{}",
-        claimed[0].message
+    assert_node_claim(
+        &out,
+        "a",
+        "10.0.0.1 is the InternalIP of node alb-node-3: the node's own word",
     );
-    let mut world = World::new(
-        config(&[DEFAULT_3]),
-        vec![
-            svc("default", "a").created(1).observed("10.0.0.1", None),
-            svc("default", "b").created(2).observed("10.0.0.1", None),
-        ],
-    );
+    let mut world = default_3(vec![
+        imported("a", 1, "10.0.0.1", None),
+        imported("b", 2, "10.0.0.1", None),
+    ]);
     world.node_has("n", "10.0.0.1");
     let out = world.plan(&mut Planner::new());
     assert_eq!(ips(&out, "default", "a"), ["10.0.0.1"]);
@@ -1683,9 +1620,7 @@ fn a_node_subnets_network_and_broadcast_addresses_are_never_allocated() {
     let mut world = World::new(
         config(&[("default", "10.0.0.0-10.0.0.3")]),
         vec![
-            svc("default", "a")
-                .created(1)
-                .observed("10.0.0.3", Some("a")),
+            imported("a", 1, "10.0.0.3", Some("a")),
             svc("default", "b").created(2),
             svc("default", "c").created(3),
             svc("default", "d").created(4),
@@ -1700,34 +1635,27 @@ fn a_node_subnets_network_and_broadcast_addresses_are_never_allocated() {
     assert_eq!(ips(&out, "default", "a"), ["10.0.0.3"], "kept");
     assert_eq!(ips(&out, "default", "b"), ["10.0.0.1"]);
     assert_eq!(ips(&out, "default", "c"), ["10.0.0.2"]);
-    assert!(events(&out, reason::CLEAR_ASSIGNMENT).is_empty());
-    let claimed = events_for(&out, "default", "a", reason::NODE_CLAIM);
-    assert_eq!(claimed.len(), 1, "{:?}", out.events);
-    assert!(
-        claimed[0].message.starts_with(
-            "10.0.0.3 is the broadcast address of subnet 10.0.0.0/30 of node a: the node's own word"
-        ),
-        "{}",
-        claimed[0].message
+    assert_node_claim(
+        &out,
+        "a",
+        "10.0.0.3 is the broadcast address of subnet 10.0.0.0/30 of node a: the node's own word",
     );
-    let d = plan_of(&out, "default", "d");
-    assert!(d.ips.is_empty());
-    assert_eq!(d.allocated.reason, reason::POOL_EXHAUSTED);
-    assert_eq!(
-        d.allocated.message,
+    assert_pending(
+        &out,
+        ("default", "d"),
+        reason::POOL_EXHAUSTED,
         "all 4 addresses of pool default are in use; 1 of them is a subnet's network or \
          broadcast address, never allocated (10.0.0.0 is the network address of subnet \
-         10.0.0.0/30 of node a)"
+         10.0.0.0/30 of node a)",
+        "the network address is withheld",
     );
-    let asks = plan_of(&out, "default", "asks");
-    assert!(asks.ips.is_empty());
-    assert_eq!(asks.allocated.reason, reason::SUBNET_ADDRESS);
-    assert!(
-        asks.allocated.message.starts_with(
-            "10.0.0.0 is the network address of subnet 10.0.0.0/30 of node a: never allocated"
-        ),
-        "{}",
-        asks.allocated.message
+    assert!(ips(&out, "default", "asks").is_empty());
+    assert_allocated_starts_with(
+        &out,
+        ("default", "asks"),
+        reason::SUBNET_ADDRESS,
+        "10.0.0.0 is the network address of subnet 10.0.0.0/30 of node a: never allocated",
+        "a request",
     );
     // The nodes leave that subnet: the network address is free again, and a is told nothing.
     for node in ["a", "b"] {
@@ -1747,32 +1675,31 @@ fn a_node_subnets_network_and_broadcast_addresses_are_never_allocated() {
 fn pool_addresses_in_a_service_clusterip_range_are_never_allocated() {
     let mut world = World::new(
         config(&[("default", "10.96.0.1-10.96.0.2\n10.80.0.1")]),
-        vec![
-            svc("default", "a").created(1),
-            svc("default", "b").created(2),
-            svc("default", "asks").created(3).requesting("10.96.0.2"),
-        ],
+        [
+            created_in_order("default", &["a", "b"]),
+            vec![svc("default", "asks").created(3).requesting("10.96.0.2")],
+        ]
+        .concat(),
     );
     world.service_ranges = vec!["10.96.0.0/12".parse().unwrap()];
     let mut planner = Planner::new();
     let out = world.plan(&mut planner);
     assert_eq!(ips(&out, "default", "a"), ["10.80.0.1"]);
-    let b = plan_of(&out, "default", "b");
-    assert_eq!(b.allocated.reason, reason::POOL_EXHAUSTED);
     assert_eq!(
-        b.allocated.message,
-        "all 3 addresses of pool default are in use; 2 of them are in a Service ClusterIP \
-         range, never allocated (10.96.0.1 is in the Service ClusterIP range 10.96.0.0/12, \
-         10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12)"
+        allocated(&out, "default", "b"),
+        (
+            reason::POOL_EXHAUSTED,
+            "all 3 addresses of pool default are in use; 2 of them are in a Service ClusterIP \
+             range, never allocated (10.96.0.1 is in the Service ClusterIP range 10.96.0.0/12, \
+             10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12)"
+        )
     );
-    let asks = plan_of(&out, "default", "asks");
-    assert_eq!(asks.allocated.reason, reason::SERVICE_RANGE);
-    assert!(
-        asks.allocated.message.starts_with(
-            "10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12: never allocated"
-        ),
-        "{}",
-        asks.allocated.message
+    assert_allocated_starts_with(
+        &out,
+        ("default", "asks"),
+        reason::SERVICE_RANGE,
+        "10.96.0.2 is in the Service ClusterIP range 10.96.0.0/12: never allocated",
+        "a request",
     );
     // The range goes (the ServiceCIDR was deleted): the addresses are free again.
     world.service_ranges.clear();
@@ -1815,7 +1742,7 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
     let mut world = classic();
     let mut planner = Planner::new();
     world.plan(&mut planner);
-    let d_pending = |out: &aliaslb_core::plan::PlanOutput| ips(out, "default", "d").is_empty();
+    let d_pending = |out: &PlanOutput| ips(out, "default", "d").is_empty();
 
     // b stops being ours (type changed): the API still shows its IP on it.
     world.remove("default", "b");
@@ -1849,18 +1776,15 @@ fn an_ip_is_not_reused_while_it_lingers_or_a_fresh_agent_holds_it() {
 /// for the standby.
 #[test]
 fn plans_share_the_names_of_their_nodes() {
-    let services = (1..=3)
-        .map(|i| svc("default", &format!("s{i}")).created(i))
-        .collect();
-    let mut world = World::new(config(&[DEFAULT_3]), services);
+    let mut world = default_3_with(&["s1", "s2", "s3"]);
     world.on_subnets(&[("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")]);
-    let own = |world: &World, name: &std::sync::Arc<str>| {
+    let own = |world: &World, name: &Arc<str>| {
         let node = world
             .nodes
             .iter()
             .find(|n| n.name == *name)
             .expect("a node");
-        std::sync::Arc::ptr_eq(&node.name, name)
+        Arc::ptr_eq(&node.name, name)
     };
     let mut planner = Planner::new();
     // (The controller keeps each node's name from pass to pass: `World::nodes_changed`.)
@@ -1882,23 +1806,33 @@ fn plans_share_the_names_of_their_nodes() {
     }
 }
 
+/// `default/web` on `DEFAULT_3`, its nodes on the subnets of `lan` (`(node, address/prefix)`;
+/// nodes other than `a` and `b` are added), planned: the world, the planner and web's plan.
+fn web_on_a_lan(lan: &[(&str, &str)]) -> (World, Planner, ServicePlan) {
+    let mut world = default_3_with(&["web"]);
+    for (name, _) in lan {
+        if !world.nodes.iter().any(|n| &*n.name == *name) {
+            world.nodes.push(node(name));
+        }
+    }
+    world.on_subnets(lan);
+    let mut planner = Planner::new();
+    let out = world.plan(&mut planner);
+    let web = plan_of(&out, "default", "web").clone();
+    (world, planner, web)
+}
+
 /// Fast L2 failover: each L2 Service gets a standby on its LAN (never its holder), which
 /// stays while it qualifies; when the holder is lost, the standby (which took the IP over
 /// on the LAN) becomes the holder and another node the standby.
 #[test]
 fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
-    let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
-    world.nodes.push(node("c"));
-    world.nodes.push(node("off-lan"));
-    world.on_subnets(&[
+    let (mut world, mut planner, web) = web_on_a_lan(&[
         ("a", "10.0.0.11/24"),
         ("b", "10.0.0.12/24"),
         ("c", "10.0.0.13/24"),
         ("off-lan", "192.168.9.9/24"),
     ]);
-    let mut planner = Planner::new();
-    let out = world.plan(&mut planner);
-    let web = plan_of(&out, "default", "web").clone();
     let holder = web.node.clone().expect("a holder");
     let standby = web.standby.clone().expect("a standby");
     assert_ne!(standby.node, holder);
@@ -1947,11 +1881,8 @@ fn a_standby_on_the_lan_is_named_and_a_hard_loss_moves_to_it() {
 /// (a new leader's first lease duration): then nothing moves.
 #[test]
 fn a_takeover_by_the_standby_is_shown_on_the_service() {
-    let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
-    world.on_subnets(&[("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")]);
-    let mut planner = Planner::new();
-    let out = world.plan(&mut planner);
-    let web = plan_of(&out, "default", "web").clone();
+    let (mut world, mut planner, web) =
+        web_on_a_lan(&[("a", "10.0.0.11/24"), ("b", "10.0.0.12/24")]);
     let (holder, standby) = (web.node.unwrap(), web.standby.unwrap().node);
     world.holds(&holder, "10.0.0.1");
     let out = world.plan(&mut planner);
@@ -1976,38 +1907,33 @@ fn a_takeover_by_the_standby_is_shown_on_the_service() {
     );
 }
 
-/// Fast L2 failover, the holder back before its Lease ran out (a restarted agent renews it
-/// at once): the standby took the IP over on the LAN and the holder's agent yielded it to
-/// that claim. The standby becomes the holder then, where the IP is, without a probe. A
-/// holder that yielded nothing (back and adding the IP), one that defended a claim (its
-/// link may have lost carrier), one that yielded to another MAC than the standby's, one
-/// that still holds it (a LAN split between the two) and one whose standby is no longer
-/// eligible keep it.
+/// The holder of `default/web` (a placed L2 Service with a standby, nodes a, b and c on one
+/// LAN) came back before its Lease ran out (a restarted agent renews it at once): the
+/// standby took the IP over on the LAN and the holder's agent yielded it to that claim.
+/// Returns the world, the planner, the holder and the standby.
+fn yielded_to_the_standby() -> (World, Planner, Arc<str>, Arc<str>) {
+    let (mut world, mut planner, web) = web_on_a_lan(&[
+        ("a", "10.0.0.11/24"),
+        ("b", "10.0.0.12/24"),
+        ("c", "10.0.0.13/24"),
+    ]);
+    let (holder, standby) = (web.node.unwrap(), web.standby.unwrap().node);
+    world.holds(&holder, "10.0.0.1");
+    world.plan(&mut planner);
+    // The standby takes the IP over; the holder, back, yields to its claim.
+    world.holds(&holder, "");
+    world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0b", "eth0");
+    world.holds(&standby, "10.0.0.1");
+    world.link_mac(&standby, "02:00:00:00:00:0b");
+    (world, planner, holder, standby)
+}
+
+/// Fast L2 failover, the holder back before its Lease ran out and yielded to its standby's
+/// claim ([`yielded_to_the_standby`]): the standby becomes the holder then, where the IP
+/// is, without a probe.
 #[test]
 fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
-    let setup = || {
-        let mut world = World::new(config(&[DEFAULT_3]), vec![svc("default", "web").created(1)]);
-        world.nodes.push(node("c"));
-        world.on_subnets(&[
-            ("a", "10.0.0.11/24"),
-            ("b", "10.0.0.12/24"),
-            ("c", "10.0.0.13/24"),
-        ]);
-        let mut planner = Planner::new();
-        let out = world.plan(&mut planner);
-        let web = plan_of(&out, "default", "web").clone();
-        let (holder, standby) = (web.node.unwrap(), web.standby.unwrap().node);
-        world.holds(&holder, "10.0.0.1");
-        world.plan(&mut planner);
-        // The standby takes the IP over; the holder, back, yields to its claim.
-        world.holds(&holder, "");
-        world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0b", "eth0");
-        world.holds(&standby, "10.0.0.1");
-        world.link_mac(&standby, "02:00:00:00:00:0b");
-        (world, planner, holder, standby)
-    };
-
-    let (world, mut planner, holder, standby) = setup();
+    let (world, mut planner, holder, standby) = yielded_to_the_standby();
     let out = world.plan(&mut planner);
     let web = plan_of(&out, "default", "web");
     assert_eq!(web.node.as_ref(), Some(&standby), "{web:?}");
@@ -2022,55 +1948,57 @@ fn a_holder_that_yielded_to_its_standby_hands_over_to_it() {
     );
     let moved = events(&out, reason::NODE_MOVED);
     assert_eq!(moved.len(), 1, "{moved:?}");
-    assert!(
-        moved[0]
-            .message
-            .contains(&format!("moved from {holder} to {standby}"))
-            && moved[0].message.contains("standby"),
-        "{}",
-        moved[0].message
+    assert_contains(
+        &moved[0].message,
+        &[&format!("moved from {holder} to {standby}"), "standby"],
+        "NodeMoved",
     );
     // Stable: the next pass keeps it there.
     let out = world.plan(&mut planner);
-    assert_eq!(
-        plan_of(&out, "default", "web").node.as_ref(),
-        Some(&standby)
-    );
+    assert_eq!(node_of(&out, "web"), Some(&*standby));
+}
 
-    // The holder's agent has not added it yet and yielded nothing (back, adding it): it
-    // could add it any moment, so the standby is not made the holder.
-    let (mut world, mut planner, holder, _) = setup();
-    world.no_conflicts(&holder);
-    let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
-
-    // A claim the holder defended, its link then without carrier: the report leaves the
-    // alias out of `held`, but it is still there; the holder stays.
-    let (mut world, mut planner, holder, _) = setup();
-    world.no_conflicts(&holder);
-    world.lan_claim(&holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
-    let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
-
-    // Yielded to a claim from another MAC than the standby's: not the standby's takeover,
-    // whatever the standby reports; the holder stays.
-    let (mut world, mut planner, holder, standby) = setup();
-    world.no_conflicts(&holder);
-    world.lan_yield(&holder, "10.0.0.1", &standby, "02:00:00:00:00:0c", "eth0");
-    let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
-
-    // Both hold it (a LAN split between holder and standby): the holder stays.
-    let (mut world, mut planner, holder, _) = setup();
-    world.holds(&holder, "10.0.0.1");
-    world.no_conflicts(&holder);
-    let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
-
-    // The standby cordoned meanwhile: not elected, and nothing else either (the IP is on
-    // the standby; another node would put it on the LAN twice).
-    let (mut world, mut planner, holder, standby) = setup();
-    world.node_mut(&standby).unschedulable = true;
-    let out = world.plan(&mut planner);
-    assert_eq!(plan_of(&out, "default", "web").node.as_ref(), Some(&holder));
+/// Fast L2 failover, the holder back before its Lease ran out: a holder that yielded
+/// nothing (back and adding the IP), one that defended a claim (its link may have lost
+/// carrier), one that yielded to another MAC than the standby's, one that still holds it (a
+/// LAN split between the two) and one whose standby is no longer eligible keep it.
+#[test]
+fn a_holder_keeps_the_ip_unless_it_yielded_to_an_eligible_standby() {
+    /// Changes the world of `yielded_to_the_standby`, given the holder and the standby.
+    type Change = fn(&mut World, &str, &str);
+    let cases: [(&str, Change); 5] = [
+        // The holder's agent has not added it yet and yielded nothing (back, adding it): it
+        // could add it any moment, so the standby is not made the holder.
+        ("yielded nothing", |world, holder, _| {
+            world.no_conflicts(holder);
+        }),
+        // A claim the holder defended, its link then without carrier: the report leaves the
+        // alias out of `held`, but it is still there; the holder stays.
+        ("defended a claim", |world, holder, _| {
+            world.no_conflicts(holder);
+            world.lan_claim(holder, "10.0.0.1", "02:00:00:00:00:0b", "eth0");
+        }),
+        // Yielded to a claim from another MAC than the standby's: not the standby's
+        // takeover, whatever the standby reports; the holder stays.
+        ("yielded to another MAC", |world, holder, standby| {
+            world.no_conflicts(holder);
+            world.lan_yield(holder, "10.0.0.1", standby, "02:00:00:00:00:0c", "eth0");
+        }),
+        // Both hold it (a LAN split between holder and standby): the holder stays.
+        ("both hold it", |world, holder, _| {
+            world.holds(holder, "10.0.0.1");
+            world.no_conflicts(holder);
+        }),
+        // The standby cordoned meanwhile: not elected, and nothing else either (the IP is
+        // on the standby; another node would put it on the LAN twice).
+        ("standby cordoned", |world, _, standby| {
+            world.node_mut(standby).unschedulable = true;
+        }),
+    ];
+    for (case, change) in cases {
+        let (mut world, mut planner, holder, standby) = yielded_to_the_standby();
+        change(&mut world, &holder, &standby);
+        let out = world.plan(&mut planner);
+        assert_eq!(node_of(&out, "web"), Some(&*holder), "{case}");
+    }
 }

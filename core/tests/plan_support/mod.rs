@@ -380,3 +380,72 @@ pub fn events_for<'o>(
         .filter(|e| e.reason == reason && e.service == k)
         .collect()
 }
+
+/// Services of namespace `ns`, one per name, created at 1, 2, … in the order given.
+pub fn created_in_order(ns: &str, names: &[&str]) -> Vec<ServiceView> {
+    names
+        .iter()
+        .zip(1..)
+        .map(|(name, t)| svc(ns, name).created(t))
+        .collect()
+}
+
+/// The reason and message of the `IPAllocated` condition of `ns/name`, to compare at once.
+pub fn allocated<'o>(out: &'o PlanOutput, ns: &str, name: &str) -> (&'static str, &'o str) {
+    let c = &plan_of(out, ns, name).allocated;
+    (c.reason, c.message.as_str())
+}
+
+/// Asserts that `text` starts with `prefix`; `what` says which case (or why) on failure.
+#[track_caller]
+pub fn assert_starts_with(text: &str, prefix: &str, what: &str) {
+    assert!(
+        text.starts_with(prefix),
+        "{what}: {text:?} does not start with {prefix:?}"
+    );
+}
+
+/// Asserts that `text` contains every one of `parts`; `what` says which case (or why).
+#[track_caller]
+pub fn assert_contains(text: &str, parts: &[&str], what: &str) {
+    for part in parts {
+        assert!(text.contains(part), "{what}: {text:?} lacks {part:?}");
+    }
+}
+
+/// Asserts that the `IPAllocated` condition of `ns/name` has `reason` and a message that
+/// starts with `prefix`; `what` says which case (or why) on failure.
+#[track_caller]
+pub fn assert_allocated_starts_with(
+    out: &PlanOutput,
+    (ns, name): (&str, &str),
+    reason: &str,
+    prefix: &str,
+    what: &str,
+) {
+    let (got, message) = allocated(out, ns, name);
+    assert_eq!(got, reason, "{what}: {ns}/{name}");
+    assert_starts_with(message, prefix, &format!("{what}: {ns}/{name}"));
+}
+
+/// Asserts that `ns/name` has no IP, and the reason and message of its `IPAllocated`
+/// condition; `what` says which case (or why) on failure.
+#[track_caller]
+pub fn assert_pending(
+    out: &PlanOutput,
+    (ns, name): (&str, &str),
+    reason: &str,
+    message: &str,
+    what: &str,
+) {
+    assert_eq!(
+        ips(out, ns, name),
+        Vec::<String>::new(),
+        "{what}: {ns}/{name}"
+    );
+    assert_eq!(
+        allocated(out, ns, name),
+        (reason, message),
+        "{what}: {ns}/{name}"
+    );
+}
