@@ -21,14 +21,91 @@ use support::{AGENT_RENEW, Cluster, eventually, lb_service, metric, serial};
 
 use support::SETTLE;
 
+/// The metric lines of the pool config's state.
+const CONFIG_VALID: &str = "aliaslb_config_valid ";
+const CONFIG_STALE: &str = "aliaslb_config_stale ";
+
+/// Asserts each metric of `want`, a table of (line prefix, value); `step` says where the
+/// test is, the message which metric failed.
+fn assert_metrics(metrics: &Metrics, want: &[(&str, &str)], step: &str) {
+    for (line, value) in want {
+        let got = metric(metrics, line);
+        assert_eq!(got.as_deref(), Some(*value), "{}: {step}", line.trim_end());
+    }
+}
+
+/// Says on stderr how long `what` took since `started`, and asserts that it took less than
+/// `limit`.
+fn assert_took_under(started: Instant, limit: Duration, what: &str) {
+    let took = started.elapsed();
+    eprintln!("{what} after {took:?}");
+    assert!(took < limit, "{what} after {took:?}, not within {limit:?}");
+}
+
+/// The node Service `name` is on (its annotation), if any.
+async fn node_of(c: &Cluster, name: &str) -> Option<String> {
+    support::annotation(&c.get(name).await, keys::ANNOTATION_NODE).map(str::to_owned)
+}
+
+/// Each Service's ingress IPs and node, in the order of the names asked for.
+type Placement = Vec<(Vec<String>, Option<String>)>;
+
+/// The placement of the Services `names`.
+async fn placement(c: &Cluster, names: &[&str]) -> Placement {
+    let mut out = Vec::new();
+    for name in names {
+        let svc = c.get(name).await;
+        let ips = support::ingress(&svc)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let node = support::annotation(&svc, keys::ANNOTATION_NODE).map(str::to_owned);
+        out.push((ips, node));
+    }
+    out
+}
+
+/// Whether every Service of `placement` has one IP and a node.
+fn all_placed(placement: &Placement) -> bool {
+    placement
+        .iter()
+        .all(|(ips, node)| ips.len() == 1 && node.is_some())
+}
+
+/// Looks at the Services `names` every `every` for `window`: each look must find them as
+/// `before`; `what` says which window failed.
+async fn assert_stays_put(
+    c: &Cluster,
+    names: &[&str],
+    before: &Placement,
+    (window, every): (Duration, Duration),
+    what: &str,
+) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        tokio::time::sleep(every).await;
+        assert_eq!(
+            placement(c, names).await,
+            *before,
+            "{what}: a Service moved"
+        );
+    }
+}
+
+/// The cells of the row of `aliaslb status`'s `table` for `ip`.
+fn status_row<'t>(table: &'t str, ip: &str) -> Vec<&'t str> {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{ip} ")))
+        .unwrap_or_else(|| panic!("no row for {ip} in\n{table}"));
+    row.split_whitespace().collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
     let _serial = serial().await;
-    let c = Cluster::new("classic").await;
-    c.set_pool(&[(c.ns.as_str(), "192.168.55.10\n192.168.55.11\n192.168.55.12")])
-        .await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, node, _agent) =
+        Cluster::with_one_agent("classic", "192.168.55.10\n192.168.55.11\n192.168.55.12").await;
     // A deleted Service's address goes to the next one at once (not held for its
     // re-creation: that is `held_for_re_creation` below).
     let (_controller, metrics) = c.start_controller_with(ControllerConfig {
@@ -38,12 +115,7 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
 
     c.create(lb_service("first")).await;
     c.wait_ips("first", &["192.168.55.10"], SETTLE).await;
-    eventually(SETTLE, "first announced", async || {
-        c.condition("first", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("first", "first announced").await;
     assert_eq!(
         c.get("first").await.metadata.annotations.unwrap()[keys::ANNOTATION_NODE],
         node
@@ -51,11 +123,7 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
 
     // `aliaslb status` shows the route table.
     let table = c.status_table();
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("192.168.55.10 "))
-        .unwrap_or_else(|| panic!("no row for .10 in\n{table}"));
-    let cells: Vec<&str> = row.split_whitespace().collect();
+    let cells = status_row(&table, "192.168.55.10");
     assert_eq!(cells[1..4], ["yes", c.ns.as_str(), "first"], "{table}");
     assert_eq!(cells[5..], [node.as_str(), "announced"], "{table}");
     assert!(
@@ -69,37 +137,28 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
     c.create(lb_service("third")).await;
     c.wait_ips("third", &["192.168.55.12"], SETTLE).await;
     c.create(lb_service("fourth")).await;
-    eventually(SETTLE, "fourth pending with PoolExhausted", async || {
-        c.condition("fourth", keys::CONDITION_IP_ALLOCATED)
-            .await
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "PoolExhausted")
-    })
+    c.wait_false_with(
+        "fourth",
+        keys::CONDITION_IP_ALLOCATED,
+        "PoolExhausted",
+        "fourth pending with PoolExhausted",
+    )
     .await;
     eventually(SETTLE, "AllocationFailed event on fourth", async || {
-        c.events(&c.ns, "fourth").await.iter().any(|e| {
-            e.reason.as_deref() == Some("AllocationFailed")
-                && e.type_.as_deref() == Some("Warning")
-                && e.note.as_deref().is_some_and(|n| !n.is_empty())
-        })
+        notes(&c, &c.ns, "fourth", "AllocationFailed")
+            .await
+            .iter()
+            .any(|(type_, note)| type_ == "Warning" && !note.is_empty())
     })
     .await;
-    assert_eq!(
-        metric(&metrics, "aliaslb_services_pending ").as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        metric(
-            &metrics,
-            r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} "#
-        )
-        .as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        metric(&metrics, "aliaslb_service_create_to_ip_seconds_count ").as_deref(),
-        Some("3"),
-        "once per Service that got its first IP"
-    );
+    let pending_by_reason = r#"aliaslb_services_pending_by_reason{reason="PoolExhausted"} "#;
+    let want = [
+        ("aliaslb_services_pending ", "1"),
+        (pending_by_reason, "1"),
+        // Once per Service that got its first IP.
+        ("aliaslb_service_create_to_ip_seconds_count ", "3"),
+    ];
+    assert_metrics(&metrics, &want, "three Services with an IP, fourth pending");
     let age = metric(
         &metrics,
         &format!(r#"aliaslb_node_agent_renewal_age_seconds{{node="{node}"}} "#),
@@ -115,12 +174,8 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
     c.delete("second").await;
     c.wait_ips("fourth", &["192.168.55.11"], Duration::from_secs(3))
         .await;
-    let took = started.elapsed();
-    eprintln!("hand-over of a freed IP took {took:?}");
-    assert!(
-        took < Duration::from_millis(1200),
-        "hand-over took {took:?}"
-    );
+    let limit = Duration::from_millis(1200);
+    assert_took_under(started, limit, "hand-over of a freed IP");
     c.cleanup().await;
 }
 
@@ -131,10 +186,7 @@ async fn classic_pool_allocates_exhausts_and_hands_over_within_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_for_re_creation() {
     let _serial = serial().await;
-    let c = Cluster::new("held").await;
-    c.set_pool(&[(c.ns.as_str(), "192.168.56.10")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, _node, _agent) = Cluster::with_one_agent("held", "192.168.56.10").await;
     let (_controller, _metrics) = c.start_controller();
     c.create(lb_service("web")).await;
     c.wait_ips("web", &["192.168.56.10"], SETTLE).await;
@@ -165,10 +217,14 @@ async fn held_for_re_creation() {
         "{waiting}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(c.ips("waiting").await.is_empty() && c.ips("asks").await.is_empty());
+    let neither = async || c.ips("waiting").await.is_empty() && c.ips("asks").await.is_empty();
+    assert!(
+        neither().await,
+        "waiting or asks took it while web was gone"
+    );
     c.create(lb_service("web")).await;
     c.wait_ips("web", &["192.168.56.10"], SETTLE).await;
-    assert!(c.ips("waiting").await.is_empty() && c.ips("asks").await.is_empty());
+    assert!(neither().await, "waiting or asks took it once web was back");
     c.cleanup().await;
 }
 
@@ -186,42 +242,50 @@ async fn requests_inside_outside_foreign_and_sharing() {
     let _agent = c.fake_agent(&node);
     let (_controller, _metrics) = c.start_controller();
 
-    c.create(lb_service("inside").request("10.61.0.3")).await;
-    c.create(lb_service("outside").request("10.99.0.1")).await;
-    c.create(lb_service("foreign").request("10.61.1.1")).await;
+    // Each request: the Service, the address it asks for, and whether it gets it. One
+    // outside every pool and one of another namespace's pool are refused.
+    let requests = [
+        ("inside", "10.61.0.3", true),
+        ("outside", "10.99.0.1", false),
+        ("foreign", "10.61.1.1", false),
+    ];
+    for (name, ip, _) in requests {
+        c.create(lb_service(name).request(ip)).await;
+    }
     c.create(lb_service("web").sharing("k").port(80)).await;
     c.create(lb_service("web-tls").sharing("k").port(443)).await;
 
-    c.wait_ips("inside", &["10.61.0.3"], SETTLE).await;
-    for name in ["outside", "foreign"] {
-        eventually(SETTLE, &format!("{name} refused"), async || {
-            c.condition(name, keys::CONDITION_IP_ALLOCATED)
-                .await
-                .is_some_and(|(s, reason, _)| s == "False" && reason == "RequestedIPNotInPool")
-        })
+    for (name, ip, granted) in requests {
+        if granted {
+            c.wait_ips(name, &[ip], SETTLE).await;
+            continue;
+        }
+        c.wait_false_with(
+            name,
+            keys::CONDITION_IP_ALLOCATED,
+            "RequestedIPNotInPool",
+            &format!("{name} refused"),
+        )
         .await;
         assert!(c.ips(name).await.is_empty(), "{name} got an IP");
+        let (_, _, message) = c
+            .condition(name, keys::CONDITION_IP_ALLOCATED)
+            .await
+            .unwrap();
+        assert!(message.contains(ip), "{name}: {message}");
     }
     eventually(SETTLE, "shared IP", async || {
         let web = c.ips("web").await;
         !web.is_empty() && web == c.ips("web-tls").await
     })
     .await;
-    let (_, _, message) = c
-        .condition("foreign", keys::CONDITION_IP_ALLOCATED)
-        .await
-        .unwrap();
-    assert!(message.contains("10.61.1.1"), "{message}");
     c.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_every_ip_of_100_services() {
     let _serial = serial().await;
-    let c = Cluster::new("restart").await;
-    c.set_pool(&[(c.ns.as_str(), "10.62.0.0/24")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, _node, _agent) = Cluster::with_one_agent("restart", "10.62.0.0/24").await;
     let (controller, _metrics) = c.start_controller();
     for i in 0..100 {
         c.create(lb_service(&format!("svc-{i:03}"))).await;
@@ -305,69 +369,40 @@ async fn restart_keeps_every_ip_of_100_services() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_config_edit_changes_nothing_and_warns_once() {
     let _serial = serial().await;
-    let c = Cluster::new("badconfig").await;
-    c.set_pool(&[(c.ns.as_str(), "10.63.0.1\n10.63.0.2")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, _node, _agent) = Cluster::with_one_agent("badconfig", "10.63.0.1\n10.63.0.2").await;
     let (_controller, metrics) = c.start_controller();
     c.create(lb_service("web")).await;
     c.wait_ips("web", &["10.63.0.1"], SETTLE).await;
+    let pool_events = async || c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP).await;
 
     // The edit drops web's address and adds a broken line: applied, it would move web.
     c.set_pool(&[(c.ns.as_str(), "10.63.0.2\nnot-an-ip")]).await;
-    eventually(SETTLE, "InvalidConfig event", async || {
-        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("InvalidConfig"))
-    })
-    .await;
-    let events = c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP).await;
+    c.wait_event(&c.system, keys::DEFAULT_POOL_CONFIGMAP, "InvalidConfig")
+        .await;
+    let events = pool_events().await;
     let note = events[0].note.clone().unwrap_or_default();
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     assert!(note.contains(&format!("key {}, line 2", c.ns)), "{note}");
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_valid ").as_deref(),
-        Some("0")
-    );
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_stale ").as_deref(),
-        Some("1")
-    );
+    let broken = [(CONFIG_VALID, "0"), (CONFIG_STALE, "1")];
+    assert_metrics(&metrics, &broken, "after the broken edit");
 
     // More passes (a new Service) neither repeat the Event nor apply the broken config.
     c.create(lb_service("late")).await;
     c.wait_ips("late", &["10.63.0.2"], SETTLE).await;
     assert_eq!(c.ips("web").await, ["10.63.0.1"]);
     let invalid = c
-        .events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
-        .await
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("InvalidConfig"))
-        .count();
-    assert_eq!(invalid, 1);
-    let series = c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP).await[0]
-        .series
-        .clone();
+        .events_with_reason(&c.system, keys::DEFAULT_POOL_CONFIGMAP, "InvalidConfig")
+        .await;
+    assert_eq!(invalid.len(), 1);
+    let series = pool_events().await[0].series.clone();
     assert!(series.is_none(), "the Warning was repeated: {series:?}");
 
     // Fixed: loaded, metrics back.
     c.set_pool(&[(c.ns.as_str(), "10.63.0.1\n10.63.0.2")]).await;
-    eventually(SETTLE, "ConfigLoaded event", async || {
-        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ConfigLoaded"))
-    })
-    .await;
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_valid ").as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_stale ").as_deref(),
-        Some("0")
-    );
+    c.wait_event(&c.system, keys::DEFAULT_POOL_CONFIGMAP, "ConfigLoaded")
+        .await;
+    let fixed = [(CONFIG_VALID, "1"), (CONFIG_STALE, "0")];
+    assert_metrics(&metrics, &fixed, "after the fix");
     let cm = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
     assert!(
         cm.get_opt(keys::DEFAULT_POOL_CONFIGMAP)
@@ -381,8 +416,7 @@ async fn bad_config_edit_changes_nothing_and_warns_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
     let _serial = serial().await;
-    let c = Cluster::new("agentloss").await;
-    c.set_pool(&[(c.ns.as_str(), "10.64.0.1-10.64.0.4")]).await;
+    let c = Cluster::with_pool("agentloss", "10.64.0.1-10.64.0.4").await;
     let a = c.node("a").await;
     let b = c.node("b").await;
     let mut agents = vec![
@@ -391,10 +425,11 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
     ];
     let (_controller, metrics) = c.start_controller();
     c.create(lb_service("web")).await;
-    let node_of =
-        async || support::annotation(&c.get("web").await, keys::ANNOTATION_NODE).map(str::to_owned);
-    eventually(SETTLE, "web placed", async || node_of().await.is_some()).await;
-    let first = node_of().await.unwrap();
+    eventually(SETTLE, "web placed", async || {
+        node_of(&c, "web").await.is_some()
+    })
+    .await;
+    let first = node_of(&c, "web").await.unwrap();
 
     // Hard loss: the agent just stops renewing (no event reaches the controller).
     let started = Instant::now();
@@ -404,27 +439,22 @@ async fn a_node_whose_agent_stops_renewing_loses_its_ips() {
         }
     }
     eventually(Duration::from_secs(6), "web moved", async || {
-        node_of().await.is_some_and(|n| n != first)
+        node_of(&c, "web").await.is_some_and(|n| n != first)
     })
     .await;
-    let took = started.elapsed();
-    eprintln!("hard loss: web moved from {first} after {took:?}");
     // Stale after at most 2 s (lease duration) after the last renewal, <= 0.5 s before.
-    assert!(
-        took < support::AGENT_LEASE + Duration::from_secs(1),
-        "took {took:?}"
+    let limit = support::AGENT_LEASE + Duration::from_secs(1);
+    assert_took_under(
+        started,
+        limit,
+        &format!("hard loss: web moved from {first}"),
     );
     assert_eq!(
         c.ips("web").await,
         ["10.64.0.1"],
         "the IP stays, the node changes"
     );
-    eventually(SETTLE, "announced on the new node", async || {
-        c.condition("web", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("web", "announced on the new node").await;
     // One hard failover, measured until the new node's agent reported the IP.
     eventually(SETTLE, "the failover measured", async || {
         metric(
@@ -453,8 +483,7 @@ const BLIND_LOOK_EVERY: Duration = Duration::from_millis(200);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     let _serial = serial().await;
-    let c = Cluster::new("blind").await;
-    c.set_pool(&[(c.ns.as_str(), "10.68.0.1-10.68.0.8")]).await;
+    let c = Cluster::with_pool("blind", "10.68.0.1-10.68.0.8").await;
     let a = c.node("a").await;
     let b = c.node("b").await;
     let mut agents = [Some(c.fake_agent(&a)), Some(c.fake_agent(&b))];
@@ -465,35 +494,15 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     for name in names {
         c.create(lb_service(name)).await;
     }
-    let placement = async || -> Vec<(Vec<String>, Option<String>)> {
-        let mut out = Vec::new();
-        for name in names {
-            let svc = c.get(name).await;
-            let ips = support::ingress(&svc)
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let node = support::annotation(&svc, keys::ANNOTATION_NODE).map(str::to_owned);
-            out.push((ips, node));
-        }
-        out
-    };
     eventually(SETTLE, "every Service placed and announced", async || {
         let mut announced = true;
         for name in names {
-            announced &= c
-                .condition(name, keys::CONDITION_ANNOUNCED)
-                .await
-                .is_some_and(|(s, _, _)| s == "True");
+            announced &= c.is_announced(name).await;
         }
-        announced
-            && placement()
-                .await
-                .iter()
-                .all(|(ips, node)| ips.len() == 1 && node.is_some())
+        announced && all_placed(&placement(&c, &names).await)
     })
     .await;
-    let before = placement().await;
+    let before = placement(&c, &names).await;
     for node in [&a, &b] {
         assert!(
             before.iter().any(|(_, n)| n.as_ref() == Some(node)),
@@ -503,11 +512,7 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     let unobservable = || metric(&metrics, "aliaslb_agents_unobservable ");
     assert_eq!(unobservable().as_deref(), Some("0"));
     let stays_put = async |window: Duration, what: &str| {
-        let end = Instant::now() + window;
-        while Instant::now() < end {
-            tokio::time::sleep(BLIND_LOOK_EVERY).await;
-            assert_eq!(placement().await, before, "{what}: a Service moved");
-        }
+        assert_stays_put(&c, &names, &before, (window, BLIND_LOOK_EVERY), what).await;
     };
 
     // Both agents stop at once: for 3 lease durations, nothing moves.
@@ -523,14 +528,15 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
         silent.elapsed()
     );
     c.create(lb_service("late")).await;
-    eventually(SETTLE, "late pending with AgentsUnobservable", async || {
-        c.condition("late", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, reason, _)| s == "False" && reason == "AgentsUnobservable")
-    })
+    c.wait_false_with(
+        "late",
+        keys::CONDITION_ANNOUNCED,
+        "AgentsUnobservable",
+        "late pending with AgentsUnobservable",
+    )
     .await;
     assert_eq!(
-        support::annotation(&c.get("late").await, keys::ANNOTATION_NODE),
+        node_of(&c, "late").await,
         None,
         "no node is elected while blind"
     );
@@ -548,7 +554,7 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     // a's renewal ends the blindness, nothing moves, late is placed.
     agents[0] = Some(c.fake_agent(&a));
     tokio::time::sleep(support::AGENT_LEASE / 2).await;
-    assert_eq!(placement().await, before, "a back, b not yet");
+    assert_eq!(placement(&c, &names).await, before, "a back, b not yet");
     agents[1] = Some(c.fake_agent(&b));
     eventually(SETTLE, "agents observable again", async || {
         unobservable().as_deref() == Some("0")
@@ -556,7 +562,7 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
     .await;
     stays_put(2 * support::AGENT_LEASE, "agents back").await;
     eventually(SETTLE, "late placed once the agents are seen", async || {
-        support::annotation(&c.get("late").await, keys::ANNOTATION_NODE).is_some()
+        node_of(&c, "late").await.is_some()
     })
     .await;
     assert_eq!(
@@ -573,20 +579,17 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
         Duration::from_secs(6),
         "a's Services moved to b",
         async || {
-            placement()
+            placement(&c, &names)
                 .await
                 .iter()
                 .all(|(ips, node)| ips.len() == 1 && node.as_deref() == Some(b.as_str()))
         },
     )
     .await;
-    let took = started.elapsed();
-    eprintln!("one of two agents stopped: its Services moved after {took:?}");
-    assert!(
-        took < support::AGENT_LEASE + Duration::from_secs(1),
-        "took {took:?}"
-    );
-    let after = placement().await;
+    let limit = support::AGENT_LEASE + Duration::from_secs(1);
+    let what = "one of two agents stopped: its Services moved";
+    assert_took_under(started, limit, what);
+    let after = placement(&c, &names).await;
     for ((ips, _), (was, _)) in after.iter().zip(&before) {
         assert_eq!(ips, was, "the IPs stay, the node changes");
     }
@@ -598,8 +601,7 @@ async fn every_agent_silent_at_once_is_blindness_not_node_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
     let _serial = serial().await;
-    let c = Cluster::new("badreport").await;
-    c.set_pool(&[(c.ns.as_str(), "10.66.0.1-10.66.0.2")]).await;
+    let c = Cluster::with_pool("badreport", "10.66.0.1-10.66.0.2").await;
     let good = c.node("good").await;
     let bad = c.node("bad").await;
     let _good_agent = c.fake_agent(&good);
@@ -621,30 +623,19 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
 
     c.create(lb_service("web")).await;
     c.wait_ips("web", &["10.66.0.1"], SETTLE).await;
-    eventually(SETTLE, "web announced", async || {
-        c.condition("web", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("web", "web announced").await;
     assert_eq!(
-        support::annotation(&c.get("web").await, keys::ANNOTATION_NODE),
+        node_of(&c, "web").await.as_deref(),
         Some(good.as_str()),
         "the node with the valid report serves"
     );
 
     let lease = keys::agent_lease_name(&bad);
     let rejected = async || {
-        c.events(&c.system, &lease)
+        c.events_with_reason(&c.system, &lease, "InvalidAgentReport")
             .await
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("InvalidAgentReport"))
-            .collect::<Vec<_>>()
     };
-    eventually(SETTLE, "InvalidAgentReport event", async || {
-        !rejected().await.is_empty()
-    })
-    .await;
+    c.wait_event(&c.system, &lease, "InvalidAgentReport").await;
     let events = rejected().await;
     let note = events[0].note.clone().unwrap_or_default();
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
@@ -654,7 +645,7 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
     );
     assert!(note.len() <= 1000, "{}", note.len());
     let counted = r#"aliaslb_agent_reports_rejected_total{reason="interface_name"} "#;
-    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+    assert_metrics(&metrics, &[(counted, "1")], "after the first bad report");
 
     // The bad agent renews every 0.5 s, each renewal a pass: still one warning, and no
     // condition quotes its report.
@@ -663,10 +654,10 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(rejected().await.len(), 1);
     assert!(rejected().await[0].series.is_none());
-    assert_eq!(metric(&metrics, counted).as_deref(), Some("1"));
+    assert_metrics(&metrics, &[(counted, "1")], "after 2 s of bad renewals");
     for name in ["web", "second"] {
         assert_eq!(
-            support::annotation(&c.get(name).await, keys::ANNOTATION_NODE),
+            node_of(&c, name).await.as_deref(),
             Some(good.as_str()),
             "{name}"
         );
@@ -683,8 +674,7 @@ async fn an_agent_report_out_of_bounds_is_ignored_and_the_other_node_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_of_an_unsupported_release_is_warned_about() {
     let _serial = serial().await;
-    let c = Cluster::new("version").await;
-    c.set_pool(&[(c.ns.as_str(), "10.68.0.1-10.68.0.2")]).await;
+    let c = Cluster::with_pool("version", "10.68.0.1-10.68.0.2").await;
     let current = c.node("current").await;
     let old = c.node("old").await;
     let _current_agent = c.fake_agent(&current);
@@ -694,16 +684,11 @@ async fn an_agent_of_an_unsupported_release_is_warned_about() {
 
     let lease = keys::agent_lease_name(&old);
     let warned = async || {
-        c.events(&c.system, &lease)
+        c.events_with_reason(&c.system, &lease, "UnsupportedAgentVersion")
             .await
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("UnsupportedAgentVersion"))
-            .collect::<Vec<_>>()
     };
-    eventually(SETTLE, "an UnsupportedAgentVersion Event", async || {
-        !warned().await.is_empty()
-    })
-    .await;
+    c.wait_event(&c.system, &lease, "UnsupportedAgentVersion")
+        .await;
     let events = warned().await;
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     let note = events[0].note.clone().unwrap_or_default();
@@ -713,24 +698,27 @@ async fn an_agent_of_an_unsupported_release_is_warned_about() {
             && note.contains("upgrade the agents"),
         "{note}"
     );
-    assert_eq!(metric(&metrics, gauge).as_deref(), Some("1"));
+    assert_metrics(&metrics, &[(gauge, "1")], "an agent of 0.0.9");
     // The current agent is not warned about, and the old one's node still serves.
+    let current_lease = keys::agent_lease_name(&current);
     assert!(
-        c.events(&c.system, &keys::agent_lease_name(&current))
+        c.events_with_reason(&c.system, &current_lease, "UnsupportedAgentVersion")
             .await
-            .iter()
-            .all(|e| e.reason.as_deref() != Some("UnsupportedAgentVersion"))
+            .is_empty(),
+        "the current agent is warned about"
     );
-    c.create(lb_service("a")).await;
-    c.create(lb_service("b")).await;
-    c.wait_ips("a", &["10.68.0.1"], SETTLE).await;
-    c.wait_ips("b", &["10.68.0.2"], SETTLE).await;
+    // Two Services, one IP each, in order.
+    let services = [("a", "10.68.0.1"), ("b", "10.68.0.2")];
+    for (name, _) in services {
+        c.create(lb_service(name)).await;
+    }
+    for (name, ip) in services {
+        c.wait_ips(name, &[ip], SETTLE).await;
+    }
     eventually(SETTLE, "both nodes serve", async || {
         let mut nodes = BTreeSet::new();
-        for name in ["a", "b"] {
-            if let Some(n) = support::annotation(&c.get(name).await, keys::ANNOTATION_NODE) {
-                nodes.insert(n.to_owned());
-            }
+        for (name, _) in services {
+            nodes.extend(node_of(&c, name).await);
         }
         nodes.len() == 2
     })
@@ -757,17 +745,14 @@ async fn an_agent_of_an_unsupported_release_is_warned_about() {
         })
     })
     .await;
-    assert_eq!(metric(&metrics, gauge).as_deref(), Some("1"));
+    assert_metrics(&metrics, &[(gauge, "1")], "an agent of no version");
     c.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_refused_as_invalid_waits_for_a_change() {
     let _serial = serial().await;
-    let c = Cluster::new("refused").await;
-    c.set_pool(&[(c.ns.as_str(), "10.67.0.1-10.67.0.2")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, node, _agent) = Cluster::with_one_agent("refused", "10.67.0.1-10.67.0.2").await;
     let (_controller, metrics) = c.start_controller();
 
     // A user's annotations just under the API's 256 KiB for all of them: ours do not fit,
@@ -780,12 +765,8 @@ async fn a_write_refused_as_invalid_waits_for_a_change() {
     // controller's first look at `full` (under load it can come after).
     c.create(lb_service("web").request("10.67.0.2")).await;
     c.wait_ips("web", &["10.67.0.2"], SETTLE).await;
-    eventually(SETTLE, "web announced: the agent is seen", async || {
-        c.condition("web", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("web", "web announced: the agent is seen")
+        .await;
     c.create(lb_service("full").annotate(blob_key, &blob)).await;
     let refused = r#"aliaslb_reconcile_errors_total{category="invalid"} "#;
     eventually(SETTLE, "the refused write counted", async || {
@@ -830,22 +811,14 @@ async fn a_write_refused_as_invalid_waits_for_a_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_patch_loop_with_ip_mode_in_status() {
     let _serial = serial().await;
-    let c = Cluster::new("noloop").await;
-    c.set_pool(&[(c.ns.as_str(), "10.65.0.1-10.65.0.8")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, _node, _agent) = Cluster::with_one_agent("noloop", "10.65.0.1-10.65.0.8").await;
     let (_controller, metrics) = c.start_controller();
     for name in ["a", "b", "c"] {
         c.create(lb_service(name)).await;
     }
     c.create(lb_service("stuck").request("10.99.9.9")).await;
     for name in ["a", "b", "c"] {
-        eventually(SETTLE, "announced", async || {
-            c.condition(name, keys::CONDITION_ANNOUNCED)
-                .await
-                .is_some_and(|(s, _, _)| s == "True")
-        })
-        .await;
+        c.wait_announced(name, &format!("{name} announced")).await;
     }
     // Idle period: the agent renews every 0.5 s with the same report. Those renewals do
     // not each make a pass; the loop still wakes when the Lease would go stale (every
@@ -898,20 +871,12 @@ async fn no_patch_loop_with_ip_mode_in_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_stops_being_ours_is_released_and_cleaned() {
     let _serial = serial().await;
-    let c = Cluster::new("notours").await;
-    c.set_pool(&[(c.ns.as_str(), "10.66.0.1")]).await;
-    let node = c.node("a").await;
-    let _agent = c.fake_agent(&node);
+    let (c, _node, _agent) = Cluster::with_one_agent("notours", "10.66.0.1").await;
     let (_controller, _metrics) = c.start_controller();
     c.create(lb_service("first")).await;
     c.create(lb_service("second")).await;
     c.wait_ips("first", &["10.66.0.1"], SETTLE).await;
-    eventually(SETTLE, "first announced", async || {
-        c.condition("first", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("first", "first announced").await;
 
     let api = Api::<Service>::namespaced(c.client.clone(), &c.ns);
     let to_cluster_ip = serde_json::json!({"spec": {
@@ -966,37 +931,17 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
     let b = c.node("b").await;
     let _agents = [c.fake_agent(&a), c.fake_agent(&b)];
     let (controller, metrics) = c.start_controller();
-    c.create(lb_service("one")).await;
-    c.create(lb_service("two")).await;
-    // Each Service's IPs and node.
-    let placement = async || -> Vec<(Vec<String>, Option<String>)> {
-        let mut out = Vec::new();
-        for name in ["one", "two"] {
-            let svc = c.get(name).await;
-            let ips = support::ingress(&svc)
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let node = support::annotation(&svc, keys::ANNOTATION_NODE).map(str::to_owned);
-            out.push((ips, node));
-        }
-        out
-    };
+    let names = ["one", "two"];
+    for name in names {
+        c.create(lb_service(name)).await;
+    }
     eventually(SETTLE, "both placed", async || {
-        placement()
-            .await
-            .iter()
-            .all(|(ips, node)| ips.len() == 1 && node.is_some())
+        all_placed(&placement(&c, &names).await)
     })
     .await;
-    let before = placement().await;
+    let before = placement(&c, &names).await;
     let stays_put = async |window: Duration, what: &str| {
-        let end = Instant::now() + window;
-        while Instant::now() < end {
-            tokio::time::sleep(LOOK_EVERY).await;
-            let now = placement().await;
-            assert_eq!(now, before, "{what}: a Service moved");
-        }
+        assert_stays_put(&c, &names, &before, (window, LOOK_EVERY), what).await;
     };
 
     let cms = Api::<ConfigMap>::namespaced(c.client.clone(), &c.system);
@@ -1004,12 +949,9 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
         .await
         .unwrap();
     stays_put(DELETED_WINDOW, "after the ConfigMap was deleted").await;
-    let warnings: Vec<_> = c
-        .events(&c.system, keys::CONTROLLER_LEASE)
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("ConfigMapDeleted"))
-        .collect();
+    let warnings = c
+        .events_with_reason(&c.system, keys::CONTROLLER_LEASE, "ConfigMapDeleted")
+        .await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let warning = &warnings[0];
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
@@ -1021,61 +963,40 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
     );
     let related = warning.related.as_ref().and_then(|r| r.name.as_deref());
     assert_eq!(related, Some(keys::DEFAULT_POOL_CONFIGMAP));
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_stale ").as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_valid ").as_deref(),
-        Some("0")
-    );
+    let stale = [(CONFIG_STALE, "1"), (CONFIG_VALID, "0")];
+    assert_metrics(&metrics, &stale, "after the ConfigMap was deleted");
 
     // A restart (or failover) while it is gone: the new term has seen no config, but IPs
     // are assigned, so it plans nothing rather than running on "no pools".
     drop(controller);
     let (_controller, metrics) = c.start_controller();
     stays_put(RESTART_WINDOW, "after a restart without the ConfigMap").await;
-    eventually(SETTLE, "ConfigMapMissing warning", async || {
-        c.events(&c.system, keys::CONTROLLER_LEASE)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ConfigMapMissing"))
-    })
-    .await;
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_valid ").as_deref(),
-        Some("0")
+    c.wait_event(&c.system, keys::CONTROLLER_LEASE, "ConfigMapMissing")
+        .await;
+    let restarted = [(CONFIG_VALID, "0")];
+    assert_metrics(
+        &metrics,
+        &restarted,
+        "after a restart without the ConfigMap",
     );
 
     // Re-created as it was: nothing moves, the config is fresh again.
     c.set_pool(&pools).await;
-    eventually(SETTLE, "ConfigLoaded event", async || {
-        c.events(&c.system, keys::DEFAULT_POOL_CONFIGMAP)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ConfigLoaded"))
-    })
-    .await;
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_stale ").as_deref(),
-        Some("0")
-    );
-    assert_eq!(
-        metric(&metrics, "aliaslb_config_valid ").as_deref(),
-        Some("1")
-    );
+    c.wait_event(&c.system, keys::DEFAULT_POOL_CONFIGMAP, "ConfigLoaded")
+        .await;
+    let fresh = [(CONFIG_STALE, "0"), (CONFIG_VALID, "1")];
+    assert_metrics(&metrics, &fresh, "after the ConfigMap was re-created");
     stays_put(RECREATED_WINDOW, "after the ConfigMap was re-created").await;
 
     // Removing the namespace's key is an instruction: its Services are released.
     c.set_pool(&[("unrelated", "10.67.1.1")]).await;
-    for name in ["one", "two"] {
+    for name in names {
         eventually(
             SETTLE,
             &format!("{name} released with NoPool"),
             async || {
-                c.condition(name, keys::CONDITION_IP_ALLOCATED)
+                c.is_false_with(name, keys::CONDITION_IP_ALLOCATED, "NoPool")
                     .await
-                    .is_some_and(|(s, reason, _)| s == "False" && reason == "NoPool")
                     && c.ips(name).await.is_empty()
             },
         )
@@ -1086,10 +1007,9 @@ async fn a_deleted_pool_configmap_releases_nothing_a_removed_key_does() {
 
 /// Events with `reason` regarding `name` in `namespace`, as (type, note).
 async fn notes(c: &Cluster, namespace: &str, name: &str, reason: &str) -> Vec<(String, String)> {
-    c.events(namespace, name)
+    c.events_with_reason(namespace, name, reason)
         .await
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
 }
@@ -1097,10 +1017,9 @@ async fn notes(c: &Cluster, namespace: &str, name: &str, reason: &str) -> Vec<(S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_address_a_node_has_is_never_allocated() {
     let _serial = serial().await;
-    let c = Cluster::new("nodeaddr").await;
-    c.set_pool(&[(c.ns.as_str(), "# the LAN\n10.71.0.1-10.71.0.3")])
-        .await;
-    let node = c.node("a").await;
+    let (c, node, _agent) =
+        Cluster::with_one_agent("nodeaddr", "# the LAN\n10.71.0.1-10.71.0.3").await;
+    // Set before the controller starts (the agent's Lease does not depend on them).
     c.set_node_addresses(
         &node,
         &[
@@ -1110,7 +1029,6 @@ async fn a_pool_address_a_node_has_is_never_allocated() {
         ],
     )
     .await;
-    let _agent = c.fake_agent(&node);
     let (_controller, _metrics) = c.start_controller();
 
     c.create(lb_service("web")).await;
@@ -1128,11 +1046,7 @@ async fn a_pool_address_a_node_has_is_never_allocated() {
 
     // `aliaslb status` marks it.
     let table = c.status_table();
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("10.71.0.1 "))
-        .unwrap_or_else(|| panic!("no row for .1 in\n{table}"));
-    let cells: Vec<&str> = row.split_whitespace().collect();
+    let cells = status_row(&table, "10.71.0.1");
     assert_eq!(
         cells,
         [
@@ -1178,11 +1092,9 @@ async fn a_pool_address_a_node_has_is_never_allocated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_on_an_address_a_node_gets_keeps_it_with_a_warning() {
     let _serial = serial().await;
-    let c = Cluster::new("nodeaddrlater").await;
-    c.set_pool(&[(c.ns.as_str(), "10.72.0.1-10.72.0.2")]).await;
-    let node = c.node("a").await;
+    let (c, _node, _agent) = Cluster::with_one_agent("nodeaddrlater", "10.72.0.1-10.72.0.2").await;
+    // A node without an agent: only its addresses matter.
     let other = c.node("b").await;
-    let _agent = c.fake_agent(&node);
     let (_controller, _metrics) = c.start_controller();
     c.create(lb_service("web")).await;
     c.wait_ips("web", &["10.72.0.1"], SETTLE).await;
@@ -1213,11 +1125,6 @@ async fn a_service_on_an_address_a_node_gets_keeps_it_with_a_warning() {
     .await;
     assert_eq!(c.ips("web").await, ["10.72.0.1"], "kept");
     assert!(notes(&c, &c.ns, "web", "ClearAssignment").await.is_empty());
-    eventually(SETTLE, "still announced", async || {
-        c.condition("web", keys::CONDITION_ANNOUNCED)
-            .await
-            .is_some_and(|(s, _, _)| s == "True")
-    })
-    .await;
+    c.wait_announced("web", "still announced").await;
     c.cleanup().await;
 }

@@ -749,3 +749,73 @@ impl Cluster {
         (!line.is_empty()).then(|| line.trim_end().to_owned())
     }
 }
+
+impl Cluster {
+    /// The cluster of a test whose namespace's pool is `pool` (no Node yet).
+    pub async fn with_pool(hint: &str, pool: &str) -> Cluster {
+        let c = Cluster::new(hint).await;
+        c.set_pool(&[(c.ns.as_str(), pool)]).await;
+        c
+    }
+
+    /// The cluster of a test with one Node `a` and its fake agent, the pool of the test's
+    /// namespace being `pool`; returns it, the node's name and the agent (dropping it stops
+    /// renewing). No controller runs yet.
+    pub async fn with_one_agent(hint: &str, pool: &str) -> (Cluster, String, Task) {
+        let c = Cluster::with_pool(hint, pool).await;
+        let node = c.node("a").await;
+        let agent = c.fake_agent(&node);
+        (c, node, agent)
+    }
+
+    /// Whether Service `name`'s condition Announced is True (now).
+    pub async fn is_announced(&self, name: &str) -> bool {
+        let announced = self.condition(name, keys::CONDITION_ANNOUNCED).await;
+        announced.is_some_and(|(status, _, _)| status == "True")
+    }
+
+    /// Waits until Service `name` is announced (its condition Announced True); `what` says
+    /// which wait timed out.
+    pub async fn wait_announced(&self, name: &str, what: &str) {
+        eventually(SETTLE, what, async || self.is_announced(name).await).await;
+    }
+
+    /// Whether Service `name`'s condition `type_` is False with `reason` (now).
+    pub async fn is_false_with(&self, name: &str, type_: &str, reason: &str) -> bool {
+        let seen = self.condition(name, type_).await;
+        seen.is_some_and(|(status, r, _)| status == "False" && r == reason)
+    }
+
+    /// Waits until Service `name`'s condition `type_` is False with `reason`; `what` says
+    /// which wait timed out.
+    pub async fn wait_false_with(&self, name: &str, type_: &str, reason: &str, what: &str) {
+        eventually(SETTLE, what, async || {
+            self.is_false_with(name, type_, reason).await
+        })
+        .await;
+    }
+
+    /// The Events with `reason` regarding object `name` in `namespace`.
+    pub async fn events_with_reason(
+        &self,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+    ) -> Vec<Event> {
+        let mut events = self.events(namespace, name).await;
+        events.retain(|e| e.reason.as_deref() == Some(reason));
+        events
+    }
+
+    /// Waits until an Event with `reason` regards object `name` in `namespace`.
+    pub async fn wait_event(&self, namespace: &str, name: &str, reason: &str) {
+        let what = format!("a {reason} Event on {namespace}/{name}");
+        eventually(SETTLE, &what, async || {
+            !self
+                .events_with_reason(namespace, name, reason)
+                .await
+                .is_empty()
+        })
+        .await;
+    }
+}
