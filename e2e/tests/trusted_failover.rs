@@ -15,8 +15,12 @@
 //!    taken down the aliases it found (it has no carrier; the time is printed): never two
 //!    MACs for the IP. The agent takes down the aliases of a run before before anything
 //!    else (its link has no carrier to ask on) and asks the LAN before it holds them again.
-//!    What an agent cannot govern, the kernel answering between a link's return and the
-//!    agent's start, is bounded by the alias lifetime; the test restarts the agent first.
+//!    An assignment that reaches the agent while its link has no carrier is held back
+//!    until the link is back and the LAN was asked (the kernel would answer for an alias
+//!    the instant the carrier returns: CI saw 60 ms of two MACs once): the number held
+//!    back that way is printed. What an agent cannot govern, the kernel answering between
+//!    a link's return and the agent's start, is bounded by the alias lifetime; the test
+//!    restarts the agent first.
 //!
 //! Needs root; about 4 minutes.
 //!
@@ -219,9 +223,13 @@ fn trusted_fast_failover_on_the_lan() -> Result<(), Error> {
         println!("[trusted] nodes' ARP requests, {what}: {rate:.2}/s");
     }
     // Each silent pair costs at most a probe round (2 frames) every 2 s once backed off:
-    // with a handful of pairs, a few frames a second at most, against thousands before.
+    // with a handful of pairs, a few frames a second at most, against thousands before
+    // (125.74/s with UDP 7479 blocked before the fix). Measured: 6.01/s on a quiet machine
+    // in every run, 8.76/s once with both cores busy building (the silence's first
+    // re-checks and a slow key relay crowd the minute): the bound leaves room for that and
+    // is still an order of magnitude under the storm.
     for (what, rate) in &rates[1..] {
-        if *rate > steady + 8.0 {
+        if *rate > steady + 12.0 {
             problems.push(format!(
                 "{what}: {rate:.2} ARP requests/s (steady {steady:.2}/s)"
             ));
@@ -260,8 +268,18 @@ fn trusted_fast_failover_on_the_lan() -> Result<(), Error> {
         std::thread::sleep(Duration::from_secs(6));
         let record = sampler.finish()?;
         let two = doubles(&record, from);
+        // Whether the assignment reached the agent before its link was back: then it held
+        // the IPs back for want of carrier (see the module docs).
+        let log = lab.log_tail(&format!("agent-{h}"), 400);
+        let this_run = log
+            .rsplit("aliaslb-agent starting")
+            .next()
+            .unwrap_or_default();
+        let unplugged = this_run
+            .matches("its link has no carrier: not added")
+            .count();
         println!(
-            "[trusted] {} lost, back after {offset_ms} ms (its aliases down {settled:?} after the agent's start): {ip} answered by {:?}; {} rounds with two MACs",
+            "[trusted] {} lost, back after {offset_ms} ms (its aliases down {settled:?} after the agent's start; {unplugged} IPs held back for want of carrier): {ip} answered by {:?}; {} rounds with two MACs",
             node_name(h),
             record.last_answer(ip),
             two.len()
