@@ -556,11 +556,7 @@ where
             self.aliases.owned(),
             &self.sets.effective,
         );
-        if host
-            .links
-            .iter()
-            .any(|l| l.up && self.links.up.get(&l.index) == Some(&false))
-        {
+        if came_up(&self.links.up, &host.links).next().is_some() {
             self.lan.link_up();
         }
         self.links.up = host.links.iter().map(|l| (l.index, l.up)).collect();
@@ -630,6 +626,16 @@ fn reached_kernel(report: &ReconcileReport) -> bool {
     })
 }
 
+/// The links that were down at the last look (`links_before`) and are up now.
+fn came_up<'a>(
+    links_before: &'a BTreeMap<u32, bool>,
+    links_now: &'a [Link],
+) -> impl Iterator<Item = &'a Link> + 'a {
+    links_now
+        .iter()
+        .filter(|l| l.up && links_before.get(&l.index) == Some(&false))
+}
+
 /// The aliases to re-announce: those on links that were down at the last look and are up
 /// now, whose IP is still desired (an alias whose removal failed is not announced again).
 pub fn reannouncements<'a>(
@@ -638,9 +644,7 @@ pub fn reannouncements<'a>(
     owned: impl Iterator<Item = &'a Alias>,
     desired: &DesiredSet,
 ) -> Vec<(Alias, [u8; 6])> {
-    let came_up: BTreeMap<u32, [u8; 6]> = links_now
-        .iter()
-        .filter(|l| l.up && links_before.get(&l.index) == Some(&false))
+    let came_up: BTreeMap<u32, [u8; 6]> = came_up(links_before, links_now)
         .filter_map(|l| Some((l.index, l.mac?)))
         .collect();
     owned
